@@ -1,0 +1,40 @@
+# Two commands for a fresh machine: `make run` (the default benchmark) and `make test` (the test suite).
+# Both create .venv from the pinned lock file when it is missing or older than the lock.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU build of torch by default. GPU users pick a CUDA build, e.g.
+#   make run TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+TORCH_INDEX_URL ?=
+CORES ?= all
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: run test lint dry-run lock clean
+
+$(BIN)/.installed: requirements/lock.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --quiet torch==2.13.0 --index-url $(TORCH_INDEX_URL))
+	$(BIN)/python -m pip install --quiet -r requirements/lock.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+run: $(BIN)/.installed
+	$(BIN)/snakemake --cores $(CORES)
+	@echo "Leaderboard: $(abspath results/leaderboard.md)"
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/snakemake --lint
+
+dry-run: $(BIN)/.installed
+	$(BIN)/snakemake -n
+
+# Re-resolve the lock from pyproject's ranges (review the diff before committing it).
+lock: $(BIN)/.installed
+	$(BIN)/python -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/' > requirements/lock.txt
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,21 @@
+# celldag: data → preprocessing → training → evaluation → leaderboard, for every dataset × method × seed.
+# The logic lives in src/celldag; these files only wire it together. See README.md and docs/.
+from snakemake.utils import min_version
+
+min_version("9.1")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/prepare.smk"
+include: "workflow/rules/lineage.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        PLAN.final_targets,

@@ -1,0 +1,153 @@
+"""Artifact contracts: what a prepared dataset, a method output and a score table must hold.
+
+Each contract is checked where the artifact is produced (before it is written) and where it is
+consumed (right after it is read), so a bad file stops the DAG at the first job that touches it,
+with one message naming the file and the field, before any training time is spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # anndata and pandas are only needed by the callers that hold such objects
+    import anndata
+    import pandas as pd
+
+TRACKS = ("lineage", "representation")
+RUN_STATUSES = ("ok", "not_applicable", "failed")
+SCORE_COLUMNS = {
+    "dataset": "string",
+    "track": "string",
+    "method": "string",
+    "variant": "string",
+    "seed": "integer",
+    "metric": "string",
+    "value": "float",
+    "higher_is_better": "bool",
+    "status": "string",
+}
+
+
+class ContractError(ValueError):
+    """An artifact breaks its contract; the message names the file and the field."""
+
+    def __init__(self, path: str, field: str, problem: str):
+        self.path, self.field, self.problem = str(path), field, problem
+        super().__init__(f"{path}: {field}: {problem}")
+
+
+def _require_ids(uns, path: str, keys: Iterable[str]) -> None:
+    for key in keys:
+        if key not in uns:
+            raise ContractError(path, f"uns['{key}']", "missing")
+        if not isinstance(uns[key], str) or not uns[key]:
+            raise ContractError(path, f"uns['{key}']", f"must be a non-empty string, got {uns[key]!r}")
+
+
+def _require_finite_matrix(matrix, path: str, field: str, n_rows: int) -> None:
+    values = np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix)
+    if values.ndim != 2 or values.shape[0] != n_rows:
+        raise ContractError(path, field, f"must be a 2-D array with {n_rows} rows, got shape {values.shape}")
+    if not np.issubdtype(values.dtype, np.number):
+        raise ContractError(path, field, f"must be numeric, got dtype {values.dtype}")
+    bad = ~np.isfinite(values)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ContractError(path, field, f"{int(bad.sum())} non-finite values (first at row {row}, column {col})")
+
+
+def _tree_leaf_names(newick: str, path: str) -> set[str]:
+    from celldag.lineage.tree import parse_newick
+
+    try:
+        return set(parse_newick(newick).leaf_names)
+    except ValueError as err:
+        raise ContractError(path, "uns['tree_newick']", f"not a valid Newick tree ({err})") from err
+
+
+def check_prepared_dataset(adata: anndata.AnnData, path: str) -> None:
+    """Contract of ``results/data/{dataset}/seed{seed}.h5ad``."""
+    _require_ids(adata.uns, path, ("dataset_id", "track"))
+    track = adata.uns["track"]
+    if track not in TRACKS:
+        raise ContractError(path, "uns['track']", f"must be one of {TRACKS}, got {track!r}")
+    if adata.n_obs == 0 or adata.n_vars == 0:
+        raise ContractError(path, "X", f"empty matrix of shape {adata.shape}")
+    if not adata.obs_names.is_unique:
+        duplicated = adata.obs_names[adata.obs_names.duplicated()][:3].tolist()
+        raise ContractError(path, "obs_names", f"must be unique; duplicated: {duplicated}")
+    _require_finite_matrix(adata.X, path, "X", adata.n_obs)
+    if track == "lineage":
+        _check_lineage_dataset(adata, path)
+
+
+def _check_lineage_dataset(adata: anndata.AnnData, path: str) -> None:
+    for name, layer in adata.layers.items():
+        _require_finite_matrix(layer, path, f"layers['{name}']", adata.n_obs)
+    if ("train" in adata.layers) != ("test" in adata.layers):
+        raise ContractError(path, "layers", "replicates come in pairs: both 'train' and 'test' or neither")
+    if "tree_newick" not in adata.uns:
+        raise ContractError(path, "uns['tree_newick']", "missing (the true lineage tree over the leaves)")
+    tree_leaves = _tree_leaf_names(adata.uns["tree_newick"], path)
+    leaves = set(adata.obs_names)
+    if tree_leaves != leaves:
+        only_tree = sorted(tree_leaves - leaves)[:3]
+        only_data = sorted(leaves - tree_leaves)[:3]
+        raise ContractError(
+            path, "uns['tree_newick']", f"leaves differ from obs_names (only in tree: {only_tree}; only in data: {only_data})"
+        )
+
+
+def check_method_output(adata: anndata.AnnData, path: str, track: str) -> None:
+    """Contract of ``results/runs/…/output.h5ad``: ids, a status, and for ``ok`` runs the track's result."""
+    _require_ids(adata.uns, path, ("dataset_id", "method_id", "variant", "status"))
+    if "seed" not in adata.uns:
+        raise ContractError(path, "uns['seed']", "missing")
+    status = adata.uns["status"]
+    if status not in RUN_STATUSES:
+        raise ContractError(path, "uns['status']", f"must be one of {RUN_STATUSES}, got {status!r}")
+    if status != "ok":
+        _require_ids(adata.uns, path, ("status_reason",))
+        return
+    if "X_emb" in adata.obsm:
+        _require_finite_matrix(adata.obsm["X_emb"], path, "obsm['X_emb']", adata.n_obs)
+    if track == "lineage":
+        if "tree_newick" not in adata.uns:
+            raise ContractError(path, "uns['tree_newick']", "missing (a lineage method must return a tree)")
+        tree_leaves = _tree_leaf_names(adata.uns["tree_newick"], path)
+        if tree_leaves != set(adata.obs_names):
+            raise ContractError(path, "uns['tree_newick']", "leaves differ from obs_names")
+    elif "X_emb" not in adata.obsm:
+        raise ContractError(path, "obsm['X_emb']", "missing (a representation method must return an embedding)")
+
+
+def check_scores(table: pd.DataFrame, path: str) -> None:
+    """Contract of the tidy score tables: the columns, their types, and one row per metric."""
+    import pandas as pd
+
+    for column, kind in SCORE_COLUMNS.items():
+        if column not in table.columns:
+            raise ContractError(path, f"column '{column}'", "missing")
+        series = table[column]
+        type_ok = {
+            "string": pd.api.types.is_string_dtype(series) or pd.api.types.is_object_dtype(series),
+            "integer": pd.api.types.is_integer_dtype(series),
+            "float": pd.api.types.is_float_dtype(series),
+            "bool": pd.api.types.is_bool_dtype(series),
+        }[kind]
+        if not type_ok:
+            raise ContractError(path, f"column '{column}'", f"must be {kind}, got {series.dtype}")
+    bad_status = set(table["status"]) - set(RUN_STATUSES)
+    if bad_status:
+        raise ContractError(path, "column 'status'", f"unknown values {sorted(bad_status)}")
+    ok = table["status"] == "ok"
+    if not np.isfinite(table.loc[ok, "value"].to_numpy()).all():
+        raise ContractError(path, "column 'value'", "non-finite value in a row with status 'ok'")
+    keys = ["dataset", "method", "variant", "seed", "metric"]
+    duplicated = table.duplicated(keys)
+    if duplicated.any():
+        first = table.loc[duplicated, keys].iloc[0].to_dict()
+        raise ContractError(path, "rows", f"duplicate score row {first}")

@@ -1,0 +1,1 @@
+"""Datasets for celldag: synthetic lineage simulators and loaders."""

@@ -1,0 +1,49 @@
+"""Source → prepared dataset (AnnData). One preparation function per registry ``loader``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def prepare_bm_simulator(dataset_id: str, params: dict, seed: int):
+    """Simulated lineage: leaves × features, the two replicates as layers, the true tree in ``uns``."""
+    import anndata
+    import pandas as pd
+
+    from celldag.data.bm import simulate_bm
+
+    simulation = simulate_bm(seed=seed, **params)
+    adata = anndata.AnnData(
+        X=(simulation.train + simulation.test) / 2,
+        obs=pd.DataFrame(index=pd.Index(simulation.leaf_names, name="leaf")),
+        var=pd.DataFrame(
+            {"feature_kind": pd.Categorical(simulation.feature_kind)},
+            index=pd.Index([f"f{i:04d}" for i in range(len(simulation.feature_kind))], name="feature"),
+        ),
+        layers={"train": simulation.train, "test": simulation.test},
+    )
+    adata.uns["tree_newick"] = simulation.tree_newick
+    adata.uns["spurious_tree_newick"] = simulation.spurious_tree_newick
+    return adata
+
+
+LOADERS = {"bm_simulator": prepare_bm_simulator}
+
+
+def prepare_dataset(dataset_id: str, entry: dict, seed: int):
+    """Build the prepared dataset of one registry entry for one seed (ids and track in ``uns``)."""
+    adata = LOADERS[entry["loader"]](dataset_id, entry["params"], seed)
+    adata.X = np.asarray(adata.X, dtype=np.float64)
+    adata.uns["dataset_id"] = dataset_id
+    adata.uns["track"] = entry["track"]
+    adata.uns["seed"] = seed
+    return adata
+
+
+def write_prepared_dataset(dataset_id: str, entry: dict, seed: int, path: str) -> None:
+    """Prepare, hold to the dataset contract, and write atomically (no partial file on failure)."""
+    from celldag import contracts, io
+
+    adata = prepare_dataset(dataset_id, entry, seed)
+    contracts.check_prepared_dataset(adata, path)
+    io.write_h5ad(adata, path)

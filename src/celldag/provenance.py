@@ -1,0 +1,71 @@
+"""Run records: what ran, on what, from which inputs, how long it took and how much memory it used."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import resource
+import socket
+import sys
+import time
+from importlib import metadata
+
+# Versions worth recording for every run; missing packages are recorded as null.
+RECORDED_PACKAGES = (
+    "celldag", "numpy", "scipy", "pandas", "anndata", "scikit-bio", "scikit-learn",
+    "torch", "scanpy", "snakemake",
+)  # fmt: skip
+
+
+def config_hash(config: dict) -> str:
+    """sha256 of the canonical JSON of the settings that determine a run's result."""
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in RECORDED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def device_description() -> str:
+    """The compute device of this process: the CUDA device when torch uses one, else the CPU."""
+    torch = sys.modules.get("torch")  # only ask torch when the run imported it: importing costs seconds
+    if torch is not None and torch.cuda.is_available():
+        return f"cuda:{torch.cuda.current_device()} ({torch.cuda.get_device_name()})"
+    return f"cpu ({platform.machine()})"
+
+
+def peak_rss_mb() -> float:
+    # ru_maxrss is in KiB on Linux and in bytes on macOS
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+class RunClock:
+    """Started when a job starts; ``record`` turns it into the run.json dictionary."""
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        self._perf = time.perf_counter()
+
+    def record(self, *, seed: int, config: dict, input_checksums: dict[str, str], **extra) -> dict:
+        return {
+            "seed": seed,
+            "config": config,
+            "config_hash": config_hash(config),
+            "input_sha256": input_checksums,
+            "packages": package_versions(),
+            "device": device_description(),
+            "host": socket.gethostname(),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            "wall_time_s": round(time.perf_counter() - self._perf, 3),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+            **extra,
+        }

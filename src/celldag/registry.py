@@ -1,0 +1,119 @@
+"""Load and validate the run config and the dataset / method registries.
+
+Each file is checked against its JSON schema in ``workflow/schemas/`` and then passed through
+``snakemake.utils.validate`` to fill in the schema defaults. Any problem — a wrong type, a missing
+key, an id in the config that no registry knows — raises one ``ConfigError`` naming the file and key,
+at parse time, before Snakemake schedules a single job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
+DEFAULT_VARIANT = "default"
+
+
+class ConfigError(ValueError):
+    """A config or registry file is invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Registries:
+    datasets: dict[str, dict]
+    methods: dict[str, dict]
+
+
+def read_yaml(path: str | Path) -> dict:
+    try:
+        with open(path) as handle:
+            data = yaml.safe_load(handle)
+    except FileNotFoundError as err:
+        raise ConfigError(f"{path}: file not found") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({err})") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: must hold a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+Source = str | Path | dict  # a file name, or top-level key → the file that set it
+
+
+def source_of(source: Source, key: object = None) -> str:
+    if isinstance(source, dict):
+        return str(source.get(key) or ", ".join(dict.fromkeys(map(str, source.values()))) or "config")
+    return str(source)
+
+
+def key_sources(config_files: list[str | Path]) -> dict[str, str]:
+    """Top-level config key → the last file that sets it (``--configfile`` files override the workflow's)."""
+    sources: dict[str, str] = {}
+    for path in config_files:
+        sources.update(dict.fromkeys(read_yaml(path), str(path)))
+    return sources
+
+
+def validate(data: dict, schema_name: str, source: Source) -> dict:
+    """Validate ``data`` against ``workflow/schemas/<schema_name>.schema.yaml``, fill defaults in place."""
+    import jsonschema
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate as snakemake_validate
+
+    schema_path = SCHEMA_DIR / f"{schema_name}.schema.yaml"
+    schema = read_yaml(schema_path)
+    # jsonschema's best_match picks the single most relevant error; Snakemake's own message dumps the
+    # whole schema, which buries the key that is wrong.
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    if error is not None:
+        path = list(error.absolute_path)
+        where = ".".join(str(part) for part in path) or "(top level)"
+        raise ConfigError(f"{source_of(source, path[0] if path else None)}: {where}: {error.message}")
+    try:
+        snakemake_validate(data, str(schema_path), set_default=True)
+    except WorkflowError as err:  # only reachable if the two validators disagree
+        raise ConfigError(f"{source_of(source)}: {err}") from err
+    return data
+
+
+def load_config(config: dict, source: Source, root: str | Path = ".") -> tuple[dict, Registries]:
+    """Validate a run config (already parsed), load the registries it names and cross-check the ids."""
+    validate(config, "config", source)
+    root = Path(root)
+    registries = Registries(
+        datasets=validate(read_yaml(root / config["registries"]["datasets"]), "datasets", config["registries"]["datasets"]),
+        methods=validate(read_yaml(root / config["registries"]["methods"]), "methods", config["registries"]["methods"]),
+    )
+    check_config_ids(config, registries, source)
+    return config, registries
+
+
+def split_method_selector(selector: str) -> tuple[str, str | None]:
+    """``"celltreeqm/supervised"`` → (``celltreeqm``, ``supervised``); ``"nj_raw"`` → (``nj_raw``, None)."""
+    method, _, variant = selector.partition("/")
+    return method, (variant or None)
+
+
+def check_config_ids(config: dict, registries: Registries, source: Source) -> None:
+    for index, dataset in enumerate(config["datasets"]):
+        if dataset not in registries.datasets:
+            raise ConfigError(
+                f"{source_of(source, 'datasets')}: datasets[{index}]: unknown dataset id {dataset!r}; "
+                f"known ids: {', '.join(sorted(registries.datasets))}"
+            )
+    for index, selector in enumerate(config["methods"]):
+        method, variant = split_method_selector(selector)
+        if method not in registries.methods:
+            raise ConfigError(
+                f"{source_of(source, 'methods')}: methods[{index}]: unknown method id {method!r}; "
+                f"known ids: {', '.join(sorted(registries.methods))}"
+            )
+        variants = registries.methods[method]["variants"]
+        if variant is not None and variant not in variants:
+            raise ConfigError(
+                f"{source_of(source, 'methods')}: methods[{index}]: method {method!r} has no variant {variant!r}; "
+                f"known variants: {', '.join(sorted(variants))}"
+            )

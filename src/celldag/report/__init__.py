@@ -1,0 +1,1 @@
+"""Aggregation of per-run scores and run records into the results table and the leaderboard."""

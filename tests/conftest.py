@@ -1,0 +1,33 @@
+"""Shared fixtures: repository paths and small registries built in memory."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from celldag.registry import Registries, read_yaml, validate
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def registries() -> Registries:
+    """The shipped registries plus a second lineage dataset and a two-variant method, defaults filled."""
+    datasets = read_yaml(REPO / "config/datasets.yaml")
+    datasets["bm_small"] = copy.deepcopy(datasets["bm_default"]) | {"params": {**datasets["bm_default"]["params"], "depth": 3}}
+    methods = read_yaml(REPO / "config/methods.yaml")
+    methods["nj_multi"] = {
+        "track": "lineage",
+        "module": "celldag.methods.distance_tree",
+        "description": "two variants",
+        "params": {"features": "raw", "reconstruction": "nj"},
+        "variants": {"raw": {}, "pca": {"features": "pca", "n_components": 3}},
+    }
+    return Registries(validate(datasets, "datasets", "datasets.yaml"), validate(methods, "methods", "methods.yaml"))

@@ -1,0 +1,118 @@
+"""End to end: copy the workflow to a temp dir and run Snakemake on a tiny config through a subprocess."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+
+from celldag.plan import make_plan
+from celldag.registry import load_config
+
+pytestmark = pytest.mark.e2e
+
+TINY_CONFIG = {"datasets": ["bm_clean", "bm_small"], "methods": ["nj_raw", "nj_pca", "upgma_raw", "broken"], "seeds": [0, 1]}
+
+
+def snakemake(workdir, *args, check=True):
+    command = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
+    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def workflow_copy(tmp_path_factory, repo):
+    workdir = tmp_path_factory.mktemp("workflow")
+    for name in ("Snakefile", "workflow", "config", "envs", "profiles"):
+        source = repo / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / name)
+    datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
+    base = datasets["bm_default"]
+    # noise-free Brownian motion with many features: distances are close to additive, NJ must be exact
+    datasets["bm_clean"] = base | {"params": {**base["params"], "depth": 3, "n_signal": 4000, "n_noise": 0,
+                                              "n_spurious": 0, "noise_std": 0.0, "measurement_std": 0.0}}  # fmt: skip
+    datasets["bm_small"] = base | {"params": {**base["params"], "depth": 4}}
+    (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
+    methods = yaml.safe_load((workdir / "config/methods.yaml").read_text())
+    methods["broken"] = methods["nj_raw"] | {"params": {"features": "umap", "reconstruction": "nj"}}
+    (workdir / "config/methods.yaml").write_text(yaml.safe_dump(methods))
+    (workdir / "config/config.yaml").write_text(yaml.safe_dump(TINY_CONFIG))
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def finished_run(workflow_copy):
+    snakemake(workflow_copy)
+    return workflow_copy
+
+
+def test_dry_run_lists_the_planned_jobs(workflow_copy):
+    output = snakemake(workflow_copy, "-n", "--quiet", "rules").stdout
+    listed = {}
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+            listed[parts[0]] = int(parts[1])
+    config, registries = load_config(dict(TINY_CONFIG), "config.yaml", root=workflow_copy)
+    assert listed == dict(make_plan(config, registries).jobs_per_rule())
+    assert listed["run_method"] == 2 * 4 * 2
+
+
+def test_scores_table_and_leaderboard(finished_run):
+    scores = pd.read_parquet(finished_run / "results/scores.parquet")
+    assert list(scores.columns[:8]) == ["dataset", "track", "method", "variant", "seed", "metric", "value", "higher_is_better"]
+    assert len(scores) == 2 * 4 * 2 * 3
+    ok = scores[scores["status"] == "ok"]
+    assert set(ok["metric"]) == {"rf", "quartet_dist", "qdist_sampled"}
+    assert ok["value"].between(0, 1).all()
+    # the exact-ish metric on noise-free BM: NJ recovers every tree
+    clean_nj = ok[(ok["dataset"] == "bm_clean") & (ok["method"] == "nj_raw")]
+    assert clean_nj.set_index(["seed", "metric"])["value"].to_dict() == {
+        (seed, metric): 0.0 for seed in (0, 1) for metric in ("rf", "quartet_dist", "qdist_sampled")
+    }
+    leaderboard = (finished_run / "results/leaderboard.md").read_text()
+    small = ok[(ok["dataset"] == "bm_small") & (ok["method"] == "upgma_raw") & (ok["metric"] == "rf")]["value"]
+    expected = f"{small.mean():.3f} ± {small.std(ddof=1):.3f}"
+    row = next(line for line in leaderboard.splitlines() if line.startswith("| upgma_raw |") and expected in line)
+    assert row.endswith("| 2/2 |")
+    assert "## bm_clean (lineage)" in leaderboard and "## bm_small (lineage)" in leaderboard
+
+
+def test_failing_method_is_recorded_and_does_not_stop_the_dag(finished_run):
+    scores = pd.read_parquet(finished_run / "results/scores.parquet")
+    broken = scores[scores["method"] == "broken"]
+    assert set(broken["status"]) == {"failed"} and broken["value"].isna().all()
+    runs = pd.read_parquet(finished_run / "results/runs.parquet")
+    reason = runs.loc[runs["method"] == "broken", "status_reason"].iloc[0]
+    assert reason == "ValueError: params.features must be 'raw' or 'pca', got 'umap'"
+    assert "| broken | default | failed | failed | failed | 0/2 |" in (finished_run / "results/leaderboard.md").read_text()
+
+
+def test_run_records_hold_provenance(finished_run):
+    record = json.loads((finished_run / "results/runs/bm_small/nj_pca/default/seed1/run.json").read_text())
+    assert record["seed"] == 1 and record["status"] == "ok"
+    assert record["config"]["params"] == {"features": "pca", "n_components": 10, "reconstruction": "nj"}
+    assert len(record["config_hash"]) == 64
+    (checksum,) = record["input_sha256"].values()
+    assert len(checksum) == 64
+    assert record["packages"]["numpy"] and record["packages"]["scikit-bio"]
+    assert record["device"].startswith("cpu") and record["wall_time_s"] > 0 and record["peak_rss_mb"] > 10
+
+
+def test_second_run_has_nothing_to_do(finished_run):
+    assert "Nothing to be done" in snakemake(finished_run, "-n").stdout + snakemake(finished_run, "-n").stderr
+
+
+def test_unknown_method_id_stops_before_any_job(workflow_copy, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(TINY_CONFIG | {"methods": ["nj_raw", "nj_typo"]}))
+    result = snakemake(workflow_copy, "-n", "--configfile", str(bad), check=False)
+    assert result.returncode != 0
+    assert f"{bad}: methods[1]: unknown method id 'nj_typo'" in result.stdout + result.stderr

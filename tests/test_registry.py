@@ -1,0 +1,85 @@
+"""Config and registry validation: one clear message naming the file and the key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from celldag.registry import ConfigError, load_config, read_yaml, validate
+
+
+def write_tree(tmp_path, repo, config: dict, methods: dict | None = None):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/datasets.yaml").write_text((repo / "config/datasets.yaml").read_text())
+    methods_text = yaml.safe_dump(methods) if methods is not None else (repo / "config/methods.yaml").read_text()
+    (tmp_path / "config/methods.yaml").write_text(methods_text)
+    return config
+
+
+def test_shipped_config_is_valid_and_defaults_are_filled(repo):
+    config, registries = load_config(read_yaml(repo / "config/config.yaml"), "config/config.yaml", root=repo)
+    assert config["registries"] == {"datasets": "config/datasets.yaml", "methods": "config/methods.yaml"}
+    assert config["evaluation"]["qdist_quartets"] == 100_000
+    nj = registries.methods["nj_raw"]
+    assert (nj["gpu"], nj["env"], nj["kind"], nj["variants"]) == (False, "lineage", "baseline", {"default": {}})
+
+
+def test_unknown_method_id_names_file_index_and_id(tmp_path, repo):
+    config = write_tree(tmp_path, repo, {"datasets": ["bm_default"], "methods": ["nj_raw", "nj_bogus"]})
+    with pytest.raises(ConfigError, match=r"^my\.yaml: methods\[1\]: unknown method id 'nj_bogus'; known ids: nj_pca"):
+        load_config(config, "my.yaml", root=tmp_path)
+
+
+def test_unknown_dataset_and_variant(tmp_path, repo):
+    config = write_tree(tmp_path, repo, {"datasets": ["nope"], "methods": ["nj_raw"]})
+    with pytest.raises(ConfigError, match=r"datasets\[0\]: unknown dataset id 'nope'"):
+        load_config(config, "c.yaml", root=tmp_path)
+    config = {"datasets": ["bm_default"], "methods": ["nj_raw/fancy"]}
+    with pytest.raises(ConfigError, match=r"method 'nj_raw' has no variant 'fancy'; known variants: default"):
+        load_config(config, "c.yaml", root=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"datasets": ["bm_default"], "methods": ["nj_raw"], "seeds": ["a"]}, r"c\.yaml: seeds\.0: 'a' is not of type 'integer'"),
+        ({"datasets": ["bm_default"]}, r"c\.yaml: \(top level\): 'methods' is a required property"),
+        ({"datasets": ["bm_default"], "methods": ["nj_raw"], "sedes": [1]}, r"c\.yaml: \(top level\): .*'sedes' was unexpected"),
+    ],
+)
+def test_schema_errors_name_the_key(config, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(config, "config", "c.yaml")
+
+
+def test_errors_name_the_file_that_set_the_key(tmp_path, repo):
+    config = write_tree(tmp_path, repo, {"datasets": ["bm_default"], "methods": ["nj_bogus"]})
+    sources = {"datasets": "config/config.yaml", "methods": "/lab/override.yaml"}
+    with pytest.raises(ConfigError, match=r"^/lab/override\.yaml: methods\[0\]"):
+        load_config(config, sources, root=tmp_path)
+
+
+def test_registry_entry_errors_name_the_registry_file(tmp_path, repo):
+    methods = {"nj_raw": {"track": "lineage", "module": "celldag.methods.distance_tree", "description": "x", "gpu": "yes"}}
+    config = write_tree(tmp_path, repo, {"datasets": ["bm_default"], "methods": ["nj_raw"]}, methods)
+    with pytest.raises(ConfigError, match=r"^config/methods\.yaml: nj_raw\.gpu: 'yes' is not of type 'boolean'"):
+        load_config(config, "c.yaml", root=tmp_path)
+    methods = {"nj_raw": {"track": "lineage", "description": "x"}}
+    (tmp_path / "config/methods.yaml").write_text(yaml.safe_dump(methods))
+    with pytest.raises(ConfigError, match=r"config/methods\.yaml: nj_raw: 'module' is a required property"):
+        load_config(config, "c.yaml", root=tmp_path)
+
+
+def test_bad_registry_id_is_rejected(tmp_path, repo):
+    methods = {"NJ-raw": {"track": "lineage", "module": "m", "description": "x"}}
+    config = write_tree(tmp_path, repo, {"datasets": ["bm_default"], "methods": ["nj_raw"]}, methods)
+    with pytest.raises(ConfigError, match=r"config/methods\.yaml: .*NJ-raw"):
+        load_config(config, "c.yaml", root=tmp_path)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        read_yaml(tmp_path / "absent.yaml")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        read_yaml(tmp_path / "list.yaml")

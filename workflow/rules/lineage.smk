@@ -1,0 +1,19 @@
+rule run_method:
+    input:
+        prepared_dataset,
+    output:
+        output=paths.RUN_OUTPUT,
+        record=paths.RUN_RECORD,
+    params:
+        dataset=dataset_entry,
+        method=method_entry,
+    log:
+        "results/logs/run_method/{dataset}/{method}/{variant}/seed{seed}.log",
+    conda:
+        method_env
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    script:
+        "../scripts/run_method.py"

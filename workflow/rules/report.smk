@@ -1,0 +1,19 @@
+rule aggregate:
+    input:
+        scores=all_run_files(paths.RUN_SCORES),
+        records=all_run_files(paths.RUN_RECORD),
+    output:
+        scores=paths.SCORES,
+        runs=paths.RUNS,
+        leaderboard=paths.LEADERBOARD,
+    log:
+        "results/logs/aggregate.log",
+    conda:
+        "../../envs/report.yaml"
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/aggregate.py"
