@@ -1,0 +1,1 @@
+"""Lineage trees: a minimal Newick tree type and metrics comparing reconstructed trees to the truth."""

@@ -1,0 +1,202 @@
+"""Distances between a reconstructed lineage tree and the true tree; lower is better for all."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import chain, combinations, islice
+
+import numpy as np
+
+from celldag.lineage.tree import Tree, splits
+
+QUARTET_SAMPLE_DEFAULT = 100_000
+_QUARTET_CHUNK = 1 << 18  # quartets scored per batch in qdist_sampled, bounds its memory
+
+
+@dataclass(frozen=True)
+class RobinsonFoulds:
+    distance: int  # splits in exactly one of the two trees
+    max_distance: int  # splits in the two trees together; 2(n - 3) for two binary trees
+    normalized: float  # distance / max_distance, 0.0 when neither tree has a split
+
+
+def robinson_foulds(a: Tree, b: Tree) -> RobinsonFoulds:
+    """Unrooted Robinson–Foulds distance over the non-trivial splits of both trees."""
+    order = _shared_leaf_order(a, b)
+    splits_a = {row.tobytes() for row in splits(a, order)}
+    splits_b = {row.tobytes() for row in splits(b, order)}
+    distance = len(splits_a ^ splits_b)
+    max_distance = len(splits_a) + len(splits_b)
+    return RobinsonFoulds(distance, max_distance, distance / max_distance if max_distance else 0.0)
+
+
+def quartet_distance(a: Tree, b: Tree) -> float:
+    """Exact fraction of the C(n, 4) quartets whose unrooted topologies differ (a star differs from a resolved one).
+
+    For a leaf pair (p, q), every other leaf x hangs off the path p–q at an attachment vertex
+    (the median of p, q, x) through one of its branches, x's "component". Quartet pq|xy is
+    resolved that way iff x and y share a component, and is a star iff they share the vertex
+    but not the component. Counting such pairs {x, y} for every pair {p, q} sees each resolved
+    quartet twice (once from each side), so per-quartet counts follow in O(n³ log n).
+    """
+    order = _shared_leaf_order(a, b)
+    n = len(order)
+    if n < 4:
+        raise ValueError(f"the quartet distance needs at least 4 leaves, got {n}")
+    view_a, view_b = _PathComponents(a, order), _PathComponents(b, order)
+    # labels and vertices lie in [0, 2N); x = p and x = q get the unique values 2N and 2N + 1
+    sentinel = 2 * max(a.n_nodes, b.n_nodes)
+    base = sentinel + 2  # base**3 must fit in int64: fine for trees far beyond O(n³) reach
+    # summed over pairs p < q: pairs {x, y} in one component of A, of B, of both, and in one
+    # component of A while only sharing the attachment vertex in B
+    same_a = same_b = same_both = same_a_vertex_b = 0
+    for p in range(n - 1):
+        label_a, _ = view_a.components(p)
+        label_b, vertex_b = view_b.components(p)
+        q = (np.arange(n - 1 - p), np.arange(p + 1, n))
+        for array in (label_a, label_b, vertex_b):
+            array[:, p] = sentinel
+            array[q] = sentinel + 1
+        # one sort by (label A, vertex B, label B) serves all three prefixes; label B fixes vertex B
+        by_a = np.sort((label_a * base + vertex_b) * base + label_b, axis=1)
+        same_both += _equal_pairs(by_a)
+        same_a_vertex_b += _equal_pairs(by_a // base)
+        same_a += _equal_pairs(by_a // base**2)
+        same_b += _equal_pairs(np.sort(label_b, axis=1))
+    resolved_a, resolved_b, shared = same_a // 2, same_b // 2, same_both // 2
+    resolved_a_star_b = (same_a_vertex_b - same_both) // 2
+    total = math.comb(n, 4)
+    resolved_in_both = resolved_a - resolved_a_star_b
+    star_in_both = total - resolved_a - resolved_b + resolved_in_both
+    return (total - shared - star_in_both) / total
+
+
+class _PathComponents:
+    """One tree's leaf LCAs and ancestors, to place every leaf relative to the path between two leaves."""
+
+    def __init__(self, tree: Tree, order: tuple[str, ...]) -> None:
+        nodes = tree.leaf_indices(order)
+        position = tree.leaf_position[nodes]
+        self.n_nodes = tree.n_nodes
+        self.lca = tree.leaf_lca()[np.ix_(position, position)]
+        self.lca_depth = tree.depth[self.lca]
+        # ancestor[i, k]: leaf i's ancestor at depth k, -1 past the leaf; the spare last
+        # column lets the child lookup below run unchecked for x = p and x = q
+        leaf_depth = tree.depth[nodes]
+        width = int(leaf_depth.max()) + 2
+        ancestor = np.full((nodes.size, width), -1, dtype=np.int64)
+        rows, at, depth = np.arange(nodes.size), nodes.copy(), leaf_depth.copy()
+        while rows.size:
+            ancestor[rows, depth] = at
+            climbing = depth > 0
+            rows, at, depth = rows[climbing], tree.parent[at[climbing]], depth[climbing] - 1
+        self.ancestor = ancestor.ravel()
+        self.child_offset = np.arange(nodes.size) * width + 1  # + depth d: flat index of ancestor[x, d + 1]
+
+    def components(self, p: int) -> tuple[np.ndarray, np.ndarray]:
+        """(n - 1 - p, n) component labels and attachment vertices of every leaf x on the paths p–q, q > p.
+
+        A label is the child of the vertex on the way to x, or n_nodes + vertex when x hangs
+        off the edge above the vertex. Columns x = p and x = q hold no meaning.
+        """
+        pq, d_pq = self.lca[p, p + 1 :, None], self.lca_depth[p, p + 1 :, None]
+        px, d_px = self.lca[p], self.lca_depth[p]
+        qx, d_qx = self.lca[p + 1 :], self.lca_depth[p + 1 :]
+        # the three LCAs are, two by two, ancestors of one leaf, so they nest: x lies below the
+        # attachment vertex iff LCA(p, x) or LCA(q, x) reaches LCA(p, q), and the deeper one is the vertex
+        deeper = np.maximum(d_px, d_qx)
+        below = deeper >= d_pq
+        label = np.where(below, self.ancestor[self.child_offset + deeper], self.n_nodes + pq)
+        vertex = np.where(below, np.where(d_px >= d_qx, px, qx), pq)
+        return label, vertex
+
+
+def _equal_pairs(ordered: np.ndarray) -> int:
+    """Number of pairs of equal entries within each row of a row-sorted array, summed over rows."""
+    rows, columns = ordered.shape
+    # run starts per row, plus one closing mark per row; between a row's closing mark and the
+    # next row's start lies a "run" of length 1, which adds no pair
+    boundary = np.ones((rows, columns + 1), dtype=bool)
+    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=boundary[:, 1:columns])
+    run_length = np.diff(np.flatnonzero(boundary))
+    return int((run_length * (run_length - 1)).sum() // 2)
+
+
+def qdist_sampled(d_est: np.ndarray, d_ref: np.ndarray, n_quartets: int, rng: np.random.Generator) -> float:
+    """The paper's QDist on distance matrices: the fraction of quartets whose four-point topology differs.
+
+    A quartet's topology is the pairing with the smallest sum of within-pair distances.
+    Quartets are drawn uniformly (independently per draw), or all enumerated when
+    ``n_quartets >= C(n, 4)``. Quartets that are unresolved in the reference (tied minimum)
+    are left out; an estimate tied at its minimum counts as wrong. nan if no quartet counts.
+    """
+    est = _distance_matrix(d_est, "d_est")
+    ref = _distance_matrix(d_ref, "d_ref")
+    if est.shape != ref.shape:
+        raise ValueError(f"d_est and d_ref must have one shape, got {est.shape} and {ref.shape}")
+    n = ref.shape[0]
+    if n < 4:
+        raise ValueError(f"quartets need at least 4 leaves, got {n}")
+    if n_quartets < 1:
+        raise ValueError(f"n_quartets must be positive, got {n_quartets}")
+    if n_quartets >= math.comb(n, 4):
+        batches = _all_quartets(n)
+    else:
+        batches = _random_quartets(n, n_quartets, rng)
+    counted = differ = 0
+    for quartets in batches:
+        ref_topology, ref_resolved = _four_point(ref, quartets)
+        est_topology, est_resolved = _four_point(est, quartets)
+        counted += int(ref_resolved.sum())
+        differ += int((ref_resolved & ~(est_resolved & (est_topology == ref_topology))).sum())
+    return differ / counted if counted else float("nan")
+
+
+def _four_point(distances: np.ndarray, quartets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per quartet (i, j, k, l): index of the smallest pairing sum (ij|kl, ik|jl, il|jk) and whether it is unique."""
+    i, j, k, l = quartets.T
+    sums = np.stack(
+        [distances[i, j] + distances[k, l], distances[i, k] + distances[j, l], distances[i, l] + distances[j, k]],
+        axis=1,
+    )
+    smallest = sums.min(axis=1, keepdims=True)
+    return sums.argmin(axis=1), (sums == smallest).sum(axis=1) == 1
+
+
+def _all_quartets(n: int) -> Iterator[np.ndarray]:
+    every = combinations(range(n), 4)
+    while batch := list(islice(every, _QUARTET_CHUNK)):
+        yield np.fromiter(chain.from_iterable(batch), dtype=np.int64, count=4 * len(batch)).reshape(-1, 4)
+
+
+def _random_quartets(n: int, count: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """``count`` uniform 4-subsets: independent draws, rejecting those that repeat a leaf."""
+    while count:
+        draws = np.sort(rng.integers(0, n, size=(min(count, _QUARTET_CHUNK), 4)), axis=1)
+        distinct = draws[(np.diff(draws, axis=1) != 0).all(axis=1)]
+        count -= distinct.shape[0]
+        yield distinct
+
+
+def _distance_matrix(values: np.ndarray, name: str) -> np.ndarray:
+    matrix = np.asarray(values, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"{name} must be a square matrix, got shape {matrix.shape}")
+    if not np.isfinite(matrix).all():
+        raise ValueError(f"{name} has {int((~np.isfinite(matrix)).sum())} non-finite entries")
+    if not np.allclose(matrix, matrix.T, rtol=1e-9, atol=1e-12):
+        raise ValueError(f"{name} is not symmetric (largest |d - d.T| = {np.abs(matrix - matrix.T).max():.3g})")
+    return matrix
+
+
+def _shared_leaf_order(a: Tree, b: Tree) -> tuple[str, ...]:
+    only_a = sorted(set(a.leaf_names) - set(b.leaf_names))
+    only_b = sorted(set(b.leaf_names) - set(a.leaf_names))
+    if only_a or only_b:
+        raise ValueError(
+            f"the trees have different leaves: {len(only_a)} only in the first {only_a[:5]}, "
+            f"{len(only_b)} only in the second {only_b[:5]}"
+        )
+    return a.leaf_names

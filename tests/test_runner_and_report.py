@@ -1,0 +1,100 @@
+"""Runner, evaluation and aggregation without Snakemake: statuses, determinism, leaderboard numbers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from celldag import io
+from celldag.evaluate import score_run
+from celldag.prepare import write_prepared_dataset
+from celldag.provenance import config_hash
+from celldag.report.leaderboard import aggregate, leaderboard_markdown
+from celldag.runner import run_method
+
+DATASET = {
+    "track": "lineage", "loader": "bm_simulator",
+    "params": {"depth": 4, "n_signal": 30, "n_noise": 10, "n_spurious": 5, "max_walk": 3.0, "noise_std": 1.0,
+               "measurement_std": 1.0},
+}  # fmt: skip
+NJ_RAW = {"track": "lineage", "module": "celldag.methods.distance_tree", "params": {"features": "raw", "reconstruction": "nj"},
+          "variants": {"default": {}}}  # fmt: skip
+
+
+def run_and_score(tmp_path, method_entry, seed=0, tag="a"):
+    prepared = tmp_path / f"data{seed}.h5ad"
+    if not prepared.exists():
+        write_prepared_dataset("bm_t", DATASET, seed, str(prepared))
+    run_dir = tmp_path / tag / f"seed{seed}"
+    status = run_method(
+        prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
+        dataset_id="bm_t", dataset_entry=DATASET, method_id=tag, method_entry=method_entry, variant="default", seed=seed,
+    )  # fmt: skip
+    score_run(prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"),
+              scores_path=str(run_dir / "scores.parquet"), track="lineage", n_quartets=2000)  # fmt: skip
+    return status, run_dir
+
+
+def test_same_seed_gives_identical_scores(tmp_path):
+    _, first = run_and_score(tmp_path / "one", NJ_RAW)
+    _, second = run_and_score(tmp_path / "two", NJ_RAW)
+    pd.testing.assert_frame_equal(io.read_scores(first / "scores.parquet"), io.read_scores(second / "scores.parquet"))
+    one, two = (json.loads((d / "run.json").read_text()) for d in (first, second))
+    assert one["config_hash"] == two["config_hash"] == config_hash(one["config"])
+    assert list(one["input_sha256"].values()) == list(two["input_sha256"].values())
+
+
+def test_other_seed_gives_other_scores(tmp_path):
+    _, first = run_and_score(tmp_path, NJ_RAW, seed=0)
+    _, second = run_and_score(tmp_path, NJ_RAW, seed=1)
+    assert not np.array_equal(io.read_scores(first / "scores.parquet")["value"], io.read_scores(second / "scores.parquet")["value"])
+
+
+def test_not_applicable_and_failed_methods_are_recorded(tmp_path, monkeypatch):
+    import celldag.methods.distance_tree as module
+    from celldag.methods import NotApplicable
+
+    def refuse(inputs, params, seed):
+        raise NotApplicable("needs counts")
+
+    monkeypatch.setattr(module, "run", refuse)
+    status, run_dir = run_and_score(tmp_path, NJ_RAW, tag="refuses")
+    assert status == "not_applicable"
+    scores = io.read_scores(run_dir / "scores.parquet")
+    assert set(scores["status"]) == {"not_applicable"} and scores["value"].isna().all()
+    assert json.loads((run_dir / "run.json").read_text())["status_reason"] == "needs counts"
+
+
+def test_aggregate_writes_mean_and_sd(tmp_path):
+    dirs = [run_and_score(tmp_path, NJ_RAW, seed=seed)[1] for seed in (0, 1, 2)]
+    scores = aggregate(
+        score_paths=[str(d / "scores.parquet") for d in dirs], record_paths=[str(d / "run.json") for d in dirs],
+        scores_path=str(tmp_path / "scores.parquet"), runs_path=str(tmp_path / "runs.parquet"),
+        leaderboard_path=str(tmp_path / "leaderboard.md"),
+    )  # fmt: skip
+    rf = scores.loc[scores["metric"] == "rf", "value"]
+    assert f"| a | default | {rf.mean():.3f} ± {rf.std(ddof=1):.3f} |" in (tmp_path / "leaderboard.md").read_text()
+    runs = pd.read_parquet(tmp_path / "runs.parquet")
+    assert list(runs["seed"]) == [0, 1, 2] and (runs["status"] == "ok").all()
+
+
+def test_leaderboard_orders_by_first_metric_and_marks_direction():
+    rows = []
+    for method, rf in (("worse", 0.8), ("better", 0.2)):
+        for seed in (0, 1):
+            for metric in ("qdist_sampled", "rf"):
+                rows.append({"dataset": "d", "track": "lineage", "method": method, "variant": "default", "seed": seed,
+                             "metric": metric, "value": rf + seed / 10, "higher_is_better": False, "status": "ok"})  # fmt: skip
+    text = leaderboard_markdown(pd.DataFrame(rows))
+    assert "| method | variant | rf ↓ | qdist_sampled ↓ | seeds ok |" in text
+    assert text.index("| better |") < text.index("| worse |")
+    assert "| better | default | 0.250 ± 0.071 | 0.250 ± 0.071 | 2/2 |" in text
+
+
+@pytest.mark.parametrize("value", [{"b": 1, "a": [1, 2]}, {"a": [1, 2], "b": 1}])
+def test_config_hash_is_key_order_independent(value):
+    assert config_hash(value) == config_hash({"a": [1, 2], "b": 1})
+    assert config_hash(value) != config_hash({"a": [2, 1], "b": 1})
