@@ -116,3 +116,9 @@ def test_unknown_method_id_stops_before_any_job(workflow_copy, tmp_path):
     result = snakemake(workflow_copy, "-n", "--configfile", str(bad), check=False)
     assert result.returncode != 0
     assert f"{bad}: methods[1]: unknown method id 'nj_typo'" in result.stdout + result.stderr
+
+
+def test_workflow_lints_clean(repo):
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr
