@@ -15,22 +15,18 @@ ADDITIVE = "((A:1,B:2):1.5,(C:0.5,D:3):2,(E:1,(F:2,G:0.7):1.2):0.8);"
 ULTRAMETRIC = "(((A:1,B:1):2,C:3):1,((D:0.5,E:0.5):1,F:1.5):2.5);"
 
 
-def test_nj_recovers_tree_from_its_additive_metric():
-    truth = parse_newick(ADDITIVE)
+@pytest.mark.parametrize(
+    ("newick", "build"),
+    [(ADDITIVE, neighbor_joining), (ULTRAMETRIC, upgma)],
+    ids=["nj-additive", "upgma-ultrametric"],
+)
+def test_reconstruction_recovers_tree_and_lengths_from_its_exact_metric(newick, build):
+    truth = parse_newick(newick)
     names = list(truth.leaf_names)
     distances = path_distances(truth, names, topology_only=False)
-    estimate = neighbor_joining(distances, names)
+    estimate = build(distances, names)
     assert robinson_foulds(estimate, truth).distance == 0
-    # NJ is consistent: its branch lengths reproduce the additive metric exactly
-    np.testing.assert_allclose(path_distances(estimate, names, topology_only=False), distances, atol=1e-9)
-
-
-def test_upgma_recovers_ultrametric_tree_and_heights():
-    truth = parse_newick(ULTRAMETRIC)
-    names = list(truth.leaf_names)
-    distances = path_distances(truth, names, topology_only=False)
-    estimate = upgma(distances, names)
-    assert robinson_foulds(estimate, truth).distance == 0
+    # both are consistent on their metric class: the branch lengths reproduce the distances exactly
     np.testing.assert_allclose(path_distances(estimate, names, topology_only=False), distances, atol=1e-9)
 
 
