@@ -1,0 +1,306 @@
+"""Shared training loop: device choice, seeding, validation with early stopping, and resumable checkpoints.
+
+The promise of :func:`train` is that a run killed at any point and started again with the same arguments
+ends with the same weights, bit for bit on CPU, as a run never interrupted. A checkpoint therefore holds
+every random stream the steps draw from (the method's ``np.random.Generator``, torch's CPU and CUDA
+generators, python ``random`` and numpy's legacy global state) next to the model and optimizer, and it
+is written after validation so that nothing happens between the state it records and the next step.
+
+Checkpoint file: ``<checkpoint_dir>/checkpoint.pt`` (only the latest is kept), a ``torch.save`` dict
+whose keys are listed in :func:`_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime
+import logging
+import math
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CHECKPOINT_NAME = "checkpoint.pt"
+_TEMP_PREFIX = f".{CHECKPOINT_NAME}."
+_TEMP_SUFFIX = ".tmp"
+
+
+def select_device(preference: str = "auto") -> torch.device:
+    """``auto`` → cuda when visible, else cpu; asking for ``cuda`` without one fails now, not hours later."""
+    if preference == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if preference == "cpu":
+        return torch.device("cpu")
+    if preference.startswith("cuda"):
+        if not torch.cuda.is_available():
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+            raise RuntimeError(
+                f"this job asked for a GPU but torch sees no CUDA device (CUDA_VISIBLE_DEVICES={visible})"
+            )
+        return torch.device(preference)
+    raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {preference!r}")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed every global generator and make torch pick deterministic kernels."""
+    # cuBLAS is only deterministic with a fixed workspace, and reads this before its first use.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # seeds the CUDA generators too
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+
+
+def autocast(device: torch.device):
+    """bf16 mixed precision on CUDA; a no-op on CPU, where it would only cost time and exactness."""
+    if device.type == "cuda":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@dataclass
+class TrainingResult:
+    steps_run: int  # steps completed in total, those before a resume included
+    best_step: int | None  # step of the best validation value; None without validation
+    best_value: float | None
+    stopped_early: bool
+    resumed_from: int | None  # step of the checkpoint this call resumed from; None for a fresh run
+    history: list[dict]  # one {"step", <step_fn scalars>, "val"} per logged or validated step
+
+
+def _random_states() -> dict:
+    return {
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "python_random": random.getstate(),
+        "numpy_global": np.random.get_state(),
+    }
+
+
+def _restore_random_states(saved: dict, rng: np.random.Generator) -> None:
+    rng.bit_generator.state = saved["rng"]
+    torch.set_rng_state(saved["torch_rng"])
+    if saved["cuda_rng"] is not None and torch.cuda.is_available():
+        if len(saved["cuda_rng"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+        else:  # other hardware than the first attempt: the run goes on, but is no longer bit-identical
+            logging.getLogger(__name__).warning(
+                "checkpoint holds CUDA RNG states of %d devices, this job sees %d; not restoring them",
+                len(saved["cuda_rng"]), torch.cuda.device_count(),
+            )  # fmt: skip
+    random.setstate(saved["python_random"])
+    np.random.set_state(saved["numpy_global"])
+
+
+def _cpu_copy(state_dict: dict) -> dict:
+    """A detached copy kept on CPU, so the best weights do not take GPU memory."""
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in state_dict.items()}
+
+
+def _write_atomically(payload: dict, path: Path) -> None:
+    """Write to a temp file beside ``path`` and rename it over: a kill mid-write leaves the old file whole."""
+    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        os.unlink(temp_name)
+        raise
+
+
+def _remove_stale_temp_files(directory: Path) -> None:
+    """Temp files of a process killed while writing; never a valid checkpoint."""
+    for stale in directory.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
+        stale.unlink()
+
+
+def _format_seconds(seconds: float) -> str:
+    return str(datetime.timedelta(seconds=round(seconds)))
+
+
+@dataclass
+class _Progress:
+    """What the loop carries from step to step, besides model, optimizer and random streams."""
+
+    step: int = 0
+    total_steps: int = 0
+    finished: bool = False
+    best_value: float | None = None
+    best_step: int | None = None
+    best_weights: dict | None = None
+    bad_validations: int = 0
+    stopped_early: bool = False
+    last_val: float | None = None
+    history: list[dict] = field(default_factory=list)
+
+
+def _checkpoint(progress: _Progress, model, optimizer, rng: np.random.Generator) -> dict:
+    return {
+        "step": progress.step,
+        "total_steps": progress.total_steps,
+        "finished": progress.finished,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rng": rng.bit_generator.state,
+        **_random_states(),
+        "best_value": progress.best_value,
+        "best_step": progress.best_step,
+        "best_model": progress.best_weights,
+        "bad_validations": progress.bad_validations,
+        "stopped_early": progress.stopped_early,
+        "last_val": progress.last_val,
+        "history": progress.history,
+    }
+
+
+def _restore(saved: dict, model, optimizer, rng: np.random.Generator) -> _Progress:
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    _restore_random_states(saved, rng)
+    return _Progress(
+        step=saved["step"],
+        total_steps=saved["total_steps"],
+        finished=saved["finished"],
+        best_value=saved["best_value"],
+        best_step=saved["best_step"],
+        best_weights=saved["best_model"],
+        bad_validations=saved["bad_validations"],
+        stopped_early=saved["stopped_early"],
+        last_val=saved["last_val"],
+        history=saved["history"],
+    )
+
+
+def _validate(model: torch.nn.Module, validate_fn: Callable[[], float]) -> float:
+    model.eval()
+    try:
+        with torch.no_grad():
+            return float(validate_fn())
+    finally:
+        model.train()  # the reference CellTreeQM code forgot this and trained on in eval mode
+
+
+def train(
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step_fn: Callable[[int], dict[str, float]],
+    total_steps: int,
+    rng: np.random.Generator,
+    checkpoint_dir: str | os.PathLike | None,
+    checkpoint_every: int = 100,
+    validate_fn: Callable[[], float] | None = None,
+    validate_every: int = 50,
+    patience: int | None = None,
+    log: logging.Logger | None = None,
+    log_every: int = 50,
+) -> TrainingResult:
+    """Run ``step_fn(step)`` for steps 1..total_steps, resuming from ``checkpoint_dir`` when it holds a checkpoint.
+
+    ``step_fn`` does one optimisation step and returns scalars, at least ``{"loss": ...}``. Validation
+    (lower is better) runs every ``validate_every`` steps and at the last one; with validation the model
+    ends holding its best weights. ``patience`` stops after that many validations without improvement.
+    """
+    if min(checkpoint_every, validate_every, log_every) < 1:
+        raise ValueError("checkpoint_every, validate_every and log_every must be at least 1")
+    if patience is not None and validate_fn is None:
+        raise ValueError("patience needs a validate_fn")
+    log = log or logging.getLogger(__name__)
+
+    checkpoint_path = None
+    progress = _Progress(total_steps=total_steps)
+    resumed_from = None
+    if checkpoint_dir is not None:
+        checkpoint_path = Path(checkpoint_dir) / CHECKPOINT_NAME
+        checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temp_files(checkpoint_path.parent)
+        if checkpoint_path.exists():
+            saved = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+            if saved["total_steps"] != total_steps:
+                raise ValueError(
+                    f"{checkpoint_path} belongs to a run of {saved['total_steps']} steps, this one asks for "
+                    f"{total_steps}; delete it to start afresh"
+                )
+            progress = _restore(saved, model, optimizer, rng)
+            resumed_from = progress.step
+            state = "finished" if progress.finished else "resuming"
+            log.info("%s from checkpoint at step %d/%d (%s)", state, progress.step, total_steps, checkpoint_path)
+
+    def save() -> None:
+        if checkpoint_path is not None:
+            _write_atomically(_checkpoint(progress, model, optimizer, rng), checkpoint_path)
+
+    start_step, started = progress.step, time.perf_counter()
+    model.train()
+    while not progress.finished and not progress.stopped_early and progress.step < total_steps:
+        progress.step += 1
+        step = progress.step
+        scalars = {name: float(value) for name, value in step_fn(step).items()}
+        if "loss" not in scalars:
+            raise KeyError(f"step_fn must return a 'loss', got {sorted(scalars)}")
+
+        validated = validate_fn is not None and (step % validate_every == 0 or step == total_steps)
+        if validated:
+            progress.last_val = _validate(model, validate_fn)
+            # A NaN never improves; strict '<' is min_delta 0.
+            if not math.isnan(progress.last_val) and (
+                progress.best_value is None or progress.last_val < progress.best_value
+            ):
+                progress.best_value, progress.best_step = progress.last_val, step
+                progress.best_weights = _cpu_copy(model.state_dict())
+                progress.bad_validations = 0
+            else:
+                progress.bad_validations += 1
+                # Running out of patience at the last step is just the end of the run.
+                progress.stopped_early = (
+                    patience is not None and progress.bad_validations >= patience and step < total_steps
+                )
+
+        logged = step % log_every == 0
+        if logged or validated:
+            progress.history.append({"step": step, **scalars, "val": progress.last_val if validated else None})
+        if logged:
+            rate = (step - start_step) / max(time.perf_counter() - started, 1e-9)
+            val = "" if progress.last_val is None else f" val {progress.last_val:.4f}"
+            log.info(
+                "step %d/%d (%d%%) loss %.4f%s | %.1f steps/s | eta %s",
+                step, total_steps, 100 * step // total_steps, scalars["loss"], val, rate,
+                _format_seconds((total_steps - step) / rate),
+            )  # fmt: skip
+
+        # The final checkpoint follows the loop; saving here too would only cost time.
+        if step % checkpoint_every == 0 and step < total_steps and not progress.stopped_early:
+            save()
+
+    if not progress.finished:
+        if progress.best_weights is not None:
+            model.load_state_dict(progress.best_weights)
+        progress.finished = True
+        save()
+        ending = "stopped early" if progress.stopped_early else "finished"
+        best = "" if progress.best_step is None else f"; best val {progress.best_value:.4f} at step {progress.best_step}"
+        log.info(
+            "%s at step %d/%d after %s in this run%s",
+            ending, progress.step, total_steps, _format_seconds(time.perf_counter() - started), best,
+        )  # fmt: skip
+
+    return TrainingResult(
+        steps_run=progress.step,
+        best_step=progress.best_step,
+        best_value=progress.best_value,
+        stopped_early=progress.stopped_early,
+        resumed_from=resumed_from,
+        history=copy.deepcopy(progress.history),
+    )
