@@ -255,3 +255,21 @@ def test_qdist_rejects_bad_input():
             qdist_sampled(d_est, d_ref, 100, rng)
     with pytest.raises(ValueError, match="n_quartets must be positive"):
         qdist_sampled(good, good, 0, rng)
+
+
+def test_sample_quartets_and_qdist_on_quartets():
+    from math import comb
+
+    from celldag.lineage.metrics import qdist_on_quartets, sample_quartets
+
+    rng = np.random.default_rng(3)
+    every = sample_quartets(7, 10_000, rng)
+    assert every.shape == (comb(7, 4), 4) and len({tuple(q) for q in every}) == comb(7, 4)
+    drawn = sample_quartets(30, 500, rng)
+    assert drawn.shape == (500, 4) and (np.diff(np.sort(drawn, axis=1), axis=1) > 0).all()
+    points = rng.normal(size=(7, 3))
+    d_est = np.sqrt(((points[:, None] - points[None]) ** 2).sum(-1))
+    d_ref = np.abs(np.arange(7)[:, None] - np.arange(7)[None, :]).astype(float)  # a line: every quartet resolved
+    assert qdist_on_quartets(d_est, d_ref, every) == qdist_sampled(d_est, d_ref, 10_000, rng)
+    assert qdist_on_quartets(d_ref, d_ref, every[:5]) == 0.0
+    assert np.isnan(qdist_on_quartets(d_est, d_ref, np.empty((0, 4), dtype=int)))

@@ -19,7 +19,7 @@ def write_tree(tmp_path, repo, config: dict, methods: dict | None = None):
 def test_shipped_config_is_valid_and_defaults_are_filled(repo):
     config, registries = load_config(read_yaml(repo / "config/config.yaml"), "config/config.yaml", root=repo)
     assert config["registries"] == {"datasets": "config/datasets.yaml", "methods": "config/methods.yaml"}
-    assert config["evaluation"]["qdist_quartets"] == 100_000
+    assert config["evaluation"] == {"qdist_quartets": 100_000, "delta_baseline": "nj_raw"}
     nj = registries.methods["nj_raw"]
     assert (nj["gpu"], nj["env"], nj["kind"], nj["variants"]) == (False, "lineage", "baseline", {"default": {}})
 

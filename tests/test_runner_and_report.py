@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from celldag import io
+from celldag.contracts import check_scores
 from celldag.evaluate import score_run
 from celldag.prepare import write_prepared_dataset
 from celldag.provenance import config_hash
@@ -73,7 +74,7 @@ def test_aggregate_writes_mean_and_sd(tmp_path):
     scores = aggregate(
         score_paths=[str(d / "scores.parquet") for d in dirs], record_paths=[str(d / "run.json") for d in dirs],
         scores_path=str(tmp_path / "scores.parquet"), runs_path=str(tmp_path / "runs.parquet"),
-        leaderboard_path=str(tmp_path / "leaderboard.md"),
+        leaderboard_path=str(tmp_path / "leaderboard.md"), baseline="nj_raw",
     )  # fmt: skip
     rf = scores.loc[scores["metric"] == "rf", "value"]
     assert f"| a | default | {rf.mean():.3f} ± {rf.std(ddof=1):.3f} |" in (tmp_path / "leaderboard.md").read_text()
@@ -98,3 +99,38 @@ def test_leaderboard_orders_by_first_metric_and_marks_direction():
 def test_config_hash_is_key_order_independent(value):
     assert config_hash(value) == config_hash({"a": [1, 2], "b": 1})
     assert config_hash(value) != config_hash({"a": [2, 1], "b": 1})
+
+
+def score_rows(method, metric_values, seeds=(0, 1), status="ok", variant="default"):
+    return [
+        {"dataset": "d", "track": "lineage", "method": method, "variant": variant, "seed": seed, "metric": metric,
+         "value": value if status == "ok" else np.nan, "higher_is_better": False, "status": status}
+        for seed in seeds for metric, value in metric_values.items()
+    ]  # fmt: skip
+
+
+def test_deltas_are_relative_reductions_against_the_baseline_per_seed():
+    from celldag.report.leaderboard import add_deltas
+
+    scores = pd.DataFrame(
+        score_rows("nj_raw", {"rf": 0.5, "quartet_dist": 0.0}) + score_rows("model", {"rf": 0.2, "quartet_dist": 0.1})
+        + score_rows("broken", {"rf": 0.0}, status="failed")
+    )  # fmt: skip
+    with_deltas = add_deltas(scores, "nj_raw")
+    deltas = with_deltas[with_deltas["metric"].str.startswith("delta_")]
+    # 0.6 = (0.5 - 0.2) / 0.5; no Δ where the baseline is 0, for failed runs, or for the baseline itself
+    assert deltas[["method", "seed", "metric"]].values.tolist() == [["model", 0, "delta_rf"], ["model", 1, "delta_rf"]]
+    np.testing.assert_allclose(deltas["value"], [0.6, 0.6])
+    assert deltas["higher_is_better"].all()
+    check_scores(with_deltas, "s.parquet")
+
+
+def test_leaderboard_puts_setting_metrics_in_their_own_table():
+    scores = pd.DataFrame(
+        score_rows("nj_raw", {"rf": 0.5}) + score_rows("celltreeqm", {"rf": 0.3, "k_qdist": 0.01}, variant="hlp")
+    )
+    text = leaderboard_markdown(scores, "nj_raw")
+    main, hlp = text.split("### high-level partition")
+    assert "| celltreeqm | hlp | 0.300 ± 0.000 | 2/2 |" in main and "| nj_raw | default | 0.500 ± 0.000 | 2/2 |" in main
+    assert "| celltreeqm | hlp | 0.010 ± 0.000 | 2/2 |" in hlp and "nj_raw" not in hlp
+    assert "Δ = relative reduction against `nj_raw`" in text

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import shutil
 import traceback
+from pathlib import Path
 
 import numpy as np
 
@@ -19,15 +21,20 @@ from celldag.plan import method_params
 from celldag.provenance import RunClock
 
 log = logging.getLogger(__name__)
+CHECKPOINT_DIR = "checkpoint"  # inside the run directory; methods that train write their checkpoints here
 
 
-def method_input(prepared) -> MethodInput:
+def method_input(prepared, work_dir: str) -> MethodInput:
     """Score on the test replicate when the dataset has replicates (the train one is for training)."""
-    has_replicates = "test" in prepared.layers
+    from celldag.evaluate import evaluation_features
+
+    has_replicates = "train" in prepared.layers
     return MethodInput(
         names=tuple(prepared.obs_names),
-        features=np.asarray(prepared.layers["test"] if has_replicates else prepared.X, dtype=np.float64),
+        features=evaluation_features(prepared),
         train_features=np.asarray(prepared.layers["train"], dtype=np.float64) if has_replicates else None,
+        tree_newick=prepared.uns.get("tree_newick"),
+        work_dir=work_dir,
     )
 
 
@@ -57,6 +64,7 @@ def output_anndata(prepared, result: MethodResult, ids: dict, status: str, reaso
         adata.obsm["X_emb"] = np.asarray(result.embedding, dtype=np.float64)
     if result.tree_newick is not None:
         adata.uns["tree_newick"] = result.tree_newick
+    adata.uns.update(result.uns)
     return adata
 
 
@@ -69,7 +77,8 @@ def run_method(
     prepared = io.read_h5ad(prepared_path, contracts.check_prepared_dataset)
     params = method_params(method_entry, variant)
     log.info("running %s/%s on %s (seed %d) with params %s", method_id, variant, dataset_id, seed, params)
-    result, status, reason = call_method(method_entry["module"], method_input(prepared), params, seed)
+    work_dir = Path(output_path).parent
+    result, status, reason = call_method(method_entry["module"], method_input(prepared, str(work_dir)), params, seed)
     ids = {"dataset_id": dataset_id, "method_id": method_id, "variant": variant}
     output = output_anndata(prepared, result, {**ids, "seed": seed}, status, reason)
     contracts.check_method_output(output, output_path, track=method_entry["track"])
@@ -77,9 +86,11 @@ def run_method(
     config = {"dataset": dataset_entry, "method": method_entry, "variant": variant, "params": params, "seed": seed}
     record = clock.record(
         seed=seed, config=config, input_checksums={prepared_path: io.sha256_file(prepared_path)},
-        **ids, track=method_entry["track"], status=status, status_reason=reason,
+        **ids, track=method_entry["track"], status=status, status_reason=reason, method_facts=result.uns,
     )  # fmt: skip
     io.write_json(record, record_path)
+    # a finished run needs no checkpoint; paper-sized models would leave hundreds of MB per run
+    shutil.rmtree(work_dir / CHECKPOINT_DIR, ignore_errors=True)
     log.info("status %s%s; wall %.2f s, peak RSS %.0f MB", status, f" ({reason})" if reason else "",
              record["wall_time_s"], record["peak_rss_mb"])  # fmt: skip
     return status

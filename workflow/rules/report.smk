@@ -6,6 +6,8 @@ rule aggregate:
         scores=paths.SCORES,
         runs=paths.RUNS,
         leaderboard=paths.LEADERBOARD,
+    params:
+        baseline=config["evaluation"]["delta_baseline"],
     log:
         "results/logs/aggregate.log",
     conda:

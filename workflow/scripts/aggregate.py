@@ -12,4 +12,5 @@ aggregate(
     scores_path=snakemake.output.scores,
     runs_path=snakemake.output.runs,
     leaderboard_path=snakemake.output.leaderboard,
+    baseline=snakemake.params.baseline,
 )

@@ -145,16 +145,37 @@ def qdist_sampled(d_est: np.ndarray, d_ref: np.ndarray, n_quartets: int, rng: np
         batches = _all_quartets(n)
     else:
         batches = _random_quartets(n, n_quartets, rng)
+    return _wrong_fraction(est, ref, batches)
+
+
+def sample_quartets(n: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    """(Q, 4) quartets: ``count`` uniform draws, or every quartet when ``count >= C(n, 4)``."""
+    batches = _all_quartets(n) if count >= math.comb(n, 4) else _random_quartets(n, count, rng)
+    return np.concatenate(list(batches)) if n >= 4 else np.empty((0, 4), dtype=np.int64)
+
+
+def qdist_on_quartets(d_est: np.ndarray, d_ref: np.ndarray, quartets: np.ndarray) -> float:
+    """QDist (as in ``qdist_sampled``) on a given set of quartets, e.g. those a supervision setting revealed."""
+    est = _distance_matrix(d_est, "d_est")
+    ref = _distance_matrix(d_ref, "d_ref")
+    if est.shape != ref.shape:
+        raise ValueError(f"d_est and d_ref must have one shape, got {est.shape} and {ref.shape}")
+    quartets = np.asarray(quartets, dtype=np.int64).reshape(-1, 4)
+    return _wrong_fraction(est, ref, (quartets[i : i + _QUARTET_CHUNK] for i in range(0, len(quartets), _QUARTET_CHUNK)))
+
+
+def _wrong_fraction(est: np.ndarray, ref: np.ndarray, batches) -> float:
+    """Fraction of reference-resolved quartets whose estimated topology is wrong or tied; nan if none."""
     counted = differ = 0
     for quartets in batches:
-        ref_topology, ref_resolved = _four_point(ref, quartets)
-        est_topology, est_resolved = _four_point(est, quartets)
+        ref_topology, ref_resolved = four_point_topology(ref, quartets)
+        est_topology, est_resolved = four_point_topology(est, quartets)
         counted += int(ref_resolved.sum())
         differ += int((ref_resolved & ~(est_resolved & (est_topology == ref_topology))).sum())
     return differ / counted if counted else float("nan")
 
 
-def _four_point(distances: np.ndarray, quartets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def four_point_topology(distances: np.ndarray, quartets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per quartet (i, j, k, l): index of the smallest pairing sum (ij|kl, ik|jl, il|jk) and whether it is unique."""
     i, j, k, l = quartets.T
     sums = np.stack(

@@ -8,16 +8,14 @@ from collections.abc import Sequence
 import pandas as pd
 
 from celldag import contracts, io
-from celldag.evaluate import TRACK_METRICS
+from celldag.evaluate import CORE_METRICS, METRIC_GROUPS, relative_reduction
 
 RUN_COLUMNS = ["dataset", "method", "variant", "seed", "status", "status_reason", "wall_time_s", "peak_rss_mb",
                "device", "config_hash"]  # fmt: skip
 
 
 def collect_scores(paths: Sequence[str]) -> pd.DataFrame:
-    tables = [io.read_scores(path) for path in paths]
-    scores = pd.concat(tables, ignore_index=True).sort_values(["dataset", "method", "variant", "metric", "seed"])
-    return scores.reset_index(drop=True)
+    return pd.concat([io.read_scores(path) for path in paths], ignore_index=True)
 
 
 def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
@@ -29,6 +27,20 @@ def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(records)[RUN_COLUMNS].sort_values(["dataset", "method", "variant", "seed"])
 
 
+def add_deltas(scores: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Append Δ rows (``delta_rf`` …): relative reduction against ``baseline`` on the same dataset and seed."""
+    ok = scores[(scores["status"] == "ok") & scores["metric"].isin(CORE_METRICS)]
+    reference = ok[ok["method"] == baseline].groupby(["dataset", "seed", "metric"])["value"].first()
+    others = ok[ok["method"] != baseline].join(reference.rename("baseline"), on=["dataset", "seed", "metric"], how="inner")
+    deltas = others.assign(
+        metric="delta_" + others["metric"],
+        value=[relative_reduction(b, v) for b, v in zip(others["baseline"], others["value"])],
+        higher_is_better=True,
+    ).drop(columns="baseline")
+    deltas = deltas[deltas["value"].notna()]
+    return pd.concat([scores, deltas], ignore_index=True) if len(deltas) else scores
+
+
 def _cell(values: pd.Series, statuses: pd.Series) -> str:
     ok = values[statuses == "ok"]
     if ok.empty:
@@ -38,39 +50,61 @@ def _cell(values: pd.Series, statuses: pd.Series) -> str:
     return text + (f" ({missing} not ok)" if missing else "")
 
 
-def leaderboard_markdown(scores: pd.DataFrame) -> str:
-    """One table per dataset: methods × metrics, mean ± sd over seeds, best mean first."""
+def leaderboard_markdown(scores: pd.DataFrame, baseline: str | None = None) -> str:
+    """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first."""
     lines = [
         "# celldag leaderboard",
         "",
         "Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
         "Per-seed values: `results/scores.parquet`; run records: `results/runs.parquet`.",
     ]
+    if baseline:
+        lines.append(f"Δ = relative reduction against `{baseline}` on the same dataset and seed: (baseline − method) / baseline.")
     for (dataset, track), table in scores.groupby(["dataset", "track"], sort=True):
-        known = list(TRACK_METRICS.get(track, ()))  # the track's own metric order first, then any others
-        metrics = sorted(set(table["metric"]), key=lambda m: (known.index(m) if m in known else len(known), m))
-        arrows = {m: "↑" if table.loc[table["metric"] == m, "higher_is_better"].iloc[0] else "↓" for m in metrics}
-        rows = []
-        for (method, variant), runs in table.groupby(["method", "variant"], sort=True):
-            first = runs[runs["metric"] == metrics[0]]
-            key = first.loc[first["status"] == "ok", "value"].mean()
-            sort_key = -key if arrows[metrics[0]] == "↑" else key
-            cells = [_cell(runs.loc[runs["metric"] == m, "value"], runs.loc[runs["metric"] == m, "status"]) for m in metrics]
-            n_ok = int((first["status"] == "ok").sum())
-            rows.append((pd.isna(sort_key), sort_key, [method, variant, *cells, f"{n_ok}/{len(first)}"]))
-        lines += ["", f"## {dataset} ({track})", ""]
-        lines.append("| method | variant | " + " | ".join(f"{m} {arrows[m]}" for m in metrics) + " | seeds ok |")
-        lines.append("|" + "---|" * (len(metrics) + 3))
-        lines += ["| " + " | ".join(cells) + " |" for _, _, cells in sorted(rows, key=lambda row: row[:2])]
+        lines += ["", f"## {dataset} ({track})"]
+        for group, metrics in _metric_groups(table).items():
+            rows = table[table["metric"].isin(metrics)]
+            keys = rows[["method", "variant"]].drop_duplicates()
+            if group != "all runs":
+                lines += ["", f"### {group}"]
+            lines += [""] + _table(rows, keys, metrics)
     return "\n".join(lines) + "\n"
 
 
+def _metric_groups(table: pd.DataFrame) -> dict[str, list[str]]:
+    """The declared metric groups (in their order), restricted to metrics present; unknown metrics last."""
+    present = set(table["metric"])
+    groups = {name: [m for m in metrics if m in present] for name, metrics in METRIC_GROUPS.items()}
+    declared = {m for metrics in METRIC_GROUPS.values() for m in metrics}
+    groups["other"] = sorted(present - declared)
+    return {name: metrics for name, metrics in groups.items() if metrics}
+
+
+def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> list[str]:
+    arrows = {m: "↑" if rows.loc[rows["metric"] == m, "higher_is_better"].iloc[0] else "↓" for m in metrics}
+    body = []
+    for method, variant in keys.itertuples(index=False):
+        runs = rows[(rows["method"] == method) & (rows["variant"] == variant)]
+        cells = []
+        for metric in metrics:
+            of_metric = runs[runs["metric"] == metric]
+            cells.append(_cell(of_metric["value"], of_metric["status"]) if len(of_metric) else "–")
+        first = runs[runs["metric"] == metrics[0]]
+        mean = first.loc[first["status"] == "ok", "value"].mean()
+        sort_key = -mean if arrows[metrics[0]] == "↑" else mean
+        seeds = runs.groupby("seed")["status"].first()
+        body.append(((pd.isna(sort_key), sort_key, method, variant), [method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}"]))
+    header = "| method | variant | " + " | ".join(f"{m} {arrows[m]}" for m in metrics) + " | seeds ok |"
+    return [header, "|" + "---|" * (len(metrics) + 3)] + ["| " + " | ".join(cells) + " |" for _, cells in sorted(body)]
+
+
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
-              leaderboard_path: str) -> pd.DataFrame:  # fmt: skip
-    scores = collect_scores(score_paths)
+              leaderboard_path: str, baseline: str) -> pd.DataFrame:  # fmt: skip
+    scores = add_deltas(collect_scores(score_paths), baseline)
+    scores = scores.sort_values(["dataset", "method", "variant", "metric", "seed"]).reset_index(drop=True)
     contracts.check_scores(scores, scores_path)
     io.write_parquet(scores, scores_path)
     io.write_parquet(collect_runs(record_paths), runs_path)
     with io.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(leaderboard_markdown(scores))
+        tmp.write_text(leaderboard_markdown(scores, baseline))
     return scores
