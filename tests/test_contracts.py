@@ -62,8 +62,8 @@ def test_duplicate_leaf_names(prepared):
 def test_invalid_dataset_leaves_no_file_behind(tmp_path, monkeypatch):
     import celldag.prepare as prepare
 
-    def broken_loader(dataset_id, params, seed):
-        adata = prepare.prepare_bm_simulator(dataset_id, params, seed)
+    def broken_loader(dataset_id, params, seed, files):
+        adata = prepare.prepare_bm_simulator(dataset_id, params, seed, files)
         adata.uns["tree_newick"] = "(A,B);"
         return adata
 

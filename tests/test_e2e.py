@@ -68,10 +68,18 @@ def test_dry_run_lists_the_planned_jobs(workflow_copy):
 def test_scores_table_and_leaderboard(finished_run):
     scores = pd.read_parquet(finished_run / "results/scores.parquet")
     assert list(scores.columns[:8]) == ["dataset", "track", "method", "variant", "seed", "metric", "value", "higher_is_better"]
-    assert len(scores) == 2 * 4 * 2 * 3
-    ok = scores[scores["status"] == "ok"]
+    core = scores[~scores["metric"].str.startswith("delta_")]
+    assert len(core) == 2 * 4 * 2 * 3  # datasets × methods × seeds × metrics
+    ok = core[core["status"] == "ok"]
     assert set(ok["metric"]) == {"rf", "quartet_dist", "qdist_sampled"}
     assert ok["value"].between(0, 1).all()
+    # Δ against nj_raw per seed; none on bm_clean, where nj_raw is perfect (0) and Δ is undefined
+    deltas = scores[scores["metric"].str.startswith("delta_")].set_index(["dataset", "method", "seed", "metric"])["value"]
+    assert set(deltas.index.get_level_values("dataset")) == {"bm_small"}
+    by_run = ok.set_index(["dataset", "method", "seed", "metric"])["value"]
+    for seed in (0, 1):
+        baseline, value = by_run[("bm_small", "nj_raw", seed, "rf")], by_run[("bm_small", "upgma_raw", seed, "rf")]
+        assert deltas[("bm_small", "upgma_raw", seed, "delta_rf")] == pytest.approx((baseline - value) / baseline)
     # the exact-ish metric on noise-free BM: NJ recovers every tree
     clean_nj = ok[(ok["dataset"] == "bm_clean") & (ok["method"] == "nj_raw")]
     assert clean_nj.set_index(["seed", "metric"])["value"].to_dict() == {

@@ -30,12 +30,23 @@ def env_files(repo):
     return sorted((repo / "envs").glob("*.yaml"))
 
 
+def conda_and_pip_pins(dependencies: list) -> list[str]:
+    """`name=version` strings of the conda entries and the pip section (`name==version` → `name=version`)."""
+    pins = []
+    for entry in dependencies:
+        if isinstance(entry, dict):
+            pins += [pin.split("#")[0].strip().replace("==", "=") for pin in entry["pip"]]
+        elif not entry.startswith("pip="):  # the pip tool itself is the venv's, not the lock's
+            pins.append(entry)
+    return pins
+
+
 def test_every_env_pin_matches_the_lock(repo, lock):
     assert env_files(repo), "no envs/*.yaml"
     for path in env_files(repo):
         env = yaml.safe_load(path.read_text())
         assert env["channels"] == ["conda-forge", "nodefaults"], path.name
-        for dependency in env["dependencies"]:
+        for dependency in conda_and_pip_pins(env["dependencies"]):
             name, _, version = dependency.partition("=")
             assert version, f"{path.name}: {dependency} is not pinned"
             if name == "python":

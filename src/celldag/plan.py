@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from celldag.registry import Registries, split_method_selector
 
+DOWNLOAD = "resources/{dataset}/{file}"
+DOWNLOAD_PINS = "resources/{dataset}/checksums.json"
 PREPARED = "results/data/{dataset}/seed{seed}.h5ad"
 RUN_DIR = "results/runs/{dataset}/{method}/{variant}/seed{seed}"
 RUN_OUTPUT = RUN_DIR + "/output.h5ad"

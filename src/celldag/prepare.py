@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 
-def prepare_bm_simulator(dataset_id: str, params: dict, seed: int):
+def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
     """Simulated lineage: leaves × features, the two replicates as layers, the true tree in ``uns``."""
     import anndata
     import pandas as pd
@@ -27,12 +29,29 @@ def prepare_bm_simulator(dataset_id: str, params: dict, seed: int):
     return adata
 
 
-LOADERS = {"bm_simulator": prepare_bm_simulator}
+def prepare_cengen_neurons(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
+    from celldag.data.cengen import prepare_cengen_neurons as prepare
+
+    return prepare(dataset_id, params, seed)
 
 
-def prepare_dataset(dataset_id: str, entry: dict, seed: int):
+def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
+    from celldag.data.packer2019 import prepare_packer2019 as prepare
+
+    return prepare(dataset_id, params, seed, files)
+
+
+# registry `loader` → function(dataset_id, params, seed, files: {file name: local path}) -> AnnData
+LOADERS = {
+    "bm_simulator": prepare_bm_simulator,
+    "cengen_neurons": prepare_cengen_neurons,
+    "packer2019": prepare_packer2019,
+}
+
+
+def prepare_dataset(dataset_id: str, entry: dict, seed: int, files: Mapping[str, str] | None = None):
     """Build the prepared dataset of one registry entry for one seed (ids and track in ``uns``)."""
-    adata = LOADERS[entry["loader"]](dataset_id, entry["params"], seed)
+    adata = LOADERS[entry["loader"]](dataset_id, entry["params"], seed, files or {})
     adata.X = np.asarray(adata.X, dtype=np.float64)
     adata.uns["dataset_id"] = dataset_id
     adata.uns["track"] = entry["track"]
@@ -40,10 +59,10 @@ def prepare_dataset(dataset_id: str, entry: dict, seed: int):
     return adata
 
 
-def write_prepared_dataset(dataset_id: str, entry: dict, seed: int, path: str) -> None:
+def write_prepared_dataset(dataset_id: str, entry: dict, seed: int, path: str, files: Mapping[str, str] | None = None) -> None:
     """Prepare, hold to the dataset contract, and write atomically (no partial file on failure)."""
     from celldag import contracts, io
 
-    adata = prepare_dataset(dataset_id, entry, seed)
+    adata = prepare_dataset(dataset_id, entry, seed, files)
     contracts.check_prepared_dataset(adata, path)
     io.write_h5ad(adata, path)

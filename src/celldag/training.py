@@ -145,6 +145,20 @@ class _Progress:
     last_val: float | None = None
     history: list[dict] = field(default_factory=list)
 
+    def record_validation(self, value: float, model: torch.nn.Module, patience: int | None) -> None:
+        self.last_val = value
+        # A NaN never improves; strict '<' is min_delta 0.
+        if not math.isnan(value) and (self.best_value is None or value < self.best_value):
+            self.best_value, self.best_step = value, self.step
+            self.best_weights = _cpu_copy(model.state_dict())
+            self.bad_validations = 0
+        else:
+            self.bad_validations += 1
+            # Running out of patience at the last step is just the end of the run.
+            self.stopped_early = (
+                patience is not None and self.bad_validations >= patience and self.step < self.total_steps
+            )
+
 
 def _checkpoint(progress: _Progress, model, optimizer, rng: np.random.Generator) -> dict:
     return {
@@ -181,6 +195,21 @@ def _restore(saved: dict, model, optimizer, rng: np.random.Generator) -> _Progre
         last_val=saved["last_val"],
         history=saved["history"],
     )
+
+
+def _resume(path: Path, total_steps: int, model, optimizer, rng: np.random.Generator, log) -> _Progress:
+    # map_location: a checkpoint written on a GPU node must load on any node; load_state_dict moves it back.
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    if saved["total_steps"] != total_steps:
+        raise ValueError(
+            f"{path} belongs to a run of {saved['total_steps']} steps, this one asks for {total_steps}; "
+            "delete it to start afresh"
+        )
+    if saved["finished"]:
+        log.info("already finished at step %d/%d (checkpoint %s); no steps to run", saved["step"], total_steps, path)
+    else:
+        log.info("resuming from checkpoint at step %d/%d (%s)", saved["step"], total_steps, path)
+    return _restore(saved, model, optimizer, rng)
 
 
 def _validate(model: torch.nn.Module, validate_fn: Callable[[], float]) -> float:
@@ -227,16 +256,8 @@ def train(
         checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temp_files(checkpoint_path.parent)
         if checkpoint_path.exists():
-            saved = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
-            if saved["total_steps"] != total_steps:
-                raise ValueError(
-                    f"{checkpoint_path} belongs to a run of {saved['total_steps']} steps, this one asks for "
-                    f"{total_steps}; delete it to start afresh"
-                )
-            progress = _restore(saved, model, optimizer, rng)
+            progress = _resume(checkpoint_path, total_steps, model, optimizer, rng, log)
             resumed_from = progress.step
-            state = "finished" if progress.finished else "resuming"
-            log.info("%s from checkpoint at step %d/%d (%s)", state, progress.step, total_steps, checkpoint_path)
 
     def save() -> None:
         if checkpoint_path is not None:
@@ -244,7 +265,7 @@ def train(
 
     start_step, started = progress.step, time.perf_counter()
     model.train()
-    while not progress.finished and not progress.stopped_early and progress.step < total_steps:
+    while not progress.stopped_early and progress.step < total_steps:  # so also when finished
         progress.step += 1
         step = progress.step
         scalars = {name: float(value) for name, value in step_fn(step).items()}
@@ -253,20 +274,7 @@ def train(
 
         validated = validate_fn is not None and (step % validate_every == 0 or step == total_steps)
         if validated:
-            progress.last_val = _validate(model, validate_fn)
-            # A NaN never improves; strict '<' is min_delta 0.
-            if not math.isnan(progress.last_val) and (
-                progress.best_value is None or progress.last_val < progress.best_value
-            ):
-                progress.best_value, progress.best_step = progress.last_val, step
-                progress.best_weights = _cpu_copy(model.state_dict())
-                progress.bad_validations = 0
-            else:
-                progress.bad_validations += 1
-                # Running out of patience at the last step is just the end of the run.
-                progress.stopped_early = (
-                    patience is not None and progress.bad_validations >= patience and step < total_steps
-                )
+            progress.record_validation(_validate(model, validate_fn), model, patience)
 
         logged = step % log_every == 0
         if logged or validated:

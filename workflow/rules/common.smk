@@ -29,6 +29,7 @@ wildcard_constraints:
     method=_one_of(REGISTRIES.methods),
     variant="[a-z][a-z0-9_]*",
     seed=r"\d+",
+    file="[A-Za-z0-9._-]+",
 
 
 def dataset_entry(wildcards):
@@ -46,6 +47,21 @@ def method_track(wildcards):
 def method_env(wildcards):
     env = REGISTRIES.methods[wildcards.method]["env"]
     return str(Path(workflow.basedir) / "envs" / f"{env}.yaml")
+
+
+def dataset_files(wildcards):
+    """Local paths of a url dataset's downloads, by file name ({} for builtin sources)."""
+    entry = REGISTRIES.datasets[wildcards.dataset]
+    names = [f["name"] for f in entry.get("files", [])] if entry["source"] == "url" else []
+    return {name: paths.DOWNLOAD.format(dataset=wildcards.dataset, file=name) for name in names}
+
+
+def download_entry(wildcards):
+    files = REGISTRIES.datasets[wildcards.dataset].get("files", [])
+    matches = [f for f in files if f["name"] == wildcards.file]
+    if not matches:
+        raise WorkflowError(f"dataset {wildcards.dataset!r} lists no file {wildcards.file!r} in its registry entry")
+    return matches[0]
 
 
 def prepared_dataset(wildcards):

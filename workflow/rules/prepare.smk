@@ -1,4 +1,25 @@
+rule download_file:
+    output:
+        paths.DOWNLOAD,
+    params:
+        file=download_entry,
+    log:
+        "results/logs/download/{dataset}/{file}.log",
+    conda:
+        "../../envs/lineage.yaml"
+    localrule: True  # compute nodes may have no internet; downloads run where Snakemake runs
+    retries: 2
+    threads: 1
+    resources:
+        mem_mb=500,
+        runtime=120,
+    script:
+        "../scripts/download.py"
+
+
 rule prepare_dataset:
+    input:
+        unpack(dataset_files),
     output:
         paths.PREPARED,
     params:
@@ -9,7 +30,7 @@ rule prepare_dataset:
         "../../envs/lineage.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=8000,
+        runtime=60,
     script:
         "../scripts/prepare_dataset.py"

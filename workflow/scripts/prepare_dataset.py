@@ -6,4 +6,10 @@ from celldag import joblog  # noqa: E402
 from celldag.prepare import write_prepared_dataset  # noqa: E402
 
 joblog.start(snakemake.log[0])
-write_prepared_dataset(snakemake.wildcards.dataset, snakemake.params.entry, int(snakemake.wildcards.seed), snakemake.output[0])
+write_prepared_dataset(
+    snakemake.wildcards.dataset,
+    snakemake.params.entry,
+    int(snakemake.wildcards.seed),
+    snakemake.output[0],
+    files=dict(snakemake.input.items()),
+)
