@@ -64,6 +64,10 @@ def download_entry(wildcards):
     return matches[0]
 
 
+def download_pins(wildcards):
+    return paths.DOWNLOAD_PINS.format(dataset=wildcards.dataset)
+
+
 def prepared_dataset(wildcards):
     return paths.PREPARED.format(dataset=wildcards.dataset, seed=wildcards.seed)
 

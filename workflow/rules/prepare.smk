@@ -3,6 +3,7 @@ rule download_file:
         paths.DOWNLOAD,
     params:
         file=download_entry,
+        pins=download_pins,
     log:
         "results/logs/download/{dataset}/{file}.log",
     conda:
