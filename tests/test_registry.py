@@ -83,3 +83,10 @@ def test_missing_and_malformed_files(tmp_path):
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="must hold a mapping"):
         read_yaml(tmp_path / "list.yaml")
+
+
+def test_command_line_seed_strings_become_integers(repo):
+    config = {"datasets": ["bm_default"], "methods": ["nj_raw"], "seeds": ["0", "12"]}
+    assert load_config(config, "--config", root=repo)[0]["seeds"] == [0, 12]
+    with pytest.raises(ConfigError, match=r"--config: seeds\.0: '-1' is not of type 'integer'"):
+        load_config({**config, "seeds": ["-1"]}, "--config", root=repo)

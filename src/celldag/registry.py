@@ -81,6 +81,9 @@ def validate(data: dict, schema_name: str, source: Source) -> dict:
 
 def load_config(config: dict, source: Source, root: str | Path = ".") -> tuple[dict, Registries]:
     """Validate a run config (already parsed), load the registries it names and cross-check the ids."""
+    # `--config seeds=[0,1]` hands Snakemake's parser's strings to us: accept whole-number strings
+    if isinstance(config.get("seeds"), list):
+        config["seeds"] = [int(seed) if isinstance(seed, str) and seed.isdigit() else seed for seed in config["seeds"]]
     validate(config, "config", source)
     root = Path(root)
     registries = Registries(
