@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +34,19 @@ def registries() -> Registries:
         "variants": {"raw": {}, "pca": {"features": "pca", "n_components": 3}},
     }
     return Registries(validate(datasets, "datasets", "datasets.yaml"), validate(methods, "methods", "methods.yaml"))
+
+
+def copy_workflow(workdir: Path) -> Path:
+    """Copy what a user's checkout holds of the workflow (not src/: celldag is installed) into workdir."""
+    for name in ("Snakefile", "workflow", "config", "envs", "profiles"):
+        source = REPO / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / name)
+    return workdir
+
+
+def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
+    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
@@ -13,26 +12,19 @@ import yaml
 
 from celldag.plan import make_plan
 from celldag.registry import load_config
+from conftest import copy_workflow, run_snakemake
 
 pytestmark = pytest.mark.e2e
 
 TINY_CONFIG = {"datasets": ["bm_clean", "bm_small"], "methods": ["nj_raw", "nj_pca", "upgma_raw", "broken"], "seeds": [0, 1]}
 
 
-def snakemake(workdir, *args, check=True):
-    command = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
-    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=600)
-    if check and result.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return result
+snakemake = run_snakemake
 
 
 @pytest.fixture(scope="module")
-def workflow_copy(tmp_path_factory, repo):
-    workdir = tmp_path_factory.mktemp("workflow")
-    for name in ("Snakefile", "workflow", "config", "envs", "profiles"):
-        source = repo / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / name)
+def workflow_copy(tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("workflow"))
     datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
     base = datasets["bm_default"]
     # noise-free Brownian motion with many features: distances are close to additive, NJ must be exact

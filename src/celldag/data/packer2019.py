@@ -1,0 +1,218 @@
+"""Dataset ``celegans_packer2019``: Packer et al. 2019 C. elegans embryo cells (GEO GSE126954) as lineage leaves.
+
+Follows CellTreeBench's supervised loader (celltreeqm.md §A7.3) with celldag's own leaf definition,
+because the published 295-leaf tree and cell → leaf table are not public (§A7.2): a leaf is a
+specific lineage name seen in the ``lineage`` column, and each leaf becomes two pseudo-bulk
+replicates from a seeded split of its cells.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import anndata
+import numpy as np
+import pandas as pd
+from scipy import io as sio
+from scipy import sparse
+
+from celldag.io import sha256_file
+from celldag.lineage.celegans import expand_pattern, lineage_path, tree_from_paths
+from celldag.lineage.tree import to_newick
+
+MATRIX = "GSE126954_gene_by_cell_count_matrix.txt.gz"  # MatrixMarket, genes × cells, integer counts
+CELL_ANNOTATION = "GSE126954_cell_annotation.csv.gz"  # one row per matrix column
+GENE_ANNOTATION = "GSE126954_gene_annotation.csv.gz"  # one row per matrix row: id, gene_short_name
+QC_COLUMN = "passed_initial_QC_or_later_whitelisted"
+PARAMS = ("min_cells_per_leaf", "min_gene_counts")
+
+
+def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
+    """Leaves × genes pseudo-bulk dataset: z-scored train/test replicates, the lineage tree in ``uns``.
+
+    ``files`` maps the three GEO file names to local copies, gzip-compressed or not. Genes need
+    ``min_gene_counts`` counts over the cells of the kept leaves, and a non-zero train std after
+    log1p (one filter for "zero variance across train leaves" and "no division by zero"). ``X`` is
+    the mean of the two z-scored replicates, as for the simulated datasets; ``seed`` changes only
+    the split of each leaf's cells (and so, rarely, which genes vary across the train half).
+    """
+    min_cells, min_gene_counts = _check_params(params)
+    paths = _check_files(files)
+    source_files = {Path(path).name: sha256_file(path) for path in paths.values()}
+    with _open(paths[MATRIX]) as handle:
+        counts = sparse.csc_array(sio.mmread(handle))
+    with _open(paths[CELL_ANNOTATION]) as handle:
+        cells = pd.read_csv(handle, usecols=["lineage", QC_COLUMN], dtype={"lineage": "string"})
+    with _open(paths[GENE_ANNOTATION]) as handle:
+        genes = pd.read_csv(handle, usecols=["id", "gene_short_name"], dtype="string")
+    if counts.shape != (len(genes), len(cells)):
+        raise ValueError(
+            f"{MATRIX} is {counts.shape[0]} genes × {counts.shape[1]} cells, but {GENE_ANNOTATION} has "
+            f"{len(genes)} rows and {CELL_ANNOTATION} {len(cells)}"
+        )
+
+    leaf_of_cell, leaf_paths, assignment = assign_cells(cells, min_cells)
+    if not leaf_paths:
+        raise ValueError(f"no lineage leaf has {min_cells} or more cells in {CELL_ANNOTATION}: {assignment}")
+    leaves = sorted(leaf_paths)
+    train_cells, test_cells = _split_halves(leaf_of_cell, leaves, seed)
+    train, test = pseudo_bulk(counts, train_cells), pseudo_bulk(counts, test_cells)
+
+    used = np.concatenate(train_cells + test_cells)
+    totals = counts[:, used].sum(axis=1)
+    passed_counts = totals >= min_gene_counts
+    train, test = np.log1p(train[:, passed_counts]), np.log1p(test[:, passed_counts])
+    mean, std = train.mean(axis=0), train.std(axis=0, ddof=1)
+    varies = std > 0
+    train = (train[:, varies] - mean[varies]) / std[varies]
+    test = (test[:, varies] - mean[varies]) / std[varies]
+    kept_genes = genes[passed_counts][varies]
+
+    adata = anndata.AnnData(
+        X=(train + test) / 2,
+        obs=pd.DataFrame(
+            {"n_cells_train": [len(c) for c in train_cells], "n_cells_test": [len(c) for c in test_cells]},
+            index=pd.Index(leaves, name="leaf"),
+        ),
+        var=pd.DataFrame(
+            {"gene_id": kept_genes["id"].to_numpy(dtype=str)},
+            index=_unique_gene_names(kept_genes),
+        ),
+        layers={"train": train, "test": test},
+    )
+    adata.uns["tree_newick"] = to_newick(tree_from_paths({leaf: leaf_paths[leaf] for leaf in leaves}))
+    adata.uns["cell_assignment"] = assignment
+    adata.uns["gene_filter"] = {
+        "genes": len(genes),
+        "passed_min_gene_counts": int(passed_counts.sum()),
+        "kept": int(varies.sum()),
+    }
+    adata.uns["source_files"] = source_files
+    return adata
+
+
+def assign_cells(cells: pd.DataFrame, min_cells: int) -> tuple[pd.Series, dict[str, str], dict[str, int]]:
+    """Map QC-passed, lineage-annotated cells onto leaves.
+
+    Candidate leaves are the distinct specific annotations (no "x" wildcard, no "/" alternatives,
+    a valid Sulston name) that are not ancestors of another candidate. Every annotation is expanded
+    over the candidates (an ancestor covers its candidate descendants); a cell is assigned only
+    when exactly one leaf matches, so ambiguous cells are dropped, not spread. Leaves with fewer
+    than ``min_cells`` cells are then dropped. Returns each cell's leaf (NA if none), the kept
+    leaves' division paths, and the cell counts of each step.
+    """
+    qc_passed = cells[QC_COLUMN].astype("string").str.lower().eq("true").fillna(False).to_numpy(dtype=bool)
+    lineage = cells["lineage"].str.strip()
+    annotated = qc_passed & lineage.fillna("").ne("").to_numpy(dtype=bool)
+    names = sorted(set(lineage[annotated]))
+
+    by_path: dict[str, str] = {}
+    for name in names:
+        try:  # lineage_path rejects "x" wildcards and "/" alternatives: valid names are the specific ones
+            by_path.setdefault(lineage_path(name), name)  # of names spelling one cell, the first sorted wins
+        except ValueError:
+            continue
+    # in sorted order the paths extending p come right after p, so checking the next one suffices
+    ordered = sorted(by_path)
+    candidates = {
+        by_path[path]: path
+        for path, after in zip(ordered, ordered[1:] + [None])
+        if after is None or not after.startswith(path)
+    }
+
+    leaf_of_name: dict[str, str] = {}
+    ambiguous_names: set[str] = set()
+    for name in names:
+        try:
+            matches = expand_pattern(name, candidates, include_descendants=True)
+        except ValueError:  # not a Sulston name at all: unmatched
+            continue
+        if len(matches) == 1:
+            leaf_of_name[name] = matches[0]
+        elif matches:
+            ambiguous_names.add(name)
+
+    leaf_of_cell = lineage.where(annotated).map(leaf_of_name).astype("string")
+    sizes = leaf_of_cell.value_counts()
+    small = set(sizes.index[sizes < min_cells])
+    n_annotated = int(annotated.sum())
+    n_assigned = int(leaf_of_cell.notna().sum())
+    n_ambiguous = int(lineage[annotated].isin(ambiguous_names).sum())
+    n_in_small = int(leaf_of_cell.isin(small).sum())
+    assignment = {
+        "cells": len(cells),
+        "qc_passed": int(qc_passed.sum()),
+        "annotated": n_annotated,
+        "assigned": n_assigned,
+        "ambiguous_dropped": n_ambiguous,
+        "unmatched": n_annotated - n_assigned - n_ambiguous,
+        "in_leaves_below_min_cells": n_in_small,
+        "used": n_assigned - n_in_small,
+        "candidate_leaves": len(candidates),
+    }
+    leaf_of_cell = leaf_of_cell.mask(leaf_of_cell.isin(small))
+    kept = {leaf: path for leaf, path in candidates.items() if sizes.get(leaf, 0) >= min_cells}
+    return leaf_of_cell, kept, assignment
+
+
+def _split_halves(leaf_of_cell: pd.Series, leaves: list[str], seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per leaf (in ``leaves`` order, one generator), shuffle its cells: first ⌊n/2⌋ train, rest test."""
+    rng = np.random.default_rng(seed)
+    codes = pd.Categorical(leaf_of_cell, categories=leaves).codes  # integer codes: fast to compare
+    train, test = [], []
+    for code in range(len(leaves)):
+        shuffled = rng.permutation(np.flatnonzero(codes == code))
+        train.append(shuffled[: shuffled.size // 2])
+        test.append(shuffled[shuffled.size // 2 :])
+    return train, test
+
+
+def pseudo_bulk(counts: sparse.sparray, groups: list[np.ndarray]) -> np.ndarray:
+    """(groups × genes) mean raw counts of the genes × cells ``counts`` over each group of cell indices.
+
+    One sparse product with a cells × groups matrix of 1/group-size weights: no dense cells × genes copy.
+    """
+    sizes = np.array([g.size for g in groups])
+    weights = sparse.csr_array(
+        (np.repeat(1.0 / sizes, sizes), (np.concatenate(groups), np.repeat(np.arange(len(groups)), sizes))),
+        shape=(counts.shape[1], len(groups)),
+    )
+    return (counts @ weights).toarray().T
+
+
+def _unique_gene_names(genes: pd.DataFrame) -> pd.Index:
+    names = genes["gene_short_name"].fillna(genes["id"]).to_numpy(dtype=str)
+    return anndata.utils.make_index_unique(pd.Index(names, name="gene"))
+
+
+def _check_params(params: dict) -> tuple[int, int]:
+    missing, unknown = sorted(set(PARAMS) - set(params)), sorted(set(params) - set(PARAMS))
+    if missing or unknown:
+        raise ValueError(f"celegans_packer2019 params: missing {missing}, unknown {unknown}; expected {list(PARAMS)}")
+    min_cells, min_gene_counts = params["min_cells_per_leaf"], params["min_gene_counts"]
+    # two cells at least, so that both replicate halves of every leaf are non-empty
+    if isinstance(min_cells, bool) or not isinstance(min_cells, int) or min_cells < 2:
+        raise ValueError(f"min_cells_per_leaf must be an integer >= 2, got {min_cells!r}")
+    if isinstance(min_gene_counts, bool) or not isinstance(min_gene_counts, int) or min_gene_counts < 0:
+        raise ValueError(f"min_gene_counts must be an integer >= 0, got {min_gene_counts!r}")
+    return min_cells, min_gene_counts
+
+
+def _check_files(files: Mapping[str, str]) -> dict[str, str]:
+    missing = [name for name in (MATRIX, CELL_ANNOTATION, GENE_ANNOTATION) if name not in files]
+    if missing:
+        raise ValueError(f"celegans_packer2019 needs the GEO files {missing} (got {sorted(files)})")
+    return {name: os.fspath(files[name]) for name in (MATRIX, CELL_ANNOTATION, GENE_ANNOTATION)}
+
+
+@contextmanager
+def _open(path: str):
+    """Binary handle on a local copy, decompressing when it is gzip (detected by its magic bytes)."""
+    with open(path, "rb") as raw:
+        is_gzip = raw.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rb") if is_gzip else open(path, "rb")) as handle:
+        yield handle

@@ -1,0 +1,196 @@
+"""Checksum-verified downloads (stdlib urllib), sha256 pins for sources without published checksums.
+
+A download streams into a temporary file beside the target while hashing, and is renamed onto the
+target only when the body is complete and its digest is the expected one, so a failed or corrupted
+fetch never leaves a file at the target path for a later step to parse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gzip
+import hashlib
+import http.client
+import json
+import logging
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from celldag.io import atomic_path, sha256_file
+
+PROGRESS_INTERVAL_S = 5.0
+# client errors that a retry cannot fix: fail at once rather than hammer the server
+_PERMANENT_HTTP_ERRORS = frozenset(range(400, 500)) - {408, 425, 429}
+
+
+class DownloadError(RuntimeError):
+    """A download or checksum check failed; the message names the URL and/or file."""
+
+
+def download(url: str, target: str | os.PathLike, *, sha256: str | None, timeout: float = 60,
+             retries: int = 3, chunk_size: int = 1 << 20, progress: logging.Logger | None = None,
+             backoff: float = 1.0) -> str:
+    """Fetch ``url`` to ``target`` and return the file's sha256.
+
+    ``sha256=None`` pins on first fetch: the file is accepted and its digest returned for the
+    caller to record (``record_pin``). An existing target with the expected digest is kept without
+    any network access. Network failures, HTTP 5xx/408/429 and truncated bodies are retried
+    ``retries`` more times after waiting ``backoff * 2**k`` seconds; other 4xx errors and a
+    checksum mismatch fail at once.
+    """
+    target = Path(target)
+    expected = sha256.lower() if sha256 is not None else None
+    if expected is not None and target.is_file():
+        if sha256_file(target) == expected:
+            return expected
+        target.unlink()  # known to be wrong: never leave it for a later step, even if the fetch fails
+    attempt = 0
+    while True:
+        try:
+            with atomic_path(target) as tmp:
+                digest = _fetch(url, tmp, timeout, chunk_size, progress)
+                if expected is not None and digest != expected:
+                    raise DownloadError(
+                        f"checksum mismatch for {url} → {target}: expected sha256 {expected}, got {digest}"
+                    )
+            return digest
+        except _TransientError as err:
+            if attempt == retries:
+                raise DownloadError(
+                    f"download of {url} → {target} failed after {attempt + 1} attempts: {err}"
+                ) from err
+            if progress is not None:
+                progress.warning("attempt %d for %s failed (%s); retrying", attempt + 1, url, err)
+            time.sleep(backoff * 2**attempt)
+            attempt += 1
+        except urllib.error.HTTPError as err:  # only the permanent ones get here
+            raise DownloadError(f"download of {url} → {target} failed: HTTP {err.code} {err.reason}") from err
+
+
+class _TransientError(Exception):
+    """A failure worth retrying."""
+
+
+def _fetch(url: str, path: Path, timeout: float, chunk_size: int, progress: logging.Logger | None) -> str:
+    """Stream one response body into ``path``; return its sha256."""
+    digest = hashlib.sha256()
+    received = 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(path, "wb") as out:
+            promised = response.headers.get("Content-Length")
+            promised = int(promised) if promised is not None else None
+            meter = _Meter(url, promised, progress)
+            while chunk := response.read(chunk_size):
+                out.write(chunk)
+                digest.update(chunk)
+                received += len(chunk)
+                meter.update(received)
+    except urllib.error.HTTPError as err:
+        if err.code in _PERMANENT_HTTP_ERRORS:
+            raise
+        raise _TransientError(f"HTTP {err.code} {err.reason}") from err
+    except (OSError, http.client.HTTPException) as err:  # URLError, timeouts, resets are OSErrors
+        raise _TransientError(f"{type(err).__name__}: {err}") from err
+    # http.client returns b"" when the connection closes early instead of raising, so count the bytes
+    if promised is not None and received != promised:
+        raise _TransientError(f"truncated body: {received} of {promised} bytes")
+    meter.done(received)
+    return digest.hexdigest()
+
+
+class _Meter:
+    """Progress lines (bytes, MB/s) at most every PROGRESS_INTERVAL_S seconds."""
+
+    def __init__(self, url: str, total: int | None, log: logging.Logger | None) -> None:
+        self.url, self.total, self.log = url, total, log
+        self.start = self.last = time.monotonic()
+
+    def update(self, received: int) -> None:
+        now = time.monotonic()
+        if self.log is not None and now - self.last >= PROGRESS_INTERVAL_S:
+            self.last = now
+            of_total = f" of {self.total / 1e6:.1f}" if self.total is not None else ""
+            self.log.info("%s: %.1f%s MB (%.1f MB/s)", self.url, received / 1e6, of_total,
+                          received / 1e6 / (now - self.start))
+
+    def done(self, received: int) -> None:
+        if self.log is not None:
+            seconds = max(time.monotonic() - self.start, 1e-9)
+            self.log.info("%s: %d bytes in %.1f s (%.1f MB/s)", self.url, received, seconds, received / 1e6 / seconds)
+
+
+def decompress_gzip(source: str | os.PathLike, target: str | os.PathLike, chunk_size: int = 1 << 20) -> Path:
+    """Stream-decompress a gzip file; the target appears only once complete."""
+    try:
+        with gzip.open(source, "rb") as compressed, atomic_path(target) as tmp, open(tmp, "wb") as out:
+            shutil.copyfileobj(compressed, out, chunk_size)
+    except (OSError, EOFError) as err:  # BadGzipFile is an OSError; a cut-off stream is an EOFError
+        raise DownloadError(f"cannot decompress {source} → {target}: {err}") from err
+    return Path(target)
+
+
+def fetch_registry_file(entry: Mapping[str, str | None], target: str | os.PathLike, *, pin_file: str | os.PathLike) -> str:
+    """Fetch one ``files`` entry of the dataset registry to ``target``; return its sha256.
+
+    The registry's sha256 is checked when it has one. Otherwise (GEO publishes none) the first fetch
+    pins the digest in ``pin_file`` and every later fetch must match that pin.
+    """
+    log = logging.getLogger(__name__)
+    if entry.get("sha256"):
+        return download(entry["url"], target, sha256=entry["sha256"], progress=log)
+    pinned = _read_pins(pin_file).get(Path(target).name)
+    digest = download(entry["url"], target, sha256=pinned, progress=log)
+    if pinned is None:
+        record_pin(target, digest, pin_file)
+        log.warning("%s: the registry gives no sha256; pinned %s in %s (add it to the registry entry to share it)",
+                    entry["url"], digest, pin_file)  # fmt: skip
+    return digest
+
+
+# ---------------------------------------------------------------- sha256 pins ({file name: sha256} JSON)
+
+
+def record_pin(target: str | os.PathLike, digest: str, pin_file: str | os.PathLike) -> None:
+    """Pin ``digest`` for the target's file name; DownloadError if a different digest is pinned already."""
+    name = Path(target).name
+    with _locked(pin_file):  # parallel download jobs share one pin file
+        pins = _read_pins(pin_file)
+        if pins.get(name, digest) != digest:
+            raise DownloadError(
+                f"{target} changed since it was pinned in {pin_file}: pinned sha256 {pins[name]}, got {digest}"
+            )
+        if name not in pins:
+            with atomic_path(pin_file) as tmp:
+                tmp.write_text(json.dumps(pins | {name: digest}, indent=2, sort_keys=True) + "\n")
+
+
+def verify_pinned(target: str | os.PathLike, pin_file: str | os.PathLike) -> str:
+    """Return the target's sha256; DownloadError if it is not pinned or differs from its pin."""
+    name = Path(target).name
+    pinned = _read_pins(pin_file).get(name)
+    if pinned is None:
+        raise DownloadError(f"{target}: no sha256 pinned for {name!r} in {pin_file}")
+    digest = sha256_file(target)
+    if digest != pinned:
+        raise DownloadError(f"checksum mismatch for {target}: pinned sha256 {pinned} in {pin_file}, got {digest}")
+    return digest
+
+
+def _read_pins(pin_file: str | os.PathLike) -> dict[str, str]:
+    path = Path(pin_file)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+@contextlib.contextmanager
+def _locked(pin_file: str | os.PathLike) -> Iterator[None]:
+    lock = Path(f"{pin_file}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

@@ -1,0 +1,266 @@
+"""celegans_packer2019 end to end on a tiny file set in the GEO GSE126954 formats, served from 127.0.0.1.
+
+The fixture's cells (column order of the matrix), with their fate under min_cells_per_leaf=2:
+
+    0-2   ABalaa                 → ABalaa (3 cells)
+    3-4   ABalap                 → ABalap (2)
+    5     ABala                  ancestor of ABalaa and ABalap → ambiguous
+    6, 9  MSaa                   → MSaa (4, with 7 and 8)
+    7     MSa                    ancestor with one candidate below it → MSaa
+    8     MSxa                   wildcard matching only MSaa → MSaa
+    10    Ea                     → Ea (2, with 11)
+    11    Ea/Dp                  Dp is no candidate → Ea
+    12-13 Ep                     → Ep (2)
+    14    Ex                     Ea or Ep → ambiguous
+    15    Cpa                    → Cpa, a 1-cell leaf, dropped
+    16    ABalaa/Cpa             ambiguous (decided before small leaves are dropped)
+    17    28_cell_or_earlier     not a Sulston name → unmatched
+    18    Dxa                    matches no candidate → unmatched
+    19    Dpa      (QC failed)   not a candidate: only QC-passed cells define leaves
+    20    ""       (empty)       not annotated
+    21    NA                     not annotated
+    22    ABalaa   (QC failed)   excluded
+
+Genes (rows): 0 lin-1 leaf-constant [ABalaa 3, ABalap 0, Ea 1, Ep 1, MSaa 7]; 1 low-1 only ABalaa 3+3+3
+= 9 counts in used cells (< 10; the QC-failed cell 22 has 50 more, which must not count); 2 flat-1 2 in
+every used cell (zero variance); 3 spl-1 5 in every used cell except Ea's cells 10 and 11 (0 and 4),
+so Ea's halves are {0} and {4} in an order the seed decides; 4 lin-1 again (duplicate short name)
+leaf-constant [1, 1, 0, 0, 10].
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import math
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+from scipy import sparse
+
+from celldag import contracts, io
+from celldag.data.packer2019 import CELL_ANNOTATION, GENE_ANNOTATION, MATRIX, prepare_packer2019, pseudo_bulk
+from celldag.download import DownloadError, decompress_gzip, download, record_pin, verify_pinned
+from celldag.lineage.tree import parse_newick, path_distances
+
+LINEAGES = [
+    "ABalaa", "ABalaa", "ABalaa", "ABalap", "ABalap", "ABala", "MSaa", "MSa", "MSxa", "MSaa", "Ea", "Ea/Dp",
+    "Ep", "Ep", "Ex", "Cpa", "ABalaa/Cpa", "28_cell_or_earlier", "Dxa", "Dpa", '""', "NA", "ABalaa",
+]
+QC_FAILED = {19, 22}
+LEAF_OF_CELL = {**dict.fromkeys([0, 1, 2], "ABalaa"), 3: "ABalap", 4: "ABalap", **dict.fromkeys([6, 7, 8, 9], "MSaa"),
+                10: "Ea", 11: "Ea", 12: "Ep", 13: "Ep"}
+LEAF_CONSTANT = {  # gene → value in each used cell of a leaf
+    0: {"ABalaa": 3, "ABalap": 0, "Ea": 1, "Ep": 1, "MSaa": 7},
+    4: {"ABalaa": 1, "ABalap": 1, "Ea": 0, "Ep": 0, "MSaa": 10},
+}
+GENES = [("WBGene00000001", "lin-1"), ("WBGene00000002", "low-1"), ("WBGene00000003", "flat-1"),
+         ("WBGene00000004", "spl-1"), ("WBGene00000005", "lin-1")]
+PARAMS = {"min_cells_per_leaf": 2, "min_gene_counts": 10}
+LEAVES = ["ABalaa", "ABalap", "Ea", "Ep", "MSaa"]
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    # a proxy configured in the environment must never see the test traffic
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+def counts_matrix() -> np.ndarray:
+    counts = np.zeros((len(GENES), len(LINEAGES)), dtype=np.int64)
+    for cell, leaf in LEAF_OF_CELL.items():
+        for gene, values in LEAF_CONSTANT.items():
+            counts[gene, cell] = values[leaf]
+        counts[2, cell] = 2
+        counts[3, cell] = 5
+    counts[1, [0, 1, 2]] = 3
+    counts[1, 22] = 50
+    counts[3, 10], counts[3, 11] = 0, 4
+    counts[0, 15] = 100  # the dropped 1-cell leaf Cpa must not reach any pseudo-bulk
+    return counts
+
+
+def geo_files() -> dict[str, bytes]:
+    """The three GSE126954 supplementary files, gzip-compressed, in the GEO text formats."""
+    counts = counts_matrix()
+    genes, cells = np.nonzero(counts)
+    matrix = ["%%MatrixMarket matrix coordinate integer general", f"{counts.shape[0]} {counts.shape[1]} {genes.size}"]
+    # MatrixMarket is 1-based; GEO's file is sorted by cell, then gene
+    matrix += [f"{g + 1} {c + 1} {counts[g, c]}" for c, g in sorted(zip(cells.tolist(), genes.tolist()))]
+    # R's write.csv: an unnamed row-name column, quoted strings, NA and TRUE/FALSE bare
+    header = ('"","cell","n.umi","time.point","batch","Size_Factor","cell.type","cell.subtype","plot.cell.type",'
+              '"raw.embryo.time","embryo.time","embryo.time.bin","raw.embryo.time.bin","lineage",'
+              '"passed_initial_QC_or_later_whitelisted"')
+    rows = [header]
+    for cell, lineage in enumerate(LINEAGES):
+        barcode = f'"AAACCTGAGAC{cell:05d}-300.1.1"'
+        quoted = lineage if lineage in ('""', "NA") else f'"{lineage}"'
+        qc = "FALSE" if cell in QC_FAILED else "TRUE"
+        rows.append(f'{barcode},{barcode},{int(counts[:, cell].sum())},"300_minutes","Waterston_300_minutes",'
+                    f'1.02,NA,NA,NA,330,350,"330-390","330-390",{quoted},{qc}')
+    gene_rows = ['"","id","gene_short_name"'] + [f'"{gid}","{gid}","{name}"' for gid, name in GENES]
+    texts = {MATRIX: matrix, CELL_ANNOTATION: rows, GENE_ANNOTATION: gene_rows}
+    return {name: gzip.compress(("\n".join(lines) + "\n").encode()) for name, lines in texts.items()}
+
+
+@pytest.fixture
+def geo(tmp_path):
+    """Serve the GEO files from 127.0.0.1; yields (url of the suppl/ folder, {file: sha256})."""
+    suppl = tmp_path / "geo" / "suppl"
+    suppl.mkdir(parents=True)
+    checksums = {}
+    for name, data in geo_files().items():
+        (suppl / name).write_bytes(data)
+        checksums[name] = hashlib.sha256(data).hexdigest()
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(suppl)))
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", checksums, suppl
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def fetch(geo, folder) -> dict[str, str]:
+    """Download with the expected checksums and decompress, as the pipeline's download rule does."""
+    url, checksums, _ = geo
+    files = {}
+    for name, sha in checksums.items():
+        gz = download(f"{url}/{name}", folder / name, sha256=sha, backoff=0)
+        assert gz == sha
+        files[name] = str(decompress_gzip(folder / name, folder / name.removesuffix(".gz")))
+    return files
+
+
+def test_end_to_end(geo, tmp_path):
+    files = fetch(geo, tmp_path / "raw")
+    adata = prepare_packer2019("celegans_packer2019", PARAMS, 0, files)
+
+    assert list(adata.obs_names) == LEAVES
+    assert adata.obs["n_cells_train"].tolist() == [1, 1, 1, 1, 2]
+    assert adata.obs["n_cells_test"].tolist() == [2, 1, 1, 1, 2]
+    assert adata.uns["cell_assignment"] == {
+        "cells": 23, "qc_passed": 21, "annotated": 19, "assigned": 14, "ambiguous_dropped": 3, "unmatched": 2,
+        "in_leaves_below_min_cells": 1, "used": 13, "candidate_leaves": 6,
+    }
+    # low-1 fails min_gene_counts (9 counts in used cells), flat-1 does not vary across leaves
+    assert list(adata.var_names) == ["lin-1", "spl-1", "lin-1-1"]
+    assert adata.var["gene_id"].tolist() == ["WBGene00000001", "WBGene00000004", "WBGene00000005"]
+    assert adata.uns["gene_filter"] == {"genes": 5, "passed_min_gene_counts": 4, "kept": 3}
+
+    # lin-1: pseudo-bulks [3, 0, 1, 1, 7] in both halves; log1p = ln2·[2, 0, 1, 1, 3], mean 1.4·ln2,
+    # deviations ln2·[0.6, -1.4, -0.4, -0.4, 1.6], sample variance 5.2/4·ln2² ⇒ z = deviations/(ln2·√1.3)
+    expected = np.array([0.6, -1.4, -0.4, -0.4, 1.6]) / math.sqrt(1.3)
+    np.testing.assert_allclose(adata.layers["train"][:, 0], expected, rtol=1e-12)
+    np.testing.assert_allclose(adata.layers["test"][:, 0], expected, rtol=1e-12)
+    np.testing.assert_allclose(adata.X[:, 0], expected, rtol=1e-12)
+    assert ea_train_mean(adata) in (0, 4)
+
+    tree = parse_newick(adata.uns["tree_newick"])
+    assert sorted(tree.leaf_names) == LEAVES
+    pairs = ["ABalaa", "MSaa", "Ea"]
+    # branch points: P0, ABala, EMS, E; ABalaa-MSaa via ABala, P0, EMS; Ea-MSaa via E, EMS
+    np.testing.assert_array_equal(path_distances(tree, pairs, topology_only=True), [[0, 4, 5], [4, 0, 3], [5, 3, 0]])
+    # in divisions: |u| + |v| - 2·LCP = 5 + 5 - 0 and 4 + 5 - 2·2
+    np.testing.assert_array_equal(path_distances(tree, pairs, topology_only=False), [[0, 10, 9], [10, 0, 5], [9, 5, 0]])
+
+    raw = tmp_path / "raw"
+    assert adata.uns["source_files"] == {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in (raw / "GSE126954_gene_by_cell_count_matrix.txt", raw / "GSE126954_cell_annotation.csv",
+                     raw / "GSE126954_gene_annotation.csv")
+    }
+    # holds to the prepared-dataset contract and survives an h5ad round trip
+    adata.uns |= {"dataset_id": "celegans_packer2019", "track": "lineage", "seed": 0}
+    contracts.check_prepared_dataset(adata, "seed0.h5ad")
+    io.write_h5ad(adata, tmp_path / "seed0.h5ad")
+    assert io.read_h5ad(tmp_path / "seed0.h5ad").uns["cell_assignment"]["used"] == 13
+
+
+def ea_train_mean(adata) -> int:
+    """Ea's train pseudo-bulk of spl-1 (0 or 4), read back from the test z-score it implies.
+
+    spl-1's train pseudo-bulks are [5, 5, a, 5, 5]; the z-score is scale-free, so Ea's train z is
+    -0.8/√0.2 either way, but its test value 4 - a lands at a different, hand-computed z.
+    """
+    l5, l6 = math.log(5), math.log(6)
+    np.testing.assert_allclose(adata.layers["train"][:, 1], np.array([0.2, 0.2, -0.8, 0.2, 0.2]) / math.sqrt(0.2))
+    test_z = {0: (l5 - 0.8 * l6) / (l6 * math.sqrt(0.2)),  # train [l6, l6, 0, l6, l6], test Ea ln 5
+              4: -(0.8 * l6 + 0.2 * l5) / ((l6 - l5) * math.sqrt(0.2))}  # train Ea ln 5, test Ea 0
+    matches = [a for a, z in test_z.items() if math.isclose(adata.layers["test"][2, 1], z, rel_tol=1e-9)]
+    assert len(matches) == 1, adata.layers["test"][2, 1]
+    return matches[0]
+
+
+def test_seed_changes_the_split_only(geo, tmp_path):
+    files = fetch(geo, tmp_path)
+    first = prepare_packer2019("celegans_packer2019", PARAMS, 0, files)
+    seen = set()
+    for seed in range(8):
+        adata = prepare_packer2019("celegans_packer2019", PARAMS, seed, files)
+        assert list(adata.obs_names) == list(first.obs_names)
+        assert list(adata.var_names) == list(first.var_names)
+        assert adata.uns["tree_newick"] == first.uns["tree_newick"]
+        np.testing.assert_array_equal(adata.layers["train"][:, [0, 2]], first.layers["train"][:, [0, 2]])
+        seen.add(ea_train_mean(adata))
+    assert seen == {0, 4}  # each of Ea's two cells was the train half for some seed
+    again = prepare_packer2019("celegans_packer2019", PARAMS, 7, files)
+    np.testing.assert_array_equal(again.layers["test"], adata.layers["test"])  # same seed, same split
+
+
+def test_gzip_files_read_directly(geo, tmp_path):
+    url, checksums, _ = geo
+    files = {}
+    for name, sha in checksums.items():
+        download(f"{url}/{name}", tmp_path / name, sha256=sha, backoff=0)
+        files[name] = str(tmp_path / name)
+    compressed = prepare_packer2019("celegans_packer2019", PARAMS, 3, files)
+    plain = prepare_packer2019("celegans_packer2019", PARAMS, 3, fetch(geo, tmp_path / "plain"))
+    np.testing.assert_array_equal(compressed.X, plain.X)
+    assert compressed.uns["source_files"] == checksums  # the pinned GEO digests
+
+
+def test_corrupted_download_fails_before_parsing(geo, tmp_path):
+    _, _, suppl = geo
+    served = suppl / MATRIX
+    served.write_bytes(served.read_bytes()[:-8] + b"corrupt!")
+    with pytest.raises(DownloadError, match="checksum mismatch") as error:
+        fetch(geo, tmp_path)
+    assert MATRIX in str(error.value)
+    assert not (tmp_path / MATRIX).exists()
+
+
+def test_locally_changed_file_fails_its_pin(geo, tmp_path):
+    url, _, _ = geo
+    pins = tmp_path / "pins.json"
+    for name in (MATRIX, CELL_ANNOTATION, GENE_ANNOTATION):  # GEO has no checksums: pin on first fetch
+        record_pin(tmp_path / name, download(f"{url}/{name}", tmp_path / name, sha256=None, backoff=0), pins)
+    (tmp_path / CELL_ANNOTATION).write_bytes(gzip.compress(b"edited\n"))
+    assert verify_pinned(tmp_path / MATRIX, pins)
+    with pytest.raises(DownloadError, match=CELL_ANNOTATION.replace(".", r"\.")):
+        verify_pinned(tmp_path / CELL_ANNOTATION, pins)
+
+
+def test_pseudo_bulk_means():
+    counts = sparse.csc_array(np.array([[1, 2, 4, 8], [0, 3, 0, 3]]))
+    groups = [np.array([0, 2]), np.array([1]), np.array([3, 1, 0])]
+    np.testing.assert_allclose(pseudo_bulk(counts, groups), [[2.5, 0], [2, 3], [11 / 3, 2]])
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"min_cells_per_leaf": 1, "min_gene_counts": 10}, "min_cells_per_leaf must be an integer >= 2"),
+        ({"min_cells_per_leaf": 2}, r"missing \['min_gene_counts'\]"),
+        ({**PARAMS, "ambiguous": "spread"}, r"unknown \['ambiguous'\]"),
+    ],
+)
+def test_bad_params(params, message):
+    with pytest.raises(ValueError, match=message):
+        prepare_packer2019("celegans_packer2019", params, 0, {})
