@@ -1,0 +1,303 @@
+from itertools import combinations
+
+import numpy as np
+import pytest
+import torch
+
+import celldag.methods.celltreeqm.train as ctqm_train
+from celldag.data.bm import simulate_bm
+from celldag.lineage.metrics import four_point_topology
+from celldag.lineage.tree import parse_newick, path_distances
+from celldag.methods import MethodInput, NotApplicable
+from celldag.methods.celltreeqm import run
+from celldag.methods.celltreeqm.losses import (
+    additivity_loss,
+    distance_preservation_loss,
+    embedding_distances,
+    pair_sums,
+    push_hinge,
+    quadruplet_loss,
+    select_quartets,
+    triplet_loss,
+)
+from celldag.methods.celltreeqm.model import CellTreeQMEncoder
+
+# ---------------------------------------------------------------- model
+
+
+def tiny_encoder(**overrides) -> CellTreeQMEncoder:
+    settings = dict(n_features=6, proj_dim=8, hidden_dim=16, n_layers=2, n_heads=2, output_dim=4,
+                    dropout_data=0.1, dropout_metric=0.1)  # fmt: skip
+    return CellTreeQMEncoder(**(settings | overrides))
+
+
+@pytest.mark.parametrize("norm", ["batch_norm", "layer_norm", "none"])
+@pytest.mark.parametrize("gate", ["none", "sigmoid", "softmax", "gumbel"])
+def test_encoder_is_permutation_equivariant_over_leaves(norm, gate):
+    torch.manual_seed(0)
+    model = tiny_encoder(norm=norm, gate=gate)
+    model.train()
+    model(torch.randn(12, 6))  # move the batch-norm running statistics off their initial values
+    model.eval()
+    features, order = torch.randn(10, 6), torch.randperm(10)
+    torch.testing.assert_close(model(features[order]), model(features)[order])
+
+
+def test_encoder_shapes():
+    model = tiny_encoder()
+    assert model(torch.randn(10, 6)).shape == (10, 4)
+    assert model(torch.randn(1, 10, 6)).shape == (10, 4)
+    with pytest.raises(ValueError, match=r"\(N, C\) or \(1, N, C\)"):
+        model(torch.randn(2, 10, 6))
+
+
+@pytest.mark.parametrize("gate", ["sigmoid", "softmax", "gumbel"])
+@pytest.mark.parametrize("kind", ["sparsity", "retain"])
+def test_gate_penalty_has_a_gradient(gate, kind):
+    model = tiny_encoder(gate=gate)
+    penalty = model.gate_penalty(kind)
+    penalty.backward()
+    penalty = penalty.detach()
+    gradients = [p.grad for p in model.gate.parameters() if p.grad is not None]
+    assert gradients and any(g.abs().sum() > 0 for g in gradients)
+    assert 0 < float(penalty) < 1
+    assert model.gate_values().shape == (6,)
+
+
+def test_gates_start_open_and_no_gate_has_no_penalty():
+    assert tiny_encoder(gate="softmax").gate_values().min() > 0.99
+    model = tiny_encoder()
+    assert model.gate_values() is None and float(model.gate_penalty("sparsity")) == 0.0
+
+
+# ---------------------------------------------------------------- losses
+
+
+def tree_metric_quartets(seed: int):
+    """All quartets of a random 9-leaf tree with branch lengths, its distances and true topologies."""
+    rng = np.random.default_rng(seed)
+    parts = [f"t{i}:{rng.uniform(0.5, 2):.3f}" for i in range(9)]
+    while len(parts) > 1:
+        i, j = sorted(rng.choice(len(parts), size=2, replace=False), reverse=True)
+        parts.append(f"({parts.pop(i)},{parts.pop(j)}):{rng.uniform(0.5, 2):.3f}")
+    tree = parse_newick(parts[0] + ";")
+    distances = path_distances(tree, [f"t{i}" for i in range(9)], topology_only=False)
+    quartets = np.array(list(combinations(range(9), 4)))
+    topology, resolved = four_point_topology(distances, quartets)
+    assert resolved.all()
+    return torch.tensor(distances), torch.tensor(quartets), torch.tensor(topology)
+
+
+@pytest.mark.parametrize("select", ["topology_mismatch", "ordered_mismatch", "all"])
+def test_additivity_loss_is_zero_on_a_tree_metric(select):
+    distances, quartets, topology = tree_metric_quartets(0)
+    sums = pair_sums(distances, quartets)
+    for margin, sign in [(0.1, "code"), (0.0, "page")]:
+        assert float(additivity_loss(sums, topology, margin=margin, margin_sign=sign, select=select)) == pytest.approx(0, abs=1e-12)
+    # every gap (twice the internal path between the two pairs) exceeds the margin
+    gap = (sums.sum(dim=1) - 3 * sums.gather(1, topology[:, None])[:, 0]) / 2
+    assert gap.min() > 0.1
+    assert float(additivity_loss(sums, topology, margin=0.1, margin_sign="page", select=select)) == pytest.approx(0, abs=1e-12)
+    wrong = (topology + 1) % 3
+    assert float(additivity_loss(sums, wrong, select=select)) > 0
+
+
+def test_margin_sign_on_a_quartet_with_a_small_gap():
+    sums = torch.tensor([[1.0, 1.05, 1.05]])  # right topology, gap 0.05 below the margin 0.1
+    target = torch.tensor([0])
+    page = additivity_loss(sums, target, margin=0.1, margin_sign="page", select="all")
+    code = additivity_loss(sums, target, margin=0.1, margin_sign="code", select="all")
+    assert float(page) == pytest.approx(30 * 0.05)
+    assert float(code) == 0.0
+    torch.testing.assert_close(push_hinge(sums, target, 0.1, "code"), torch.tensor([-0.15]))
+
+
+def test_selection_flags_keep_exactly_their_quartets():
+    sums = torch.tensor(
+        [
+            [1.0, 2.0, 2.5],  # right, wide gap, top two in the reference's order reversed
+            [1.0, 2.5, 2.0],  # right, wide gap, top two in the reference's order
+            [2.0, 1.0, 3.0],  # wrong topology
+            [1.0, 1.04, 1.06],  # right, gap 0.05 < m, order reversed
+            [1.0, 1.06, 1.04],  # right, gap 0.05 < m, reference order
+        ]
+    )
+    target = torch.zeros(5, dtype=torch.long)
+    hinge = push_hinge(sums, target, 0.1, "page")
+    assert select_quartets(sums, target, hinge, "topology_mismatch").tolist() == [False, False, True, True, True]
+    assert select_quartets(sums, target, hinge, "ordered_mismatch").tolist() == [True, False, True, True, False]
+    assert select_quartets(sums, target, hinge, "all").all()
+    code_hinge = push_hinge(sums, target, 0.1, "code")
+    assert select_quartets(sums, target, code_hinge, "topology_mismatch").tolist() == [False, False, True, False, False]
+
+
+def test_nothing_selected_gives_zero_with_a_gradient():
+    sums = torch.tensor([[1.0, 2.5, 2.5]], requires_grad=True)
+    loss = additivity_loss(sums, torch.tensor([0]))
+    loss.backward()
+    assert loss.item() == 0.0 and sums.grad is not None
+
+
+def test_label_free_closes_the_estimated_top_two():
+    sums = torch.tensor([[3.0, 1.0, 2.0], [1.0, 1.5, 4.0]], requires_grad=True)
+    loss = additivity_loss(sums, None)
+    assert loss.item() == pytest.approx((1.0 + 2.5) / 2)
+    loss.backward()
+    assert sums.grad[0, 1] == 0 and sums.grad[1, 0] == 0  # the estimated topology's sum is left alone
+
+
+def test_distance_preservation_loss_is_the_frobenius_norm():
+    embedding = torch.tensor([[0.0, 0.0], [3.0, 4.0]])
+    input_scaled = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    # D_Z/√2 = 5/√2 off the diagonal
+    expected = (2 * (1 - 5 / 2**0.5) ** 2) ** 0.5
+    assert float(distance_preservation_loss(embedding_distances(embedding), input_scaled, embedding_dim=2)) == pytest.approx(expected)
+
+
+def test_embedding_distances_have_finite_gradients_on_the_diagonal():
+    embedding = torch.randn(5, 3, requires_grad=True)
+    embedding_distances(embedding).sum().backward()
+    assert torch.isfinite(embedding.grad).all()
+
+
+def test_triplet_and_quadruplet_on_a_hand_computed_quartet():
+    distances = torch.tensor(
+        [[0.0, 1.0, 2.0, 3.0], [1.0, 0.0, 2.5, 1.5], [2.0, 2.5, 0.0, 0.8], [3.0, 1.5, 0.8, 0.0]]
+    )
+    quartets = torch.tensor([[0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]])
+    target = torch.tensor([0, 1, 2])
+    # (anchor, positive, negative, other): (0,1,2,3), (0,2,1,3), (0,3,1,2)
+    triplets = [max(1.0 - 2.0 + 0.5, 0), max(2.0 - 1.0 + 0.5, 0), max(3.0 - 1.0 + 0.5, 0)]
+    assert float(triplet_loss(distances, quartets, target, margin=0.5)) == pytest.approx(np.mean(triplets))
+    quadruplets = [
+        max(1.0 - 2.0 + 0.5, 0) + max(1.0 - 0.8 + 0.5, 0),
+        max(2.0 - 1.0 + 0.5, 0) + max(2.0 - 1.5 + 0.5, 0),
+        max(3.0 - 1.0 + 0.5, 0) + max(3.0 - 2.5 + 0.5, 0),
+    ]
+    assert float(quadruplet_loss(distances, quartets, target)) == pytest.approx(np.mean(quadruplets))
+
+
+# ---------------------------------------------------------------- run
+
+
+PARAMS = dict(
+    proj_dim=8, hidden_dim=16, n_layers=1, n_heads=2, output_dim=4, dropout_data=0.1, dropout_metric=0.1,
+    norm="batch_norm", gate="none", gate_penalty=0.0, gate_penalty_kind="sparsity", lr=1e-3, weight_decay=0.01,
+    steps=4, quartets_per_step=32, w_distance=0.1, w_additivity=20.0, margin=0.1, margin_sign="page",
+    select="topology_mismatch", validation_fraction=0.25, validation_quartets=32, validate_every=2, patience=None,
+    checkpoint_every=2, device="cpu", reconstruction="nj", loss="additivity", setting="supervised",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return simulate_bm(depth=4, n_signal=5, n_noise=2, n_spurious=1, max_walk=3.0, noise_std=1.0,
+                       measurement_std=0.5, seed=1)  # fmt: skip
+
+
+def inputs_of(sim, tree_newick=None, replicate=True, work_dir=None) -> MethodInput:
+    return MethodInput(
+        names=sim.leaf_names,
+        features=sim.test,
+        train_features=sim.train if replicate else None,
+        tree_newick=sim.tree_newick if tree_newick is None else tree_newick,
+        work_dir=work_dir,
+    )
+
+
+@pytest.mark.parametrize("loss", ["additivity", "triplet", "quadruplet"])
+@pytest.mark.parametrize(
+    "setting", [{"setting": "supervised"}, {"setting": "high_level_partition", "level": 2},
+                {"setting": "partially_labelled", "known_fraction": 0.5}]  # fmt: skip
+)
+def test_run_returns_an_embedding_a_tree_and_what_evaluation_needs(sim, loss, setting):
+    result = run(inputs_of(sim), PARAMS | setting | {"loss": loss}, seed=0)
+    assert result.embedding.shape == (16, 4) and result.embedding.dtype == np.float64
+    assert sorted(parse_newick(result.tree_newick).leaf_names) == sorted(sim.leaf_names)
+    supervision = result.uns["supervision"]
+    assert supervision["setting"] == setting["setting"]
+    if "level" in setting:
+        assert supervision["level"] == 2
+    if "known_fraction" in setting:
+        assert len(supervision["known_leaves"]) == 8 and set(supervision["known_leaves"]) <= set(sim.leaf_names)
+    training = result.uns["training"]
+    assert training["steps_run"] == 4 and training["best_step"] in (2, 4) and training["device"] == "cpu"
+
+
+def test_supervised_needs_a_replicate(sim):
+    with pytest.raises(NotApplicable, match="replicate"):
+        run(inputs_of(sim, replicate=False), PARAMS, seed=0)
+
+
+def test_label_free_ignores_the_tree(sim):
+    params = PARAMS | {"setting": "label_free"}
+    other_tree = "(" + ",".join(reversed(sim.leaf_names)) + ");"
+    first = run(inputs_of(sim), params, seed=0)
+    second = run(inputs_of(sim, tree_newick=other_tree), params, seed=0)
+    np.testing.assert_array_equal(first.embedding, second.embedding)
+    assert first.tree_newick == second.tree_newick
+    assert first.uns["supervision"] == {"setting": "label_free"} and first.uns["training"]["best_step"] is None
+    with pytest.raises(ValueError, match="target topologies"):
+        run(inputs_of(sim), params | {"loss": "triplet"}, seed=0)
+
+
+def balanced_newick(groups: list[str]) -> str:
+    return f"(({groups[0]},{groups[1]}),({groups[2]},{groups[3]}));"
+
+
+def test_high_level_partition_uses_only_the_partition(sim):
+    names = sim.leaf_names
+    clades = [names[i : i + 4] for i in range(0, 16, 4)]
+    one = balanced_newick([f"(({a},{b}),({c},{d}))" for a, b, c, d in clades])
+    # same depth-2 clades and clade tree, other structure inside the clades
+    other = balanced_newick([f"({b},({d},({a},{c})))" for a, b, c, d in clades])
+    params = PARAMS | {"setting": "high_level_partition", "level": 2}
+    first = run(inputs_of(sim, tree_newick=one), params, seed=3)
+    second = run(inputs_of(sim, tree_newick=other), params, seed=3)
+    np.testing.assert_array_equal(first.embedding, second.embedding)
+    # the check can fail: a different partition changes the result
+    moved = list(clades[0][:3]) + [clades[1][0]], list(clades[1][1:]) + [clades[0][3]]
+    regrouped = balanced_newick([f"(({a},{b}),({c},{d}))" for a, b, c, d in [*moved, *clades[2:]]])
+    third = run(inputs_of(sim, tree_newick=regrouped), params, seed=3)
+    assert not np.array_equal(first.embedding, third.embedding)
+
+
+def test_each_step_draws_new_quartets_in_train_mode(sim, monkeypatch):
+    drawn, modes = [], []
+    sampler = ctqm_train.supervised_quartets
+
+    def spy_sampler(*args, **kwargs):
+        quartets, topology = sampler(*args, **kwargs)
+        drawn.append(quartets)
+        return quartets, topology
+
+    forward = CellTreeQMEncoder.forward
+
+    def spy_forward(self, features):
+        if torch.is_grad_enabled():  # a training step; validation and the final embedding run without grad
+            modes.append(self.training)
+        return forward(self, features)
+
+    monkeypatch.setattr(ctqm_train, "supervised_quartets", spy_sampler)
+    monkeypatch.setattr(CellTreeQMEncoder, "forward", spy_forward)
+    run(inputs_of(sim), PARAMS | {"validation_fraction": 0.0}, seed=0)
+    assert len(drawn) == 4 and modes == [True] * 4
+    assert all(not np.array_equal(a, b) for a, b in zip(drawn, drawn[1:]))
+
+
+def test_gate_penalty_enters_the_loss(sim, monkeypatch):
+    calls = []
+    penalty = CellTreeQMEncoder.gate_penalty
+    monkeypatch.setattr(CellTreeQMEncoder, "gate_penalty", lambda self, kind: calls.append(kind) or penalty(self, kind))
+    run(inputs_of(sim), PARAMS | {"gate": "sigmoid", "gate_penalty": 0.5, "gate_penalty_kind": "retain"}, seed=0)
+    assert calls == ["retain"] * 4
+
+
+def test_a_rerun_resumes_from_the_checkpoint_and_matches(sim, tmp_path):
+    fresh = run(inputs_of(sim), PARAMS, seed=0)
+    first = run(inputs_of(sim, work_dir=str(tmp_path)), PARAMS, seed=0)
+    again = run(inputs_of(sim, work_dir=str(tmp_path)), PARAMS, seed=0)
+    assert (tmp_path / "checkpoint").is_dir()
+    assert first.uns["training"]["resumed_from"] is None and again.uns["training"]["resumed_from"] == 4
+    np.testing.assert_array_equal(fresh.embedding, first.embedding)
+    np.testing.assert_array_equal(first.embedding, again.embedding)
