@@ -26,7 +26,7 @@ def test_shipped_config_is_valid_and_defaults_are_filled(repo):
 
 def test_unknown_method_id_names_file_index_and_id(tmp_path, repo):
     config = write_tree(tmp_path, repo, {"datasets": ["bm_default"], "methods": ["nj_raw", "nj_bogus"]})
-    with pytest.raises(ConfigError, match=r"^my\.yaml: methods\[1\]: unknown method id 'nj_bogus'; known ids: nj_pca"):
+    with pytest.raises(ConfigError, match=r"^my\.yaml: methods\[1\]: unknown method id 'nj_bogus'; known ids: celltreeqm, nj_pca"):
         load_config(config, "my.yaml", root=tmp_path)
 
 
@@ -90,3 +90,20 @@ def test_command_line_seed_strings_become_integers(repo):
     assert load_config(config, "--config", root=repo)[0]["seeds"] == [0, 12]
     with pytest.raises(ConfigError, match=r"--config: seeds\.0: '-1' is not of type 'integer'"):
         load_config({**config, "seeds": ["-1"]}, "--config", root=repo)
+
+
+def test_method_params_override_the_registry(repo):
+    config = {"datasets": ["bm_default"], "methods": ["celltreeqm"], "method_params": {"celltreeqm": {"proj_dim": 1024}}}
+    _, registries = load_config(config, "paper.yaml", root=repo)
+    assert registries.methods["celltreeqm"]["params"]["proj_dim"] == 1024
+    assert registries.methods["triplet"]["params"]["proj_dim"] == 64  # the YAML anchor is not shared state
+    with pytest.raises(ConfigError, match=r"paper\.yaml: method_params\.celltreeqm: 'celltreeqm' has no parameter 'proj_dims'"):
+        load_config(config | {"method_params": {"celltreeqm": {"proj_dims": 1}}}, "paper.yaml", root=repo)
+    with pytest.raises(ConfigError, match=r"method_params\.nope: unknown method id 'nope'"):
+        load_config(config | {"method_params": {"nope": {}}}, "paper.yaml", root=repo)
+
+
+def test_paper_preset_is_valid(repo):
+    config, registries = load_config(read_yaml(repo / "config/presets/paper.yaml"), "paper.yaml", root=repo)
+    assert registries.methods["quadruplet"]["params"]["n_layers"] == 8
+    assert registries.methods["quadruplet"]["params"]["loss"] == "quadruplet"

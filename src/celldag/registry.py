@@ -91,7 +91,21 @@ def load_config(config: dict, source: Source, root: str | Path = ".") -> tuple[d
         methods=validate(read_yaml(root / config["registries"]["methods"]), "methods", config["registries"]["methods"]),
     )
     check_config_ids(config, registries, source)
+    apply_method_params(config["method_params"], registries, source)
     return config, registries
+
+
+def apply_method_params(overrides: dict[str, dict], registries: Registries, source: Source) -> None:
+    """Replace registry parameters by the config's ``method_params`` (only parameters the method has)."""
+    for method, params in overrides.items():
+        if method not in registries.methods:
+            raise ConfigError(f"{source_of(source, 'method_params')}: method_params.{method}: unknown method id {method!r}")
+        unknown = sorted(set(params) - set(registries.methods[method]["params"]))
+        if unknown:
+            raise ConfigError(
+                f"{source_of(source, 'method_params')}: method_params.{method}: {method!r} has no parameter {unknown[0]!r}"
+            )
+        registries.methods[method]["params"].update(params)
 
 
 def split_method_selector(selector: str) -> tuple[str, str | None]:

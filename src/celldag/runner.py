@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import shutil
+import sys
 import traceback
 from pathlib import Path
 
@@ -38,10 +39,14 @@ def method_input(prepared, work_dir: str) -> MethodInput:
     )
 
 
-def call_method(module_name: str, inputs: MethodInput, params: dict, seed: int) -> tuple[MethodResult, str, str]:
+def call_method(module_name: str, inputs: MethodInput, params: dict, seed: int, threads: int = 1) -> tuple[MethodResult, str, str]:
     """(result, status, reason) — exceptions become a status so one failure never stops the DAG."""
     try:
-        result = importlib.import_module(module_name).run(inputs, params, seed)
+        module = importlib.import_module(module_name)
+        torch = sys.modules.get("torch")
+        if torch is not None:  # torch takes every core by default; jobs running side by side then crawl
+            torch.set_num_threads(threads)
+        result = module.run(inputs, params, seed)
         return result, "ok", ""
     except NotApplicable as err:
         return MethodResult(), "not_applicable", str(err) or "not applicable to this dataset"
@@ -64,13 +69,19 @@ def output_anndata(prepared, result: MethodResult, ids: dict, status: str, reaso
         adata.obsm["X_emb"] = np.asarray(result.embedding, dtype=np.float64)
     if result.tree_newick is not None:
         adata.uns["tree_newick"] = result.tree_newick
-    adata.uns.update(result.uns)
+    adata.uns.update(without_none(result.uns))
     return adata
+
+
+def without_none(facts: dict) -> dict:
+    """h5ad cannot store None: drop such entries (run.json keeps the complete facts)."""
+    return {key: without_none(value) if isinstance(value, dict) else value
+            for key, value in facts.items() if value is not None}  # fmt: skip
 
 
 def run_method(
     *, prepared_path: str, output_path: str, record_path: str,
-    dataset_id: str, dataset_entry: dict, method_id: str, method_entry: dict, variant: str, seed: int,
+    dataset_id: str, dataset_entry: dict, method_id: str, method_entry: dict, variant: str, seed: int, threads: int = 1,
 ) -> str:  # fmt: skip
     """Run one (dataset, method, variant, seed); returns the run status."""
     clock = RunClock()
@@ -78,7 +89,7 @@ def run_method(
     params = method_params(method_entry, variant)
     log.info("running %s/%s on %s (seed %d) with params %s", method_id, variant, dataset_id, seed, params)
     work_dir = Path(output_path).parent
-    result, status, reason = call_method(method_entry["module"], method_input(prepared, str(work_dir)), params, seed)
+    result, status, reason = call_method(method_entry["module"], method_input(prepared, str(work_dir)), params, seed, threads)
     ids = {"dataset_id": dataset_id, "method_id": method_id, "variant": variant}
     output = output_anndata(prepared, result, {**ids, "seed": seed}, status, reason)
     contracts.check_method_output(output, output_path, track=method_entry["track"])

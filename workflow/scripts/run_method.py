@@ -16,4 +16,5 @@ run_method(
     method_entry=snakemake.params.method,
     variant=snakemake.wildcards.variant,
     seed=int(snakemake.wildcards.seed),
+    threads=snakemake.threads,
 )
