@@ -18,7 +18,6 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def packer_workflow(tmp_path, geo):  # noqa: F811
     url, checksums, suppl = geo
-    (tmp_path / "wf").mkdir()
     workdir = copy_workflow(tmp_path / "wf")
     datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
     entry = datasets["celegans_packer2019"]
