@@ -182,7 +182,7 @@ def test_triplet_and_quadruplet_on_a_hand_computed_quartet():
 
 PARAMS = dict(
     proj_dim=8, hidden_dim=16, n_layers=1, n_heads=2, output_dim=4, dropout_data=0.1, dropout_metric=0.1,
-    norm="batch_norm", gate="none", gate_penalty=0.0, gate_penalty_kind="sparsity", lr=1e-3, weight_decay=0.01,
+    norm="batch_norm", gate="none", gate_penalty=0.0, gate_penalty_kind="sparsity", gate_lr=None, lr=1e-3, weight_decay=0.01,
     steps=4, quartets_per_step=32, w_distance=0.1, w_additivity=20.0, margin=0.1, margin_sign="page",
     select="topology_mismatch", validation_fraction=0.25, validation_quartets=32, validate_every=2, patience=None,
     checkpoint_every=2, device="cpu", reconstruction="nj", loss="additivity", setting="supervised",
@@ -292,6 +292,34 @@ def test_gate_penalty_enters_the_loss(sim, monkeypatch):
     run(inputs_of(sim), PARAMS | {"gate": "sigmoid", "gate_penalty": 0.5, "gate_penalty_kind": "retain"}, seed=0)
     assert calls == ["retain"] * 4
 
+
+
+def test_gate_lr_gives_the_gate_its_own_learning_rate():
+    model = tiny_encoder(gate="sigmoid")
+    shared = ctqm_train.optimizer_for(model, PARAMS)
+    assert len(shared.param_groups) == 1 and shared.param_groups[0]["lr"] == PARAMS["lr"]
+    assert len(ctqm_train.optimizer_for(model, PARAMS | {"gate_lr": None}).param_groups) == 1
+    split = ctqm_train.optimizer_for(model, PARAMS | {"gate_lr": 0.5})
+    rest, gate = split.param_groups
+    assert gate["lr"] == 0.5 and gate["weight_decay"] == 0.0 and rest["lr"] == PARAMS["lr"]
+    assert {id(p) for p in gate["params"]} == {id(p) for p in model.gate.parameters()}
+    assert len(rest["params"]) + len(gate["params"]) == len(list(model.parameters()))
+    # without a gate the option changes nothing
+    assert len(ctqm_train.optimizer_for(tiny_encoder(), PARAMS | {"gate_lr": 0.5}).param_groups) == 1
+
+
+def test_gate_lr_lets_the_gate_move(sim):
+    moved = {}
+    for gate_lr in (None, 0.1):
+        seen = []
+        original = ctqm_train.build_model
+        ctqm_train.build_model = lambda *a, **k: seen.append(original(*a, **k)) or seen[-1]
+        try:
+            run(inputs_of(sim), PARAMS | {"gate": "sigmoid", "gate_lr": gate_lr, "validation_fraction": 0.0}, seed=0)
+        finally:
+            ctqm_train.build_model = original
+        moved[gate_lr] = float((seen[-1].gate.logit.detach() - 1.0).abs().max())
+    assert moved[None] < 0.01 < moved[0.1]
 
 def test_a_rerun_resumes_from_the_checkpoint_and_matches(sim, tmp_path):
     fresh = run(inputs_of(sim), PARAMS, seed=0)
