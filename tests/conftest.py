@@ -51,3 +51,13 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
+
+
+def dry_run_jobs(workdir: Path) -> dict[str, int]:
+    """Jobs per rule that `snakemake -n` lists (its job-stats table)."""
+    listed = {}
+    for line in run_snakemake(workdir, "-n", "--quiet", "rules").stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+            listed[parts[0]] = int(parts[1])
+    return listed

@@ -12,7 +12,7 @@ import yaml
 
 from celldag.plan import make_plan
 from celldag.registry import load_config
-from conftest import copy_workflow, run_snakemake
+from conftest import copy_workflow, dry_run_jobs, run_snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -46,12 +46,7 @@ def finished_run(workflow_copy):
 
 
 def test_dry_run_lists_the_planned_jobs(workflow_copy):
-    output = snakemake(workflow_copy, "-n", "--quiet", "rules").stdout
-    listed = {}
-    for line in output.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
-            listed[parts[0]] = int(parts[1])
+    listed = dry_run_jobs(workflow_copy)
     config, registries = load_config(dict(TINY_CONFIG), "config.yaml", root=workflow_copy)
     assert listed == dict(make_plan(config, registries).jobs_per_rule())
     assert listed["run_method"] == 2 * 4 * 2

@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_workflow, run_snakemake
+from celldag.plan import make_plan
+from celldag.registry import load_config
+from conftest import copy_workflow, dry_run_jobs, run_snakemake
 from test_packer2019 import MATRIX, geo  # noqa: F401 - `geo` is the fixture serving the GEO files
 
 pytestmark = pytest.mark.e2e
@@ -34,6 +36,8 @@ def packer_workflow(tmp_path, geo):  # noqa: F811
 
 def test_download_pin_prepare_and_score(packer_workflow):
     workdir, suppl, checksums = packer_workflow
+    config, registries = load_config(yaml.safe_load((workdir / "config/config.yaml").read_text()), "c", root=workdir)
+    assert dry_run_jobs(workdir) == dict(make_plan(config, registries).jobs_per_rule())
     run_snakemake(workdir)
     pins = json.loads((workdir / "resources/celegans_packer2019/checksums.json").read_text())
     assert pins == {MATRIX: checksums[MATRIX]}

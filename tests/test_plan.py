@@ -54,3 +54,11 @@ def test_run_paths_and_variant_params(registries):
     run = Run("bm_default", "nj_multi", "pca", 3)
     assert run.path("results/runs/{dataset}/{method}/{variant}/seed{seed}") == "results/runs/bm_default/nj_multi/pca/seed3"
     assert method_params(registries.methods["nj_multi"], "pca") == {"features": "pca", "reconstruction": "nj", "n_components": 3}
+
+
+def test_url_datasets_add_one_download_job_per_file(registries):
+    plan = plan_for(registries, datasets=["bm_default", "celegans_packer2019"], methods=["nj_raw"], seeds=[0, 1])
+    counts = plan.jobs_per_rule()
+    assert counts["download_file"] == 3  # shared by both seeds
+    assert counts["prepare_dataset"] == 4 and counts["run_method"] == 4
+    assert "download_file" not in plan_for(registries, datasets=["bm_default"], methods=["nj_raw"]).jobs_per_rule()

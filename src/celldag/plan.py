@@ -38,6 +38,7 @@ class Run:
 @dataclass(frozen=True)
 class Plan:
     runs: tuple[Run, ...]
+    downloads: tuple[str, ...] = ()  # resources/… files of the url datasets the runs use
 
     @property
     def prepared(self) -> tuple[str, ...]:
@@ -45,8 +46,9 @@ class Plan:
 
     def jobs_per_rule(self) -> Counter:
         """How many jobs of each rule a fresh run of this plan executes (what `snakemake -n` lists)."""
-        return Counter(
+        return +Counter(  # unary + drops rules with no job, as `snakemake -n` lists none
             {
+                "download_file": len(self.downloads),
                 "prepare_dataset": len(self.prepared),
                 "run_method": len(self.runs),
                 "evaluate": len(self.runs),
@@ -78,7 +80,13 @@ def make_plan(config: dict, registries: Registries) -> Plan:
                 runs.update(Run(dataset, method, variant, seed) for seed in config["seeds"])
     if not runs:
         raise ValueError("the config selects no (dataset, method) pair of the same track: nothing to run")
-    return Plan(tuple(sorted(runs)))
+    downloads = {
+        DOWNLOAD.format(dataset=dataset, file=file["name"])
+        for dataset in {run.dataset for run in runs}
+        if registries.datasets[dataset]["source"] == "url"
+        for file in registries.datasets[dataset]["files"]
+    }
+    return Plan(tuple(sorted(runs)), tuple(sorted(downloads)))
 
 
 def method_params(method_entry: dict, variant: str) -> dict:
