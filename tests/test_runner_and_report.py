@@ -134,3 +134,8 @@ def test_leaderboard_puts_setting_metrics_in_their_own_table():
     assert "| celltreeqm | hlp | 0.300 ± 0.000 | 2/2 |" in main and "| nj_raw | default | 0.500 ± 0.000 | 2/2 |" in main
     assert "| celltreeqm | hlp | 0.010 ± 0.000 | 2/2 |" in hlp and "nj_raw" not in hlp
     assert "Δ = relative reduction against `nj_raw`" in text
+
+
+def test_leaderboard_prints_no_negative_zero():
+    rows = score_rows("nj_raw", {"rf": 0.5}) + score_rows("m", {"rf": -0.00001})
+    assert "| m | default | 0.000 ± 0.000 | 2/2 |" in leaderboard_markdown(pd.DataFrame(rows))

@@ -41,11 +41,16 @@ def add_deltas(scores: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return pd.concat([scores, deltas], ignore_index=True) if len(deltas) else scores
 
 
+def _number(value: float) -> str:
+    text = f"{value:.3f}"
+    return "0.000" if text == "-0.000" else text  # a rounding artefact, not a sign worth reading
+
+
 def _cell(values: pd.Series, statuses: pd.Series) -> str:
     ok = values[statuses == "ok"]
     if ok.empty:
         return ", ".join(sorted(set(statuses)))
-    text = f"{ok.mean():.3f} ± {ok.std(ddof=1):.3f}" if len(ok) > 1 else f"{ok.iloc[0]:.3f}"
+    text = f"{_number(ok.mean())} ± {ok.std(ddof=1):.3f}" if len(ok) > 1 else _number(ok.iloc[0])
     missing = len(values) - len(ok)
     return text + (f" ({missing} not ok)" if missing else "")
 
