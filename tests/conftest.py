@@ -20,6 +20,12 @@ def repo() -> Path:
     return REPO
 
 
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    # test servers listen on 127.0.0.1: a proxy configured in the environment must never see that traffic
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
 @pytest.fixture
 def registries() -> Registries:
     """The shipped registries plus a second lineage dataset and a two-variant method, defaults filled."""

@@ -20,12 +20,6 @@ DATA = b"gene\tcell\tcount\n" * 1000
 DATA_SHA = hashlib.sha256(DATA).hexdigest()
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    # a proxy configured in the environment must never see the test traffic
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
 class LocalServer:
     """Routes (path → response writer) and a count of requests per path."""
 

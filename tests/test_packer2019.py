@@ -63,12 +63,6 @@ PARAMS = {"min_cells_per_leaf": 2, "min_gene_counts": 10}
 LEAVES = ["ABalaa", "ABalap", "Ea", "Ep", "MSaa"]
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch):
-    # a proxy configured in the environment must never see the test traffic
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
 def counts_matrix() -> np.ndarray:
     counts = np.zeros((len(GENES), len(LINEAGES)), dtype=np.int64)
     for cell, leaf in LEAF_OF_CELL.items():

@@ -8,13 +8,13 @@ Each class becomes one leaf, placed at the lineage path of one representative ce
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import re
 from pathlib import Path
 
 import numpy as np
 
+from celldag.io import sha256_file
 from celldag.lineage.celegans import lineage_path, tree_from_paths
 from celldag.lineage.tree import to_newick
 
@@ -73,7 +73,7 @@ def prepare_cengen_neurons(dataset_id: str, params: dict, seed: int):
     adata.uns["tree_newick"] = to_newick(tree_from_paths(paths))
     adata.uns["leaf_mapping"] = mapping
     adata.uns["dropped_classes"] = dropped
-    adata.uns["source_files"] = {path.name: _sha256(path) for path in (expression_file, lineage_table)}
+    adata.uns["source_files"] = {path.name: sha256_file(path) for path in (expression_file, lineage_table)}
     return adata
 
 
@@ -86,14 +86,6 @@ def data_file(name: str) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{name} not found in the installed {PACKAGE} package (looked for {path})")
     return path
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_cell_lineage(path: Path) -> dict[str, str]:
