@@ -34,7 +34,7 @@ dry-run: $(BIN)/.installed
 
 # Re-resolve the lock from pyproject's ranges (review the diff before committing it).
 lock: $(BIN)/.installed
-	$(BIN)/python -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/' > requirements/lock.txt
+	{ head -1 requirements/lock.txt; $(BIN)/python -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements/lock.tmp && mv requirements/lock.tmp requirements/lock.txt
 
 clean:
 	rm -rf results .snakemake

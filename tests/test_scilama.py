@@ -15,7 +15,7 @@ def tiny_params(**overrides) -> dict:
     params = dict(
         hidden_dims=[16, 8], gene_hidden_dims=[16, 8], latent_dim=4, dropout=0.1, lr=1e-3, weight_decay=0.0,
         lr_decay=0.99, batch_size=16, max_epochs=4, kl_warmup_epochs=1, kl_ramp_epochs=1, gamma=0.05,
-        patience=2, mode="stepwise", gene_input="embeddings", use_gene_vae=True, use_batch=True, device="cpu",
+        patience=2, min_delta=0.0, mode="stepwise", gene_input="embeddings", use_gene_vae=True, use_batch=True, device="cpu",
         checkpoint_every=1,
     )  # fmt: skip
     return params | overrides

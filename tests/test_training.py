@@ -201,6 +201,18 @@ def test_early_stopping_restores_best_weights(tmp_path):
     assert_same_weights(rerun.model, weights_at[2])
 
 
+def test_min_delta_ignores_creeping_improvements():
+    task = Task(seed=0)
+    scripted = iter([10.0, 9.95, 9.9, 9.0, 8.99, 8.98, 8.97, 1.0])  # drops < 1 % do not count
+    result = train(
+        model=task.model, optimizer=task.optimizer, step_fn=task.step, total_steps=100, rng=task.rng,
+        checkpoint_dir=None, validate_fn=lambda: next(scripted), validate_every=1, patience=3, min_delta=0.01,
+    )  # fmt: skip
+    assert result.stopped_early
+    assert (result.best_step, result.best_value) == (4, 9.0)  # 10 → 9.0 is the last drop of more than 1 %
+    assert result.steps_run == 7
+
+
 def test_failed_save_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
     task = Task(seed=0)
     real_save = torch.save

@@ -145,10 +145,11 @@ class _Progress:
     last_val: float | None = None
     history: list[dict] = field(default_factory=list)
 
-    def record_validation(self, value: float, model: torch.nn.Module, patience: int | None) -> None:
+    def record_validation(self, value: float, model: torch.nn.Module, patience: int | None, min_delta: float) -> None:
         self.last_val = value
-        # A NaN never improves; strict '<' is min_delta 0.
-        if not math.isnan(value) and (self.best_value is None or value < self.best_value):
+        # A NaN never improves. An improvement must beat the best by the fraction min_delta of its size:
+        # a loss that creeps down by 1e-4 per epoch would otherwise never stop (sciLaMA's 500-epoch cap).
+        if not math.isnan(value) and (self.best_value is None or value < self.best_value - min_delta * abs(self.best_value)):
             self.best_value, self.best_step = value, self.step
             self.best_weights = _cpu_copy(model.state_dict())
             self.bad_validations = 0
@@ -233,6 +234,7 @@ def train(
     validate_fn: Callable[[], float] | None = None,
     validate_every: int = 50,
     patience: int | None = None,
+    min_delta: float = 0.0,
     log: logging.Logger | None = None,
     log_every: int = 50,
 ) -> TrainingResult:
@@ -240,7 +242,8 @@ def train(
 
     ``step_fn`` does one optimisation step and returns scalars, at least ``{"loss": ...}``. Validation
     (lower is better) runs every ``validate_every`` steps and at the last one; with validation the model
-    ends holding its best weights. ``patience`` stops after that many validations without improvement.
+    ends holding its best weights. ``patience`` stops after that many validations without improvement,
+    an improvement being a drop of more than ``min_delta`` × |best value| (relative, so scale-free).
     """
     if min(checkpoint_every, validate_every, log_every) < 1:
         raise ValueError("checkpoint_every, validate_every and log_every must be at least 1")
@@ -274,7 +277,7 @@ def train(
 
         validated = validate_fn is not None and (step % validate_every == 0 or step == total_steps)
         if validated:
-            progress.record_validation(_validate(model, validate_fn), model, patience)
+            progress.record_validation(_validate(model, validate_fn), model, patience, min_delta)
 
         logged = step % log_every == 0
         if logged or validated:

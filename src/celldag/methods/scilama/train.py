@@ -203,6 +203,7 @@ def _train_phase(
             validate_fn=validate if validated else None,
             validate_every=steps_per_epoch,
             patience=params["patience"] if validated else None,
+            min_delta=params["min_delta"],
             log_every=steps_per_epoch,
         )
 
