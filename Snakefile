@@ -10,7 +10,7 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/prepare.smk"
-include: "workflow/rules/lineage.smk"
+include: "workflow/rules/methods.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 

@@ -39,7 +39,12 @@ def registries() -> Registries:
         "params": {"features": "raw", "reconstruction": "nj"},
         "variants": {"raw": {}, "pca": {"features": "pca", "n_components": 3}},
     }
-    return Registries(validate(datasets, "datasets", "datasets.yaml"), validate(methods, "methods", "methods.yaml"))
+    embeddings = read_yaml(REPO / "config/embeddings.yaml")
+    return Registries(
+        validate(datasets, "datasets", "datasets.yaml"),
+        validate(methods, "methods", "methods.yaml"),
+        validate(embeddings, "embeddings", "embeddings.yaml"),
+    )
 
 
 def copy_workflow(workdir: Path) -> Path:

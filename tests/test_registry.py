@@ -10,7 +10,8 @@ from celldag.registry import ConfigError, load_config, read_yaml, validate
 
 def write_tree(tmp_path, repo, config: dict, methods: dict | None = None):
     (tmp_path / "config").mkdir()
-    (tmp_path / "config/datasets.yaml").write_text((repo / "config/datasets.yaml").read_text())
+    for name in ("datasets", "embeddings"):
+        (tmp_path / f"config/{name}.yaml").write_text((repo / f"config/{name}.yaml").read_text())
     methods_text = yaml.safe_dump(methods) if methods is not None else (repo / "config/methods.yaml").read_text()
     (tmp_path / "config/methods.yaml").write_text(methods_text)
     return config
@@ -18,15 +19,16 @@ def write_tree(tmp_path, repo, config: dict, methods: dict | None = None):
 
 def test_shipped_config_is_valid_and_defaults_are_filled(repo):
     config, registries = load_config(read_yaml(repo / "config/config.yaml"), "config/config.yaml", root=repo)
-    assert config["registries"] == {"datasets": "config/datasets.yaml", "methods": "config/methods.yaml"}
-    assert config["evaluation"] == {"qdist_quartets": 100_000, "delta_baseline": "nj_raw"}
+    assert config["registries"] == {"datasets": "config/datasets.yaml", "methods": "config/methods.yaml",
+                                    "embeddings": "config/embeddings.yaml"}  # fmt: skip
+    assert config["evaluation"]["qdist_quartets"] == 100_000 and config["evaluation"]["delta_baseline"] == "nj_raw"
     nj = registries.methods["nj_raw"]
     assert (nj["gpu"], nj["env"], nj["kind"], nj["variants"]) == (False, "lineage", "baseline", {"default": {}})
 
 
 def test_unknown_method_id_names_file_index_and_id(tmp_path, repo):
     config = write_tree(tmp_path, repo, {"datasets": ["bm_default"], "methods": ["nj_raw", "nj_bogus"]})
-    with pytest.raises(ConfigError, match=r"^my\.yaml: methods\[1\]: unknown method id 'nj_bogus'; known ids: celltreeqm, nj_pca"):
+    with pytest.raises(ConfigError, match=r"^my\.yaml: methods\[1\]: unknown method id 'nj_bogus'; known ids: celltreeqm, genept_w, harmony, nj_pca"):
         load_config(config, "my.yaml", root=tmp_path)
 
 
@@ -107,3 +109,20 @@ def test_paper_preset_is_valid(repo):
     config, registries = load_config(read_yaml(repo / "config/presets/paper.yaml"), "paper.yaml", root=repo)
     assert registries.methods["quadruplet"]["params"]["n_layers"] == 8
     assert registries.methods["quadruplet"]["params"]["loss"] == "quadruplet"
+
+
+def test_paper_preset_plans_the_pancreas_benchmark(repo):
+    from celldag.plan import make_plan
+
+    config, registries = load_config(read_yaml(repo / "config/presets/paper.yaml"), "paper.yaml", root=repo)
+    scilama = registries.methods["scilama"]["params"]
+    assert (scilama["hidden_dims"], scilama["latent_dim"], scilama["batch_size"], scilama["max_epochs"]) == ([900, 400], 40, 128, 500)
+    plan = make_plan(config, registries)
+    jobs = plan.jobs_per_rule()
+    assert "resources/scib_pancreas/human_pancreas_norm_complexBatch.h5ad" in plan.downloads
+    assert "resources/embeddings/GenePT_gene_embedding_ada_text.pickle" in plan.downloads
+    assert {"results/embeddings/go_text/scib_pancreas.parquet", "results/embeddings/genept_ada/scib_pancreas.parquet",
+            "results/embeddings/go_svd/scib_pancreas.parquet"} == set(plan.gene_tables)  # fmt: skip
+    pancreas_runs = [run for run in plan.runs if run.dataset == "scib_pancreas"]
+    assert len(pancreas_runs) == 5 * (7 + 1 + 1 + 2 + 1)  # seeds × (sciLaMA variants, pca, harmony, scvi ×2, genept_w)
+    assert jobs["embed_genes"] == 3 and jobs["evaluate"] == 6 and jobs["dataset_genes"] == 1

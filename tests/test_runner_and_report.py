@@ -10,7 +10,7 @@ import pytest
 
 from celldag import io
 from celldag.contracts import check_scores
-from celldag.evaluate import score_run
+from celldag.evaluate import score_dataset
 from celldag.prepare import write_prepared_dataset
 from celldag.provenance import config_hash
 from celldag.report.leaderboard import aggregate, leaderboard_markdown
@@ -34,8 +34,8 @@ def run_and_score(tmp_path, method_entry, seed=0, tag="a"):
         prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
         dataset_id="bm_t", dataset_entry=DATASET, method_id=tag, method_entry=method_entry, variant="default", seed=seed,
     )  # fmt: skip
-    score_run(prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"),
-              scores_path=str(run_dir / "scores.parquet"), track="lineage", n_quartets=2000)  # fmt: skip
+    score_dataset(prepared_paths=[str(prepared)], output_paths=[str(run_dir / "output.h5ad")], table_paths=[],
+                  scores_path=str(run_dir / "scores.parquet"), track="lineage", n_quartets=2000, markers={})  # fmt: skip
     return status, run_dir
 
 
@@ -139,3 +139,21 @@ def test_leaderboard_puts_setting_metrics_in_their_own_table():
 def test_leaderboard_prints_no_negative_zero():
     rows = score_rows("nj_raw", {"rf": 0.5}) + score_rows("m", {"rf": -0.00001})
     assert "| m | default | 0.000 ± 0.000 | 2/2 |" in leaderboard_markdown(pd.DataFrame(rows))
+
+
+def test_paired_difference_is_a_t_interval_over_seeds():
+    from celldag.report.leaderboard import leaderboard_markdown, paired_difference
+
+    rows = []
+    for seed, (a, b) in enumerate([(0.5, 0.4), (0.7, 0.5), (0.6, 0.3), (0.9, None)]):  # seed 3: b failed
+        for variant, value in (("text", a), ("random", b)):
+            rows.append({"dataset": "d", "track": "representation", "method": "scilama", "variant": variant,
+                         "seed": seed, "metric": "total", "value": value if value is not None else float("nan"),
+                         "higher_is_better": True, "status": "ok" if value is not None else "failed"})  # fmt: skip
+    scores = pd.DataFrame(rows)
+    result = paired_difference(scores, "scilama/text", "scilama/random", "total")
+    # differences 0.1, 0.2, 0.3 (seed 3 unpaired): mean 0.2, sd 0.1, t(0.975, 2) = 4.3027
+    assert result["n"] == 3 and result["mean"] == pytest.approx(0.2)
+    assert result["high"] - result["mean"] == pytest.approx(4.302653 * 0.1 / 3**0.5, rel=1e-5)
+    text = leaderboard_markdown(scores, paired=[{"method": "scilama/text", "against": ["scilama/random"], "metrics": ["total"]}])
+    assert "| scilama/text − scilama/random | total | 0.200 | [-0.048, 0.448] | 3 |" in text

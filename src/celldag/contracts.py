@@ -82,6 +82,8 @@ def check_prepared_dataset(adata: anndata.AnnData, path: str) -> None:
     _require_finite_matrix(adata.X, path, "X", adata.n_obs)
     if track == "lineage":
         _check_lineage_dataset(adata, path)
+    else:
+        _check_representation_dataset(adata, path)
 
 
 def _check_lineage_dataset(adata: anndata.AnnData, path: str) -> None:
@@ -99,6 +101,32 @@ def _check_lineage_dataset(adata: anndata.AnnData, path: str) -> None:
         raise ContractError(
             path, "uns['tree_newick']", f"leaves differ from obs_names (only in tree: {only_tree}; only in data: {only_data})"
         )
+
+
+SPLITS = ("train", "val")
+
+
+def _check_representation_dataset(adata: anndata.AnnData, path: str) -> None:
+    """Cells × genes: scaled X, log-normalised layer, optional integer counts, label / batch / split."""
+    if not adata.var_names.is_unique:
+        duplicated = adata.var_names[adata.var_names.duplicated()][:3].tolist()
+        raise ContractError(path, "var_names", f"must be unique; duplicated: {duplicated}")
+    if "lognorm" not in adata.layers:
+        raise ContractError(path, "layers['lognorm']", "missing (log-normalised expression)")
+    _require_finite_matrix(adata.layers["lognorm"], path, "layers['lognorm']", adata.n_obs)
+    if "counts" in adata.layers:
+        counts = adata.layers["counts"]
+        values = counts.data if hasattr(counts, "data") and hasattr(counts, "toarray") else np.asarray(counts)
+        if values.size and (values.min() < 0 or not np.array_equal(values, np.round(values))):
+            raise ContractError(path, "layers['counts']", "must hold non-negative integer counts")
+    for column in ("label", "batch", "split"):
+        if column not in adata.obs:
+            raise ContractError(path, f"obs['{column}']", "missing")
+        if adata.obs[column].isna().any():
+            raise ContractError(path, f"obs['{column}']", f"{int(adata.obs[column].isna().sum())} missing values")
+    present = set(adata.obs["split"].astype(str))
+    if not present <= set(SPLITS) or "train" not in present:
+        raise ContractError(path, "obs['split']", f"must hold 'train' (and 'val') only, got {sorted(present)}")
 
 
 def check_method_output(adata: anndata.AnnData, path: str, track: str) -> None:
@@ -122,6 +150,8 @@ def check_method_output(adata: anndata.AnnData, path: str, track: str) -> None:
             raise ContractError(path, "uns['tree_newick']", "leaves differ from obs_names")
     elif "X_emb" not in adata.obsm:
         raise ContractError(path, "obsm['X_emb']", "missing (a representation method must return an embedding)")
+    if "X_gene_emb" in adata.varm:
+        _require_finite_matrix(adata.varm["X_gene_emb"], path, "varm['X_gene_emb']", adata.n_vars)
 
 
 def check_scores(table: pd.DataFrame, path: str) -> None:

@@ -136,16 +136,29 @@ def decompress_gzip(source: str | os.PathLike, target: str | os.PathLike, chunk_
 
 
 def fetch_registry_file(entry: Mapping[str, str | None], target: str | os.PathLike, *, pin_file: str | os.PathLike) -> str:
-    """Fetch one ``files`` entry of the dataset registry to ``target``; return its sha256.
+    """Fetch one ``files`` entry of a registry to ``target``; return the download's sha256.
 
     The registry's sha256 is checked when it has one. Otherwise (GEO publishes none) the first fetch
-    pins the digest in ``pin_file`` and every later fetch must match that pin.
+    pins the digest in ``pin_file`` and every later fetch must match that pin. With ``extract`` the
+    download is an archive (.deb, .zip): its digest is the one checked, only the member is kept.
     """
     log = logging.getLogger(__name__)
-    if entry.get("sha256"):
-        return download(entry["url"], target, sha256=entry["sha256"], progress=log)
-    pinned = _read_pins(pin_file).get(Path(target).name)
-    digest = download(entry["url"], target, sha256=pinned, progress=log)
+    target = Path(target)
+    fetched = target.with_name(target.name + ".archive") if entry.get("extract") else target
+    pinned = entry.get("sha256") or _read_pins(pin_file).get(target.name)
+    try:
+        digest = download(entry["url"], fetched, sha256=pinned, progress=log)
+        if entry.get("extract"):
+            from celldag.archives import extract_member
+
+            extract_member(fetched, entry["extract"], target)
+    finally:
+        if fetched != target:
+            fetched.unlink(missing_ok=True)
+    if target.suffix in (".pickle", ".pkl"):  # unpickling runs code: only these verified bytes may be loaded
+        from celldag.embeddings.sources import mark_verified
+
+        mark_verified(target)
     if pinned is None:
         record_pin(target, digest, pin_file)
         log.warning("%s: the registry gives no sha256; pinned %s in %s (add it to the registry entry to share it)",

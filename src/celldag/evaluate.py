@@ -1,8 +1,9 @@
-"""Score one run: method output + prepared dataset (the truth) → tidy score rows.
+"""Score the runs of one (dataset, seed): method outputs + prepared dataset (the truth) → tidy score rows.
 
 Every lineage run gets the core metrics; runs trained under a weak supervision setting also get the
 metrics that split quartets by what the setting revealed (the method records its setting in
 ``uns["supervision"]``). Δ values against the baseline method are added later, by the aggregation.
+Representation runs are scored together (``celldag.representation.scoring``).
 """
 
 from __future__ import annotations
@@ -14,16 +15,33 @@ import numpy as np
 from celldag import contracts, io
 
 # metric id → higher_is_better; the order is the leaderboard's column order
-METRIC_GROUPS = {
+LINEAGE_METRIC_GROUPS = {
     "all runs": {"rf": False, "quartet_dist": False, "qdist_sampled": False,
                  "delta_rf": True, "delta_quartet_dist": True, "delta_qdist_sampled": True},
     "high-level partition": {"k_qdist": False, "u_qdist": False, "delta_k_qdist": True, "delta_u_qdist": True},
     "partially labelled": {"qdist_known4": False, "qdist_known1to3": False, "qdist_known0": False,
                            "rf_unknown": False},
 }  # fmt: skip
-LINEAGE_METRICS = {metric: higher for group in METRIC_GROUPS.values() for metric, higher in group.items()}
-CORE_METRICS = ("rf", "quartet_dist", "qdist_sampled")  # reported (NaN) even for failed runs
-TRACK_METRICS = {"lineage": LINEAGE_METRICS}
+LINEAGE_CORE_METRICS = ("rf", "quartet_dist", "qdist_sampled")  # reported (NaN) even for failed runs
+
+
+def _representation_groups() -> dict[str, dict[str, bool]]:
+    from celldag.representation.scoring import METRIC_GROUPS
+
+    return METRIC_GROUPS
+
+
+def metric_groups(track: str) -> dict[str, dict[str, bool]]:
+    """Per track: group name → {metric: higher_is_better}; the first group is the track's main table."""
+    return LINEAGE_METRIC_GROUPS if track == "lineage" else _representation_groups()
+
+
+def core_metrics(track: str) -> tuple[str, ...]:
+    if track == "lineage":
+        return LINEAGE_CORE_METRICS
+    from celldag.representation.scoring import CORE_METRICS
+
+    return CORE_METRICS
 
 
 def evaluation_features(prepared) -> np.ndarray:
@@ -113,26 +131,52 @@ def partial_label_scores(truth, estimate, names, known, estimated, reference, qu
     return scores
 
 
-def score_run(*, prepared_path: str, output_path: str, scores_path: str, track: str, n_quartets: int) -> None:
+def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_paths: list[str], scores_path: str,
+                  track: str, n_quartets: int, markers: dict) -> None:  # fmt: skip
+    """Score every run output on one dataset into one tidy table (runs that are not ok get NaN core rows).
+
+    Each output is scored against the prepared file of its own seed; one process scores all of them,
+    so the metric libraries' start-up is paid once per dataset.
+    """
     import pandas as pd
 
-    prepared = io.read_h5ad(prepared_path, contracts.check_prepared_dataset)
-    output = io.read_h5ad(output_path, contracts.check_method_output, track=track)
-    uns = output.uns
-    if prepared.uns["dataset_id"] != uns["dataset_id"]:
-        raise contracts.ContractError(output_path, "uns['dataset_id']", f"{uns['dataset_id']!r} does not match {prepared_path}")
-    status = uns["status"]
-    if status == "ok":
-        values = lineage_scores(prepared, output, int(uns["seed"]), n_quartets)
-    else:
-        values = dict.fromkeys(CORE_METRICS, math.nan)
-    metrics = TRACK_METRICS[track]
-    table = pd.DataFrame(
-        {
+    prepared_of = {}
+    for path in prepared_paths:
+        prepared = io.read_h5ad(path, contracts.check_prepared_dataset)
+        prepared_of[int(prepared.uns["seed"])] = (path, prepared)
+    outputs = [io.read_h5ad(path, contracts.check_method_output, track=track) for path in output_paths]
+    for path, output in zip(output_paths, outputs):
+        seed = int(output.uns["seed"])
+        if seed not in prepared_of:
+            raise contracts.ContractError(path, "uns['seed']", f"no prepared dataset of seed {seed} among {prepared_paths}")
+        prepared_path, prepared = prepared_of[seed]
+        if prepared.uns["dataset_id"] != output.uns["dataset_id"]:
+            raise contracts.ContractError(path, "uns['dataset_id']", f"{output.uns['dataset_id']!r} does not match {prepared_path}")
+
+    values: list[dict[str, float]] = [{} for _ in outputs]
+    for seed, (_, prepared) in sorted(prepared_of.items()):
+        of_seed = [i for i, output in enumerate(outputs) if int(output.uns["seed"]) == seed]
+        if track == "lineage":
+            for i in of_seed:
+                if outputs[i].uns["status"] == "ok":
+                    values[i] = lineage_scores(prepared, outputs[i], seed, n_quartets)
+        else:
+            from celldag.representation.scoring import representation_scores
+
+            scored = representation_scores(prepared, [outputs[i] for i in of_seed], table_paths, markers)
+            for i, scores in zip(of_seed, scored):
+                values[i] = scores
+
+    higher = {metric: h for group in metric_groups(track).values() for metric, h in group.items()}
+    frames = []
+    for output, scores in zip(outputs, values):
+        uns = output.uns
+        scores = scores or dict.fromkeys(core_metrics(track), math.nan)
+        frames.append(pd.DataFrame({
             "dataset": uns["dataset_id"], "track": track, "method": uns["method_id"], "variant": uns["variant"],
-            "seed": int(uns["seed"]), "metric": list(values), "value": [float(v) for v in values.values()],
-            "higher_is_better": [metrics[m] for m in values], "status": status,
-        }  # fmt: skip
-    )
+            "seed": int(uns["seed"]), "metric": list(scores), "value": [float(v) for v in scores.values()],
+            "higher_is_better": [higher[m] for m in scores], "status": uns["status"],
+        }))  # fmt: skip
+    table = pd.concat(frames, ignore_index=True)
     contracts.check_scores(table, scores_path)
     io.write_parquet(table, scores_path)

@@ -12,13 +12,16 @@ from dataclasses import dataclass
 
 from celldag.registry import Registries, split_method_selector
 
-DOWNLOAD = "resources/{dataset}/{file}"
-DOWNLOAD_PINS = "resources/{dataset}/checksums.json"
+EMBEDDING_SOURCE = "embeddings"  # resources/embeddings/ holds gene-embedding inputs (no dataset has this id)
+DOWNLOAD = "resources/{source}/{file}"  # source: a dataset id or EMBEDDING_SOURCE
+DOWNLOAD_PINS = "resources/{source}/checksums.json"
 PREPARED = "results/data/{dataset}/seed{seed}.h5ad"
+DATASET_GENES = "results/data/{dataset}/genes.txt"
+GENE_TABLE = "results/embeddings/{embedding}/{dataset}.parquet"
 RUN_DIR = "results/runs/{dataset}/{method}/{variant}/seed{seed}"
 RUN_OUTPUT = RUN_DIR + "/output.h5ad"
 RUN_RECORD = RUN_DIR + "/run.json"
-RUN_SCORES = RUN_DIR + "/scores.parquet"
+DATASET_SCORES = "results/scores/{dataset}.parquet"  # every run on one dataset: metric start-up is paid once
 SCORES = "results/scores.parquet"
 RUNS = "results/runs.parquet"
 LEADERBOARD = "results/leaderboard.md"
@@ -38,20 +41,31 @@ class Run:
 @dataclass(frozen=True)
 class Plan:
     runs: tuple[Run, ...]
-    downloads: tuple[str, ...] = ()  # resources/… files of the url datasets the runs use
+    downloads: tuple[str, ...] = ()  # resources/… files of the url datasets and gene embeddings the runs use
+    gene_tables: tuple[str, ...] = ()  # results/embeddings/… tables the runs (and shuffled controls) read
 
     @property
     def prepared(self) -> tuple[str, ...]:
         return tuple(sorted({run.path(PREPARED) for run in self.runs}))
 
+    @property
+    def dataset_scores(self) -> tuple[str, ...]:
+        return tuple(sorted({run.path(DATASET_SCORES) for run in self.runs}))
+
+    def runs_on(self, dataset: str) -> list[Run]:
+        return [run for run in self.runs if run.dataset == dataset]
+
     def jobs_per_rule(self) -> Counter:
         """How many jobs of each rule a fresh run of this plan executes (what `snakemake -n` lists)."""
+        tables_of = {table.rsplit("/", 1)[1] for table in self.gene_tables}  # one gene list per dataset
         return +Counter(  # unary + drops rules with no job, as `snakemake -n` lists none
             {
                 "download_file": len(self.downloads),
                 "prepare_dataset": len(self.prepared),
+                "dataset_genes": len(tables_of),
+                "embed_genes": len(self.gene_tables),
                 "run_method": len(self.runs),
-                "evaluate": len(self.runs),
+                "evaluate": len(self.dataset_scores),
                 "aggregate": 1,
                 "all": 1,
             }
@@ -81,12 +95,37 @@ def make_plan(config: dict, registries: Registries) -> Plan:
     if not runs:
         raise ValueError("the config selects no (dataset, method) pair of the same track: nothing to run")
     downloads = {
-        DOWNLOAD.format(dataset=dataset, file=file["name"])
+        DOWNLOAD.format(source=dataset, file=file["name"])
         for dataset in {run.dataset for run in runs}
         if registries.datasets[dataset]["source"] == "url"
         for file in registries.datasets[dataset]["files"]
     }
-    return Plan(tuple(sorted(runs)), tuple(sorted(downloads)))
+    tables = set()
+    for run in runs:
+        for embedding in embeddings_needed(run_embedding(run, registries), registries.embeddings):
+            tables.add((embedding, run.dataset))
+    downloads |= {
+        DOWNLOAD.format(source=EMBEDDING_SOURCE, file=file["name"])
+        for embedding in {embedding for embedding, _ in tables}
+        for file in registries.embeddings[embedding]["files"]
+        if "url" in file
+    }
+    gene_tables = {GENE_TABLE.format(embedding=embedding, dataset=dataset) for embedding, dataset in tables}
+    return Plan(tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)))
+
+
+def run_embedding(run: Run, registries: Registries) -> str | None:
+    """The gene-embedding id a run reads (its params' ``embedding``), or None."""
+    return method_params(registries.methods[run.method], run.variant).get("embedding")
+
+
+def embeddings_needed(embedding: str | None, embeddings: dict[str, dict]) -> list[str]:
+    """``embedding`` and, for a shuffled control, the entry it shuffles (its table is the input)."""
+    needed = []
+    while embedding is not None and embedding not in needed:
+        needed.append(embedding)
+        embedding = embeddings[embedding].get("of")
+    return needed
 
 
 def method_params(method_entry: dict, variant: str) -> dict:

@@ -41,18 +41,42 @@ def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[
     return prepare(dataset_id, params, seed, files)
 
 
+def prepare_pbmc68k_batched(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
+    from celldag.data.pbmc import prepare_pbmc68k_batched as prepare
+
+    return prepare(dataset_id, params, seed, files)
+
+
+def prepare_pbmc3k(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
+    from celldag.data.pbmc import prepare_pbmc3k as prepare
+
+    return prepare(dataset_id, params, seed, files)
+
+
+def prepare_scib_h5ad(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
+    from celldag.data.scib import prepare_scib_h5ad as prepare
+
+    return prepare(dataset_id, params, seed, files)
+
+
 # registry `loader` → function(dataset_id, params, seed, files: {file name: local path}) -> AnnData
 LOADERS = {
     "bm_simulator": prepare_bm_simulator,
     "cengen_neurons": prepare_cengen_neurons,
     "packer2019": prepare_packer2019,
+    "pbmc68k_batched": prepare_pbmc68k_batched,
+    "pbmc3k": prepare_pbmc3k,
+    "scib_h5ad": prepare_scib_h5ad,
 }
+# representation X is cells × genes (up to tens of thousands of each): float32, as the models train in,
+# halves the file and memory; lineage X (leaves × features, small) keeps float64
+X_DTYPE = {"lineage": np.float64, "representation": np.float32}
 
 
 def prepare_dataset(dataset_id: str, entry: dict, seed: int, files: Mapping[str, str] | None = None):
     """Build the prepared dataset of one registry entry for one seed (ids and track in ``uns``)."""
     adata = LOADERS[entry["loader"]](dataset_id, entry["params"], seed, files or {})
-    adata.X = np.asarray(adata.X, dtype=np.float64)
+    adata.X = np.asarray(adata.X, dtype=X_DTYPE[entry["track"]])
     adata.uns["dataset_id"] = dataset_id
     adata.uns["track"] = entry["track"]
     adata.uns["seed"] = seed
@@ -66,3 +90,16 @@ def write_prepared_dataset(dataset_id: str, entry: dict, seed: int, path: str, f
     adata = prepare_dataset(dataset_id, entry, seed, files)
     contracts.check_prepared_dataset(adata, path)
     io.write_h5ad(adata, path)
+
+
+def write_dataset_genes(dataset_id: str, entry: dict, path: str, files: Mapping[str, str] | None = None) -> None:
+    """The dataset's genes (var_names after preprocessing), one per line: what gene tables are built for.
+
+    Preprocessing keeps the same genes for every seed (only the train/val split depends on it), so
+    seed 0 stands for all.
+    """
+    from celldag import io
+
+    genes = prepare_dataset(dataset_id, entry, 0, files).var_names
+    with io.atomic_path(path) as tmp:
+        tmp.write_text("".join(f"{gene}\n" for gene in genes))

@@ -8,7 +8,7 @@ at parse time, before Snakemake schedules a single job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -25,6 +25,7 @@ class ConfigError(ValueError):
 class Registries:
     datasets: dict[str, dict]
     methods: dict[str, dict]
+    embeddings: dict[str, dict] = field(default_factory=dict)
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -86,13 +87,30 @@ def load_config(config: dict, source: Source, root: str | Path = ".") -> tuple[d
         config["seeds"] = [int(seed) if isinstance(seed, str) and seed.isdigit() else seed for seed in config["seeds"]]
     validate(config, "config", source)
     root = Path(root)
+    files = config["registries"]
     registries = Registries(
-        datasets=validate(read_yaml(root / config["registries"]["datasets"]), "datasets", config["registries"]["datasets"]),
-        methods=validate(read_yaml(root / config["registries"]["methods"]), "methods", config["registries"]["methods"]),
+        datasets=validate(read_yaml(root / files["datasets"]), "datasets", files["datasets"]),
+        methods=validate(read_yaml(root / files["methods"]), "methods", files["methods"]),
+        embeddings=validate(read_yaml(root / files["embeddings"]), "embeddings", files["embeddings"]),
     )
     check_config_ids(config, registries, source)
     apply_method_params(config["method_params"], registries, source)
+    check_embedding_references(registries, files["methods"], files["embeddings"])
     return config, registries
+
+
+def check_embedding_references(registries: Registries, methods_file: str, embeddings_file: str) -> None:
+    """Every ``embedding`` a method variant names, and every shuffled entry's ``of``, must exist."""
+    known = registries.embeddings
+    for method, entry in registries.methods.items():
+        for variant, overrides in entry["variants"].items():
+            name = {**entry["params"], **overrides}.get("embedding")
+            if name is not None and name not in known:
+                raise ConfigError(f"{methods_file}: {method}.variants.{variant}: unknown embedding {name!r}; "
+                                  f"known: {', '.join(sorted(known)) or 'none'}")  # fmt: skip
+    for provider, entry in known.items():
+        if entry["provider"] == "shuffled" and entry["of"] not in known:
+            raise ConfigError(f"{embeddings_file}: {provider}.of: unknown embedding {entry['of']!r}")
 
 
 def apply_method_params(overrides: dict[str, dict], registries: Registries, source: Source) -> None:

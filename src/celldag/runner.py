@@ -25,8 +25,27 @@ log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoint"  # inside the run directory; methods that train write their checkpoints here
 
 
-def method_input(prepared, work_dir: str) -> MethodInput:
-    """Score on the test replicate when the dataset has replicates (the train one is for training)."""
+def dense(matrix) -> np.ndarray:
+    return np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix, dtype=np.float32)
+
+
+def method_input(prepared, work_dir: str, gene_table=None) -> MethodInput:
+    """Arrays for the method. Lineage: score on the test replicate when the dataset has replicates (the
+    train one is for training). Representation: scaled expression, split, batches, the static gene table."""
+    if prepared.uns["track"] == "representation":
+        counts = prepared.layers["counts"] if "counts" in prepared.layers else None
+        return MethodInput(
+            names=tuple(prepared.obs_names),
+            features=dense(prepared.X),
+            train_features=None,
+            work_dir=work_dir,
+            gene_names=tuple(prepared.var_names),
+            batch=prepared.obs["batch"].astype(str).to_numpy(),
+            train_mask=(prepared.obs["split"] == "train").to_numpy(),
+            lognorm=dense(prepared.layers["lognorm"]),
+            counts=counts,
+            gene_embedding=gene_table,
+        )
     from celldag.evaluate import evaluation_features
 
     has_replicates = "train" in prepared.layers
@@ -59,12 +78,15 @@ def output_anndata(prepared, result: MethodResult, ids: dict, status: str, reaso
     import anndata
     import pandas as pd
 
-    adata = anndata.AnnData(obs=pd.DataFrame(index=prepared.obs_names.copy()))
+    genes = result.gene_ids if status == "ok" and result.gene_embedding is not None else ()
+    adata = anndata.AnnData(obs=pd.DataFrame(index=prepared.obs_names.copy()), var=pd.DataFrame(index=list(genes)))
     adata.uns.update(ids)
     adata.uns["status"] = status
     if status != "ok":
         adata.uns["status_reason"] = reason
         return adata
+    if genes:  # the contextual gene embedding, one row per modelled gene
+        adata.varm["X_gene_emb"] = np.asarray(result.gene_embedding, dtype=np.float64)
     if result.embedding is not None:
         adata.obsm["X_emb"] = np.asarray(result.embedding, dtype=np.float64)
     if result.tree_newick is not None:
@@ -80,7 +102,7 @@ def without_none(facts: dict) -> dict:
 
 
 def run_method(
-    *, prepared_path: str, output_path: str, record_path: str,
+    *, prepared_path: str, gene_table_path: str | None = None, output_path: str, record_path: str,
     dataset_id: str, dataset_entry: dict, method_id: str, method_entry: dict, variant: str, seed: int, threads: int = 1,
 ) -> str:  # fmt: skip
     """Run one (dataset, method, variant, seed); returns the run status."""
@@ -89,14 +111,23 @@ def run_method(
     params = method_params(method_entry, variant)
     log.info("running %s/%s on %s (seed %d) with params %s", method_id, variant, dataset_id, seed, params)
     work_dir = Path(output_path).parent
-    result, status, reason = call_method(method_entry["module"], method_input(prepared, str(work_dir)), params, seed, threads)
+    gene_table = None
+    if gene_table_path is not None:
+        from celldag.embeddings import read_table
+
+        gene_table = read_table(gene_table_path)
+    inputs = method_input(prepared, str(work_dir), gene_table)
+    result, status, reason = call_method(method_entry["module"], inputs, params, seed, threads)
     ids = {"dataset_id": dataset_id, "method_id": method_id, "variant": variant}
-    output = output_anndata(prepared, result, {**ids, "seed": seed}, status, reason)
+    # which static gene table the run read: evaluation compares its marker clustering with the output's
+    embedding = {"embedding": params["embedding"]} if params.get("embedding") else {}
+    output = output_anndata(prepared, result, {**ids, "seed": seed, **embedding}, status, reason)
     contracts.check_method_output(output, output_path, track=method_entry["track"])
     io.write_h5ad(output, output_path)
     config = {"dataset": dataset_entry, "method": method_entry, "variant": variant, "params": params, "seed": seed}
     record = clock.record(
-        seed=seed, config=config, input_checksums={prepared_path: io.sha256_file(prepared_path)},
+        seed=seed, config=config,
+        input_checksums={path: io.sha256_file(path) for path in (prepared_path, gene_table_path) if path},
         **ids, track=method_entry["track"], status=status, status_reason=reason, method_facts=result.uns,
     )  # fmt: skip
     io.write_json(record, record_path)

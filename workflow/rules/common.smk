@@ -26,6 +26,8 @@ def _one_of(ids):
 
 wildcard_constraints:
     dataset=_one_of(REGISTRIES.datasets),
+    source=_one_of([*REGISTRIES.datasets, paths.EMBEDDING_SOURCE]),
+    embedding=_one_of(REGISTRIES.embeddings) if REGISTRIES.embeddings else "(?!)",
     method=_one_of(REGISTRIES.methods),
     variant="[a-z][a-z0-9_]*",
     seed=r"\d+",
@@ -40,8 +42,10 @@ def method_entry(wildcards):
     return REGISTRIES.methods[wildcards.method]
 
 
-def method_track(wildcards):
-    return REGISTRIES.methods[wildcards.method]["track"]
+def dataset_env(wildcards):
+    """Dataset preparation and evaluation run in their track's env (scanpy and scIB metrics on one)."""
+    env = "lineage" if REGISTRIES.datasets[wildcards.dataset]["track"] == "lineage" else "representation"
+    return str(Path(workflow.basedir) / "envs" / f"{env}.yaml")
 
 
 def method_env(wildcards):
@@ -53,24 +57,73 @@ def dataset_files(wildcards):
     """Local paths of a url dataset's downloads, by file name ({} for builtin sources)."""
     entry = REGISTRIES.datasets[wildcards.dataset]
     names = [f["name"] for f in entry.get("files", [])] if entry["source"] == "url" else []
-    return {name: paths.DOWNLOAD.format(dataset=wildcards.dataset, file=name) for name in names}
+    return {name: paths.DOWNLOAD.format(source=wildcards.dataset, file=name) for name in names}
 
 
 def download_entry(wildcards):
-    files = REGISTRIES.datasets[wildcards.dataset].get("files", [])
-    matches = [f for f in files if f["name"] == wildcards.file]
+    if wildcards.source == paths.EMBEDDING_SOURCE:  # files shared by several entries are one download
+        files = [f for entry in REGISTRIES.embeddings.values() for f in entry["files"]]
+    else:
+        files = REGISTRIES.datasets[wildcards.source].get("files", [])
+    matches = [f for f in files if f["name"] == wildcards.file and "url" in f]
     if not matches:
-        raise WorkflowError(f"dataset {wildcards.dataset!r} lists no file {wildcards.file!r} in its registry entry")
+        raise WorkflowError(f"no registry entry of {wildcards.source!r} downloads a file {wildcards.file!r}")
     return matches[0]
 
 
 def download_pins(wildcards):
-    return paths.DOWNLOAD_PINS.format(dataset=wildcards.dataset)
+    return paths.DOWNLOAD_PINS.format(source=wildcards.source)
 
 
-def prepared_dataset(wildcards):
-    return paths.PREPARED.format(dataset=wildcards.dataset, seed=wildcards.seed)
+def embedding_inputs(wildcards):
+    """embed_genes inputs: the dataset's gene list, the entry's files by role, a shuffled entry's base table."""
+    entry = REGISTRIES.embeddings[wildcards.embedding]
+    inputs = {"genes": paths.DATASET_GENES.format(dataset=wildcards.dataset)}
+    for file in entry["files"]:
+        inputs[file["role"]] = (
+            paths.DOWNLOAD.format(source=paths.EMBEDDING_SOURCE, file=file["name"]) if "url" in file else file["path"]
+        )
+    if entry["provider"] == "shuffled":
+        inputs["base"] = paths.GENE_TABLE.format(embedding=entry["of"], dataset=wildcards.dataset)
+    return inputs
+
+
+def embedding_entry(wildcards):
+    return REGISTRIES.embeddings[wildcards.embedding]
+
+
+def run_inputs(wildcards):
+    """run_method inputs: the prepared dataset and, when the variant names one, its gene-embedding table."""
+    from celldag.plan import Run, run_embedding
+
+    run = Run(wildcards.dataset, wildcards.method, wildcards.variant, int(wildcards.seed))
+    inputs = {"prepared": paths.PREPARED.format(dataset=run.dataset, seed=run.seed)}
+    embedding = run_embedding(run, REGISTRIES)
+    if embedding is not None:
+        inputs["embedding"] = paths.GENE_TABLE.format(embedding=embedding, dataset=run.dataset)
+    return inputs
+
+
+def evaluation_inputs(wildcards):
+    """evaluate inputs: the dataset's prepared files, every run output on it, the gene tables they read."""
+    from celldag.plan import run_embedding
+
+    runs = PLAN.runs_on(wildcards.dataset)
+    tables = {run_embedding(run, REGISTRIES) for run in runs} - {None}
+    return {
+        "prepared": sorted({run.path(paths.PREPARED) for run in runs}),
+        "outputs": [run.path(paths.RUN_OUTPUT) for run in runs],
+        "tables": [paths.GENE_TABLE.format(embedding=e, dataset=wildcards.dataset) for e in sorted(tables)],
+    }
+
+
+def dataset_track(wildcards):
+    return REGISTRIES.datasets[wildcards.dataset]["track"]
 
 
 def all_run_files(pattern):
     return [run.path(pattern) for run in PLAN.runs]
+
+
+def dataset_markers(wildcards):
+    return REGISTRIES.datasets[wildcards.dataset].get("markers", {})

@@ -1,19 +1,21 @@
+# One job scores every run on a dataset: scib-metrics compiles (numba, JAX) for about 90 s in every new
+# process, while one more embedding costs seconds.
 rule evaluate:
     input:
-        prepared=prepared_dataset,
-        output=paths.RUN_OUTPUT,
+        unpack(evaluation_inputs),
     output:
-        paths.RUN_SCORES,
+        paths.DATASET_SCORES,
     params:
-        track=method_track,
+        track=dataset_track,
         n_quartets=config["evaluation"]["qdist_quartets"],
+        markers=dataset_markers,
     log:
-        "results/logs/evaluate/{dataset}/{method}/{variant}/seed{seed}.log",
+        "results/logs/evaluate/{dataset}.log",
     conda:
-        "../../envs/lineage.yaml"
+        dataset_env
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=4000,
+        runtime=60,
     script:
         "../scripts/evaluate.py"

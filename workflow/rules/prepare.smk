@@ -5,7 +5,7 @@ rule download_file:
         file=download_entry,
         pins=download_pins,
     log:
-        "results/logs/download/{dataset}/{file}.log",
+        "results/logs/download/{source}/{file}.log",
     conda:
         "../../envs/lineage.yaml"
     localrule: True  # compute nodes may have no internet; downloads run where Snakemake runs
@@ -28,10 +28,49 @@ rule prepare_dataset:
     log:
         "results/logs/prepare_dataset/{dataset}/seed{seed}.log",
     conda:
-        "../../envs/lineage.yaml"
+        dataset_env
     threads: 1
     resources:
         mem_mb=8000,
         runtime=60,
     script:
         "../scripts/prepare_dataset.py"
+
+
+rule dataset_genes:
+    input:
+        unpack(dataset_files),
+    output:
+        paths.DATASET_GENES,
+    params:
+        entry=dataset_entry,
+    log:
+        "results/logs/dataset_genes/{dataset}.log",
+    conda:
+        dataset_env
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=30,
+    script:
+        "../scripts/dataset_genes.py"
+
+
+rule embed_genes:
+    input:
+        unpack(embedding_inputs),
+    output:
+        table=paths.GENE_TABLE,
+        facts=paths.GENE_TABLE.replace(".parquet", ".json"),
+    params:
+        entry=embedding_entry,
+    log:
+        "results/logs/embed_genes/{embedding}/{dataset}.log",
+    conda:
+        "../../envs/representation.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    script:
+        "../scripts/embed_genes.py"

@@ -1,6 +1,6 @@
 rule aggregate:
     input:
-        scores=all_run_files(paths.RUN_SCORES),
+        scores=PLAN.dataset_scores,
         records=all_run_files(paths.RUN_RECORD),
     output:
         scores=paths.SCORES,
@@ -8,6 +8,7 @@ rule aggregate:
         leaderboard=paths.LEADERBOARD,
     params:
         baseline=config["evaluation"]["delta_baseline"],
+        paired=config["evaluation"]["paired"],
     log:
         "results/logs/aggregate.log",
     conda:

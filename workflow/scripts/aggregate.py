@@ -13,4 +13,5 @@ aggregate(
     runs_path=snakemake.output.runs,
     leaderboard_path=snakemake.output.leaderboard,
     baseline=snakemake.params.baseline,
+    paired=snakemake.params.paired,
 )

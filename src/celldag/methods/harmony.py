@@ -1,0 +1,34 @@
+"""Harmony (Korsunsky et al. 2019, harmonypy) on the PCA of the scaled expression, per batch.
+
+Registry params: ``n_components`` (PCA, fitted on the training cells as in ``celldag.methods.pca``),
+``theta`` (diversity penalty), ``max_iter`` (Harmony rounds). Harmony corrects the cells it is given
+and has no model to apply to new ones, so it runs on all cells; it sees batches, never labels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from celldag.methods import MethodInput, MethodResult, NotApplicable
+from celldag.methods.pca import pca_embedding
+
+
+def run(inputs: MethodInput, params: dict, seed: int) -> MethodResult:
+    if inputs.batch is None or len(np.unique(inputs.batch)) < 2:
+        raise NotApplicable("Harmony needs ≥ 2 batches")
+    import harmonypy
+
+    pcs = pca_embedding(inputs.features, inputs.train_mask, params["n_components"], seed)
+    harmony = harmonypy.run_harmony(
+        pcs,
+        {"batch": np.asarray(inputs.batch).astype(str)},
+        "batch",
+        theta=params["theta"],
+        max_iter_harmony=params["max_iter"],
+        random_state=seed,
+        verbose=False,
+    )
+    return MethodResult(
+        embedding=np.asarray(harmony.Z_corr, dtype=np.float32),
+        uns={"n_components": pcs.shape[1], "harmony_rounds": len(harmony.kmeans_rounds)},
+    )

@@ -1,0 +1,60 @@
+"""scVI (Lopez et al. 2018, scvi-tools) on raw counts; the cell embedding is the posterior mean of z.
+
+Registry params: ``use_batch`` (batch as the model's categorical covariate: "scVI-batch" vs
+"scVI-raw" in sciLaMA's Table 1), ``n_latent``, ``n_layers``, ``n_hidden``, ``max_epochs``,
+``early_stopping``, ``batch_size``, ``accelerator`` (auto | cpu | gpu).
+
+Split: trained on the training cells, with the validation cells as scVI's validation set (its early
+stopping watches their ELBO), then every cell is embedded — the protocol sciLaMA follows, so both see
+the same cells while fitting. Seeded through ``scvi.settings.seed``; on CPU two runs of a seed give the
+same embedding bit for bit (tests/test_representation_baselines.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from celldag.methods import MethodInput, MethodResult, NotApplicable
+
+
+def run(inputs: MethodInput, params: dict, seed: int) -> MethodResult:
+    if inputs.counts is None:
+        raise NotApplicable("scVI models counts; this dataset has none")
+    if params["use_batch"] and inputs.batch is None:
+        raise ValueError("use_batch needs batch labels")
+    import anndata
+    import pandas as pd
+    import scvi
+    from scipy import sparse
+
+    scvi.settings.seed = seed
+    n_cells = inputs.counts.shape[0]
+    columns = {"batch": np.asarray(inputs.batch).astype(str)} if params["use_batch"] else {}
+    adata = anndata.AnnData(
+        X=sparse.csr_matrix(inputs.counts, dtype=np.float32),
+        obs=pd.DataFrame(columns, index=[str(i) for i in range(n_cells)]),
+    )
+    scvi.model.SCVI.setup_anndata(adata, batch_key="batch" if params["use_batch"] else None)
+    model = scvi.model.SCVI(
+        adata, n_latent=params["n_latent"], n_layers=params["n_layers"], n_hidden=params["n_hidden"]
+    )
+    train_mask = np.ones(n_cells, dtype=bool) if inputs.train_mask is None else np.asarray(inputs.train_mask, bool)
+    train_idx, val_idx = np.flatnonzero(train_mask), np.flatnonzero(~train_mask)
+    model.train(
+        max_epochs=params["max_epochs"],
+        accelerator=params["accelerator"],
+        devices=1,
+        batch_size=params["batch_size"],
+        early_stopping=params["early_stopping"] and len(val_idx) > 0,
+        datasplitter_kwargs={
+            "external_indexing": [train_idx, val_idx],
+            # a last minibatch of 1–2 cells breaks BatchNorm's training statistics
+            "drop_last": 0 < len(train_idx) % params["batch_size"] < 3,
+        },
+        enable_progress_bar=False,
+    )
+    embedding = model.get_latent_representation()  # posterior means of every cell
+    return MethodResult(
+        embedding=np.asarray(embedding, dtype=np.float32),
+        uns={"training": {"epochs": len(model.history["elbo_train"]), "device": str(model.device)}},
+    )

@@ -1,0 +1,1 @@
+"""Representation track (cell embeddings, batch integration): source data → prepared datasets."""

@@ -1,0 +1,193 @@
+"""Metrics of the representation track: scIB scores of cell embeddings, marker clustering of gene embeddings.
+
+``scib_scores`` runs scib-metrics' ``Benchmarker`` (its full bio-conservation and batch-correction sets
+and its 0.6 / 0.4 aggregate) plus three scores the Benchmarker of scib-metrics 0.5.10 leaves out but
+the sciLaMA paper reports: Leiden NMI / ARI (cluster resolution chosen by NMI, as scIB does) and the
+classic batch ASW (``silhouette_batch``, which this Benchmarker replaced by BRAS). Those three are
+reported beside the aggregate, not inside it, so ``total`` means what scib-metrics means by it.
+
+Cost: JAX and numba compile on first use, ≈ 1.5 min of one process before the first embedding is
+scored, then seconds per embedding for ~1k cells. Score all embeddings of a dataset in one call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+# snake_case name → higher_is_better (every scIB score is higher-better); order = bio, batch, aggregate
+SCIB_METRICS = {
+    "nmi_kmeans": True,          # NMI of k-means (k = number of labels) clusters vs labels
+    "ari_kmeans": True,          # ARI of the same clustering
+    "nmi_leiden": True,          # NMI of Leiden clusters on the 15-NN graph, resolution maximising NMI
+    "ari_leiden": True,          # ARI at that resolution
+    "silhouette_label": True,    # cell-type ASW, rescaled (s + 1) / 2
+    "clisi": True,               # cell-type LISI on the 90-NN graph, scaled so 1 = neighbourhoods pure
+    "isolated_labels": True,     # ASW of the labels present in the fewest batches
+    "bras": True,                # batch-removal-adapted silhouette (cosine, mean over other batches) per label
+    "silhouette_batch": True,    # classic batch ASW: 1 − |s| per label (the paper's "batchASW")
+    "ilisi": True,               # batch LISI on the 90-NN graph, scaled to [0, 1]
+    "kbet": True,                # kBET acceptance rate per label on diffusion neighbours
+    "graph_connectivity": True,  # per label: largest connected component of its 15-NN subgraph
+    "pcr_comparison": True,      # drop in batch variance explained (PC regression) vs pre_integration
+    "bio_conservation": True,    # Benchmarker aggregate: mean of its bio metrics (kmeans NMI/ARI,
+                                 # silhouette_label, clisi, isolated_labels)
+    "batch_correction": True,    # mean of bras, ilisi, kbet, graph_connectivity, pcr_comparison
+    "total": True,               # 0.6 · bio_conservation + 0.4 · batch_correction
+}  # fmt: skip
+
+# Benchmarker result rows (clean_names=False) → our names
+_BENCHMARKER_NAMES = {
+    "nmi_ari_cluster_labels_kmeans_nmi": "nmi_kmeans",
+    "nmi_ari_cluster_labels_kmeans_ari": "ari_kmeans",
+    "silhouette_label": "silhouette_label",
+    "clisi_knn": "clisi",
+    "isolated_labels": "isolated_labels",
+    "bras": "bras",
+    "ilisi_knn": "ilisi",
+    "kbet_per_label": "kbet",
+    "graph_connectivity": "graph_connectivity",
+    "pcr_comparison": "pcr_comparison",
+    "Bio conservation": "bio_conservation",
+    "Batch correction": "batch_correction",
+    "Total": "total",
+}
+_MAX_NEIGHBOURS = 90  # the Benchmarker's largest neighbourhood (cLISI, iLISI)
+
+
+def scib_scores(
+    embeddings: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    batch: np.ndarray,
+    pre_integration: np.ndarray | None,
+    *,
+    batch_metrics: bool = True,
+    n_jobs: int = 1,
+) -> dict[str, dict[str, float]]:
+    """Per embedding key: {metric: value} over the names of ``SCIB_METRICS`` (NaN where undefined).
+
+    ``pre_integration`` is the unintegrated reference of the PCR comparison (e.g. PCA of the scaled
+    expression); it may be None only with ``batch_metrics=False``, which scores bio conservation
+    alone (no batch metrics, no ``total``), as needed for a dataset with one batch.
+    """
+    import anndata
+    import pandas as pd
+    import scib_metrics
+    from scib_metrics.benchmark import BatchCorrection, Benchmarker
+
+    labels, batch = np.asarray(labels).astype(str), np.asarray(batch).astype(str)
+    n_cells = len(labels)
+    _check_inputs(embeddings, n_cells, batch, pre_integration, batch_metrics)
+    # its INFO lines ("<label> consists of a single batch … Skip.") are rich-formatted terminal noise in job logs
+    scib_metrics.settings.verbosity = logging.WARNING
+
+    # copies: scib-metrics' k-means centres its input in place (X -= mean; X += mean), which leaves
+    # float32 rounding in the caller's arrays and made a second call on them differ from the first
+    obsm = {key: np.array(x, dtype=np.float32) for key, x in embeddings.items()}
+    # only the PCR comparison reads the reference; without batch metrics any embedding stands in, so the
+    # Benchmarker does not run its own PCA (of an X we do not give it)
+    reference = pre_integration if batch_metrics else next(iter(obsm.values()))
+    obsm["_pre_integration"] = np.asarray(reference, dtype=np.float32)
+    data = anndata.AnnData(
+        obs=pd.DataFrame({"label": labels, "batch": batch}, index=[str(i) for i in range(n_cells)]), obsm=obsm
+    )
+    benchmarker = Benchmarker(
+        data,
+        batch_key="batch",
+        label_key="label",
+        embedding_obsm_keys=list(embeddings),
+        batch_correction_metrics=BatchCorrection() if batch_metrics else None,
+        pre_integrated_embedding_obsm_key="_pre_integration",
+        n_jobs=n_jobs,
+        progress_bar=False,
+    )
+    benchmarker.prepare(neighbor_computer=lambda x, k: exact_neighbors(x, k, n_jobs))
+    benchmarker.benchmark()
+    # min_max_scale=False: scaling each metric to [0, 1] across the embeddings of this call would make a
+    # method's score depend on which other methods were compared with it
+    table = benchmarker.get_results(min_max_scale=False, clean_names=False).drop(index="Metric Type")
+
+    scores = {}
+    for key in embeddings:
+        x = np.asarray(embeddings[key], dtype=np.float32)
+        row = {_BENCHMARKER_NAMES[column]: float(value) for column, value in table.loc[key].items()}
+        leiden = scib_metrics.nmi_ari_cluster_labels_leiden(exact_neighbors(x, 15, n_jobs), labels, n_jobs=n_jobs)
+        row |= {"nmi_leiden": float(leiden["nmi"]), "ari_leiden": float(leiden["ari"])}
+        if batch_metrics:
+            row["silhouette_batch"] = float(scib_metrics.silhouette_batch(x, labels, batch))
+        scores[key] = {name: row[name] for name in SCIB_METRICS if name in row}
+    return scores
+
+
+def exact_neighbors(x: np.ndarray, n_neighbors: int, n_jobs: int = 1):
+    """Exact k nearest neighbours (self first) as scib-metrics' ``NeighborsResults``.
+
+    Replaces the Benchmarker's default pynndescent: exact and deterministic at any thread count.
+    """
+    from scib_metrics.nearest_neighbors import NeighborsResults
+    from sklearn.neighbors import NearestNeighbors
+
+    distances, indices = NearestNeighbors(n_neighbors=n_neighbors, n_jobs=n_jobs).fit(x).kneighbors(x)
+    return NeighborsResults(indices=indices, distances=distances)
+
+
+def _check_inputs(embeddings, n_cells, batch, pre_integration, batch_metrics: bool) -> None:
+    if not embeddings:
+        raise ValueError("no embeddings to score")
+    for key, x in embeddings.items():
+        if np.shape(x)[0] != n_cells or np.ndim(x) != 2:
+            raise ValueError(f"embedding {key!r} has shape {np.shape(x)}; expected ({n_cells}, d)")
+        if not np.isfinite(x).all():
+            raise ValueError(f"embedding {key!r} has non-finite values")
+    if len(batch) != n_cells:
+        raise ValueError(f"{len(batch)} batch values for {n_cells} labels")
+    if n_cells <= _MAX_NEIGHBOURS:
+        raise ValueError(f"scIB metrics need more than {_MAX_NEIGHBOURS} cells (their largest neighbourhood); "
+                         f"got {n_cells}")  # fmt: skip
+    if not batch_metrics:
+        return
+    n_batches = len(np.unique(batch))
+    if n_batches < 2:
+        raise ValueError(f"batch-correction metrics need ≥ 2 batches; {n_batches} found "
+                         "(pass batch_metrics=False to score bio conservation only)")  # fmt: skip
+    if pre_integration is None or np.shape(pre_integration)[0] != n_cells:
+        raise ValueError(f"batch metrics need pre_integration with {n_cells} rows (the PCR comparison's reference)")
+
+
+def marker_clustering(
+    gene_vectors: np.ndarray, gene_names: Sequence[str], markers: Mapping[str, Sequence[str]]
+) -> dict:
+    """How well marker genes cluster by cell type in a gene-embedding space (sciLaMA Table S7).
+
+    Each marker gene found in ``gene_names`` is a point labelled by its cell type (a gene listed under
+    several types is ambiguous and skipped). Returns ``davies_bouldin`` (lower is better),
+    ``calinski_harabasz`` (higher is better), ``n_genes`` and ``n_types`` scored, ``n_missing``
+    (listed markers absent from ``gene_names``) and ``n_ambiguous`` (found under several types).
+    """
+    from sklearn.metrics import calinski_harabasz_score, davies_bouldin_score
+
+    row_of = {gene: i for i, gene in enumerate(gene_names)}
+    listed = [(gene, cell_type) for cell_type, genes in markers.items() for gene in dict.fromkeys(genes)]
+    types_of: dict[str, set[str]] = {}
+    for gene, cell_type in listed:
+        types_of.setdefault(gene, set()).add(cell_type)
+    found = [(gene, cell_type) for gene, cell_type in listed if gene in row_of and len(types_of[gene]) == 1]
+    n_missing = sum(gene not in row_of for gene in types_of)
+    n_ambiguous = sum(gene in row_of and len(types) > 1 for gene, types in types_of.items())
+    n_types = len({cell_type for _, cell_type in found})
+    if n_types < 2 or len(found) <= n_types:
+        raise ValueError(f"marker clustering needs ≥ 2 cell types and more marker genes than types; found "
+                         f"{len(found)} genes of {n_types} types ({n_missing} listed markers not in the gene "
+                         f"table, {n_ambiguous} under several types)")  # fmt: skip
+    vectors = np.asarray(gene_vectors, dtype=np.float64)[[row_of[gene] for gene, _ in found]]
+    types = [cell_type for _, cell_type in found]
+    return {
+        "davies_bouldin": float(davies_bouldin_score(vectors, types)),
+        "calinski_harabasz": float(calinski_harabasz_score(vectors, types)),
+        "n_genes": len(found),
+        "n_types": n_types,
+        "n_missing": n_missing,
+        "n_ambiguous": n_ambiguous,
+    }
