@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from celldag import io
 from celldag.contracts import check_scores
@@ -15,6 +16,7 @@ from celldag.prepare import write_prepared_dataset
 from celldag.provenance import config_hash
 from celldag.report.leaderboard import aggregate, leaderboard_markdown
 from celldag.runner import run_method
+from conftest import REPO
 
 DATASET = {
     "track": "lineage", "loader": "bm_simulator",
@@ -157,3 +159,24 @@ def test_paired_difference_is_a_t_interval_over_seeds():
     assert result["high"] - result["mean"] == pytest.approx(4.302653 * 0.1 / 3**0.5, rel=1e-5)
     text = leaderboard_markdown(scores, paired=[{"method": "scilama/text", "against": ["scilama/random"], "metrics": ["total"]}])
     assert "| scilama/text − scilama/random | total | 0.200 | [-0.048, 0.448] | 3 |" in text
+
+
+def test_a_gpu_job_without_cuda_aborts_unless_cpu_fallback_is_allowed(tmp_path):
+    from celldag.runner import NoGPUError
+
+    prepared = tmp_path / "data.h5ad"
+    write_prepared_dataset("bm_t", DATASET, 0, str(prepared))
+    method = {"track": "lineage", "module": "celldag.methods.celltreeqm", "gpu": True,
+              "params": {**yaml.safe_load((REPO / "config/methods.yaml").read_text())["celltreeqm"]["params"],
+                         "steps": 2, "device": "cuda"},
+              "variants": {"supervised": {"setting": "supervised"}}}  # fmt: skip
+    run_dir = tmp_path / "run"
+    common = dict(prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
+                  dataset_id="bm_t", dataset_entry=DATASET, method_id="celltreeqm", method_entry=method,
+                  variant="supervised", seed=0, gpu_requested=True)  # fmt: skip
+    with pytest.raises(NoGPUError, match="requested a GPU but torch .* sees no CUDA device"):
+        run_method(**common, cpu_fallback=False)
+    assert not run_dir.exists()  # aborted before anything was written
+    assert run_method(**common, cpu_fallback=True) == "ok"
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["config"]["params"]["device"] == "cpu" and record["environment"]["CUDA_VISIBLE_DEVICES"] is None

@@ -6,6 +6,7 @@ import hashlib
 import json
 import platform
 import resource
+import os
 import socket
 import sys
 import time
@@ -64,6 +65,8 @@ class RunClock:
             "packages": package_versions(),
             "device": device_description(),
             "host": socket.gethostname(),
+            # which accelerator and which scheduler job: absent keys are None (a local CPU run)
+            "environment": {name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID")},
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "wall_time_s": round(time.perf_counter() - self._perf, 3),
             "peak_rss_mb": round(peak_rss_mb(), 1),

@@ -58,6 +58,26 @@ def method_input(prepared, work_dir: str, gene_table=None) -> MethodInput:
     )
 
 
+class NoGPUError(RuntimeError):
+    """A job that asked for a GPU sees none: abort before any training (unless CPU fallback is allowed)."""
+
+
+def cuda_available(cpu_fallback: bool) -> bool:
+    """True when CUDA is usable; otherwise NoGPUError, or with ``cpu_fallback`` a warning and False."""
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    message = (f"this job requested a GPU but torch {torch.__version__} sees no CUDA device "
+               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")  # fmt: skip
+    if not cpu_fallback:
+        raise NoGPUError(message + "; install a CUDA build of torch on GPU nodes, or set compute.cpu_fallback: true")
+    log.warning("%s; training on the CPU (compute.cpu_fallback is true)", message)
+    return False
+
+
 def call_method(module_name: str, inputs: MethodInput, params: dict, seed: int, threads: int = 1) -> tuple[MethodResult, str, str]:
     """(result, status, reason) — exceptions become a status so one failure never stops the DAG."""
     try:
@@ -104,11 +124,14 @@ def without_none(facts: dict) -> dict:
 def run_method(
     *, prepared_path: str, gene_table_path: str | None = None, output_path: str, record_path: str,
     dataset_id: str, dataset_entry: dict, method_id: str, method_entry: dict, variant: str, seed: int, threads: int = 1,
+    gpu_requested: bool = False, cpu_fallback: bool = False,
 ) -> str:  # fmt: skip
     """Run one (dataset, method, variant, seed); returns the run status."""
     clock = RunClock()
-    prepared = io.read_h5ad(prepared_path, contracts.check_prepared_dataset)
     params = method_params(method_entry, variant)
+    if gpu_requested and not cuda_available(cpu_fallback):
+        params |= {key: "cpu" for key in ("device", "accelerator") if key in params}
+    prepared = io.read_h5ad(prepared_path, contracts.check_prepared_dataset)
     log.info("running %s/%s on %s (seed %d) with params %s", method_id, variant, dataset_id, seed, params)
     work_dir = Path(output_path).parent
     gene_table = None

@@ -42,6 +42,20 @@ def method_entry(wildcards):
     return REGISTRIES.methods[wildcards.method]
 
 
+def method_gpus(wildcards):
+    """1 for training jobs of GPU methods when the config asks for GPUs (sbatch --gpus=1), else 0."""
+    return int(config["compute"]["gpus"] and REGISTRIES.methods[wildcards.method]["gpu"])
+
+
+def per_attempt(base):
+    """A resource that grows with each try (1×, 2×, …): a job killed for memory or time asks for more."""
+
+    def resource(wildcards, attempt):
+        return base * attempt
+
+    return resource
+
+
 def dataset_env(wildcards):
     """Dataset preparation and evaluation run in their track's env (scanpy and scIB metrics on one)."""
     env = "lineage" if REGISTRIES.datasets[wildcards.dataset]["track"] == "lineage" else "representation"

@@ -13,9 +13,10 @@ rule evaluate:
         "results/logs/evaluate/{dataset}.log",
     conda:
         dataset_env
+    priority: 10  # the longest single job: start it as soon as its dataset's runs are done
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=60,
+        mem_mb=per_attempt(4000),
+        runtime=per_attempt(60),
     script:
         "../scripts/evaluate.py"

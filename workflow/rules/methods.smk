@@ -7,13 +7,15 @@ rule run_method:
     params:
         dataset=dataset_entry,
         method=method_entry,
+        compute=config["compute"],
     log:
         "results/logs/run_method/{dataset}/{method}/{variant}/seed{seed}.log",
     conda:
         method_env
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=60,
+        mem_mb=per_attempt(4000),
+        runtime=per_attempt(60),
+        gpu=method_gpus,
     script:
         "../scripts/run_method.py"

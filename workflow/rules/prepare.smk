@@ -12,8 +12,8 @@ rule download_file:
     retries: 2
     threads: 1
     resources:
-        mem_mb=500,
-        runtime=120,
+        mem_mb=per_attempt(500),
+        runtime=per_attempt(120),
     script:
         "../scripts/download.py"
 
@@ -31,8 +31,8 @@ rule prepare_dataset:
         dataset_env
     threads: 1
     resources:
-        mem_mb=8000,
-        runtime=60,
+        mem_mb=per_attempt(8000),
+        runtime=per_attempt(60),
     script:
         "../scripts/prepare_dataset.py"
 
@@ -48,10 +48,11 @@ rule dataset_genes:
         "results/logs/dataset_genes/{dataset}.log",
     conda:
         dataset_env
+    priority: 10  # many training jobs wait on the gene tables
     threads: 1
     resources:
-        mem_mb=8000,
-        runtime=30,
+        mem_mb=per_attempt(8000),
+        runtime=per_attempt(30),
     script:
         "../scripts/dataset_genes.py"
 
@@ -68,9 +69,10 @@ rule embed_genes:
         "results/logs/embed_genes/{embedding}/{dataset}.log",
     conda:
         "../../envs/representation.yaml"
+    priority: 10  # many training jobs wait on the gene tables
     threads: 2
     resources:
-        mem_mb=8000,
-        runtime=60,
+        mem_mb=per_attempt(8000),
+        runtime=per_attempt(60),
     script:
         "../scripts/embed_genes.py"

@@ -16,7 +16,7 @@ rule aggregate:
     localrule: True
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=per_attempt(2000),
+        runtime=per_attempt(10),
     script:
         "../scripts/aggregate.py"

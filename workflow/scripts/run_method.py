@@ -18,4 +18,6 @@ run_method(
     variant=snakemake.wildcards.variant,
     seed=int(snakemake.wildcards.seed),
     threads=snakemake.threads,
+    gpu_requested=bool(snakemake.resources.gpu),
+    cpu_fallback=snakemake.params.compute["cpu_fallback"],
 )
