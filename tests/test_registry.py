@@ -126,3 +126,12 @@ def test_paper_preset_plans_the_pancreas_benchmark(repo):
     pancreas_runs = [run for run in plan.runs if run.dataset == "scib_pancreas"]
     assert len(pancreas_runs) == 5 * (7 + 1 + 1 + 2 + 1)  # seeds × (sciLaMA variants, pca, harmony, scvi ×2, genept_w)
     assert jobs["embed_genes"] == 3 and jobs["evaluate"] == 6 and jobs["dataset_genes"] == 1
+
+
+def test_command_line_strings_become_seeds_and_switches(repo):
+    config = {"datasets": ["bm_default"], "methods": ["nj_raw"], "seeds": ["0", "3"],
+              "compute": {"gpus": "true", "cpu_fallback": "false"}}  # what `--config` hands over
+    config, _ = load_config(config, "--config", root=repo)
+    assert config["seeds"] == [0, 3] and config["compute"] == {"gpus": True, "cpu_fallback": False}
+    with pytest.raises(ConfigError, match=r"compute\.gpus: 'yes' is not of type 'boolean'"):
+        load_config({"datasets": ["bm_default"], "methods": ["nj_raw"], "compute": {"gpus": "yes"}}, "--config", root=repo)

@@ -82,9 +82,7 @@ def validate(data: dict, schema_name: str, source: Source) -> dict:
 
 def load_config(config: dict, source: Source, root: str | Path = ".") -> tuple[dict, Registries]:
     """Validate a run config (already parsed), load the registries it names and cross-check the ids."""
-    # `--config seeds=[0,1]` hands Snakemake's parser's strings to us: accept whole-number strings
-    if isinstance(config.get("seeds"), list):
-        config["seeds"] = [int(seed) if isinstance(seed, str) and seed.isdigit() else seed for seed in config["seeds"]]
+    undo_command_line_strings(config)
     validate(config, "config", source)
     root = Path(root)
     files = config["registries"]
@@ -111,6 +109,17 @@ def check_embedding_references(registries: Registries, methods_file: str, embedd
     for provider, entry in known.items():
         if entry["provider"] == "shuffled" and entry["of"] not in known:
             raise ConfigError(f"{embeddings_file}: {provider}.of: unknown embedding {entry['of']!r}")
+
+
+def undo_command_line_strings(config: dict) -> None:
+    """``--config seeds=[0,1]`` or ``compute='{gpus: true}'``: Snakemake's parser leaves nested values as
+    strings. Turn whole-number seeds and true/false switches back into what the schema expects."""
+    if isinstance(config.get("seeds"), list):
+        config["seeds"] = [int(seed) if isinstance(seed, str) and seed.isdigit() else seed for seed in config["seeds"]]
+    if isinstance(config.get("compute"), dict):
+        switches = {"true": True, "false": False}
+        config["compute"] = {key: switches.get(value, value) if isinstance(value, str) else value
+                             for key, value in config["compute"].items()}  # fmt: skip
 
 
 def apply_method_params(overrides: dict[str, dict], registries: Registries, source: Source) -> None:
