@@ -46,6 +46,16 @@ def main(table_path: str, threads: int) -> None:
               f"  stopped early {facts['stopped_early']}")  # fmt: skip
     print(f"total {seconds:.1f} s = {seconds / TARGET_SECONDS:.2f} × the 300 s target; "
           f"{seconds / PAPER_A100_SECONDS:.2f} × the paper's A100 pancreas time")  # fmt: skip
+    from celldag.embeddings import match_genes
+    from celldag.representation.metrics import marker_clustering
+
+    markers = registries.datasets["pbmc68k_batched"]["markers"]
+    contextual = marker_clustering(result.gene_embedding, result.gene_ids, markers)
+    _, static_vectors, _ = match_genes(list(result.gene_ids), inputs.gene_embedding)
+    static = marker_clustering(static_vectors, result.gene_ids, markers)
+    print(f"marker genes ({contextual['n_genes']}): Davies–Bouldin contextual {contextual['davies_bouldin']:.3f} "
+          f"vs static {static['davies_bouldin']:.3f}; Calinski–Harabasz {contextual['calinski_harabasz']:.2f} "
+          f"vs {static['calinski_harabasz']:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
