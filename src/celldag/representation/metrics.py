@@ -73,6 +73,24 @@ def scib_scores(
     expression); it may be None only with ``batch_metrics=False``, which scores bio conservation
     alone (no batch metrics, no ``total``), as needed for a dataset with one batch.
     """
+    import jax
+
+    # scib-metrics' k-means fails with jax_enable_x64 on (its loop mixes float32 and float64), and other
+    # libraries in the same process (scvi-tools' dependencies) may turn it on globally
+    with jax.enable_x64(False):
+        return _benchmark(embeddings, labels, batch, pre_integration, batch_metrics=batch_metrics, n_jobs=n_jobs)
+
+
+def _benchmark(
+    embeddings: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    batch: np.ndarray,
+    pre_integration: np.ndarray | None,
+    *,
+    batch_metrics: bool = True,
+    n_jobs: int = 1,
+) -> dict[str, dict[str, float]]:
+    """scib_scores without the JAX precision guard."""
     import anndata
     import pandas as pd
     import scib_metrics
