@@ -73,25 +73,8 @@ def scib_scores(
     expression); it may be None only with ``batch_metrics=False``, which scores bio conservation
     alone (no batch metrics, no ``total``), as needed for a dataset with one batch.
     """
-    import jax
-
-    # scib-metrics' k-means fails with jax_enable_x64 on (its loop mixes float32 and float64), and other
-    # libraries in the same process (scvi-tools' dependencies) may turn it on globally
-    with jax.enable_x64(False):
-        return _benchmark(embeddings, labels, batch, pre_integration, batch_metrics=batch_metrics, n_jobs=n_jobs)
-
-
-def _benchmark(
-    embeddings: Mapping[str, np.ndarray],
-    labels: np.ndarray,
-    batch: np.ndarray,
-    pre_integration: np.ndarray | None,
-    *,
-    batch_metrics: bool = True,
-    n_jobs: int = 1,
-) -> dict[str, dict[str, float]]:
-    """scib_scores without the JAX precision guard."""
     import anndata
+    import jax
     import pandas as pd
     import scib_metrics
     from scib_metrics.benchmark import BatchCorrection, Benchmarker
@@ -112,39 +95,42 @@ def _benchmark(
     data = anndata.AnnData(
         obs=pd.DataFrame({"label": labels, "batch": batch}, index=[str(i) for i in range(n_cells)]), obsm=obsm
     )
-    benchmarker = Benchmarker(
-        data,
-        batch_key="batch",
-        label_key="label",
-        embedding_obsm_keys=list(embeddings),
-        batch_correction_metrics=BatchCorrection() if batch_metrics else None,
-        pre_integrated_embedding_obsm_key="_pre_integration",
-        n_jobs=n_jobs,
-        progress_bar=False,
-    )
-    benchmarker.prepare(neighbor_computer=lambda x, k: exact_neighbors(x, k, n_jobs))
-    # The Benchmarker calls gc.collect() after every metric; each full collection walks every object of
-    # JAX, anndata & co. (60 % of the scoring time of one 700-cell embedding). Freezing the objects that
-    # exist now takes them out of those walks without changing any result.
-    gc.freeze()
-    try:
-        benchmarker.benchmark()
-    finally:
-        gc.unfreeze()
-    # min_max_scale=False: scaling each metric to [0, 1] across the embeddings of this call would make a
-    # method's score depend on which other methods were compared with it
-    table = benchmarker.get_results(min_max_scale=False, clean_names=False).drop(index="Metric Type")
+    # scib-metrics' k-means fails with jax_enable_x64 on (its loop mixes float32 and float64), and other
+    # libraries in the same process (scvi-tools' dependencies) may turn it on globally
+    with jax.enable_x64(False):
+        benchmarker = Benchmarker(
+            data,
+            batch_key="batch",
+            label_key="label",
+            embedding_obsm_keys=list(embeddings),
+            batch_correction_metrics=BatchCorrection() if batch_metrics else None,
+            pre_integrated_embedding_obsm_key="_pre_integration",
+            n_jobs=n_jobs,
+            progress_bar=False,
+        )
+        benchmarker.prepare(neighbor_computer=lambda x, k: exact_neighbors(x, k, n_jobs))
+        # The Benchmarker calls gc.collect() after every metric; each full collection walks every object of
+        # JAX, anndata & co. (60 % of the scoring time of one 700-cell embedding). Freezing the objects that
+        # exist now takes them out of those walks without changing any result.
+        gc.freeze()
+        try:
+            benchmarker.benchmark()
+        finally:
+            gc.unfreeze()
+        # min_max_scale=False: scaling each metric to [0, 1] across the embeddings of this call would make a
+        # method's score depend on which other methods were compared with it
+        table = benchmarker.get_results(min_max_scale=False, clean_names=False).drop(index="Metric Type")
 
-    scores = {}
-    for key in embeddings:
-        x = np.asarray(embeddings[key], dtype=np.float32)
-        row = {_BENCHMARKER_NAMES[column]: float(value) for column, value in table.loc[key].items()}
-        leiden = scib_metrics.nmi_ari_cluster_labels_leiden(exact_neighbors(x, 15, n_jobs), labels, n_jobs=n_jobs)
-        row |= {"nmi_leiden": float(leiden["nmi"]), "ari_leiden": float(leiden["ari"])}
-        if batch_metrics:
-            row["silhouette_batch"] = float(scib_metrics.silhouette_batch(x, labels, batch))
-        scores[key] = {name: row[name] for name in SCIB_METRICS if name in row}
-    return scores
+        scores = {}
+        for key in embeddings:
+            x = np.asarray(embeddings[key], dtype=np.float32)
+            row = {_BENCHMARKER_NAMES[column]: float(value) for column, value in table.loc[key].items()}
+            leiden = scib_metrics.nmi_ari_cluster_labels_leiden(exact_neighbors(x, 15, n_jobs), labels, n_jobs=n_jobs)
+            row |= {"nmi_leiden": float(leiden["nmi"]), "ari_leiden": float(leiden["ari"])}
+            if batch_metrics:
+                row["silhouette_batch"] = float(scib_metrics.silhouette_batch(x, labels, batch))
+            scores[key] = {name: row[name] for name in SCIB_METRICS if name in row}
+        return scores
 
 
 def exact_neighbors(x: np.ndarray, n_neighbors: int, n_jobs: int = 1):
