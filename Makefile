@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 CORES ?= all
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test lint dry-run lock clean
+.PHONY: run test lint dry-run validate lock clean
 
 $(BIN)/.installed: requirements/lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ run: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest
+
+# Check datasets of the registry without running anything: make validate DATASETS="pbmc68k_batched my_lab_data"
+validate: $(BIN)/.installed
+	$(BIN)/celldag validate $(DATASETS)
 
 lint: $(BIN)/.installed
 	$(BIN)/snakemake --lint

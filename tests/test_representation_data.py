@@ -95,10 +95,10 @@ def test_qc_drops_sparse_cells_and_rare_genes_and_records_each_step():
     assert record["train_cells"] + record["val_cells"] == 119
 
 
-def test_duplicate_gene_symbols_are_made_unique_and_counted():
+def test_duplicate_gene_symbols_are_made_unique_and_counted_when_asked():
     source = counts_adata()
     source.var_names = ["G0", "G0", *source.var_names[2:]]
-    prepared = run(source)
+    prepared = run(source, duplicate_genes="make_unique")
     assert prepared.var_names.is_unique and {"G0", "G0-1"} <= set(prepared.var_names)
     assert prepared.uns["preprocess"]["duplicate_gene_names_renamed"] == 1
 
@@ -232,16 +232,16 @@ def test_pbmc68k_batch_effect_is_visible_and_cell_types_stay_recoverable(pbmc68k
 # ---- downloaded sources, as tiny files written here ----------------------------------------------------
 
 
-def test_scib_loader_uses_the_counts_layer(tmp_path):
-    from celldag.data.scib import prepare_scib_h5ad
+def test_h5ad_loader_reads_the_counts_layer(tmp_path):
+    from celldag.data.h5ad import prepare_h5ad
 
     source = counts_adata()
     counts = source.X.copy()
     source.layers["counts"] = counts
     source.X = sparse.csr_matrix(np.log1p(counts.toarray()) / 3)  # the files' normalised X is not used
     source.write_h5ad(tmp_path / "pancreas.h5ad")
-    params = {"file": "pancreas.h5ad", "label_key": "celltype", "batch_key": "tech", "min_genes": 0}
-    prepared = prepare_scib_h5ad("scib_pancreas", params, 0, {"pancreas.h5ad": str(tmp_path / "pancreas.h5ad")})
+    params = {"file": "pancreas.h5ad", "label_key": "celltype", "batch_key": "tech", "layer": "counts", "min_genes": 0}
+    prepared = prepare_h5ad("scib_pancreas", params, 0, {"pancreas.h5ad": str(tmp_path / "pancreas.h5ad")})
     kept = source.var_names.get_indexer(prepared.var_names)
     np.testing.assert_array_equal(prepared.layers["counts"].toarray(), counts.toarray()[:, kept])
     assert (prepared.obs["label"].astype(str) == source.obs["celltype"]).all()
@@ -250,8 +250,8 @@ def test_scib_loader_uses_the_counts_layer(tmp_path):
 
     source.layers["counts"] = source.X  # normalised values where counts should be
     source.write_h5ad(tmp_path / "pancreas.h5ad")
-    with pytest.raises(ValueError, match=re.escape("pancreas.h5ad: layers['counts'] must hold raw integer counts")):
-        prepare_scib_h5ad("scib_pancreas", params, 0, {"pancreas.h5ad": str(tmp_path / "pancreas.h5ad")})
+    with pytest.raises(ValueError, match=re.escape("pancreas.h5ad: layers['counts']: ") + "[0-9]+ non-integer values"):
+        prepare_h5ad("scib_pancreas", params, 0, {"pancreas.h5ad": str(tmp_path / "pancreas.h5ad")})
 
 
 def test_pbmc3k_joins_labels_by_barcode(tmp_path):

@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from celldag.errors import InputError
+
 if TYPE_CHECKING:  # anndata and pandas are only needed by the callers that hold such objects
     import anndata
     import pandas as pd
 
 TRACKS = ("lineage", "representation")
+MIN_LEAVES = 4  # every lineage metric compares quartets of leaves
 RUN_STATUSES = ("ok", "not_applicable", "failed")
 SCORE_COLUMNS = {
     "dataset": "string",
@@ -31,7 +34,7 @@ SCORE_COLUMNS = {
 }
 
 
-class ContractError(ValueError):
+class ContractError(InputError):
     """An artifact breaks its contract; the message names the file and the field."""
 
     def __init__(self, path: str, field: str, problem: str):
@@ -95,6 +98,8 @@ def _check_lineage_dataset(adata: anndata.AnnData, path: str) -> None:
         raise ContractError(path, "uns['tree_newick']", "missing (the true lineage tree over the leaves)")
     tree_leaves = _tree_leaf_names(adata.uns["tree_newick"], path)
     leaves = set(adata.obs_names)
+    if len(leaves) < MIN_LEAVES:
+        raise ContractError(path, "obs_names", f"{len(leaves)} leaves; lineage metrics compare quartets: {MIN_LEAVES} or more needed")
     if tree_leaves != leaves:
         only_tree = sorted(tree_leaves - leaves)[:3]
         only_data = sorted(leaves - tree_leaves)[:3]

@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from celldag.errors import InputError
 from celldag.io import atomic_path, sha256_file
 
 PROGRESS_INTERVAL_S = 5.0
@@ -29,7 +30,7 @@ PROGRESS_INTERVAL_S = 5.0
 _PERMANENT_HTTP_ERRORS = frozenset(range(400, 500)) - {408, 425, 429}
 
 
-class DownloadError(RuntimeError):
+class DownloadError(InputError):
     """A download or checksum check failed; the message names the URL and/or file."""
 
 
@@ -145,7 +146,10 @@ def fetch_registry_file(entry: Mapping[str, str | None], target: str | os.PathLi
     log = logging.getLogger(__name__)
     target = Path(target)
     fetched = target.with_name(target.name + ".archive") if entry.get("extract") else target
-    pinned = entry.get("sha256") or _read_pins(pin_file).get(target.name)
+    from celldag.registry import PIN_ON_FIRST_FETCH
+
+    given = entry.get("sha256")
+    pinned = given if given != PIN_ON_FIRST_FETCH else _read_pins(pin_file).get(target.name)
     try:
         digest = download(entry["url"], fetched, sha256=pinned, progress=log)
         if entry.get("extract"):

@@ -114,6 +114,12 @@ def make_plan(config: dict, registries: Registries) -> Plan:
     return Plan(tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)))
 
 
+def dataset_files(dataset_id: str, entry: dict) -> dict[str, str]:
+    """A dataset's files by name: where a url source's downloads land, a local source's own paths."""
+    files = entry.get("files", []) if entry["source"] in ("url", "local") else []
+    return {f["name"]: f["path"] if "path" in f else DOWNLOAD.format(source=dataset_id, file=f["name"]) for f in files}
+
+
 def run_embedding(run: Run, registries: Registries) -> str | None:
     """The gene-embedding id a run reads (its params' ``embedding``), or None."""
     return method_params(registries.methods[run.method], run.variant).get("embedding")

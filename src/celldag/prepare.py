@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -53,8 +54,14 @@ def prepare_pbmc3k(dataset_id: str, params: dict, seed: int, files: Mapping[str,
     return prepare(dataset_id, params, seed, files)
 
 
-def prepare_scib_h5ad(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
-    from celldag.data.scib import prepare_scib_h5ad as prepare
+def prepare_h5ad(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
+    from celldag.data.h5ad import prepare_h5ad as prepare
+
+    return prepare(dataset_id, params, seed, files)
+
+
+def prepare_lineage_h5ad(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
+    from celldag.data.h5ad import prepare_lineage_h5ad as prepare
 
     return prepare(dataset_id, params, seed, files)
 
@@ -66,15 +73,33 @@ LOADERS = {
     "packer2019": prepare_packer2019,
     "pbmc68k_batched": prepare_pbmc68k_batched,
     "pbmc3k": prepare_pbmc3k,
-    "scib_h5ad": prepare_scib_h5ad,
+    "h5ad": prepare_h5ad,
+    "lineage_h5ad": prepare_lineage_h5ad,
 }
 # representation X is cells × genes (up to tens of thousands of each): float32, as the models train in,
 # halves the file and memory; lineage X (leaves × features, small) keeps float64
 X_DTYPE = {"lineage": np.float64, "representation": np.float32}
 
 
+def check_local_files(entry: dict) -> None:
+    """A local source's files exist and, where the entry gives a sha256, still have that digest."""
+    from celldag.contracts import ContractError
+    from celldag.io import sha256_file
+
+    for file in entry.get("files", []):
+        if "path" not in file:
+            continue
+        path = Path(file["path"])
+        if not path.is_file():
+            raise ContractError(str(path), "file", "not found")
+        digest = sha256_file(path) if file.get("sha256") else None
+        if digest != file.get("sha256"):
+            raise ContractError(str(path), "sha256", f"the registry gives {file['sha256']}, the file has {digest}")
+
+
 def prepare_dataset(dataset_id: str, entry: dict, seed: int, files: Mapping[str, str] | None = None):
     """Build the prepared dataset of one registry entry for one seed (ids and track in ``uns``)."""
+    check_local_files(entry)
     adata = LOADERS[entry["loader"]](dataset_id, entry["params"], seed, files or {})
     adata.X = np.asarray(adata.X, dtype=X_DTYPE[entry["track"]])
     adata.uns["dataset_id"] = dataset_id

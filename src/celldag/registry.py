@@ -13,11 +13,13 @@ from pathlib import Path
 
 import yaml
 
+from celldag.errors import InputError
+
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 DEFAULT_VARIANT = "default"
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A config or registry file is invalid; the message names the file and the key."""
 
 
@@ -93,8 +95,33 @@ def load_config(config: dict, source: Source, root: str | Path = ".") -> tuple[d
     )
     check_config_ids(config, registries, source)
     apply_method_params(config["method_params"], registries, source)
+    check_method_params(registries.methods, files["methods"], config["method_params"], source)
     check_embedding_references(registries, files["methods"], files["embeddings"])
+    check_source_files(registries.datasets, files["datasets"])
+    check_source_files(registries.embeddings, files["embeddings"])
     return config, registries
+
+
+PIN_ON_FIRST_FETCH = "pin-on-first-fetch"  # a url's sha256 when the publisher gives none
+
+
+def check_source_files(entries: dict[str, dict], registry_file: str) -> None:
+    """A url must come with its sha256 (or an explicit ``pin-on-first-fetch``); a dataset's files must
+    match its source (urls for ``url``, paths for ``local``); file names are unique per entry."""
+    for entry_id, entry in entries.items():
+        names = set()
+        for index, file in enumerate(entry.get("files", [])):
+            where = f"{registry_file}: {entry_id}.files[{index}]"
+            if file["name"] in names:
+                raise ConfigError(f"{where}: file name {file['name']!r} given twice")
+            names.add(file["name"])
+            if "url" in file and "sha256" not in file:
+                raise ConfigError(f"{where}: the url {file['url']} has no sha256; give the file's digest, or "
+                                  f"'{PIN_ON_FIRST_FETCH}' to trust the first download and pin it")  # fmt: skip
+            source = entry.get("source")
+            if source in ("url", "local") and ("url" in file) != (source == "url"):
+                wanted = "a url" if source == "url" else "a path"
+                raise ConfigError(f"{where}: a {source} source lists files by {wanted}")
 
 
 def check_embedding_references(registries: Registries, methods_file: str, embeddings_file: str) -> None:
@@ -133,6 +160,26 @@ def apply_method_params(overrides: dict[str, dict], registries: Registries, sour
                 f"{source_of(source, 'method_params')}: method_params.{method}: {method!r} has no parameter {unknown[0]!r}"
             )
         registries.methods[method]["params"].update(params)
+
+
+def check_method_params(methods: dict[str, dict], methods_file: str, overrides: dict[str, dict], source: Source) -> None:
+    """Every variant's merged params against its method's ``param_schema``: ranges fail at parse time."""
+    import jsonschema
+
+    for method, entry in methods.items():
+        validator = jsonschema.Draft202012Validator({"type": "object", "properties": entry["param_schema"]})
+        for variant, variant_params in entry["variants"].items():
+            error = jsonschema.exceptions.best_match(validator.iter_errors({**entry["params"], **variant_params}))
+            if error is None:
+                continue
+            name = error.absolute_path[0]
+            if name in variant_params:
+                where = f"{methods_file}: {method}.variants.{variant}.{name}"
+            elif name in overrides.get(method, {}):
+                where = f"{source_of(source, 'method_params')}: method_params.{method}.{name}"
+            else:
+                where = f"{methods_file}: {method}.params.{name}"
+            raise ConfigError(f"{where}: {error.message}")
 
 
 def split_method_selector(selector: str) -> tuple[str, str | None]:

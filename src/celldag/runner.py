@@ -94,7 +94,8 @@ def call_method(module_name: str, inputs: MethodInput, params: dict, seed: int, 
         return MethodResult(), "failed", f"{type(err).__name__}: {err}"
 
 
-def output_anndata(prepared, result: MethodResult, ids: dict, status: str, reason: str):
+def output_anndata(prepared, result: MethodResult, ids: dict, status: str, reason: str, path: str):
+    """The method output as AnnData; a result whose rows do not match the dataset breaks the contract."""
     import anndata
     import pandas as pd
 
@@ -106,13 +107,21 @@ def output_anndata(prepared, result: MethodResult, ids: dict, status: str, reaso
         adata.uns["status_reason"] = reason
         return adata
     if genes:  # the contextual gene embedding, one row per modelled gene
-        adata.varm["X_gene_emb"] = np.asarray(result.gene_embedding, dtype=np.float64)
+        adata.varm["X_gene_emb"] = _rows(result.gene_embedding, len(genes), path, "varm['X_gene_emb']", "gene id")
     if result.embedding is not None:
-        adata.obsm["X_emb"] = np.asarray(result.embedding, dtype=np.float64)
+        adata.obsm["X_emb"] = _rows(result.embedding, prepared.n_obs, path, "obsm['X_emb']", "cell of the dataset")
     if result.tree_newick is not None:
         adata.uns["tree_newick"] = result.tree_newick
     adata.uns.update(without_none(result.uns))
     return adata
+
+
+def _rows(values, expected: int, path: str, field: str, per: str) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 2 or array.shape[0] != expected:
+        raise contracts.ContractError(path, field, f"the method returned shape {array.shape}; "
+                                      f"expected {expected} rows, one per {per}")  # fmt: skip
+    return array
 
 
 def without_none(facts: dict) -> dict:
@@ -144,7 +153,7 @@ def run_method(
     ids = {"dataset_id": dataset_id, "method_id": method_id, "variant": variant}
     # which static gene table the run read: evaluation compares its marker clustering with the output's
     embedding = {"embedding": params["embedding"]} if params.get("embedding") else {}
-    output = output_anndata(prepared, result, {**ids, "seed": seed, **embedding}, status, reason)
+    output = output_anndata(prepared, result, {**ids, "seed": seed, **embedding}, status, reason, output_path)
     contracts.check_method_output(output, output_path, track=method_entry["track"])
     io.write_h5ad(output, output_path)
     config = {"dataset": dataset_entry, "method": method_entry, "variant": variant, "params": params, "seed": seed}

@@ -82,7 +82,8 @@ def _random_states() -> dict:
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         "python_random": random.getstate(),
-        "numpy_global": np.random.get_state(),
+        # as plain lists and numbers: torch.load(weights_only=True) refuses numpy arrays
+        "numpy_global": [value.tolist() if isinstance(value, np.ndarray) else value for value in np.random.get_state()],
     }
 
 
@@ -98,7 +99,8 @@ def _restore_random_states(saved: dict, rng: np.random.Generator) -> None:
                 len(saved["cuda_rng"]), torch.cuda.device_count(),
             )  # fmt: skip
     random.setstate(saved["python_random"])
-    np.random.set_state(saved["numpy_global"])
+    name, keys, *position = saved["numpy_global"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), *position))
 
 
 def _cpu_copy(state_dict: dict) -> dict:
@@ -200,7 +202,8 @@ def _restore(saved: dict, model, optimizer, rng: np.random.Generator) -> _Progre
 
 def _resume(path: Path, total_steps: int, model, optimizer, rng: np.random.Generator, log) -> _Progress:
     # map_location: a checkpoint written on a GPU node must load on any node; load_state_dict moves it back.
-    saved = torch.load(path, map_location="cpu", weights_only=False)
+    # weights_only: tensors, containers and numbers only — loading a checkpoint never runs code
+    saved = torch.load(path, map_location="cpu", weights_only=True)
     if saved["total_steps"] != total_steps:
         raise ValueError(
             f"{path} belongs to a run of {saved['total_steps']} steps, this one asks for {total_steps}; "

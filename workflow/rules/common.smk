@@ -68,10 +68,8 @@ def method_env(wildcards):
 
 
 def dataset_files(wildcards):
-    """Local paths of a url dataset's downloads, by file name ({} for builtin sources)."""
-    entry = REGISTRIES.datasets[wildcards.dataset]
-    names = [f["name"] for f in entry.get("files", [])] if entry["source"] == "url" else []
-    return {name: paths.DOWNLOAD.format(source=wildcards.dataset, file=name) for name in names}
+    """Local paths of a dataset's files by name: downloads of a url source, the given paths of a local one."""
+    return paths.dataset_files(wildcards.dataset, REGISTRIES.datasets[wildcards.dataset])
 
 
 def download_entry(wildcards):

@@ -15,6 +15,7 @@ import numpy as np
 
 from celldag.embeddings import annotation, sources
 from celldag.embeddings.table import check_frame, gene_frame, match_genes
+from celldag.errors import InputError
 from celldag.methods import GeneTable
 
 if TYPE_CHECKING:
@@ -51,7 +52,9 @@ def embed_genes(provider: str, params: dict, genes: Sequence[str], files: Mappin
     embed = {"text": _text, "go_svd": _go_svd, "file": _file, "random": _random, "shuffled": _shuffled}[provider]
     ids, vectors, details = embed(DEFAULTS[provider] | params, genes, files, seed, base_table)
     if not ids:
-        raise ValueError(f"provider {provider!r} embedded none of the {len(genes)} requested genes (first: {genes[:3]})")
+        raise InputError(f"provider {provider!r} embedded none of the {len(genes)} requested genes (first: {genes[:3]}); "
+                         "genes are matched by exact name: the dataset's var_names must be the ids the source uses "
+                         "(e.g. HGNC symbols, not Ensembl ids)")
     facts = {"provider": provider, "n_genes_requested": len(genes), "n_genes_embedded": len(ids),
              "n_genes_missing": len(genes) - len(ids), "dim": int(vectors.shape[1])}
     return gene_frame(ids, vectors), facts | details

@@ -9,6 +9,7 @@ from itertools import chain, combinations, islice
 
 import numpy as np
 
+from celldag.errors import InputError
 from celldag.lineage.tree import Tree, splits
 
 QUARTET_SAMPLE_DEFAULT = 100_000
@@ -44,7 +45,7 @@ def quartet_distance(a: Tree, b: Tree) -> float:
     order = _shared_leaf_order(a, b)
     n = len(order)
     if n < 4:
-        raise ValueError(f"the quartet distance needs at least 4 leaves, got {n}")
+        raise InputError(f"the quartet distance needs at least 4 leaves, got {n}")
     view_a, view_b = _PathComponents(a, order), _PathComponents(b, order)
     # labels and vertices lie in [0, 2N); x = p and x = q get the unique values 2N and 2N + 1
     sentinel = 2 * max(a.n_nodes, b.n_nodes)
@@ -138,7 +139,7 @@ def qdist_sampled(d_est: np.ndarray, d_ref: np.ndarray, n_quartets: int, rng: np
         raise ValueError(f"d_est and d_ref must have one shape, got {est.shape} and {ref.shape}")
     n = ref.shape[0]
     if n < 4:
-        raise ValueError(f"quartets need at least 4 leaves, got {n}")
+        raise InputError(f"quartets need at least 4 leaves, got {n}")
     if n_quartets < 1:
         raise ValueError(f"n_quartets must be positive, got {n_quartets}")
     if n_quartets >= math.comb(n, 4):

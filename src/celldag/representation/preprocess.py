@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from celldag.errors import InputError
+
 if TYPE_CHECKING:
     import anndata
 
@@ -23,7 +25,9 @@ DEFAULTS = {
     "min_cells": 3,       # a gene must be detected in this many cells (Seurat's usual 3)
     "n_top_genes": None,  # None: keep every QC-passed gene
     "val_fraction": 0.2,
+    "duplicate_genes": "error",  # or make_unique: suffix repeated gene names (-1, -2, …) and count them
 }
+DUPLICATE_GENES = ("error", "make_unique")
 VALUES = ("counts", "lognorm")  # what the source matrix handed to preprocess() holds
 TARGET_SUM = 1e4
 MAX_VALUE = 10.0
@@ -52,6 +56,10 @@ def preprocess(adata: anndata.AnnData, *, label_key: str, batch_key: str, seed: 
     )
     matrix = integer_counts(adata.X, "counts") if values == "counts" else _lognorm_input(adata.X)
     genes = pd.Index(adata.var_names.astype(str), name="gene")
+    if settings["duplicate_genes"] == "error" and genes.has_duplicates:
+        duplicated = genes[genes.duplicated()].unique()[:3].tolist()
+        raise InputError(f"var_names: {int(genes.duplicated().sum())} duplicated gene names (first: {duplicated}); "
+                         "set duplicate_genes: make_unique to suffix them")
     data = anndata.AnnData(X=matrix, obs=obs, var=pd.DataFrame(index=anndata.utils.make_index_unique(genes)))
     record = {"values": values, "cells_in": data.n_obs, "genes_in": data.n_vars,
               "duplicate_gene_names_renamed": int(genes.duplicated().sum())}
@@ -163,6 +171,8 @@ def check_params(params: Mapping) -> dict:
     n_top = settings["n_top_genes"]
     if n_top is not None and (isinstance(n_top, bool) or not isinstance(n_top, int) or n_top < 1):
         raise ValueError(f"n_top_genes must be null or an integer >= 1, got {n_top!r}")
+    if settings["duplicate_genes"] not in DUPLICATE_GENES:
+        raise InputError(f"duplicate_genes must be one of {DUPLICATE_GENES}, got {settings['duplicate_genes']!r}")
     fraction = settings["val_fraction"]
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction < 1:
         raise ValueError(f"val_fraction must be a number in (0, 1), got {fraction!r}")

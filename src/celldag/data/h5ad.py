@@ -1,0 +1,330 @@
+"""Any lab's ``.h5ad``: loader ``h5ad`` (representation track) and ``lineage_h5ad`` (lineage track).
+
+Each source is checked before anything is computed from it, and every problem is collected at once
+(``celldag validate`` prints them all; a job stops at the first, naming the file and the field).
+Representation sources go on to the shared preprocessing (QC, normalisation, HVG, scaling, split);
+lineage sources are pseudo-bulked per leaf, log-transformed if they hold counts and z-scored per
+feature, with an optional seeded cell-half replicate pair.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+
+from celldag.contracts import MIN_LEAVES, ContractError
+from celldag.errors import InputError
+from celldag.representation.preprocess import preprocess, split_params
+
+H5AD_PARAMS = {
+    "file": None,        # the name of the .h5ad among the entry's files
+    "label_key": None,   # obs column of cell types (required)
+    "batch_key": None,   # obs column of batches; null: one batch (batch-correction metrics do not apply)
+    "layer": None,       # where the values are: null = X, or a layer name
+    "values": "counts",  # counts (raw integers) | lognorm (log-normalised already)
+}
+LINEAGE_PARAMS = {
+    "file": None,
+    "leaf_key": None,     # obs column naming each cell's leaf; null: every row is a leaf (obs_names)
+    "newick": None,       # the name of a Newick file among the entry's files: the true tree over the leaves
+    "lineage_key": None,  # or: obs column of C. elegans Sulston names, the tree built from them
+    "layer": None,
+    "values": "counts",   # counts (or TPM, >= 0): leaf means get log1p; transformed: used as they are
+    "replicates": False,  # split each leaf's cells in two seeded halves (train/test layers); needs 2+ cells per leaf
+}
+VALUES = {"h5ad": ("counts", "lognorm"), "lineage_h5ad": ("counts", "transformed")}
+
+
+def read_source(path: str | os.PathLike, backed: bool = False):
+    """The AnnData in ``path``; one InputError naming the file if it is not a readable h5ad."""
+    import anndata
+
+    if not Path(path).is_file():
+        raise ContractError(str(path), "file", "not found")
+    try:
+        return anndata.read_h5ad(os.fspath(path), backed="r" if backed else None)
+    except Exception as err:  # noqa: BLE001 - h5py and anndata raise many types for a corrupt file
+        raise ContractError(str(path), "file", f"not a readable h5ad file ({type(err).__name__}: {err})") from None
+
+
+def source_params(loader: str, params: Mapping, files: Mapping[str, str]) -> tuple[dict, dict, str]:
+    """(the loader's own params, the preprocessing params, the local path of the h5ad)."""
+    defaults = H5AD_PARAMS if loader == "h5ad" else LINEAGE_PARAMS
+    own, rest = split_params(params, defaults, loader)
+    if loader == "lineage_h5ad" and rest:
+        raise InputError(f"lineage_h5ad params: unknown {sorted(rest)}; expected some of {list(LINEAGE_PARAMS)}")
+    if not own["file"]:
+        raise InputError(f"{loader} params: 'file' must name the .h5ad among the entry's files")
+    if own["file"] not in files:
+        raise InputError(f"{loader} params: file {own['file']!r} is not among the entry's files {sorted(files)}")
+    if own["values"] not in VALUES[loader]:
+        raise InputError(f"{loader} params: values must be one of {VALUES[loader]}, got {own['values']!r}")
+    return own, rest, os.fspath(files[own["file"]])
+
+
+def raise_first(problems: list[ContractError]) -> None:
+    if problems:
+        more = f" (and {len(problems) - 1} more problems: `celldag validate` lists them all)" if len(problems) > 1 else ""
+        raise InputError(f"{problems[0]}{more}")
+
+
+# ---------------------------------------------------------------- representation
+
+
+def prepare_h5ad(dataset_id: str, params: Mapping, seed: int, files: Mapping[str, str]):
+    """Prepared representation dataset from a lab's cells × genes h5ad."""
+    own, preprocess_params, path = source_params("h5ad", params, files)
+    import anndata
+
+    # backed: with the values in a layer, X (often as large, e.g. scIB's normalised copy) stays on disk
+    adata = read_source(path, backed=own["layer"] is not None)
+    try:
+        raise_first(representation_problems(adata, path, own, preprocess_params))
+        obs = adata.obs if own["batch_key"] else adata.obs.assign(batch=dataset_id)
+        data = anndata.AnnData(X=_source_matrix(adata, own["layer"]), obs=pd.DataFrame(obs),
+                               var=pd.DataFrame(index=adata.var_names))
+    finally:
+        if adata.isbacked:
+            adata.file.close()
+    batch_key = own["batch_key"] or "batch"
+    return preprocess(data, label_key=own["label_key"], batch_key=batch_key, seed=seed, params=preprocess_params,
+                      values=own["values"])
+
+
+def representation_problems(adata, path: str, own: Mapping, preprocess_params: Mapping) -> list[ContractError]:
+    """Every problem of a representation source, in reading order."""
+    problems: list[ContractError] = []
+    if adata.n_obs == 0 or adata.n_vars == 0:
+        return [ContractError(path, "X", f"empty matrix ({adata.n_obs} cells × {adata.n_vars} genes)")]
+    problems += _duplicate_names(adata.obs_names, path, "obs_names", "cell ids")
+    if preprocess_params.get("duplicate_genes", "error") == "error":
+        problems += _duplicate_names(adata.var_names, path, "var_names", "gene names",
+                                     hint="; set duplicate_genes: make_unique to suffix them")  # fmt: skip
+    problems += _column_problems(adata.obs, path, own["label_key"], "label", required=True)
+    if own["batch_key"] is not None:
+        problems += _column_problems(adata.obs, path, own["batch_key"], "batch", required=True)
+        if own["batch_key"] in adata.obs and adata.obs[own["batch_key"]].nunique() == 1:
+            only = adata.obs[own["batch_key"]].iloc[0]
+            problems.append(ContractError(path, f"obs['{own['batch_key']}']", (
+                f"a single batch ({only!r}): batch-correction metrics need 2 or more; "
+                "set batch_key: null to score bio-conservation only")))  # fmt: skip
+    field = _field(own["layer"])
+    if own["layer"] is not None and own["layer"] not in adata.layers:
+        return problems + [ContractError(path, field, f"missing (layers: {sorted(adata.layers)})")]
+    values = _stored_values(_source_matrix(adata, own["layer"]))
+    counts = own["values"] == "counts"
+    problems += _value_problems(values, path, field, "counts" if counts else "log-normalised values",
+                                nonnegative=True, integer=counts)  # fmt: skip
+    if not problems and _all_constant(_source_matrix(adata, own["layer"])):
+        problems.append(ContractError(path, field, "no gene varies across cells (every gene is constant)"))
+    return problems
+
+
+# ---------------------------------------------------------------- lineage
+
+
+def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Mapping[str, str]):
+    """Prepared lineage dataset (leaves × features, the true tree) from a lab's cells- or leaves-by-features h5ad."""
+    import anndata
+
+    from celldag.lineage.tree import to_newick
+
+    own, _, path = source_params("lineage_h5ad", params, files)
+    adata = read_source(path)
+    problems, leaf_of_row, tree = lineage_problems(adata, path, own, files)
+    raise_first(problems)
+    leaves = list(tree.leaf_names)
+    matrix = sparse.csr_array(_source_matrix(adata, own["layer"]), dtype=np.float64)
+    codes = pd.Categorical(leaf_of_row, categories=leaves).codes
+    if own["replicates"]:
+        rng = np.random.default_rng(seed)
+        halves = [rng.permutation(np.flatnonzero(codes == code)) for code in range(len(leaves))]
+        groups = {"train": [h[: h.size // 2] for h in halves], "test": [h[h.size // 2 :] for h in halves]}
+    else:
+        groups = {"all": [np.flatnonzero(codes == code) for code in range(len(leaves))]}
+    profiles = {name: _leaf_means(matrix, members, own["values"]) for name, members in groups.items()}
+    reference = profiles.get("train", profiles.get("all"))  # z-scores with training statistics only
+    mean, std = reference.mean(axis=0), reference.std(axis=0, ddof=1)
+    varies = std > 0
+    if not varies.any():
+        raise InputError(f"{path}: {_field(own['layer'])}: no feature varies across the {len(leaves)} leaves")
+    scaled = {name: (values[:, varies] - mean[varies]) / std[varies] for name, values in profiles.items()}
+    layers = {name: scaled[name] for name in ("train", "test")} if own["replicates"] else {}
+    prepared = anndata.AnnData(
+        X=(scaled["train"] + scaled["test"]) / 2 if own["replicates"] else scaled["all"],
+        obs=pd.DataFrame({"n_cells": [int((codes == code).sum()) for code in range(len(leaves))]},
+                         index=pd.Index(leaves, name="leaf")),
+        var=pd.DataFrame(index=pd.Index(adata.var_names[varies].astype(str), name="feature")),
+        layers=layers,
+    )
+    prepared.uns["tree_newick"] = to_newick(tree)
+    prepared.uns["feature_filter"] = {"features": int(adata.n_vars), "kept": int(varies.sum())}
+    return prepared
+
+
+def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
+    """(every problem, each row's leaf name, the true tree) of a lineage source; the last two are None on problems."""
+    if adata.n_obs == 0 or adata.n_vars == 0:
+        return [ContractError(path, "X", f"empty matrix ({adata.n_obs} rows × {adata.n_vars} features)")], None, None
+    problems = _duplicate_names(adata.var_names, path, "var_names", "feature names")
+    field = _field(own["layer"])
+    if own["layer"] is not None and own["layer"] not in adata.layers:
+        problems.append(ContractError(path, field, f"missing (layers: {sorted(adata.layers)})"))
+    else:
+        counts = own["values"] == "counts"
+        problems += _value_problems(_stored_values(_source_matrix(adata, own["layer"])), path, field, own["values"],
+                                    nonnegative=counts, integer=False)  # fmt: skip
+
+    leaf_of_row = None
+    if own["leaf_key"] is None and own["lineage_key"] is None:
+        problems += _duplicate_names(adata.obs_names, path, "obs_names", "leaf names")
+        leaf_of_row = np.asarray(adata.obs_names.astype(str))
+    elif own["leaf_key"] is not None:
+        found = _column_problems(adata.obs, path, own["leaf_key"], "leaf", required=True)
+        problems += found
+        if not found:
+            leaf_of_row = adata.obs[own["leaf_key"]].astype(str).to_numpy()
+
+    if (own["newick"] is None) == (own["lineage_key"] is None):
+        problems.append(ContractError(path, "params", "give exactly one of newick (a tree file) and lineage_key"))
+        return problems, None, None
+    if own["newick"] is not None:
+        tree, tree_problems = _newick_tree(own["newick"], files)
+    else:
+        tree, tree_problems, names = _sulston_tree(adata.obs, path, own["lineage_key"])
+        leaf_of_row = names if own["leaf_key"] is None else leaf_of_row
+    problems += tree_problems
+    if tree is None or leaf_of_row is None:
+        return problems, None, None
+
+    where = files.get(own["newick"], path) if own["newick"] else path
+    leaf_field = f"obs['{own['leaf_key']}']" if own["leaf_key"] else "obs_names"
+    tree_leaves, data_leaves = set(tree.leaf_names), set(leaf_of_row)
+    if tree_leaves != data_leaves:
+        only_tree, only_data = sorted(tree_leaves - data_leaves), sorted(data_leaves - tree_leaves)
+        problems.append(ContractError(where, "tree leaves", (
+            f"differ from {leaf_field} of {path}: {len(only_tree)} tree leaves have no data (first: {only_tree[:3]}), "
+            f"{len(only_data)} data leaves are not in the tree (first: {only_data[:3]})")))  # fmt: skip
+    elif len(tree_leaves) < MIN_LEAVES:
+        problems.append(ContractError(where, "tree leaves", (
+            f"{len(tree_leaves)} leaves; lineage metrics compare quartets of leaves: 4 or more needed")))  # fmt: skip
+    if own["replicates"] and not problems:
+        sizes = pd.Series(leaf_of_row).value_counts()
+        small = sorted(sizes.index[sizes < 2])
+        if small:
+            problems.append(ContractError(path, leaf_field, (
+                f"{len(small)} leaves have a single cell (first: {small[:3]}); replicates need 2 per leaf")))  # fmt: skip
+    return problems, (leaf_of_row if not problems else None), (tree if not problems else None)
+
+
+def _newick_tree(name: str, files: Mapping[str, str]):
+    from celldag.lineage.tree import parse_newick
+
+    if name not in files:
+        return None, [ContractError(name, "file", f"not among the entry's files {sorted(files)}")]
+    path = os.fspath(files[name])
+    try:
+        tree = parse_newick(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return None, [ContractError(path, "tree", f"not a valid Newick tree ({err})")]
+    if len(tree.leaf_names) == 1:
+        return None, [ContractError(path, "tree", f"a single leaf ({tree.leaf_names[0]!r}); a lineage needs 4 or more")]
+    return tree, []
+
+
+def _sulston_tree(obs: pd.DataFrame, path: str, key: str):
+    """(tree, problems, each row's lineage name) from the Sulston names in ``obs[key]``."""
+    from celldag.lineage.celegans import lineage_path, tree_from_paths
+
+    problems = _column_problems(obs, path, key, "lineage name", required=True)
+    if problems:
+        return None, problems, None
+    names = obs[key].astype(str).str.strip().to_numpy()
+    paths, unmatched = {}, []
+    for name in dict.fromkeys(names):
+        try:
+            paths[name] = lineage_path(name)
+        except ValueError:
+            unmatched.append(name)
+    if unmatched:
+        return None, [ContractError(path, f"obs['{key}']", (
+            f"{len(unmatched)} of {len(paths) + len(unmatched)} lineage names match no leaf of the C. elegans "
+            f"embryonic lineage (not Sulston names; first: {unmatched[:3]})"))], None  # fmt: skip
+    try:
+        return tree_from_paths(paths), [], names
+    except ValueError as err:  # two names for one cell, or an ancestor observed with its descendant
+        return None, [ContractError(path, f"obs['{key}']", str(err))], None
+
+
+def _leaf_means(matrix: sparse.csr_array, groups: list[np.ndarray], values: str) -> np.ndarray:
+    sizes = np.array([g.size for g in groups])
+    weights = sparse.csr_array(
+        (np.repeat(1.0 / sizes, sizes), (np.repeat(np.arange(len(groups)), sizes), np.concatenate(groups))),
+        shape=(len(groups), matrix.shape[0]),
+    )
+    means = (weights @ matrix).toarray()
+    return np.log1p(means) if values == "counts" else means
+
+
+# ---------------------------------------------------------------- shared checks
+
+
+def _field(layer: str | None) -> str:
+    return "X" if layer is None else f"layers['{layer}']"
+
+
+def _source_matrix(adata, layer: str | None):
+    return adata.X if layer is None else adata.layers[layer]
+
+
+def _stored_values(matrix) -> np.ndarray:
+    return matrix.data if sparse.issparse(matrix) else np.asarray(matrix).ravel()
+
+
+def _all_constant(matrix) -> bool:
+    dense = matrix.toarray() if sparse.issparse(matrix) else np.asarray(matrix)
+    return bool((dense.max(axis=0) == dense.min(axis=0)).all())
+
+
+def _duplicate_names(names: pd.Index, path: str, field: str, what: str, hint: str = "") -> list[ContractError]:
+    duplicated = names[names.duplicated()].unique()
+    if duplicated.size == 0:
+        return []
+    return [ContractError(path, field, f"{duplicated.size} duplicated {what} (first: {duplicated[:3].tolist()}){hint}")]
+
+
+def _column_problems(obs: pd.DataFrame, path: str, key: str | None, role: str, required: bool) -> list[ContractError]:
+    if key is None:
+        return [ContractError(path, "params", f"{role} key missing: name the obs column")] if required else []
+    if key not in obs.columns:
+        return [ContractError(path, f"obs['{key}']", f"missing {role} column (obs columns: {list(obs.columns)})")]
+    missing = obs[key].isna().to_numpy()
+    if missing.any():
+        return [ContractError(path, f"obs['{key}']", (
+            f"{role} missing for {int(missing.sum())} of {missing.size} rows (first: {obs.index[missing][0]!r})"))]  # fmt: skip
+    return []
+
+
+def _value_problems(values: np.ndarray, path: str, field: str, kind: str, *, nonnegative: bool,
+                    integer: bool) -> list[ContractError]:  # fmt: skip
+    if not np.issubdtype(values.dtype, np.number):
+        return [ContractError(path, field, f"must be numeric, got dtype {values.dtype}")]
+    finite = np.isfinite(values)
+    if not finite.all():
+        return [ContractError(path, field, f"{int((~finite).sum())} NaN or infinite values")]
+    problems = []
+    if nonnegative and values.size and values.min() < 0:
+        problems.append(ContractError(path, field, f"negative {kind} (min {values.min():g})"))
+    if integer and not np.issubdtype(values.dtype, np.integer):
+        fractional = values != np.round(values)
+        if fractional.any():
+            problems.append(ContractError(path, field, (
+                f"{int(fractional.sum())} non-integer values (e.g. {values[fractional][0]:g}): raw counts "
+                "expected; set values: lognorm for log-normalised input")))  # fmt: skip
+    return problems
+

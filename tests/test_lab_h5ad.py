@@ -1,0 +1,98 @@
+"""The generic loaders for a lab's .h5ad (h5ad, lineage_h5ad) on good input: what they compute."""
+
+from __future__ import annotations
+
+import anndata
+import numpy as np
+import pandas as pd
+import pytest
+
+from celldag import contracts
+from celldag.errors import InputError
+from celldag.lineage.tree import parse_newick
+from celldag.prepare import prepare_dataset
+
+
+def lineage_entry(tmp_path, adata, newick=None, **params):
+    adata.write_h5ad(tmp_path / "cells.h5ad")
+    files = [{"name": "cells.h5ad", "path": str(tmp_path / "cells.h5ad")}]
+    if newick is not None:
+        (tmp_path / "tree.nwk").write_text(newick)
+        files.append({"name": "tree.nwk", "path": str(tmp_path / "tree.nwk")})
+        params = {"newick": "tree.nwk"} | params
+    entry = {"track": "lineage", "loader": "lineage_h5ad", "source": "local", "files": files,
+             "params": {"file": "cells.h5ad"} | params}  # fmt: skip
+    return entry, {f["name"]: f["path"] for f in files}
+
+
+def cells_by_leaf(leaves, cells_per_leaf=4, n_features=6, seed=0):
+    """Counts whose mean per leaf is known: leaf i has mean i + 1 in feature 0, feature 1 counts the cell index."""
+    rng = np.random.default_rng(seed)
+    leaf_of_cell = np.repeat(leaves, cells_per_leaf)
+    x = rng.poisson(2.0, size=(leaf_of_cell.size, n_features)).astype(np.float32)
+    x[:, 0] = np.repeat(np.arange(len(leaves)) + 1, cells_per_leaf)
+    obs = pd.DataFrame({"clone": leaf_of_cell}, index=[f"c{i}" for i in range(leaf_of_cell.size)])
+    return anndata.AnnData(X=x, obs=obs, var=pd.DataFrame(index=[f"g{i}" for i in range(n_features)]))
+
+
+def test_lineage_h5ad_pseudo_bulks_per_leaf_and_z_scores(tmp_path):
+    adata = cells_by_leaf(["A", "B", "C", "D"])
+    entry, files = lineage_entry(tmp_path, adata, "((A,B),(C,D));", leaf_key="clone")
+    prepared = prepare_dataset("lab", entry, 0, files)
+    contracts.check_prepared_dataset(prepared, "prepared")
+    assert list(prepared.obs_names) == ["A", "B", "C", "D"] and list(prepared.obs["n_cells"]) == [4, 4, 4, 4]
+    expected = np.log1p(np.array([1.0, 2.0, 3.0, 4.0]))  # leaf means of feature 0, then log1p (counts)
+    expected = (expected - expected.mean()) / expected.std(ddof=1)
+    np.testing.assert_allclose(prepared.X[:, 0], expected, rtol=1e-6)
+    assert "train" not in prepared.layers
+    assert set(parse_newick(prepared.uns["tree_newick"]).leaf_names) == {"A", "B", "C", "D"}
+
+
+def test_lineage_h5ad_replicates_are_seeded_cell_halves(tmp_path):
+    adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=6)
+    entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True)
+    first, again, other = (prepare_dataset("lab", entry, seed, files) for seed in (0, 0, 1))
+    assert {"train", "test"} <= set(first.layers)
+    np.testing.assert_array_equal(first.layers["train"], again.layers["train"])
+    assert not np.array_equal(first.layers["train"], other.layers["train"])
+    np.testing.assert_allclose(first.X, (first.layers["train"] + first.layers["test"]) / 2)
+    np.testing.assert_allclose(first.layers["train"].mean(axis=0), 0, atol=1e-9)  # train statistics
+
+
+def test_lineage_h5ad_builds_the_tree_from_sulston_names(tmp_path):
+    names = ["ABala", "ABalp", "ABara", "MSaa", "MSap", "Ea"]
+    adata = anndata.AnnData(X=np.random.default_rng(0).normal(size=(len(names), 4)),
+                            obs=pd.DataFrame({"lineage": names}, index=[f"c{i}" for i in range(len(names))]))
+    entry, files = lineage_entry(tmp_path, adata, lineage_key="lineage", values="transformed")
+    prepared = prepare_dataset("lab", entry, 0, files)
+    tree = parse_newick(prepared.uns["tree_newick"])
+    assert set(tree.leaf_names) == set(names) == set(prepared.obs_names)
+    from celldag.lineage.tree import path_distances
+
+    distances = path_distances(tree, ["ABala", "ABalp", "MSaa"], topology_only=False)
+    assert distances[0, 1] == 2  # sisters: one division each
+    assert distances[0, 2] == 4 + 5  # ABala = "aala" (4 divisions), MSaa = "paa" + "aa" (5), nothing shared
+
+
+def test_h5ad_without_batch_key_is_one_batch(tmp_path):
+    rng = np.random.default_rng(0)
+    adata = anndata.AnnData(X=rng.poisson(3.0, size=(30, 15)).astype(np.float32),
+                            obs=pd.DataFrame({"type": np.repeat(["x", "y", "z"], 10)}, index=[f"c{i}" for i in range(30)]),
+                            var=pd.DataFrame(index=[f"G{i}" for i in range(15)]))  # fmt: skip
+    adata.write_h5ad(tmp_path / "lab.h5ad")
+    entry = {"track": "representation", "loader": "h5ad", "source": "local",
+             "files": [{"name": "lab.h5ad", "path": str(tmp_path / "lab.h5ad")}],
+             "params": {"file": "lab.h5ad", "label_key": "type", "min_genes": 0, "min_cells": 0}}  # fmt: skip
+    prepared = prepare_dataset("lab", entry, 0, {"lab.h5ad": str(tmp_path / "lab.h5ad")})
+    contracts.check_prepared_dataset(prepared, "prepared")
+    assert set(prepared.obs["batch"]) == {"lab"}
+    kept = adata.var_names.get_indexer(prepared.var_names)
+    np.testing.assert_array_equal(prepared.layers["counts"].toarray(), adata.X[:, kept])
+
+
+def test_a_local_file_with_a_changed_sha256_is_refused(tmp_path):
+    adata = cells_by_leaf(["A", "B", "C", "D"])
+    entry, files = lineage_entry(tmp_path, adata, "((A,B),(C,D));", leaf_key="clone")
+    entry["files"][0]["sha256"] = "0" * 64
+    with pytest.raises(InputError, match=rf"^{tmp_path}/cells\.h5ad: sha256: the registry gives 0{{64}}, the file has [0-9a-f]{{64}}$"):
+        prepare_dataset("lab", entry, 0, files)
