@@ -103,3 +103,36 @@ def test_unknown_id_is_one_line_and_exit_2(broken_workflow):
     assert result.returncode == 2
     assert result.stderr.startswith("error: unknown dataset id 'lab_pbcm'; known ids: ")
     assert result.stderr.count("\n") == 1
+
+
+def test_a_valid_lab_lineage_dataset_validates_and_runs(tmp_path):
+    """cells × features with a clone column and a Newick file: validate says fine, the pipeline scores it."""
+    import anndata
+    import pandas as pd
+
+    workdir = copy_workflow(tmp_path / "lab")
+    rng = np.random.default_rng(0)
+    leaves = [f"L{i}" for i in range(8)]
+    profile = {leaf: rng.normal(size=20) * 3 for leaf in leaves}
+    clone = np.repeat(leaves, 5)
+    x = np.stack([np.exp(profile[leaf] / 3) * 5 for leaf in clone])
+    cells = anndata.AnnData(X=rng.poisson(x).astype(np.float32), obs=pd.DataFrame({"clone": clone},
+                            index=[f"c{i}" for i in range(clone.size)]))  # fmt: skip
+    cells.write_h5ad(workdir / "clones.h5ad")
+    (workdir / "tree.nwk").write_text("(((L0,L1),(L2,L3)),((L4,L5),(L6,L7)));")
+    datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
+    datasets["lab_clones"] = {
+        "track": "lineage", "source": "local", "loader": "lineage_h5ad", "description": "clones", "license": "test",
+        "files": [{"name": "clones.h5ad", "path": "clones.h5ad"}, {"name": "tree.nwk", "path": "tree.nwk"}],
+        "params": {"file": "clones.h5ad", "leaf_key": "clone", "newick": "tree.nwk", "replicates": True},
+    }  # fmt: skip
+    (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
+    (workdir / "config/config.yaml").write_text(yaml.safe_dump({"datasets": ["lab_clones"], "methods": ["nj_raw"],
+                                                                "seeds": [0]}))  # fmt: skip
+    result = validate(workdir, "lab_clones")
+    assert result.returncode == 0, result.stdout
+    assert "leaves:                8 (tree over the same leaves)" in result.stdout
+    assert "replicate pair:        yes (train/test layers)" in result.stdout
+    run_snakemake(workdir)
+    scores = pd.read_parquet(workdir / "results/scores.parquet").set_index("metric")["value"]
+    assert 0 <= scores["rf"] <= 1 and 0 <= scores["quartet_dist"] <= 1
