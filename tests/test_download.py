@@ -6,9 +6,10 @@ import gzip
 import hashlib
 import json
 import logging
+import re
 import socket
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,58 +22,107 @@ DATA_SHA = hashlib.sha256(DATA).hexdigest()
 
 
 class LocalServer:
-    """Routes (path → response writer) and a count of requests per path."""
+    """Routes (path → response writer); per path: request count, Range header of each, body bytes sent."""
 
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.routes: dict[str, Callable[[BaseHTTPRequestHandler], None]] = {}
+    def __init__(self) -> None:
+        self.port = 0
+        self.routes: dict[str, Callable[[Handler], None]] = {}
         self.requests: Counter[str] = Counter()
+        self.ranges: defaultdict[str, list[str | None]] = defaultdict(list)
+        self.sent: defaultdict[str, list[int]] = defaultdict(list)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
 
-def ok(body: bytes) -> Callable[[BaseHTTPRequestHandler], None]:
-    def write(handler: BaseHTTPRequestHandler) -> None:
+class Handler(BaseHTTPRequestHandler):
+    state: LocalServer  # bound by the fixture
+
+    def do_GET(self) -> None:
+        self.state.requests[self.path] += 1
+        self.state.ranges[self.path].append(self.headers.get("Range"))
+        route = self.state.routes.get(self.path)
+        if route is None:
+            self.send_error(404)
+        else:
+            route(self)
+
+    def send_body(self, data: bytes) -> None:
+        self.state.sent[self.path].append(len(data))
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:  # keep pytest output clean
+        pass
+
+
+def ok(body: bytes) -> Callable[[Handler], None]:
+    def write(handler: Handler) -> None:
         handler.send_response(200)
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
-        handler.wfile.write(body)
+        handler.send_body(body)
 
     return write
 
 
-def truncated(body: bytes) -> Callable[[BaseHTTPRequestHandler], None]:
+def truncated(body: bytes) -> Callable[[Handler], None]:
     """Promise twice the body, send the body, close the connection."""
 
-    def write(handler: BaseHTTPRequestHandler) -> None:
+    def write(handler: Handler) -> None:
         handler.send_response(200)
         handler.send_header("Content-Length", str(2 * len(body)))
         handler.end_headers()
-        handler.wfile.write(body)
+        handler.send_body(body)
         handler.close_connection = True
+
+    return write
+
+
+def ranged(body: bytes, cut: int | None = None, cuts: int = 1) -> Callable[[Handler], None]:
+    """Honour ``Range: bytes=N-`` with 206 and the rest of the body (416 past its end), else 200.
+
+    With ``cut``, the first ``cuts`` responses send only ``cut`` bytes of what they promise, then close.
+    """
+
+    def write(handler: Handler) -> None:
+        asked = re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range", ""))
+        start = int(asked[1]) if asked else 0
+        if asked and start >= len(body):
+            handler.send_error(416)
+            return
+        if asked:
+            handler.send_response(206)
+            handler.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body) - start))
+        handler.end_headers()
+        cutting = cut is not None and handler.state.requests[handler.path] <= cuts
+        handler.send_body(body[start:][:cut] if cutting else body[start:])
+        if cutting:
+            handler.close_connection = True
+
+    return write
+
+
+def whole_as_range(body: bytes) -> Callable[[Handler], None]:
+    """Answer every request with 206 and the whole body as ``bytes 0-…``, whatever range was asked for."""
+
+    def write(handler: Handler) -> None:
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes 0-{len(body) - 1}/{len(body)}")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.send_body(body)
 
     return write
 
 
 @pytest.fixture
 def server():
-    state: LocalServer
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state.requests[self.path] += 1
-            route = state.routes.get(self.path)
-            if route is None:
-                self.send_error(404)
-            else:
-                route(self)
-
-        def log_message(self, *args) -> None:  # keep pytest output clean
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state = LocalServer(httpd.server_address[1])
+    state = LocalServer()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("BoundHandler", (Handler,), {"state": state}))
+    state.port = httpd.server_address[1]
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     yield state
@@ -105,6 +155,11 @@ def test_404_fails_at_once_naming_the_url(server, tmp_path):
         download(server.url("/missing.txt"), tmp_path / "x.txt", sha256=None, backoff=0)
     assert server.url("/missing.txt") in str(error.value)
     assert server.requests["/missing.txt"] == 1
+    assert list(tmp_path.iterdir()) == []  # neither target nor .part
+    (tmp_path / "x.txt.part").write_bytes(DATA[:100])  # left by a killed call: the resume gets the 404
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        download(server.url("/missing.txt"), tmp_path / "x.txt", sha256=DATA_SHA, backoff=0)
+    assert server.ranges["/missing.txt"] == [None, "bytes=100-"]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -114,11 +169,22 @@ def test_truncated_body_is_retried_then_fails(server, tmp_path):
         download(server.url("/cut.txt"), tmp_path / "cut.txt", sha256=None, retries=2, backoff=0)
     assert "after 3 attempts" in str(error.value) and server.url("/cut.txt") in str(error.value)
     assert server.requests["/cut.txt"] == 3
-    assert list(tmp_path.iterdir()) == []
+    # the retries ask to resume; the server ignores Range (200), so each starts over
+    assert server.ranges["/cut.txt"] == [None, "bytes=16000-", "bytes=16000-"]
+    assert list(tmp_path.iterdir()) == []  # neither target nor .part
+
+
+def test_truncated_bodies_resume_until_retries_run_out(server, tmp_path):
+    server.routes["/cut.txt"] = ranged(DATA, cut=4000, cuts=99)
+    with pytest.raises(DownloadError, match="after 3 attempts: truncated body: 4000 of 8000 bytes"):
+        download(server.url("/cut.txt"), tmp_path / "cut.txt", sha256=None, retries=2, backoff=0)
+    assert server.ranges["/cut.txt"] == [None, "bytes=4000-", "bytes=8000-"]
+    assert server.sent["/cut.txt"] == [4000, 4000, 4000]
+    assert list(tmp_path.iterdir()) == []  # the 12000 bytes fetched are dropped with the .part
 
 
 def test_failed_first_request_is_retried(server, tmp_path):
-    def flaky(handler: BaseHTTPRequestHandler) -> None:
+    def flaky(handler: Handler) -> None:
         if server.requests["/flaky.txt"] == 1:
             handler.send_error(503)
         else:
@@ -129,6 +195,69 @@ def test_failed_first_request_is_retried(server, tmp_path):
     assert download(server.url("/flaky.txt"), target, sha256=DATA_SHA, backoff=0) == DATA_SHA
     assert target.read_bytes() == DATA
     assert server.requests["/flaky.txt"] == 2
+
+
+def test_truncated_body_is_resumed_with_a_range_request(server, tmp_path, caplog):
+    url = server.url("/data.txt")
+    server.routes["/data.txt"] = ranged(DATA, cut=6000)
+    target = tmp_path / "data.txt"
+    logger = logging.getLogger("celldag.test_download")
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        assert download(url, target, sha256=DATA_SHA, backoff=0, progress=logger) == DATA_SHA
+    assert target.read_bytes() == DATA
+    assert server.ranges["/data.txt"] == [None, "bytes=6000-"]
+    assert server.sent["/data.txt"] == [6000, len(DATA) - 6000]  # only the missing bytes the second time
+    assert f"resuming {url} at 6000 bytes" in caplog.text
+    assert [p.name for p in tmp_path.iterdir()] == ["data.txt"]
+
+
+def test_part_left_by_a_killed_call_is_resumed(server, tmp_path):
+    server.routes["/data.txt"] = ranged(DATA)
+    target = tmp_path / "data.txt"
+    half = len(DATA) // 2
+    (tmp_path / "data.txt.part").write_bytes(DATA[:half])
+    assert download(server.url("/data.txt"), target, sha256=DATA_SHA, backoff=0) == DATA_SHA  # of the whole file
+    assert target.read_bytes() == DATA
+    assert server.ranges["/data.txt"] == [f"bytes={half}-"]
+    assert server.sent["/data.txt"] == [len(DATA) - half]
+    assert [p.name for p in tmp_path.iterdir()] == ["data.txt"]
+
+
+def test_part_is_not_resumed_without_a_digest_to_check_it(server, tmp_path):
+    """A first fetch to pin (sha256=None) must not complete a .part of an older file and pin the mix."""
+    server.routes["/data.txt"] = ranged(DATA)
+    (tmp_path / "data.txt.part").write_bytes(b"old version " * 10)
+    assert download(server.url("/data.txt"), tmp_path / "data.txt", sha256=None, backoff=0) == DATA_SHA
+    assert server.ranges["/data.txt"] == [None]
+
+
+@pytest.mark.parametrize(("route", "part", "ranges", "sent"), [
+    (ok, b"x" * 100, ["bytes=100-"], [len(DATA)]),  # Range ignored: the 200 body replaces the .part
+    (whole_as_range, b"x" * 100, ["bytes=100-", None], [len(DATA)] * 2),  # a range not asked for: refetch
+    (ranged, DATA + b"x", [f"bytes={len(DATA) + 1}-", None], [len(DATA)]),  # 416: drop the .part, refetch
+], ids=["200", "other-range", "416"])  # fmt: skip
+def test_part_is_refetched_from_the_start_when_the_server_does_not_resume_it(server, tmp_path, route, part,
+                                                                             ranges, sent):
+    server.routes["/data.txt"] = route(DATA)
+    target = tmp_path / "data.txt"
+    (tmp_path / "data.txt.part").write_bytes(part)  # not a prefix of DATA: only a fresh start gives DATA
+    assert download(server.url("/data.txt"), target, sha256=DATA_SHA, retries=0, backoff=0) == DATA_SHA
+    assert target.read_bytes() == DATA
+    assert server.ranges["/data.txt"] == ranges
+    assert server.sent["/data.txt"] == sent
+    assert [p.name for p in tmp_path.iterdir()] == ["data.txt"]
+
+
+def test_resumed_stale_part_with_wrong_bytes_fails_and_leaves_nothing(server, tmp_path):
+    server.routes["/data.txt"] = ranged(DATA)
+    target = tmp_path / "data.txt"
+    half = len(DATA) // 2
+    (tmp_path / "data.txt.part").write_bytes(b"x" * half)
+    with pytest.raises(DownloadError, match="checksum mismatch") as error:
+        download(server.url("/data.txt"), target, sha256=DATA_SHA, backoff=0)
+    assert hashlib.sha256(b"x" * half + DATA[half:]).hexdigest() in str(error.value)  # the .part is hashed
+    assert server.ranges["/data.txt"] == [f"bytes={half}-"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_connection_refused_is_retried_then_fails(tmp_path):
@@ -207,11 +336,12 @@ def test_decompress_gzip(tmp_path):
 
 def test_registry_file_pins_on_first_fetch_and_checks_later(server, tmp_path):
     from celldag.download import fetch_registry_file
+    from celldag.registry import PIN_ON_FIRST_FETCH
 
     server.routes["/geo.txt"] = ok(DATA)
     pins = tmp_path / "checksums.json"
     target = tmp_path / "geo.txt"
-    entry = {"name": "geo.txt", "url": server.url("/geo.txt"), "sha256": None}
+    entry = {"name": "geo.txt", "url": server.url("/geo.txt"), "sha256": PIN_ON_FIRST_FETCH}
     assert fetch_registry_file(entry, target, pin_file=pins) == DATA_SHA
     assert json.loads(pins.read_text()) == {"geo.txt": DATA_SHA}
     assert fetch_registry_file(entry, target, pin_file=pins) == DATA_SHA  # pinned and present: no request

@@ -1,8 +1,10 @@
 """Checksum-verified downloads (stdlib urllib), sha256 pins for sources without published checksums.
 
-A download streams into a temporary file beside the target while hashing, and is renamed onto the
+A download streams into ``<target>.part`` beside the target while hashing, and is renamed onto the
 target only when the body is complete and its digest is the expected one, so a failed or corrupted
-fetch never leaves a file at the target path for a later step to parse.
+fetch never leaves a file at the target path for a later step to parse. The .part survives retries
+and a killed process, and the next attempt resumes it with an HTTP Range request where the server
+honours one (else it starts over); a download that fails for good removes it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import urllib.error
@@ -43,7 +46,8 @@ def download(url: str, target: str | os.PathLike, *, sha256: str | None, timeout
     caller to record (``record_pin``). An existing target with the expected digest is kept without
     any network access. Network failures, HTTP 5xx/408/429 and truncated bodies are retried
     ``retries`` more times after waiting ``backoff * 2**k`` seconds; other 4xx errors and a
-    checksum mismatch fail at once.
+    checksum mismatch fail at once. A retry, or a later call after this process was killed, resumes
+    from the bytes in ``<target>.part`` when the server honours a Range request.
     """
     target = Path(target)
     expected = sha256.lower() if sha256 is not None else None
@@ -51,16 +55,30 @@ def download(url: str, target: str | os.PathLike, *, sha256: str | None, timeout
         if sha256_file(target) == expected:
             return expected
         target.unlink()  # known to be wrong: never leave it for a later step, even if the fetch fails
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")  # a stable name, so a later call can resume it
+    if expected is None:  # nothing would catch a .part of an older version of the file being completed and pinned
+        part.unlink(missing_ok=True)
+    try:
+        digest = _fetch_with_retries(url, part, target, timeout, retries, chunk_size, progress, backoff)
+        if expected is not None and digest != expected:
+            raise DownloadError(
+                f"checksum mismatch for {url} → {target}: expected sha256 {expected}, got {digest}"
+            )
+    except DownloadError:
+        # failed for good: leave nothing behind (only a killed process leaves a .part to resume)
+        part.unlink(missing_ok=True)
+        raise
+    os.replace(part, target)
+    return digest
+
+
+def _fetch_with_retries(url: str, part: Path, target: Path, timeout: float, retries: int, chunk_size: int,
+                        progress: logging.Logger | None, backoff: float) -> str:
     attempt = 0
     while True:
         try:
-            with atomic_path(target) as tmp:
-                digest = _fetch(url, tmp, timeout, chunk_size, progress)
-                if expected is not None and digest != expected:
-                    raise DownloadError(
-                        f"checksum mismatch for {url} → {target}: expected sha256 {expected}, got {digest}"
-                    )
-            return digest
+            return _fetch(url, part, timeout, chunk_size, progress)
         except _TransientError as err:
             if attempt == retries:
                 raise DownloadError(
@@ -78,13 +96,15 @@ class _TransientError(Exception):
     """A failure worth retrying."""
 
 
-def _fetch(url: str, path: Path, timeout: float, chunk_size: int, progress: logging.Logger | None) -> str:
-    """Stream one response body into ``path``; return its sha256."""
-    digest = hashlib.sha256()
+def _fetch(url: str, part: Path, timeout: float, chunk_size: int, progress: logging.Logger | None) -> str:
+    """Stream one response body into ``part``, after the bytes it holds if the server resumes; return the sha256."""
     received = 0
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(path, "wb") as out:
-            promised = response.headers.get("Content-Length")
+        response, offset = _open(url, part, timeout, progress)
+        with response, open(part, "r+b" if offset else "wb") as out:
+            # the digest is of the whole file: hash the bytes fetched before (reading to their end), then append
+            digest = hashlib.file_digest(out, "sha256") if offset else hashlib.sha256()
+            promised = response.headers.get("Content-Length")  # of this response: after a 206, the rest only
             promised = int(promised) if promised is not None else None
             meter = _Meter(url, promised, progress)
             while chunk := response.read(chunk_size):
@@ -103,6 +123,35 @@ def _fetch(url: str, path: Path, timeout: float, chunk_size: int, progress: logg
         raise _TransientError(f"truncated body: {received} of {promised} bytes")
     meter.done(received)
     return digest.hexdigest()
+
+
+def _open(url: str, part: Path, timeout: float,
+          progress: logging.Logger | None) -> tuple[http.client.HTTPResponse, int]:
+    """Request ``url``, asking for the bytes after ``part`` when it has some; return (response, offset).
+
+    ``offset`` is where the response body goes in the file: len(part) when the server sent exactly
+    that range, else 0 (the caller then truncates the .part and writes the body from the start).
+    """
+    offset = part.stat().st_size if part.exists() else 0
+    if offset:
+        try:
+            response = urllib.request.urlopen(
+                urllib.request.Request(url, headers={"Range": f"bytes={offset}-"}), timeout=timeout)
+        except urllib.error.HTTPError as err:
+            if err.code != 416:
+                raise
+            err.close()  # the .part is no prefix of the file (it changed, or the .part is complete): start over
+        else:
+            resumed = re.match(r"bytes (\d+)-", response.headers.get("Content-Range", ""))
+            if response.status == 206 and resumed and int(resumed[1]) == offset:
+                if progress is not None:
+                    progress.info("resuming %s at %d bytes", url, offset)
+                return response, offset
+            if response.status == 200:  # no range support: this is the whole file
+                return response, 0
+            response.close()  # a range we did not ask for: its bytes fit nowhere, so fetch the whole file
+        part.unlink()
+    return urllib.request.urlopen(url, timeout=timeout), 0
 
 
 class _Meter:
