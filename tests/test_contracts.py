@@ -82,6 +82,8 @@ def test_failed_write_leaves_no_partial_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
     io.write_json({"a": 1}, target)
     assert target.read_text() == '{\n  "a": 1\n}\n'
+    # the permissions of any new file (umask applied), not mkstemp's private 0600: labs share results
+    assert target.stat().st_mode & 0o777 == 0o666 & ~io._UMASK
 
 
 def test_consumer_side_check_on_read(tmp_path, prepared):

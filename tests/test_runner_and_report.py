@@ -180,3 +180,21 @@ def test_a_gpu_job_without_cuda_aborts_unless_cpu_fallback_is_allowed(tmp_path):
     assert run_method(**common, cpu_fallback=True) == "ok"
     record = json.loads((run_dir / "run.json").read_text())
     assert record["config"]["params"]["device"] == "cpu" and record["environment"]["CUDA_VISIBLE_DEVICES"] is None
+
+
+def test_checkpoints_of_a_run_with_other_params_are_not_resumed(tmp_path, caplog):
+    from celldag.runner import keep_only_matching_checkpoints
+
+    directory = tmp_path / "checkpoint"
+    run = {"params": {"lr": 0.001}, "seed": 0, "inputs": {"prepared.h5ad": "ab" * 32}}
+    keep_only_matching_checkpoints(directory, run)
+    (directory / "checkpoint.pt").write_bytes(b"weights")
+    keep_only_matching_checkpoints(directory, run)  # the same run, rerun after a kill: resumes
+    assert (directory / "checkpoint.pt").read_bytes() == b"weights"
+    keep_only_matching_checkpoints(directory, run | {"params": {"lr": 0.01}})  # lr changed before the rerun
+    assert not (directory / "checkpoint.pt").exists() and directory.is_dir()
+    assert "holds checkpoints of a run with other params or inputs" in caplog.text
+    (directory / "run-fingerprint.txt").unlink()
+    (directory / "checkpoint.pt").write_bytes(b"weights of unknown origin")
+    keep_only_matching_checkpoints(directory, run)
+    assert not (directory / "checkpoint.pt").exists()

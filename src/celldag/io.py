@@ -13,6 +13,10 @@ from pathlib import Path
 from celldag import contracts
 
 
+_UMASK = os.umask(0o022)  # read once: umask can only be read by setting it
+os.umask(_UMASK)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
@@ -20,6 +24,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     final.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
     os.close(handle)
+    os.chmod(tmp_name, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide results from the lab on shared storage
     tmp = Path(tmp_name)
     try:
         yield tmp

@@ -124,6 +124,25 @@ def _rows(values, expected: int, path: str, field: str, per: str) -> np.ndarray:
     return array
 
 
+def keep_only_matching_checkpoints(directory: Path, run: dict) -> None:
+    """Checkpoints resume only the run that wrote them: same params, seed and input files.
+
+    A run killed and rerun after its params or inputs changed would otherwise go on from weights
+    trained under the old ones; its checkpoints are removed instead (with a warning) and it starts afresh.
+    """
+    import hashlib
+    import json
+
+    stamp = directory / "run-fingerprint.txt"
+    fingerprint = hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()
+    if directory.exists() and (not stamp.exists() or stamp.read_text() != fingerprint):
+        log.warning("%s holds checkpoints of a run with other params or inputs: removed, training starts afresh",
+                    directory)  # fmt: skip
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(fingerprint)
+
+
 def without_none(facts: dict) -> dict:
     """h5ad cannot store None: drop such entries (run.json keeps the complete facts)."""
     return {key: without_none(value) if isinstance(value, dict) else value
@@ -148,6 +167,8 @@ def run_method(
         from celldag.embeddings import read_table
 
         gene_table = read_table(gene_table_path)
+    input_checksums = {path: io.sha256_file(path) for path in (prepared_path, gene_table_path) if path}
+    keep_only_matching_checkpoints(work_dir / CHECKPOINT_DIR, {"params": params, "seed": seed, "inputs": input_checksums})
     inputs = method_input(prepared, str(work_dir), gene_table)
     result, status, reason = call_method(method_entry["module"], inputs, params, seed, threads)
     ids = {"dataset_id": dataset_id, "method_id": method_id, "variant": variant}
@@ -159,7 +180,7 @@ def run_method(
     config = {"dataset": dataset_entry, "method": method_entry, "variant": variant, "params": params, "seed": seed}
     record = clock.record(
         seed=seed, config=config,
-        input_checksums={path: io.sha256_file(path) for path in (prepared_path, gene_table_path) if path},
+        input_checksums=input_checksums,
         **ids, track=method_entry["track"], status=status, status_reason=reason, method_facts=result.uns,
     )  # fmt: skip
     io.write_json(record, record_path)
