@@ -282,7 +282,7 @@ CASES = {
         "run.yaml: seeds: '0,1,2' is not of type 'array'"),
     "dataset id with a path separator": (
         lambda d: load(d, {}, datasets={"../lab": lab_url_dataset({"name": "a.h5ad", "path": "a.h5ad"})["lab"]}),
-        "config/datasets.yaml: (top level): '../lab' does not match '^[a-z][a-z0-9_]*$'"),
+        "config/datasets.yaml: id '../lab': ids are lower-case letters, digits and '_', starting with a letter"),
     "dataset id with '..' given to validate": (
         lambda d: _validate_id(d, ".."),
         "'..' is not a dataset id: ids are lower-case letters, digits and '_', never a path"),

@@ -74,7 +74,10 @@ def validate(data: dict, schema_name: str, source: Source) -> dict:
     if error is not None:
         path = list(error.absolute_path)
         where = ".".join(str(part) for part in path) or "(top level)"
-        raise ConfigError(f"{source_of(source, path[0] if path else None)}: {where}: {error.message}")
+        message = error.message
+        if "propertyNames" in error.schema_path:  # an id; it names paths and wildcards, so no separators
+            where, message = f"id {error.instance!r}", "ids are lower-case letters, digits and '_', starting with a letter"
+        raise ConfigError(f"{source_of(source, path[0] if path else None)}: {where}: {message}")
     try:
         snakemake_validate(data, str(schema_path), set_default=True)
     except WorkflowError as err:  # only reachable if the two validators disagree
