@@ -96,3 +96,18 @@ def test_a_local_file_with_a_changed_sha256_is_refused(tmp_path):
     entry["files"][0]["sha256"] = "0" * 64
     with pytest.raises(InputError, match=rf"^{tmp_path}/cells\.h5ad: sha256: the registry gives 0{{64}}, the file has [0-9a-f]{{64}}$"):
         prepare_dataset("lab", entry, 0, files)
+
+
+def test_constant_genes_are_found_in_sparse_sources_without_densifying():
+    from scipy import sparse
+
+    from celldag.data.h5ad import H5AD_PARAMS, representation_problems
+
+    obs = pd.DataFrame({"type": ["a", "b"] * 3, "tech": ["x"] * 3 + ["y"] * 3}, index=[f"c{i}" for i in range(6)])
+    own = H5AD_PARAMS | {"label_key": "type", "batch_key": "tech"}
+    constant = anndata.AnnData(X=sparse.csr_matrix(np.full((6, 4), 2.0)), obs=obs)
+    assert [str(p) for p in representation_problems(constant, "s.h5ad", own, {})] == [
+        "s.h5ad: X: no gene varies across cells (every gene is constant)"]
+    varying = constant.copy()
+    varying.X = sparse.csr_matrix(np.diag([1.0, 2.0, 0.0, 3.0, 0.0, 0.0])[:, :4])
+    assert representation_problems(varying, "s.h5ad", own, {}) == []

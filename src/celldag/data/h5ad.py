@@ -287,8 +287,11 @@ def _stored_values(matrix) -> np.ndarray:
 
 
 def _all_constant(matrix) -> bool:
-    dense = matrix.toarray() if sparse.issparse(matrix) else np.asarray(matrix)
-    return bool((dense.max(axis=0) == dense.min(axis=0)).all())
+    """Every column constant; sparse stays sparse (an atlas densified would need tens of GB)."""
+    def column_wise(values):
+        return np.asarray(values.todense() if sparse.issparse(values) else values).ravel()
+
+    return bool((column_wise(matrix.max(axis=0)) == column_wise(matrix.min(axis=0))).all())
 
 
 def _duplicate_names(names: pd.Index, path: str, field: str, what: str, hint: str = "") -> list[ContractError]:
