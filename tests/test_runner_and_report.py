@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pandas as pd
@@ -198,3 +199,28 @@ def test_checkpoints_of_a_run_with_other_params_are_not_resumed(tmp_path, caplog
     (directory / "checkpoint.pt").write_bytes(b"weights of unknown origin")
     keep_only_matching_checkpoints(directory, run)
     assert not (directory / "checkpoint.pt").exists()
+
+
+def test_out_of_memory_fails_the_job_while_a_method_bug_becomes_a_failed_row(monkeypatch):
+    """OOM is the machine's limit: the job must fail so Snakemake retries it with twice the memory (resuming its
+    checkpoint). A bug fails the same way every time: one `failed` row, and the benchmark goes on."""
+    import types
+
+    from celldag.methods import MethodInput
+    from celldag.runner import call_method
+
+    class OutOfMemoryError(RuntimeError):  # torch.cuda.OutOfMemoryError's name, without needing CUDA
+        pass
+
+    for name, error in (("oom_host", MemoryError()), ("oom_gpu", OutOfMemoryError("CUDA out of memory")),
+                        ("buggy", ValueError("bad shape"))):  # fmt: skip
+        module = types.ModuleType(name)
+        module.run = lambda inputs, params, seed, error=error: (_ for _ in ()).throw(error)
+        monkeypatch.setitem(sys.modules, name, module)
+    inputs = MethodInput(names=("a",), features=np.zeros((1, 1)), train_features=None)
+    with pytest.raises(MemoryError):
+        call_method("oom_host", inputs, {}, 0)
+    with pytest.raises(OutOfMemoryError):
+        call_method("oom_gpu", inputs, {}, 0)
+    _, status, reason = call_method("buggy", inputs, {}, 0)
+    assert (status, reason) == ("failed", "ValueError: bad shape")

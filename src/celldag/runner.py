@@ -89,9 +89,17 @@ def call_method(module_name: str, inputs: MethodInput, params: dict, seed: int, 
         return result, "ok", ""
     except NotApplicable as err:
         return MethodResult(), "not_applicable", str(err) or "not applicable to this dataset"
-    except Exception as err:  # noqa: BLE001 - recorded as a failed run, traceback logged
+    except Exception as err:  # noqa: BLE001 - sorted below
+        if out_of_memory(err):  # the job fails: Snakemake retries with twice the memory, resuming the checkpoint
+            raise
+        # deterministic: recorded as a failed run (a rerun would fail the same way), traceback logged
         log.error("method %s failed:\n%s", module_name, traceback.format_exc())
         return MethodResult(), "failed", f"{type(err).__name__}: {err}"
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Host or GPU memory ran out: not the method's fault, worth a retry with more (torch's error is a RuntimeError)."""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
 
 
 def output_anndata(prepared, result: MethodResult, ids: dict, status: str, reason: str, path: str):
