@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from scipy import sparse
 
 from celldag.errors import InputError
 

@@ -42,7 +42,8 @@ import pytest
 from scipy import sparse
 
 from celldag import contracts, io
-from celldag.data.packer2019 import CELL_ANNOTATION, GENE_ANNOTATION, MATRIX, prepare_packer2019, pseudo_bulk
+from celldag.data.leaf_profiles import pseudo_bulk
+from celldag.data.packer2019 import CELL_ANNOTATION, GENE_ANNOTATION, MATRIX, prepare_packer2019
 from celldag.download import DownloadError, decompress_gzip, download, record_pin, verify_pinned
 from celldag.lineage.tree import parse_newick, path_distances
 

@@ -18,6 +18,7 @@ import pandas as pd
 from scipy import sparse
 
 from celldag.contracts import MIN_LEAVES, ContractError
+from celldag.data.leaf_profiles import pseudo_bulk, split_halves, standardise
 from celldag.errors import InputError
 from celldag.representation.preprocess import preprocess, split_params
 
@@ -139,28 +140,24 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
     problems, leaf_of_row, tree = lineage_problems(adata, path, own, files)
     raise_first(problems)
     leaves = list(tree.leaf_names)
-    matrix = sparse.csr_array(_source_matrix(adata, own["layer"]), dtype=np.float64)
-    codes = pd.Categorical(leaf_of_row, categories=leaves).codes
+    features_by_cell = sparse.csc_array(_source_matrix(adata, own["layer"]), dtype=np.float64).T
     if own["replicates"]:
-        rng = np.random.default_rng(seed)
-        halves = [rng.permutation(np.flatnonzero(codes == code)) for code in range(len(leaves))]
-        groups = {"train": [h[: h.size // 2] for h in halves], "test": [h[h.size // 2 :] for h in halves]}
+        groups = split_halves(leaf_of_row, leaves, seed)
     else:
-        groups = {"all": [np.flatnonzero(codes == code) for code in range(len(leaves))]}
-    profiles = {name: _leaf_means(matrix, members, own["values"]) for name, members in groups.items()}
-    reference = profiles.get("train", profiles.get("all"))  # z-scores with training statistics only
-    mean, std = reference.mean(axis=0), reference.std(axis=0, ddof=1)
-    varies = std > 0
+        codes = pd.Categorical(leaf_of_row, categories=leaves).codes
+        groups = ([np.flatnonzero(codes == code) for code in range(len(leaves))],)
+    profiles = [pseudo_bulk(features_by_cell, members) for members in groups]
+    if own["values"] == "counts":
+        profiles = [np.log1p(means) for means in profiles]
+    scaled, varies = standardise(*profiles)  # the train half's statistics when there are replicates
     if not varies.any():
         raise InputError(f"{path}: {_field(own['layer'])}: no feature varies across the {len(leaves)} leaves")
-    scaled = {name: (values[:, varies] - mean[varies]) / std[varies] for name, values in profiles.items()}
-    layers = {name: scaled[name] for name in ("train", "test")} if own["replicates"] else {}
+    n_cells = pd.Series(leaf_of_row).value_counts().reindex(leaves).to_numpy()
     prepared = anndata.AnnData(
-        X=(scaled["train"] + scaled["test"]) / 2 if own["replicates"] else scaled["all"],
-        obs=pd.DataFrame({"n_cells": [int((codes == code).sum()) for code in range(len(leaves))]},
-                         index=pd.Index(leaves, name="leaf")),
+        X=(scaled[0] + scaled[1]) / 2 if own["replicates"] else scaled[0],
+        obs=pd.DataFrame({"n_cells": n_cells}, index=pd.Index(leaves, name="leaf")),
         var=pd.DataFrame(index=pd.Index(adata.var_names[varies].astype(str), name="feature")),
-        layers=layers,
+        layers=dict(zip(("train", "test"), scaled)) if own["replicates"] else {},
     )
     prepared.uns["tree_newick"] = to_newick(tree)
     prepared.uns["feature_filter"] = {"features": int(adata.n_vars), "kept": int(varies.sum())}
@@ -259,16 +256,6 @@ def _sulston_tree(obs: pd.DataFrame, path: str, key: str):
         return tree_from_paths(paths), [], names
     except ValueError as err:  # two names for one cell, or an ancestor observed with its descendant
         return None, [ContractError(path, f"obs['{key}']", str(err))], None
-
-
-def _leaf_means(matrix: sparse.csr_array, groups: list[np.ndarray], values: str) -> np.ndarray:
-    sizes = np.array([g.size for g in groups])
-    weights = sparse.csr_array(
-        (np.repeat(1.0 / sizes, sizes), (np.repeat(np.arange(len(groups)), sizes), np.concatenate(groups))),
-        shape=(len(groups), matrix.shape[0]),
-    )
-    means = (weights @ matrix).toarray()
-    return np.log1p(means) if values == "counts" else means
 
 
 # ---------------------------------------------------------------- shared checks

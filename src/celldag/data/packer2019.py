@@ -20,6 +20,7 @@ import pandas as pd
 from scipy import io as sio
 from scipy import sparse
 
+from celldag.data.leaf_profiles import pseudo_bulk, split_halves, standardise
 from celldag.io import sha256_file
 from celldag.lineage.celegans import expand_pattern, lineage_path, tree_from_paths
 from celldag.lineage.tree import to_newick
@@ -59,17 +60,13 @@ def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[
     if not leaf_paths:
         raise ValueError(f"no lineage leaf has {min_cells} or more cells in {CELL_ANNOTATION}: {assignment}")
     leaves = sorted(leaf_paths)
-    train_cells, test_cells = _split_halves(leaf_of_cell, leaves, seed)
+    train_cells, test_cells = split_halves(leaf_of_cell, leaves, seed)
     train, test = pseudo_bulk(counts, train_cells), pseudo_bulk(counts, test_cells)
 
     used = np.concatenate(train_cells + test_cells)
     totals = counts[:, used].sum(axis=1)
     passed_counts = totals >= min_gene_counts
-    train, test = np.log1p(train[:, passed_counts]), np.log1p(test[:, passed_counts])
-    mean, std = train.mean(axis=0), train.std(axis=0, ddof=1)
-    varies = std > 0
-    train = (train[:, varies] - mean[varies]) / std[varies]
-    test = (test[:, varies] - mean[varies]) / std[varies]
+    (train, test), varies = standardise(np.log1p(train[:, passed_counts]), np.log1p(test[:, passed_counts]))
     kept_genes = genes[passed_counts][varies]
 
     adata = anndata.AnnData(
@@ -157,31 +154,6 @@ def assign_cells(cells: pd.DataFrame, min_cells: int) -> tuple[pd.Series, dict[s
     leaf_of_cell = leaf_of_cell.mask(leaf_of_cell.isin(small))
     kept = {leaf: path for leaf, path in candidates.items() if sizes.get(leaf, 0) >= min_cells}
     return leaf_of_cell, kept, assignment
-
-
-def _split_halves(leaf_of_cell: pd.Series, leaves: list[str], seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per leaf (in ``leaves`` order, one generator), shuffle its cells: first ⌊n/2⌋ train, rest test."""
-    rng = np.random.default_rng(seed)
-    codes = pd.Categorical(leaf_of_cell, categories=leaves).codes  # integer codes: fast to compare
-    train, test = [], []
-    for code in range(len(leaves)):
-        shuffled = rng.permutation(np.flatnonzero(codes == code))
-        train.append(shuffled[: shuffled.size // 2])
-        test.append(shuffled[shuffled.size // 2 :])
-    return train, test
-
-
-def pseudo_bulk(counts: sparse.sparray, groups: list[np.ndarray]) -> np.ndarray:
-    """(groups × genes) mean raw counts of the genes × cells ``counts`` over each group of cell indices.
-
-    One sparse product with a cells × groups matrix of 1/group-size weights: no dense cells × genes copy.
-    """
-    sizes = np.array([g.size for g in groups])
-    weights = sparse.csr_array(
-        (np.repeat(1.0 / sizes, sizes), (np.concatenate(groups), np.repeat(np.arange(len(groups)), sizes))),
-        shape=(counts.shape[1], len(groups)),
-    )
-    return (counts @ weights).toarray().T
 
 
 def _unique_gene_names(genes: pd.DataFrame) -> pd.Index:
