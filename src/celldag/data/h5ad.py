@@ -106,9 +106,9 @@ def representation_problems(adata, path: str, own: Mapping, preprocess_params: M
     if preprocess_params.get("duplicate_genes", "error") == "error":
         problems += _duplicate_names(adata.var_names, path, "var_names", "gene names",
                                      hint="; set duplicate_genes: make_unique to suffix them")  # fmt: skip
-    problems += _column_problems(adata.obs, path, own["label_key"], "label", required=True)
+    problems += _column_problems(adata.obs, path, own["label_key"], "label")
     if own["batch_key"] is not None:
-        problems += _column_problems(adata.obs, path, own["batch_key"], "batch", required=True)
+        problems += _column_problems(adata.obs, path, own["batch_key"], "batch")
         if own["batch_key"] in adata.obs and adata.obs[own["batch_key"]].nunique() == 1:
             only = adata.obs[own["batch_key"]].iloc[0]
             problems.append(ContractError(path, f"obs['{own['batch_key']}']", (
@@ -182,7 +182,7 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
         problems += _duplicate_names(adata.obs_names, path, "obs_names", "leaf names")
         leaf_of_row = np.asarray(adata.obs_names.astype(str))
     elif own["leaf_key"] is not None:
-        found = _column_problems(adata.obs, path, own["leaf_key"], "leaf", required=True)
+        found = _column_problems(adata.obs, path, own["leaf_key"], "leaf")
         problems += found
         if not found:
             leaf_of_row = adata.obs[own["leaf_key"]].astype(str).to_numpy()
@@ -209,7 +209,7 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
             f"{len(only_data)} data leaves are not in the tree (first: {only_data[:3]})")))  # fmt: skip
     elif len(tree_leaves) < MIN_LEAVES:
         problems.append(ContractError(where, "tree leaves", (
-            f"{len(tree_leaves)} leaves; lineage metrics compare quartets of leaves: 4 or more needed")))  # fmt: skip
+            f"{len(tree_leaves)} leaves; lineage metrics compare quartets of leaves: {MIN_LEAVES} or more needed")))  # fmt: skip
     if own["replicates"] and not problems:
         sizes = pd.Series(leaf_of_row).value_counts()
         small = sorted(sizes.index[sizes < 2])
@@ -230,7 +230,7 @@ def _newick_tree(name: str, files: Mapping[str, str]):
     except (OSError, UnicodeDecodeError, ValueError) as err:
         return None, [ContractError(path, "tree", f"not a valid Newick tree ({err})")]
     if len(tree.leaf_names) == 1:
-        return None, [ContractError(path, "tree", f"a single leaf ({tree.leaf_names[0]!r}); a lineage needs 4 or more")]
+        return None, [ContractError(path, "tree", f"a single leaf ({tree.leaf_names[0]!r}); a lineage needs {MIN_LEAVES} or more")]
     return tree, []
 
 
@@ -238,7 +238,7 @@ def _sulston_tree(obs: pd.DataFrame, path: str, key: str):
     """(tree, problems, each row's lineage name) from the Sulston names in ``obs[key]``."""
     from celldag.lineage.celegans import lineage_path, tree_from_paths
 
-    problems = _column_problems(obs, path, key, "lineage name", required=True)
+    problems = _column_problems(obs, path, key, "lineage name")
     if problems:
         return None, problems, None
     names = obs[key].astype(str).str.strip().to_numpy()
@@ -288,9 +288,9 @@ def _duplicate_names(names: pd.Index, path: str, field: str, what: str, hint: st
     return [ContractError(path, field, f"{duplicated.size} duplicated {what} (first: {duplicated[:3].tolist()}){hint}")]
 
 
-def _column_problems(obs: pd.DataFrame, path: str, key: str | None, role: str, required: bool) -> list[ContractError]:
+def _column_problems(obs: pd.DataFrame, path: str, key: str | None, role: str) -> list[ContractError]:
     if key is None:
-        return [ContractError(path, "params", f"{role} key missing: name the obs column")] if required else []
+        return [ContractError(path, "params", f"{role} key missing: name the obs column")]
     if key not in obs.columns:
         return [ContractError(path, f"obs['{key}']", f"missing {role} column (obs columns: {list(obs.columns)})")]
     missing = obs[key].isna().to_numpy()
