@@ -111,3 +111,24 @@ def test_constant_genes_are_found_in_sparse_sources_without_densifying():
     varying = constant.copy()
     varying.X = sparse.csr_matrix(np.diag([1.0, 2.0, 0.0, 3.0, 0.0, 0.0])[:, :4])
     assert representation_problems(varying, "s.h5ad", own, {}) == []
+
+
+def test_validate_reports_missing_and_changed_downloads(tmp_path, monkeypatch):
+    import json
+
+    from conftest import REPO
+
+    from celldag.registry import load_config, read_yaml
+    from celldag.validate import validate_dataset
+
+    _, registries = load_config(read_yaml(REPO / "config/config.yaml"), "config/config.yaml", root=REPO)
+    monkeypatch.chdir(tmp_path)
+    target = "resources/scib_pancreas/human_pancreas_norm_complexBatch.h5ad"
+    assert validate_dataset("scib_pancreas", registries).problems == [
+        f"{target}: file: not found (downloaded by `snakemake {target}`)"]
+    (tmp_path / target).parent.mkdir(parents=True)
+    (tmp_path / target).write_bytes(b"changed upstream")
+    pins = tmp_path / "resources/scib_pancreas/checksums.json"
+    pins.write_text(json.dumps({"human_pancreas_norm_complexBatch.h5ad": "0" * 64}))
+    (problem,) = validate_dataset("scib_pancreas", registries).problems
+    assert problem.startswith(f"checksum mismatch for {target}: pinned sha256 {'0' * 64} in {pins.relative_to(tmp_path)}")

@@ -81,20 +81,29 @@ LOADERS = {
 X_DTYPE = {"lineage": np.float64, "representation": np.float32}
 
 
-def check_local_files(entry: dict) -> None:
-    """A local source's files exist and, where the entry gives a sha256, still have that digest."""
+def local_file_problems(entry: dict) -> list:
+    """A local source's files must exist and, where the entry gives a sha256, still have that digest."""
     from celldag.contracts import ContractError
     from celldag.io import sha256_file
 
+    problems = []
     for file in entry.get("files", []):
         if "path" not in file:
             continue
         path = Path(file["path"])
         if not path.is_file():
-            raise ContractError(str(path), "file", "not found")
+            problems.append(ContractError(str(path), "file", "not found"))
+            continue
         digest = sha256_file(path) if file.get("sha256") else None
         if digest != file.get("sha256"):
-            raise ContractError(str(path), "sha256", f"the registry gives {file['sha256']}, the file has {digest}")
+            problems.append(ContractError(str(path), "sha256", f"the registry gives {file['sha256']}, the file has {digest}"))
+    return problems
+
+
+def check_local_files(entry: dict) -> None:
+    problems = local_file_problems(entry)
+    if problems:
+        raise problems[0]
 
 
 def prepare_dataset(dataset_id: str, entry: dict, seed: int, files: Mapping[str, str] | None = None):

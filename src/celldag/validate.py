@@ -16,7 +16,6 @@ from celldag import plan
 from celldag.errors import InputError
 from celldag.registry import Registries
 
-DATASET_ID = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 @dataclass
@@ -39,7 +38,10 @@ class Report:
 
 def validate_dataset(dataset_id: str, registries: Registries) -> Report:
     """The report of one registry dataset; paths are relative to the working directory (the workflow's)."""
-    if not DATASET_ID.match(dataset_id):
+    from celldag.registry import SCHEMA_DIR, read_yaml
+
+    id_pattern = read_yaml(SCHEMA_DIR / "datasets.schema.yaml")["propertyNames"]["pattern"]  # the registry's own rule
+    if not re.match(id_pattern, dataset_id):
         raise InputError(f"{dataset_id!r} is not a dataset id: ids are lower-case letters, digits and '_', "
                          "never a path")  # fmt: skip
     if dataset_id not in registries.datasets:
@@ -67,21 +69,24 @@ def validate_dataset(dataset_id: str, registries: Registries) -> Report:
 
 
 def _file_problems(dataset_id: str, entry: dict, files: dict[str, str]) -> list[str]:
+    """Local files as preparation checks them; downloads present and matching their registry sha256 or pin."""
     from celldag.download import DownloadError, verify_pinned
     from celldag.io import sha256_file
+    from celldag.prepare import local_file_problems
+    from celldag.registry import PIN_ON_FIRST_FETCH
 
-    problems = []
-    by_name = {file["name"]: file for file in entry.get("files", [])}
-    for name, path in files.items():
-        spec = by_name[name]
+    problems = [str(problem) for problem in local_file_problems(entry)]
+    for spec in entry.get("files", []):
+        if "url" not in spec:
+            continue
+        path = files[spec["name"]]
         if not Path(path).is_file():
-            hint = f" (downloaded by `snakemake {path}`)" if "url" in spec else ""
-            problems.append(f"{path}: file: not found{hint}")
-        elif spec.get("sha256") not in (None, "pin-on-first-fetch"):
+            problems.append(f"{path}: file: not found (downloaded by `snakemake {path}`)")
+        elif spec["sha256"] != PIN_ON_FIRST_FETCH:
             digest = sha256_file(path)
             if digest != spec["sha256"]:
                 problems.append(f"{path}: sha256: the registry gives {spec['sha256']}, the file has {digest}")
-        elif "url" in spec:
+        else:
             try:
                 verify_pinned(path, plan.DOWNLOAD_PINS.format(source=dataset_id))
             except DownloadError as err:
