@@ -10,8 +10,6 @@ temp directory.
 from __future__ import annotations
 
 import hashlib
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anndata
 import numpy as np
@@ -20,6 +18,7 @@ import pytest
 import yaml
 
 from celldag.errors import InputError
+from conftest import ok, truncated
 
 GENES = [f"G{i}" for i in range(12)]
 
@@ -111,50 +110,15 @@ def lab_url_dataset(file: dict) -> dict:
 # ---------------------------------------------------------------- downloads
 
 
-class Server:
-    """A throwaway HTTP server on 127.0.0.1: path → (status, body, promised length)."""
-
-    def __init__(self):
-        routes = self.routes = {}
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                status, body, length = routes.get(self.path, (404, b"", 0))
-                if status != 200:
-                    self.send_error(status)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(length))
-                self.end_headers()
-                self.wfile.write(body)
-                self.close_connection = True
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
-
-
-@pytest.fixture(scope="module")
-def server():
-    serving = Server()
-    body = b"counts\n" * 100
-    serving.routes |= {"/ok.txt": (200, body, len(body)), "/cut.txt": (200, body, 2 * len(body))}
-    yield serving
-    serving.httpd.shutdown()
-    serving.httpd.server_close()
-
-
-BODY_SHA = hashlib.sha256(b"counts\n" * 100).hexdigest()
+BODY = b"counts\n" * 100
+BODY_SHA = hashlib.sha256(BODY).hexdigest()
 
 
 def fetch(d, server, path: str, sha256: str | None) -> None:
+    """Download from conftest's 127.0.0.1 server: /ok.txt whole, /cut.txt promising twice its body."""
     from celldag.download import download
 
+    server.routes |= {"/ok.txt": ok(BODY), "/cut.txt": truncated(BODY)}
     download(server.url(path), d / "out" / "file.txt", sha256=sha256, retries=1, backoff=0)
 
 

@@ -8,74 +8,15 @@ import json
 import logging
 import re
 import socket
-import threading
-from collections import Counter, defaultdict
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from celldag.download import DownloadError, decompress_gzip, download, record_pin, verify_pinned
+from conftest import Handler, ok, truncated
 
 DATA = b"gene\tcell\tcount\n" * 1000
 DATA_SHA = hashlib.sha256(DATA).hexdigest()
-
-
-class LocalServer:
-    """Routes (path → response writer); per path: request count, Range header of each, body bytes sent."""
-
-    def __init__(self) -> None:
-        self.port = 0
-        self.routes: dict[str, Callable[[Handler], None]] = {}
-        self.requests: Counter[str] = Counter()
-        self.ranges: defaultdict[str, list[str | None]] = defaultdict(list)
-        self.sent: defaultdict[str, list[int]] = defaultdict(list)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-
-class Handler(BaseHTTPRequestHandler):
-    state: LocalServer  # bound by the fixture
-
-    def do_GET(self) -> None:
-        self.state.requests[self.path] += 1
-        self.state.ranges[self.path].append(self.headers.get("Range"))
-        route = self.state.routes.get(self.path)
-        if route is None:
-            self.send_error(404)
-        else:
-            route(self)
-
-    def send_body(self, data: bytes) -> None:
-        self.state.sent[self.path].append(len(data))
-        self.wfile.write(data)
-
-    def log_message(self, *args) -> None:  # keep pytest output clean
-        pass
-
-
-def ok(body: bytes) -> Callable[[Handler], None]:
-    def write(handler: Handler) -> None:
-        handler.send_response(200)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.send_body(body)
-
-    return write
-
-
-def truncated(body: bytes) -> Callable[[Handler], None]:
-    """Promise twice the body, send the body, close the connection."""
-
-    def write(handler: Handler) -> None:
-        handler.send_response(200)
-        handler.send_header("Content-Length", str(2 * len(body)))
-        handler.end_headers()
-        handler.send_body(body)
-        handler.close_connection = True
-
-    return write
 
 
 def ranged(body: bytes, cut: int | None = None, cuts: int = 1) -> Callable[[Handler], None]:
@@ -116,18 +57,6 @@ def whole_as_range(body: bytes) -> Callable[[Handler], None]:
         handler.send_body(body)
 
     return write
-
-
-@pytest.fixture
-def server():
-    state = LocalServer()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("BoundHandler", (Handler,), {"state": state}))
-    state.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
-    thread.start()
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def test_download_with_right_checksum(server, tmp_path):
