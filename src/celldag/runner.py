@@ -19,7 +19,7 @@ import numpy as np
 from celldag import contracts, io
 from celldag.methods import MethodInput, MethodResult, NotApplicable
 from celldag.plan import method_params
-from celldag.provenance import RunClock
+from celldag.provenance import RunClock, config_hash
 
 log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoint"  # inside the run directory; methods that train write their checkpoints here
@@ -138,11 +138,8 @@ def keep_only_matching_checkpoints(directory: Path, run: dict) -> None:
     A run killed and rerun after its params or inputs changed would otherwise go on from weights
     trained under the old ones; its checkpoints are removed instead (with a warning) and it starts afresh.
     """
-    import hashlib
-    import json
-
     stamp = directory / "run-fingerprint.txt"
-    fingerprint = hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()
+    fingerprint = config_hash(run)
     if directory.exists() and (not stamp.exists() or stamp.read_text() != fingerprint):
         log.warning("%s holds checkpoints of a run with other params or inputs: removed, training starts afresh",
                     directory)  # fmt: skip
