@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def inputs_and_params(device: str, steps: int):
     from celldag.data.bm import simulate_bm
-    from celldag.methods import MethodInput
+    from celldag.lineage.track import LineageInput
 
     registry = yaml.safe_load((ROOT / "config/methods.yaml").read_text())
     preset = yaml.safe_load((ROOT / "config/presets/paper.yaml").read_text())
@@ -35,7 +35,7 @@ def inputs_and_params(device: str, steps: int):
                "reconstruction": "upgma"}  # fmt: skip
     data = yaml.safe_load((ROOT / "config/datasets.yaml").read_text())["bm_default"]["params"]
     sim = simulate_bm(seed=0, **data)
-    return MethodInput(sim.leaf_names, sim.test, sim.train, sim.tree_newick), params
+    return LineageInput(sim.leaf_names, sim.test, sim.train, sim.tree_newick), params
 
 
 def run_once(work_dir: str, device: str, steps: int) -> np.ndarray:

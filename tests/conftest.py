@@ -14,9 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from celldag.registry import Registries, read_yaml, validate
+from celldag import contracts
+from celldag.registry import Registries, apply_schema, read_yaml
+from celldag.tracks import tracks_of
 
 REPO = Path(__file__).resolve().parents[1]
+TRACKS = tracks_of(read_yaml(REPO / "config/tracks.yaml"))  # the shipped tracks by id
+
+
+def check_prepared(adata, path: str) -> None:
+    """The prepared-dataset contract of the shipped track the file names (else lineage's), as a job checks it."""
+    track_id = adata.uns.get("track") if adata.uns.get("track") in TRACKS else "lineage"
+    contracts.check_prepared_dataset(adata, path, track_id, TRACKS[track_id])
 
 
 @pytest.fixture(scope="session")
@@ -38,16 +47,17 @@ def registries() -> Registries:
     methods = read_yaml(REPO / "config/methods.yaml")
     methods["nj_multi"] = {
         "track": "lineage",
-        "module": "celldag.methods.distance_tree",
+        "run": "celldag.methods.distance_tree:run",
         "description": "two variants",
         "params": {"features": "raw", "reconstruction": "nj"},
         "variants": {"raw": {}, "pca": {"features": "pca", "n_components": 3}},
     }
     embeddings = read_yaml(REPO / "config/embeddings.yaml")
     return Registries(
-        validate(datasets, "datasets", "datasets.yaml"),
-        validate(methods, "methods", "methods.yaml"),
-        validate(embeddings, "embeddings", "embeddings.yaml"),
+        apply_schema(datasets, "datasets", "datasets.yaml"),
+        apply_schema(methods, "methods", "methods.yaml"),
+        apply_schema(embeddings, "embeddings", "embeddings.yaml"),
+        apply_schema(read_yaml(REPO / "config/tracks.yaml"), "tracks", "tracks.yaml"),
     )
 
 

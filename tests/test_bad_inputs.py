@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from celldag.errors import InputError
-from conftest import ok, truncated
+from conftest import ok, truncated, TRACKS
 
 GENES = [f"G{i}" for i in range(12)]
 
@@ -38,11 +38,11 @@ def prepare_cells(d, adata: anndata.AnnData, **params) -> None:
     from celldag.prepare import write_prepared_dataset
 
     adata.write_h5ad(d / "lab.h5ad")
-    entry = {"track": "representation", "loader": "h5ad", "source": "local",
+    entry = {"track": "representation", "loader": "celldag.data.h5ad:prepare_h5ad", "source": "local",
              "files": [{"name": "lab.h5ad", "path": str(d / "lab.h5ad")}],
              "params": {"file": "lab.h5ad", "label_key": "celltype", "batch_key": "tech", "min_genes": 0,
                         "min_cells": 0} | params}  # fmt: skip
-    write_prepared_dataset("lab", entry, 0, str(d / "out" / "seed0.h5ad"), {"lab.h5ad": str(d / "lab.h5ad")})
+    write_prepared_dataset("lab", entry, TRACKS[entry["track"]], 0, str(d / "out" / "seed0.h5ad"), {"lab.h5ad": str(d / "lab.h5ad")})
 
 
 LEAVES = ["A", "B", "C", "D", "E", "F"]
@@ -66,10 +66,10 @@ def prepare_leaves(d, adata: anndata.AnnData, newick: str | None = NEWICK, **par
         (d / "tree.nwk").write_text(newick)
         files["tree.nwk"] = str(d / "tree.nwk")
         tree = {"newick": "tree.nwk"}
-    entry = {"track": "lineage", "loader": "lineage_h5ad", "source": "local",
+    entry = {"track": "lineage", "loader": "celldag.data.h5ad:prepare_lineage_h5ad", "source": "local",
              "files": [{"name": name, "path": path} for name, path in files.items()],
              "params": {"file": "lineage.h5ad", "values": "transformed"} | tree | params}  # fmt: skip
-    write_prepared_dataset("lab_lineage", entry, 0, str(d / "out" / "seed0.h5ad"), files)
+    write_prepared_dataset("lab_lineage", entry, TRACKS[entry["track"]], 0, str(d / "out" / "seed0.h5ad"), files)
 
 
 def with_x(adata: anndata.AnnData, change) -> anndata.AnnData:
@@ -96,14 +96,14 @@ def load(d, config: dict, datasets: dict | None = None, methods: dict | None = N
     from celldag.registry import load_config, read_yaml
 
     (d / "config").mkdir()
-    for name, extra in (("datasets", datasets), ("methods", methods), ("embeddings", None)):
+    for name, extra in (("datasets", datasets), ("methods", methods), ("embeddings", None), ("tracks", None)):
         registry = read_yaml(REPO / f"config/{name}.yaml") | (extra or {})
         (d / f"config/{name}.yaml").write_text(yaml.safe_dump(registry))
     load_config({"datasets": ["bm_default"], "methods": ["nj_raw"]} | config, "run.yaml", root=d)
 
 
 def lab_url_dataset(file: dict) -> dict:
-    return {"lab": {"track": "representation", "source": "url", "loader": "h5ad", "description": "x",
+    return {"lab": {"track": "representation", "source": "url", "loader": "celldag.data.h5ad:prepare_h5ad", "description": "x",
                     "license": "x", "files": [file], "params": {"file": file["name"], "label_key": "cell_type"}}}
 
 
@@ -148,17 +148,17 @@ def no_gene_matches(d) -> None:
 
     pd.DataFrame({"gene_id": ["ENSG000001", "ENSG000002"], "embedding": [[0.1, 0.2], [0.3, 0.4]]}).to_parquet(
         d / "table.parquet")
-    embed_genes("file", {"format": "parquet"}, ["CD3E", "MS4A1", "LYZ"], {"table": str(d / "table.parquet")}, 0)
+    embed_genes("celldag.embeddings.providers:from_file", {"format": "parquet"}, ["CD3E", "MS4A1", "LYZ"], {"table": str(d / "table.parquet")}, 0)
 
 
 def corrupt_h5ad(d) -> None:
     from celldag.prepare import write_prepared_dataset
 
     (d / "lab.h5ad").write_bytes(b"<html>502 Bad Gateway</html>")  # what a proxy may serve instead of the file
-    entry = {"track": "representation", "loader": "h5ad", "source": "local",
+    entry = {"track": "representation", "loader": "celldag.data.h5ad:prepare_h5ad", "source": "local",
              "files": [{"name": "lab.h5ad", "path": str(d / "lab.h5ad")}],
              "params": {"file": "lab.h5ad", "label_key": "celltype", "batch_key": "tech"}}  # fmt: skip
-    write_prepared_dataset("lab", entry, 0, str(d / "out" / "seed0.h5ad"), {"lab.h5ad": str(d / "lab.h5ad")})
+    write_prepared_dataset("lab", entry, TRACKS[entry["track"]], 0, str(d / "out" / "seed0.h5ad"), {"lab.h5ad": str(d / "lab.h5ad")})
 
 
 CASES = {
@@ -208,7 +208,7 @@ CASES = {
         "signature not found))"),
     "gene ids that match no gene embedding": (
         no_gene_matches,
-        "provider 'file' embedded none of the 3 requested genes (first: ['CD3E', 'MS4A1', 'LYZ']); genes are "
+        "provider 'celldag.embeddings.providers:from_file' embedded none of the 3 requested genes (first: ['CD3E', 'MS4A1', 'LYZ']); genes are "
         "matched by exact name: the dataset's var_names must be the ids the source uses (e.g. HGNC symbols, not "
         "Ensembl ids)"),
     # ---- a lab's lineage h5ad (loader lineage_h5ad)

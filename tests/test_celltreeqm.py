@@ -8,7 +8,7 @@ import celldag.methods.celltreeqm.train as ctqm_train
 from celldag.data.bm import simulate_bm
 from celldag.lineage.metrics import four_point_topology
 from celldag.lineage.tree import parse_newick, path_distances
-from celldag.methods import MethodInput, NotApplicable
+from celldag.lineage.track import LineageInput
 from celldag.methods.celltreeqm import run
 from celldag.methods.celltreeqm.losses import (
     additivity_loss,
@@ -195,8 +195,8 @@ def sim():
                        measurement_std=0.5, seed=1)  # fmt: skip
 
 
-def inputs_of(sim, tree_newick=None, replicate=True, work_dir=None) -> MethodInput:
-    return MethodInput(
+def inputs_of(sim, tree_newick=None, replicate=True, work_dir=None) -> LineageInput:
+    return LineageInput(
         names=sim.leaf_names,
         features=sim.test,
         train_features=sim.train if replicate else None,
@@ -224,9 +224,10 @@ def test_run_returns_an_embedding_a_tree_and_what_evaluation_needs(sim, loss, se
     assert training["steps_run"] == 4 and training["best_step"] in (2, 4) and training["device"] == "cpu"
 
 
-def test_supervised_needs_a_replicate(sim):
-    with pytest.raises(NotApplicable, match="replicate"):
-        run(inputs_of(sim, replicate=False), PARAMS, seed=0)
+def test_a_dataset_without_replicates_does_not_meet_the_supervised_need(sim):
+    # config/methods.yaml: celltreeqm's supervised variant needs [replicates]; the runner checks unmet()
+    assert "replicate pair" in inputs_of(sim, replicate=False).unmet("replicates")
+    assert inputs_of(sim).unmet("replicates") is None
 
 
 def test_label_free_ignores_the_tree(sim):

@@ -12,6 +12,7 @@ from celldag import contracts
 from celldag.data import cengen
 from celldag.data.cengen import map_classes, prepare_cengen_neurons, read_cell_lineage
 from celldag.lineage.tree import parse_newick, path_distances
+from conftest import check_prepared
 
 PARAMS = {"threshold": 1, "n_top_genes": 2000}
 
@@ -33,7 +34,7 @@ def test_leaves_tree_and_contract(adata, tmp_path):
     assert adata.n_obs + len(adata.uns["dropped_classes"]) == 128
     adata = adata.copy()
     adata.uns |= {"dataset_id": "cengen_neurons", "track": "lineage"}
-    contracts.check_prepared_dataset(adata, "cengen_neurons.h5ad")
+    check_prepared(adata, "cengen_neurons.h5ad")
     adata.write_h5ad(tmp_path / "cengen.h5ad")  # nested uns dicts must survive h5ad
 
 

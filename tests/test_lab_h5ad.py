@@ -11,6 +11,7 @@ from celldag import contracts
 from celldag.errors import InputError
 from celldag.lineage.tree import parse_newick
 from celldag.prepare import prepare_dataset
+from conftest import check_prepared, TRACKS
 
 
 def lineage_entry(tmp_path, adata, newick=None, **params):
@@ -20,7 +21,7 @@ def lineage_entry(tmp_path, adata, newick=None, **params):
         (tmp_path / "tree.nwk").write_text(newick)
         files.append({"name": "tree.nwk", "path": str(tmp_path / "tree.nwk")})
         params = {"newick": "tree.nwk"} | params
-    entry = {"track": "lineage", "loader": "lineage_h5ad", "source": "local", "files": files,
+    entry = {"track": "lineage", "loader": "celldag.data.h5ad:prepare_lineage_h5ad", "source": "local", "files": files,
              "params": {"file": "cells.h5ad"} | params}  # fmt: skip
     return entry, {f["name"]: f["path"] for f in files}
 
@@ -38,8 +39,8 @@ def cells_by_leaf(leaves, cells_per_leaf=4, n_features=6, seed=0):
 def test_lineage_h5ad_pseudo_bulks_per_leaf_and_z_scores(tmp_path):
     adata = cells_by_leaf(["A", "B", "C", "D"])
     entry, files = lineage_entry(tmp_path, adata, "((A,B),(C,D));", leaf_key="clone")
-    prepared = prepare_dataset("lab", entry, 0, files)
-    contracts.check_prepared_dataset(prepared, "prepared")
+    prepared = prepare_dataset("lab", entry, TRACKS[entry["track"]], 0, files)
+    check_prepared(prepared, "prepared")
     assert list(prepared.obs_names) == ["A", "B", "C", "D"] and list(prepared.obs["n_cells"]) == [4, 4, 4, 4]
     expected = np.log1p(np.array([1.0, 2.0, 3.0, 4.0]))  # leaf means of feature 0, then log1p (counts)
     expected = (expected - expected.mean()) / expected.std(ddof=1)
@@ -51,7 +52,7 @@ def test_lineage_h5ad_pseudo_bulks_per_leaf_and_z_scores(tmp_path):
 def test_lineage_h5ad_replicates_are_seeded_cell_halves(tmp_path):
     adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=6)
     entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True)
-    first, again, other = (prepare_dataset("lab", entry, seed, files) for seed in (0, 0, 1))
+    first, again, other = (prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files) for seed in (0, 0, 1))
     assert {"train", "test"} <= set(first.layers)
     np.testing.assert_array_equal(first.layers["train"], again.layers["train"])
     assert not np.array_equal(first.layers["train"], other.layers["train"])
@@ -64,7 +65,7 @@ def test_lineage_h5ad_builds_the_tree_from_sulston_names(tmp_path):
     adata = anndata.AnnData(X=np.random.default_rng(0).normal(size=(len(names), 4)),
                             obs=pd.DataFrame({"lineage": names}, index=[f"c{i}" for i in range(len(names))]))
     entry, files = lineage_entry(tmp_path, adata, lineage_key="lineage", values="transformed")
-    prepared = prepare_dataset("lab", entry, 0, files)
+    prepared = prepare_dataset("lab", entry, TRACKS[entry["track"]], 0, files)
     tree = parse_newick(prepared.uns["tree_newick"])
     assert set(tree.leaf_names) == set(names) == set(prepared.obs_names)
     from celldag.lineage.tree import path_distances
@@ -80,11 +81,11 @@ def test_h5ad_without_batch_key_is_one_batch(tmp_path):
                             obs=pd.DataFrame({"type": np.repeat(["x", "y", "z"], 10)}, index=[f"c{i}" for i in range(30)]),
                             var=pd.DataFrame(index=[f"G{i}" for i in range(15)]))  # fmt: skip
     adata.write_h5ad(tmp_path / "lab.h5ad")
-    entry = {"track": "representation", "loader": "h5ad", "source": "local",
+    entry = {"track": "representation", "loader": "celldag.data.h5ad:prepare_h5ad", "source": "local",
              "files": [{"name": "lab.h5ad", "path": str(tmp_path / "lab.h5ad")}],
              "params": {"file": "lab.h5ad", "label_key": "type", "min_genes": 0, "min_cells": 0}}  # fmt: skip
-    prepared = prepare_dataset("lab", entry, 0, {"lab.h5ad": str(tmp_path / "lab.h5ad")})
-    contracts.check_prepared_dataset(prepared, "prepared")
+    prepared = prepare_dataset("lab", entry, TRACKS[entry["track"]], 0, {"lab.h5ad": str(tmp_path / "lab.h5ad")})
+    check_prepared(prepared, "prepared")
     assert set(prepared.obs["batch"]) == {"lab"}
     kept = adata.var_names.get_indexer(prepared.var_names)
     np.testing.assert_array_equal(prepared.layers["counts"].toarray(), adata.X[:, kept])
@@ -95,7 +96,7 @@ def test_a_local_file_with_a_changed_sha256_is_refused(tmp_path):
     entry, files = lineage_entry(tmp_path, adata, "((A,B),(C,D));", leaf_key="clone")
     entry["files"][0]["sha256"] = "0" * 64
     with pytest.raises(InputError, match=rf"^{tmp_path}/cells\.h5ad: sha256: the registry gives 0{{64}}, the file has [0-9a-f]{{64}}$"):
-        prepare_dataset("lab", entry, 0, files)
+        prepare_dataset("lab", entry, TRACKS[entry["track"]], 0, files)
 
 
 def test_constant_genes_are_found_in_sparse_sources_without_densifying():

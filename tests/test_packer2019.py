@@ -41,11 +41,12 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from celldag import contracts, io
+from celldag import contracts, artifacts
 from celldag.data.leaf_profiles import pseudo_bulk
 from celldag.data.packer2019 import CELL_ANNOTATION, GENE_ANNOTATION, MATRIX, prepare_packer2019
 from celldag.download import DownloadError, decompress_gzip, download, record_pin, verify_pinned
 from celldag.lineage.tree import parse_newick, path_distances
+from conftest import check_prepared
 
 LINEAGES = [
     "ABalaa", "ABalaa", "ABalaa", "ABalap", "ABalap", "ABala", "MSaa", "MSa", "MSxa", "MSaa", "Ea", "Ea/Dp",
@@ -173,9 +174,9 @@ def test_end_to_end(geo, tmp_path):
     }
     # holds to the prepared-dataset contract and survives an h5ad round trip
     adata.uns |= {"dataset_id": "celegans_packer2019", "track": "lineage", "seed": 0}
-    contracts.check_prepared_dataset(adata, "seed0.h5ad")
-    io.write_h5ad(adata, tmp_path / "seed0.h5ad")
-    assert io.read_h5ad(tmp_path / "seed0.h5ad").uns["cell_assignment"]["used"] == 13
+    check_prepared(adata, "seed0.h5ad")
+    artifacts.write_h5ad(adata, tmp_path / "seed0.h5ad")
+    assert artifacts.read_h5ad(tmp_path / "seed0.h5ad").uns["cell_assignment"]["used"] == 13
 
 
 def ea_train_mean(adata) -> int:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from celldag.plan import Run, make_plan, method_params
-from celldag.registry import validate
+from celldag.registry import apply_schema
 
 
 def plan_for(registries, **config):
-    return make_plan(validate(config, "config", "config.yaml"), registries)
+    return make_plan(apply_schema(config, "config", "config.yaml"), registries)
 
 
 def test_default_config_counts(registries):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from celldag.registry import ConfigError, load_config, read_yaml, validate
+from celldag.registry import ConfigError, apply_schema, load_config, read_yaml
 
 
 def write_tree(tmp_path, repo, config: dict, methods: dict | None = None):
     (tmp_path / "config").mkdir()
-    for name in ("datasets", "embeddings"):
+    for name in ("datasets", "embeddings", "tracks"):
         (tmp_path / f"config/{name}.yaml").write_text((repo / f"config/{name}.yaml").read_text())
     methods_text = yaml.safe_dump(methods) if methods is not None else (repo / "config/methods.yaml").read_text()
     (tmp_path / "config/methods.yaml").write_text(methods_text)
@@ -19,7 +19,7 @@ def write_tree(tmp_path, repo, config: dict, methods: dict | None = None):
 
 def test_shipped_config_is_valid_and_defaults_are_filled(repo):
     config, registries = load_config(read_yaml(repo / "config/config.yaml"), "config/config.yaml", root=repo)
-    assert config["registries"] == {"datasets": "config/datasets.yaml", "methods": "config/methods.yaml",
+    assert config["registries"] == {"tracks": "config/tracks.yaml", "datasets": "config/datasets.yaml", "methods": "config/methods.yaml",
                                     "embeddings": "config/embeddings.yaml"}  # fmt: skip
     assert config["evaluation"]["qdist_quartets"] == 100_000 and config["evaluation"]["delta_baseline"] == "nj_raw"
     nj = registries.methods["nj_raw"]
@@ -51,7 +51,7 @@ def test_unknown_dataset_and_variant(tmp_path, repo):
 )
 def test_schema_errors_name_the_key(config, message):
     with pytest.raises(ConfigError, match=message):
-        validate(config, "config", "c.yaml")
+        apply_schema(config, "config", "c.yaml")
 
 
 def test_errors_name_the_file_that_set_the_key(tmp_path, repo):
@@ -62,18 +62,18 @@ def test_errors_name_the_file_that_set_the_key(tmp_path, repo):
 
 
 def test_registry_entry_errors_name_the_registry_file(tmp_path, repo):
-    methods = {"nj_raw": {"track": "lineage", "module": "celldag.methods.distance_tree", "description": "x", "gpu": "yes"}}
+    methods = {"nj_raw": {"track": "lineage", "run": "celldag.methods.distance_tree:run", "description": "x", "gpu": "yes"}}
     config = write_tree(tmp_path, repo, {"datasets": ["bm_default"], "methods": ["nj_raw"]}, methods)
     with pytest.raises(ConfigError, match=r"^config/methods\.yaml: nj_raw\.gpu: 'yes' is not of type 'boolean'"):
         load_config(config, "c.yaml", root=tmp_path)
     methods = {"nj_raw": {"track": "lineage", "description": "x"}}
     (tmp_path / "config/methods.yaml").write_text(yaml.safe_dump(methods))
-    with pytest.raises(ConfigError, match=r"config/methods\.yaml: nj_raw: 'module' is a required property"):
+    with pytest.raises(ConfigError, match=r"config/methods\.yaml: nj_raw: 'run' is a required property"):
         load_config(config, "c.yaml", root=tmp_path)
 
 
 def test_bad_registry_id_is_rejected(tmp_path, repo):
-    methods = {"NJ-raw": {"track": "lineage", "module": "m", "description": "x"}}
+    methods = {"NJ-raw": {"track": "lineage", "run": "m:run", "description": "x"}}
     config = write_tree(tmp_path, repo, {"datasets": ["bm_default"], "methods": ["nj_raw"]}, methods)
     with pytest.raises(ConfigError, match=r"config/methods\.yaml: .*NJ-raw"):
         load_config(config, "c.yaml", root=tmp_path)

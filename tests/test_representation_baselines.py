@@ -5,17 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from celldag.methods import GeneTable, MethodInput, NotApplicable
+from celldag.embeddings.table import GeneTable
 from celldag.methods import genept_w, harmony, pca, scvi_baseline
+from celldag.representation.track import RepresentationInput
 
 SCVI_PARAMS = {"use_batch": True, "n_latent": 4, "n_layers": 1, "n_hidden": 32, "max_epochs": 5,
                "early_stopping": True, "batch_size": 64, "accelerator": "cpu"}  # fmt: skip
 
 
-def _inputs(features: np.ndarray, **fields) -> MethodInput:
-    names = tuple(f"c{i}" for i in range(features.shape[0]))
-    genes = tuple(f"g{j}" for j in range(features.shape[1]))
-    return MethodInput(names=names, features=features, train_features=None, gene_names=genes, **fields)
+def _inputs(features: np.ndarray, **fields) -> RepresentationInput:
+    n, p = features.shape
+    defaults = {"batch": np.full(n, "b1"), "train_mask": np.ones(n, bool), "lognorm": np.abs(features), "counts": None}
+    return RepresentationInput(names=tuple(f"c{i}" for i in range(n)), features=features,
+                               gene_names=tuple(f"g{j}" for j in range(p)), **defaults | fields)  # fmt: skip
 
 
 def _batch_mixing(embedding: np.ndarray, groups: np.ndarray, k: int = 15) -> float:
@@ -67,10 +69,11 @@ def test_harmony_removes_a_batch_shift_and_keeps_cell_types():
     np.testing.assert_array_equal(corrected, harmony.run(inputs, params, seed=0).embedding)
 
 
-def test_harmony_needs_two_batches():
-    features = np.random.default_rng(0).normal(size=(20, 5))
-    with pytest.raises(NotApplicable, match="Harmony needs ≥ 2 batches"):
-        harmony.run(_inputs(features, batch=np.full(20, "b1")), {"n_components": 3, "theta": 2.0, "max_iter": 5}, 0)
+def test_one_batch_does_not_meet_harmonys_need():
+    # config/methods.yaml: harmony needs [batches]; the runner records not_applicable without calling it
+    features = np.zeros((4, 2))
+    assert _inputs(features).unmet("batches") == "needs two or more batches; this dataset has one"
+    assert _inputs(features, batch=np.array(["a", "a", "b", "b"])).unmet("batches") is None
 
 
 def test_genept_w_is_the_expression_weighted_average_of_embedded_genes():
@@ -88,16 +91,9 @@ def test_genept_w_is_the_expression_weighted_average_of_embedded_genes():
     np.testing.assert_allclose(normalised.embedding, [[0.5, 0.5], [1.0, 0.0], [0.0, 0.0]])
 
 
-def test_genept_w_needs_a_gene_table():
-    inputs = _inputs(np.zeros((2, 2)), lognorm=np.ones((2, 2)))
-    with pytest.raises(NotApplicable, match="static gene embeddings"):
-        genept_w.run(inputs, {"normalize": False}, seed=0)
-
-
-def test_scvi_is_not_applicable_without_counts():
-    inputs = _inputs(np.zeros((4, 3)), batch=np.array(["a", "a", "b", "b"]))
-    with pytest.raises(NotApplicable, match="scVI models counts; this dataset has none"):
-        scvi_baseline.run(inputs, SCVI_PARAMS, seed=0)
+def test_a_dataset_without_counts_does_not_meet_scvis_need():
+    assert _inputs(np.zeros((4, 3))).unmet("counts") == "models raw counts; this dataset has none"
+    assert _inputs(np.zeros((4, 3)), counts=np.ones((4, 3))).unmet("counts") is None
 
 
 def test_scvi_fits_train_cells_embeds_all_and_repeats_exactly_for_a_seed():

@@ -11,6 +11,7 @@ import pytest
 from scipy import sparse
 
 from celldag.representation.preprocess import preprocess, stratified_split
+from conftest import check_prepared, TRACKS
 
 LABEL_SIZES = {"A": 60, "B": 40, "C": 17, "D": 2, "E": 1}  # 120 cells; D: two cells, E: a singleton
 
@@ -181,12 +182,12 @@ def knn_stats(adata, k: int = 15) -> tuple[float, float]:
 def pbmc68k():
     from celldag.prepare import prepare_dataset
 
-    entry = {"track": "representation", "loader": "pbmc68k_batched", "params": {}}
-    return {seed: prepare_dataset("pbmc68k_batched", entry, seed) for seed in (0, 1)}
+    entry = {"track": "representation", "loader": "celldag.data.pbmc:prepare_pbmc68k_batched", "params": {}}
+    return {seed: prepare_dataset("pbmc68k_batched", entry, TRACKS[entry["track"]], seed) for seed in (0, 1)}
 
 
 def test_pbmc68k_batched_holds_the_contract(pbmc68k, tmp_path):
-    from celldag import contracts, io
+    from celldag import contracts, artifacts
 
     adata = pbmc68k[0]
     assert adata.shape == (700, 765) and "counts" not in adata.layers
@@ -195,8 +196,8 @@ def test_pbmc68k_batched_holds_the_contract(pbmc68k, tmp_path):
     assert adata.obs["label"].nunique() == 10 and adata.uns["label_key"] == "bulk_labels"
     lognorm = adata.layers["lognorm"].toarray()
     assert np.isfinite(lognorm).all() and lognorm.min() >= 0
-    io.write_h5ad(adata, tmp_path / "seed0.h5ad")
-    io.read_h5ad(tmp_path / "seed0.h5ad", check=contracts.check_prepared_dataset)
+    artifacts.write_h5ad(adata, tmp_path / "seed0.h5ad")
+    artifacts.read_h5ad(tmp_path / "seed0.h5ad", check=check_prepared)
 
 
 def test_pbmc68k_batches_are_stratified_and_fixed_across_run_seeds(pbmc68k):

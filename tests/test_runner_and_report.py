@@ -10,42 +10,44 @@ import pandas as pd
 import pytest
 import yaml
 
-from celldag import io
+from celldag import artifacts
 from celldag.contracts import check_scores
-from celldag.evaluate import score_dataset
 from celldag.prepare import write_prepared_dataset
 from celldag.provenance import config_hash
 from celldag.report.leaderboard import aggregate, leaderboard_markdown
 from celldag.runner import run_method
-from conftest import REPO
+from celldag.scoring import score_dataset
+from conftest import REPO, TRACKS
 
 DATASET = {
-    "track": "lineage", "loader": "bm_simulator",
+    "track": "lineage", "loader": "celldag.data.bm:prepare_bm_simulator",
     "params": {"depth": 4, "n_signal": 30, "n_noise": 10, "n_spurious": 5, "max_walk": 3.0, "noise_std": 1.0,
                "measurement_std": 1.0},
 }  # fmt: skip
-NJ_RAW = {"track": "lineage", "module": "celldag.methods.distance_tree", "params": {"features": "raw", "reconstruction": "nj"},
+NJ_RAW = {"track": "lineage", "run": "celldag.methods.distance_tree:run", "params": {"features": "raw", "reconstruction": "nj"},
           "variants": {"default": {}}}  # fmt: skip
 
 
 def run_and_score(tmp_path, method_entry, seed=0, tag="a"):
     prepared = tmp_path / f"data{seed}.h5ad"
     if not prepared.exists():
-        write_prepared_dataset("bm_t", DATASET, seed, str(prepared))
+        write_prepared_dataset("bm_t", DATASET, TRACKS[DATASET["track"]], seed, str(prepared))
     run_dir = tmp_path / tag / f"seed{seed}"
     status = run_method(
         prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
         dataset_id="bm_t", dataset_entry=DATASET, method_id=tag, method_entry=method_entry, variant="default", seed=seed,
+        track=TRACKS["lineage"],
     )  # fmt: skip
     score_dataset(prepared_paths=[str(prepared)], output_paths=[str(run_dir / "output.h5ad")], table_paths=[],
-                  scores_path=str(run_dir / "scores.parquet"), track="lineage", n_quartets=2000, markers={})  # fmt: skip
+                  scores_path=str(run_dir / "scores.parquet"), track_id="lineage", track=TRACKS["lineage"],
+                  dataset=DATASET, evaluation={"qdist_quartets": 2000})  # fmt: skip
     return status, run_dir
 
 
 def test_same_seed_gives_identical_scores(tmp_path):
     _, first = run_and_score(tmp_path / "one", NJ_RAW)
     _, second = run_and_score(tmp_path / "two", NJ_RAW)
-    pd.testing.assert_frame_equal(io.read_scores(first / "scores.parquet"), io.read_scores(second / "scores.parquet"))
+    pd.testing.assert_frame_equal(artifacts.read_scores(first / "scores.parquet"), artifacts.read_scores(second / "scores.parquet"))
     one, two = (json.loads((d / "run.json").read_text()) for d in (first, second))
     assert one["config_hash"] == two["config_hash"] == config_hash(one["config"])
     assert list(one["input_sha256"].values()) == list(two["input_sha256"].values())
@@ -54,7 +56,7 @@ def test_same_seed_gives_identical_scores(tmp_path):
 def test_other_seed_gives_other_scores(tmp_path):
     _, first = run_and_score(tmp_path, NJ_RAW, seed=0)
     _, second = run_and_score(tmp_path, NJ_RAW, seed=1)
-    assert not np.array_equal(io.read_scores(first / "scores.parquet")["value"], io.read_scores(second / "scores.parquet")["value"])
+    assert not np.array_equal(artifacts.read_scores(first / "scores.parquet")["value"], artifacts.read_scores(second / "scores.parquet")["value"])
 
 
 def test_not_applicable_and_failed_methods_are_recorded(tmp_path, monkeypatch):
@@ -67,9 +69,34 @@ def test_not_applicable_and_failed_methods_are_recorded(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "run", refuse)
     status, run_dir = run_and_score(tmp_path, NJ_RAW, tag="refuses")
     assert status == "not_applicable"
-    scores = io.read_scores(run_dir / "scores.parquet")
+    scores = artifacts.read_scores(run_dir / "scores.parquet")
     assert set(scores["status"]) == {"not_applicable"} and scores["value"].isna().all()
     assert json.loads((run_dir / "run.json").read_text())["status_reason"] == "needs counts"
+
+
+def test_a_need_the_dataset_cannot_meet_is_not_applicable_without_calling_the_method(tmp_path, monkeypatch):
+    import anndata
+
+    import celldag.methods.distance_tree as module
+
+    def must_not_run(inputs, params, seed):
+        raise AssertionError("the runner called a method whose needs the dataset does not meet")
+
+    monkeypatch.setattr(module, "run", must_not_run)
+    paired = tmp_path / "paired.h5ad"
+    write_prepared_dataset("bm_t", DATASET, TRACKS["lineage"], 0, str(paired))
+    single = anndata.read_h5ad(paired)
+    del single.layers["train"], single.layers["test"]  # one profile per leaf
+    artifacts.write_h5ad(single, tmp_path / "single.h5ad")
+    status = run_method(
+        prepared_path=str(tmp_path / "single.h5ad"), output_path=str(tmp_path / "run/output.h5ad"),
+        record_path=str(tmp_path / "run/run.json"), dataset_id="bm_t", dataset_entry=DATASET, method_id="pairwise",
+        method_entry=NJ_RAW | {"needs_by_variant": {"default": ["replicates"]}}, variant="default", seed=0,
+        track=TRACKS["lineage"],
+    )  # fmt: skip
+    assert status == "not_applicable"
+    reason = json.loads((tmp_path / "run/run.json").read_text())["status_reason"]
+    assert reason == "pairwise/default needs a train/test replicate pair; this dataset has one profile per leaf"
 
 
 def test_aggregate_writes_mean_and_sd(tmp_path):
@@ -77,7 +104,7 @@ def test_aggregate_writes_mean_and_sd(tmp_path):
     scores = aggregate(
         score_paths=[str(d / "scores.parquet") for d in dirs], record_paths=[str(d / "run.json") for d in dirs],
         scores_path=str(tmp_path / "scores.parquet"), runs_path=str(tmp_path / "runs.parquet"),
-        leaderboard_path=str(tmp_path / "leaderboard.md"), baseline="nj_raw",
+        leaderboard_path=str(tmp_path / "leaderboard.md"), baseline="nj_raw", tracks=TRACKS,
     )  # fmt: skip
     rf = scores.loc[scores["metric"] == "rf", "value"]
     assert f"| a | default | {rf.mean():.3f} ± {rf.std(ddof=1):.3f} |" in (tmp_path / "leaderboard.md").read_text()
@@ -92,7 +119,7 @@ def test_leaderboard_orders_by_first_metric_and_marks_direction():
             for metric in ("qdist_sampled", "rf"):
                 rows.append({"dataset": "d", "track": "lineage", "method": method, "variant": "default", "seed": seed,
                              "metric": metric, "value": rf + seed / 10, "higher_is_better": False, "status": "ok"})  # fmt: skip
-    text = leaderboard_markdown(pd.DataFrame(rows))
+    text = leaderboard_markdown(pd.DataFrame(rows), TRACKS)
     assert "| method | variant | rf ↓ | qdist_sampled ↓ | seeds ok |" in text
     assert text.index("| better |") < text.index("| worse |")
     assert "| better | default | 0.250 ± 0.071 | 0.250 ± 0.071 | 2/2 |" in text
@@ -119,7 +146,7 @@ def test_deltas_are_relative_reductions_against_the_baseline_per_seed():
         score_rows("nj_raw", {"rf": 0.5, "quartet_dist": 0.0}) + score_rows("model", {"rf": 0.2, "quartet_dist": 0.1})
         + score_rows("broken", {"rf": 0.0}, status="failed")
     )  # fmt: skip
-    with_deltas = add_deltas(scores, "nj_raw")
+    with_deltas = add_deltas(scores, "nj_raw", TRACKS)
     deltas = with_deltas[with_deltas["metric"].str.startswith("delta_")]
     # 0.6 = (0.5 - 0.2) / 0.5; no Δ where the baseline is 0, for failed runs, or for the baseline itself
     assert deltas[["method", "seed", "metric"]].values.tolist() == [["model", 0, "delta_rf"], ["model", 1, "delta_rf"]]
@@ -132,16 +159,16 @@ def test_leaderboard_puts_setting_metrics_in_their_own_table():
     scores = pd.DataFrame(
         score_rows("nj_raw", {"rf": 0.5}) + score_rows("celltreeqm", {"rf": 0.3, "k_qdist": 0.01}, variant="hlp")
     )
-    text = leaderboard_markdown(scores, "nj_raw")
+    text = leaderboard_markdown(scores, TRACKS, "nj_raw")
     main, hlp = text.split("### high-level partition")
     assert "| celltreeqm | hlp | 0.300 ± 0.000 | 2/2 |" in main and "| nj_raw | default | 0.500 ± 0.000 | 2/2 |" in main
     assert "| celltreeqm | hlp | 0.010 ± 0.000 | 2/2 |" in hlp and "nj_raw" not in hlp
-    assert "Δ = relative reduction against `nj_raw`" in text
+    assert "Δ = relative reduction" not in text  # no Δ rows here: the note would explain nothing
 
 
 def test_leaderboard_prints_no_negative_zero():
     rows = score_rows("nj_raw", {"rf": 0.5}) + score_rows("m", {"rf": -0.00001})
-    assert "| m | default | 0.000 ± 0.000 | 2/2 |" in leaderboard_markdown(pd.DataFrame(rows))
+    assert "| m | default | 0.000 ± 0.000 | 2/2 |" in leaderboard_markdown(pd.DataFrame(rows), TRACKS)
 
 
 def test_paired_difference_is_a_t_interval_over_seeds():
@@ -158,7 +185,7 @@ def test_paired_difference_is_a_t_interval_over_seeds():
     # differences 0.1, 0.2, 0.3 (seed 3 unpaired): mean 0.2, sd 0.1, t(0.975, 2) = 4.3027
     assert result["n"] == 3 and result["mean"] == pytest.approx(0.2)
     assert result["high"] - result["mean"] == pytest.approx(4.302653 * 0.1 / 3**0.5, rel=1e-5)
-    text = leaderboard_markdown(scores, paired=[{"method": "scilama/text", "against": ["scilama/random"], "metrics": ["total"]}])
+    text = leaderboard_markdown(scores, TRACKS, paired=[{"method": "scilama/text", "against": ["scilama/random"], "metrics": ["total"]}])
     assert "| scilama/text − scilama/random | total | 0.200 | [-0.048, 0.448] | 3 |" in text
 
 
@@ -166,15 +193,15 @@ def test_a_gpu_job_without_cuda_aborts_unless_cpu_fallback_is_allowed(tmp_path):
     from celldag.runner import NoGPUError
 
     prepared = tmp_path / "data.h5ad"
-    write_prepared_dataset("bm_t", DATASET, 0, str(prepared))
-    method = {"track": "lineage", "module": "celldag.methods.celltreeqm", "gpu": True,
+    write_prepared_dataset("bm_t", DATASET, TRACKS[DATASET["track"]], 0, str(prepared))
+    method = {"track": "lineage", "run": "celldag.methods.celltreeqm:run", "gpu": True,
               "params": {**yaml.safe_load((REPO / "config/methods.yaml").read_text())["celltreeqm"]["params"],
                          "steps": 2, "device": "cuda"},
               "variants": {"supervised": {"setting": "supervised"}}}  # fmt: skip
     run_dir = tmp_path / "run"
     common = dict(prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
                   dataset_id="bm_t", dataset_entry=DATASET, method_id="celltreeqm", method_entry=method,
-                  variant="supervised", seed=0, gpu_requested=True)  # fmt: skip
+                  variant="supervised", seed=0, track=TRACKS["lineage"], gpu_requested=True)  # fmt: skip
     with pytest.raises(NoGPUError, match="requested a GPU but torch .* sees no CUDA device"):
         run_method(**common, cpu_fallback=False)
     assert not run_dir.exists()  # aborted before anything was written
@@ -206,7 +233,6 @@ def test_out_of_memory_fails_the_job_while_a_method_bug_becomes_a_failed_row(mon
     checkpoint). A bug fails the same way every time: one `failed` row, and the benchmark goes on."""
     import types
 
-    from celldag.methods import MethodInput
     from celldag.runner import call_method
 
     class OutOfMemoryError(RuntimeError):  # torch.cuda.OutOfMemoryError's name, without needing CUDA
@@ -217,10 +243,10 @@ def test_out_of_memory_fails_the_job_while_a_method_bug_becomes_a_failed_row(mon
         module = types.ModuleType(name)
         module.run = lambda inputs, params, seed, error=error: (_ for _ in ()).throw(error)
         monkeypatch.setitem(sys.modules, name, module)
-    inputs = MethodInput(names=("a",), features=np.zeros((1, 1)), train_features=None)
+    inputs = object()  # never read: run() raises first
     with pytest.raises(MemoryError):
-        call_method("oom_host", inputs, {}, 0)
+        call_method("oom_host:run", inputs, {}, 0)
     with pytest.raises(OutOfMemoryError):
-        call_method("oom_gpu", inputs, {}, 0)
-    _, status, reason = call_method("buggy", inputs, {}, 0)
+        call_method("oom_gpu:run", inputs, {}, 0)
+    _, status, reason = call_method("buggy:run", inputs, {}, 0)
     assert (status, reason) == ("failed", "ValueError: bad shape")

@@ -210,14 +210,16 @@ def test_killed_run_resumes_identically(tmp_path, monkeypatch, kill_at):
 
 
 def test_run_models_only_genes_with_a_static_vector_and_counts_the_rest():
-    from celldag.methods import GeneTable, MethodInput
+    from celldag.embeddings.table import GeneTable
     from celldag.methods.scilama import run
+    from celldag.representation.track import RepresentationInput
 
     expression, train_mask, batch, embeddings = tiny_data()
     names = tuple(f"g{i}" for i in range(N_GENES))
     table = GeneTable(gene_ids=names[3:][::-1], vectors=embeddings[3:][::-1], provider="t")  # g0–g2 have none
-    inputs = MethodInput(names=tuple(f"c{i}" for i in range(N_CELLS)), features=expression, train_features=None,
-                         gene_names=names, batch=batch.astype(str), train_mask=train_mask, gene_embedding=table)  # fmt: skip
+    inputs = RepresentationInput(names=tuple(f"c{i}" for i in range(N_CELLS)), features=expression, gene_names=names,
+                                 batch=batch.astype(str), train_mask=train_mask, lognorm=np.abs(expression), counts=None,
+                                 gene_embedding=table)  # fmt: skip
     result = run(inputs, tiny_params(), seed=0)
     assert result.gene_ids == names[3:] and result.gene_embedding.shape == (N_GENES - 3, 4)
     assert result.uns["genes"] == {"n_modelled": N_GENES - 3, "n_without_embedding": 3}

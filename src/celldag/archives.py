@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from celldag.io import atomic_path
+from celldag.artifacts import atomic_path
 
 AR_MAGIC = b"!<arch>\n"
 AR_HEADER_SIZE = 60

@@ -1,7 +1,8 @@
 """The ``celldag`` command: ``celldag validate DATASET…`` checks registry datasets without running the pipeline.
 
 Run it in the workflow's directory (paths in the registries are relative to it). Exit status 0 when
-every dataset is fine, 1 when a report lists problems, 2 when the config or an id is invalid.
+every dataset is fine, 1 when a report lists problems, 2 when the config or an id is invalid (the
+other named datasets are still checked and reported).
 """
 
 from __future__ import annotations
@@ -35,8 +36,17 @@ def _validate(dataset_ids: list[str], configfile: str) -> int:
     from celldag.validate import validate_dataset
 
     _, registries = load_config(read_yaml(configfile), configfile)
-    reports = [validate_dataset(dataset_id, registries) for dataset_id in dataset_ids]
-    print("\n\n".join(report.render() for report in reports))
+    reports, wrong_ids = [], False
+    for dataset_id in dataset_ids:
+        try:
+            reports.append(validate_dataset(dataset_id, registries))
+        except InputError as err:  # a wrong id or registry entry: said now, and the other datasets still checked
+            print(one_line(err), file=sys.stderr)
+            wrong_ids = True
+    if reports:
+        print("\n\n".join(report.render() for report in reports))
+    if wrong_ids:
+        return 2
     return 1 if any(report.problems for report in reports) else 0
 
 

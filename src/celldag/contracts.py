@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # anndata and pandas are only needed by the callers that hold
     import anndata
     import pandas as pd
 
-TRACKS = ("lineage", "representation")
+    from celldag.tracks import Track
+
 MIN_LEAVES = 4  # every lineage metric compares quartets of leaves
 RUN_STATUSES = ("ok", "not_applicable", "failed")
 SCORE_COLUMNS = {
@@ -50,7 +51,7 @@ def _require_ids(uns, path: str, keys: Iterable[str]) -> None:
             raise ContractError(path, f"uns['{key}']", f"must be a non-empty string, got {uns[key]!r}")
 
 
-def _require_finite_matrix(matrix, path: str, field: str, n_rows: int) -> None:
+def require_finite_matrix(matrix, path: str, field: str, n_rows: int) -> None:
     values = np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix)
     if values.ndim != 2 or values.shape[0] != n_rows:
         raise ContractError(path, field, f"must be a 2-D array with {n_rows} rows, got shape {values.shape}")
@@ -62,79 +63,21 @@ def _require_finite_matrix(matrix, path: str, field: str, n_rows: int) -> None:
         raise ContractError(path, field, f"{int(bad.sum())} non-finite values (first at row {row}, column {col})")
 
 
-def _tree_leaf_names(newick: str, path: str) -> set[str]:
-    from celldag.lineage.tree import parse_newick
-
-    try:
-        return set(parse_newick(newick).leaf_names)
-    except ValueError as err:
-        raise ContractError(path, "uns['tree_newick']", f"not a valid Newick tree ({err})") from err
-
-
-def check_prepared_dataset(adata: anndata.AnnData, path: str) -> None:
-    """Contract of ``results/data/{dataset}/seed{seed}.h5ad``."""
+def check_prepared_dataset(adata: anndata.AnnData, path: str, track_id: str, track: Track) -> None:
+    """Contract of ``results/data/{dataset}/seed{seed}.h5ad``: the generic part, then the track's own."""
     _require_ids(adata.uns, path, ("dataset_id", "track"))
-    track = adata.uns["track"]
-    if track not in TRACKS:
-        raise ContractError(path, "uns['track']", f"must be one of {TRACKS}, got {track!r}")
+    if adata.uns["track"] != track_id:
+        raise ContractError(path, "uns['track']", f"{adata.uns['track']!r}, but the registry puts this dataset on the {track_id!r} track")
     if adata.n_obs == 0 or adata.n_vars == 0:
         raise ContractError(path, "X", f"empty matrix of shape {adata.shape}")
     if not adata.obs_names.is_unique:
         duplicated = adata.obs_names[adata.obs_names.duplicated()][:3].tolist()
         raise ContractError(path, "obs_names", f"must be unique; duplicated: {duplicated}")
-    _require_finite_matrix(adata.X, path, "X", adata.n_obs)
-    if track == "lineage":
-        _check_lineage_dataset(adata, path)
-    else:
-        _check_representation_dataset(adata, path)
+    require_finite_matrix(adata.X, path, "X", adata.n_obs)
+    track.call("check_prepared", adata, path)
 
 
-def _check_lineage_dataset(adata: anndata.AnnData, path: str) -> None:
-    for name, layer in adata.layers.items():
-        _require_finite_matrix(layer, path, f"layers['{name}']", adata.n_obs)
-    if ("train" in adata.layers) != ("test" in adata.layers):
-        raise ContractError(path, "layers", "replicates come in pairs: both 'train' and 'test' or neither")
-    if "tree_newick" not in adata.uns:
-        raise ContractError(path, "uns['tree_newick']", "missing (the true lineage tree over the leaves)")
-    tree_leaves = _tree_leaf_names(adata.uns["tree_newick"], path)
-    leaves = set(adata.obs_names)
-    if len(leaves) < MIN_LEAVES:
-        raise ContractError(path, "obs_names", f"{len(leaves)} leaves; lineage metrics compare quartets: {MIN_LEAVES} or more needed")
-    if tree_leaves != leaves:
-        only_tree = sorted(tree_leaves - leaves)[:3]
-        only_data = sorted(leaves - tree_leaves)[:3]
-        raise ContractError(
-            path, "uns['tree_newick']", f"leaves differ from obs_names (only in tree: {only_tree}; only in data: {only_data})"
-        )
-
-
-SPLITS = ("train", "val")
-
-
-def _check_representation_dataset(adata: anndata.AnnData, path: str) -> None:
-    """Cells × genes: scaled X, log-normalised layer, optional integer counts, label / batch / split."""
-    if not adata.var_names.is_unique:
-        duplicated = adata.var_names[adata.var_names.duplicated()][:3].tolist()
-        raise ContractError(path, "var_names", f"must be unique; duplicated: {duplicated}")
-    if "lognorm" not in adata.layers:
-        raise ContractError(path, "layers['lognorm']", "missing (log-normalised expression)")
-    _require_finite_matrix(adata.layers["lognorm"], path, "layers['lognorm']", adata.n_obs)
-    if "counts" in adata.layers:
-        counts = adata.layers["counts"]
-        values = counts.data if hasattr(counts, "data") and hasattr(counts, "toarray") else np.asarray(counts)
-        if values.size and (values.min() < 0 or not np.array_equal(values, np.round(values))):
-            raise ContractError(path, "layers['counts']", "must hold non-negative integer counts")
-    for column in ("label", "batch", "split"):
-        if column not in adata.obs:
-            raise ContractError(path, f"obs['{column}']", "missing")
-        if adata.obs[column].isna().any():
-            raise ContractError(path, f"obs['{column}']", f"{int(adata.obs[column].isna().sum())} missing values")
-    present = set(adata.obs["split"].astype(str))
-    if not present <= set(SPLITS) or "train" not in present:
-        raise ContractError(path, "obs['split']", f"must hold 'train' (and 'val') only, got {sorted(present)}")
-
-
-def check_method_output(adata: anndata.AnnData, path: str, track: str) -> None:
+def check_method_output(adata: anndata.AnnData, path: str, track: Track) -> None:
     """Contract of ``results/runs/…/output.h5ad``: ids, a status, and for ``ok`` runs the track's result."""
     _require_ids(adata.uns, path, ("dataset_id", "method_id", "variant", "status"))
     if "seed" not in adata.uns:
@@ -146,17 +89,10 @@ def check_method_output(adata: anndata.AnnData, path: str, track: str) -> None:
         _require_ids(adata.uns, path, ("status_reason",))
         return
     if "X_emb" in adata.obsm:
-        _require_finite_matrix(adata.obsm["X_emb"], path, "obsm['X_emb']", adata.n_obs)
-    if track == "lineage":
-        if "tree_newick" not in adata.uns:
-            raise ContractError(path, "uns['tree_newick']", "missing (a lineage method must return a tree)")
-        tree_leaves = _tree_leaf_names(adata.uns["tree_newick"], path)
-        if tree_leaves != set(adata.obs_names):
-            raise ContractError(path, "uns['tree_newick']", "leaves differ from obs_names")
-    elif "X_emb" not in adata.obsm:
-        raise ContractError(path, "obsm['X_emb']", "missing (a representation method must return an embedding)")
+        require_finite_matrix(adata.obsm["X_emb"], path, "obsm['X_emb']", adata.n_obs)
     if "X_gene_emb" in adata.varm:
-        _require_finite_matrix(adata.varm["X_gene_emb"], path, "varm['X_gene_emb']", adata.n_vars)
+        require_finite_matrix(adata.varm["X_gene_emb"], path, "varm['X_gene_emb']", adata.n_vars)
+    track.call("check_output", adata, path)
 
 
 def check_scores(table: pd.DataFrame, path: str) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from celldag.errors import InputError
-from celldag.io import atomic_path, sha256_file
+from celldag.artifacts import atomic_path, sha256_file
 
 PROGRESS_INTERVAL_S = 5.0
 # client errors that a retry cannot fix: fail at once rather than hammer the server

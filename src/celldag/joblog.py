@@ -1,13 +1,22 @@
 """Send a Snakemake job's logging and stderr to the rule's log file; say why a job failed in one line.
 
-Snakemake shows a job's stderr on the console, and (show-failed-logs) the log of a failed job. An
-``InputError`` (bad input; its message names the file and the field) is one line in both: its
-traceback would only point into celldag. Anything else is a bug: one line on the console, the whole
-traceback in the log. ``CELLDAG_TRACEBACK=1`` logs the traceback of input errors too.
+Snakemake shows a job's stderr on the console (and, with show-failed-logs, the log of a failed job:
+the SLURM profile sets it, where a job's stderr never reaches the console). An ``InputError`` (bad
+input; its message names the file and the field) is one line in both: its traceback would only
+point into celldag. Anything else is a bug: one line on the console, the whole traceback in the log.
+``CELLDAG_TRACEBACK=1`` logs the traceback of input errors too.
+
+A retry cannot fix an input error, but Snakemake retries every failure of a rule alike (the profile's
+``retries``, meant for jobs killed for memory or time). So a job that fails on an input error leaves
+a marker next to its log: a key of its rule, input files and params, the resources it had, the error
+line. A retry of it (same key; more memory or time, as ``per_attempt`` gives a retry) writes that
+line to its log and exits at once: no work redone, no second line on the console. A later run with
+the same resources is a new try, not a retry: it runs, and so shows the error again if it persists.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -15,6 +24,10 @@ import traceback
 from pathlib import Path
 
 from celldag.errors import InputError
+
+ATTEMPT_RESOURCES = ("mem_mb", "runtime")  # per_attempt in workflow/rules/common.smk: they grow on every retry
+NOT_RETRIED = ("not retried: the previous try of this job failed on the same input "
+               "(a retry only helps a job out of memory or time)")
 
 
 def start(log_path: str) -> None:
@@ -24,6 +37,11 @@ def start(log_path: str) -> None:
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
+    marker = InputErrorMarker.of_job(log_path)
+    previous = marker.previous_error() if marker else None
+    if previous:  # Snakemake's retry of a try that failed on an input error: it would fail alike
+        print(f"{previous}\n{NOT_RETRIED}", file=sys.stderr)
+        sys.exit(1)
 
     def report(kind, error, trace) -> None:
         if isinstance(error, InputError) and not os.environ.get("CELLDAG_TRACEBACK"):
@@ -31,6 +49,8 @@ def start(log_path: str) -> None:
         else:
             traceback.print_exception(kind, error, trace, file=sys.stderr)
         print(one_line(error, log_path), file=console, flush=True)
+        if marker and _fails_again(error):
+            marker.record(one_line(error))
 
     sys.excepthook = report
 
@@ -41,3 +61,50 @@ def one_line(error: BaseException, log_path: str | None = None) -> str:
         return f"error: {error}"
     where = f" (traceback in {log_path})" if log_path else ""
     return f"error: {type(error).__name__}: {error}{where}"
+
+
+class InputErrorMarker:
+    """``<log>.input-error``: what a job that failed on an input error was, and the error line."""
+
+    def __init__(self, log_path: str, key: str, resources: dict) -> None:
+        self.path = Path(f"{log_path}.input-error")
+        self.key, self.resources = key, resources
+
+    @classmethod
+    def of_job(cls, log_path: str) -> InputErrorMarker | None:
+        """The marker of the running Snakemake job; None outside one (no ``snakemake`` in ``__main__``)."""
+        job = getattr(sys.modules.get("__main__"), "snakemake", None)
+        if job is None:
+            return None
+        inputs = [(path, *_stat(path)) for path in job.input]
+        key = repr([job.rule, inputs, list(job.params)])  # repr never fails; an unstable one only means no skip
+        return cls(log_path, key, {name: job.resources.get(name) for name in ATTEMPT_RESOURCES})
+
+    def previous_error(self) -> str | None:
+        """The recorded error line when this job is a retry of the try that recorded it, else None."""
+        try:
+            recorded = json.loads(self.path.read_text())
+        except (OSError, ValueError):  # no marker, or an unreadable one: run
+            return None
+        if recorded.get("key") == self.key and recorded.get("resources") != self.resources:
+            return recorded["error"]
+        self.path.unlink()  # a new try, or changed inputs: it runs and leaves a marker only if it fails again
+        return None
+
+    def record(self, error_line: str) -> None:
+        self.path.write_text(json.dumps({"key": self.key, "resources": self.resources, "error": error_line}))
+
+
+def _stat(path: str) -> tuple[int, int] | tuple[None, None]:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None, None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _fails_again(error: BaseException) -> bool:
+    """Input errors fail every try alike; downloads' do not (the network may recover: their rule retries)."""
+    from celldag.download import DownloadError
+
+    return isinstance(error, InputError) and not isinstance(error, DownloadError)

@@ -137,3 +137,8 @@ def embeddings_needed(embedding: str | None, embeddings: dict[str, dict]) -> lis
 def method_params(method_entry: dict, variant: str) -> dict:
     """The parameters of one variant: the method's shared params overlaid with the variant's own."""
     return {**method_entry["params"], **method_entry["variants"][variant]}
+
+
+def method_needs(method_entry: dict, variant: str) -> list[str]:
+    """The optional inputs of its track that one variant cannot do without."""
+    return [*method_entry.get("needs", []), *method_entry.get("needs_by_variant", {}).get(variant, [])]

@@ -1,9 +1,11 @@
-"""Load and validate the run config and the dataset / method registries.
+"""Load and check the run config and the registries (tracks, datasets, methods, gene embeddings).
 
-Each file is checked against its JSON schema in ``workflow/schemas/`` and then passed through
-``snakemake.utils.validate`` to fill in the schema defaults. Any problem — a wrong type, a missing
-key, an id in the config that no registry knows — raises one ``ConfigError`` naming the file and key,
-at parse time, before Snakemake schedules a single job.
+Each file is checked against its JSON schema in ``celldag/schemas/`` and then passed through
+``snakemake.utils.validate`` to fill in the schema defaults. Every code reference (a track's
+definition, a dataset's loader, a method's run, an embedding's provider) is checked without
+importing it (``celldag.extensions``). Any problem — a wrong type, a missing key, an id no registry
+knows, a reference to nothing — raises one ``ConfigError`` naming the file and key, at parse time,
+before Snakemake schedules a single job.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from pathlib import Path
 import yaml
 
 from celldag.errors import InputError
+from celldag.extensions import check_reference
+from celldag.tracks import Track, check_track, load_track
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"  # package data: installed with celldag
 DEFAULT_VARIANT = "default"
 
 
@@ -28,6 +32,10 @@ class Registries:
     datasets: dict[str, dict]
     methods: dict[str, dict]
     embeddings: dict[str, dict] = field(default_factory=dict)
+    tracks: dict[str, dict] = field(default_factory=dict)
+
+    def track(self, track_id: str) -> Track:
+        return load_track(self.tracks[track_id]["definition"])
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -60,8 +68,8 @@ def key_sources(config_files: list[str | Path]) -> dict[str, str]:
     return sources
 
 
-def validate(data: dict, schema_name: str, source: Source) -> dict:
-    """Validate ``data`` against ``workflow/schemas/<schema_name>.schema.yaml``, fill defaults in place."""
+def apply_schema(data: dict, schema_name: str, source: Source) -> dict:
+    """Check ``data`` against ``celldag/schemas/<schema_name>.schema.yaml``, fill defaults in place."""
     import jsonschema
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate as snakemake_validate
@@ -88,14 +96,14 @@ def validate(data: dict, schema_name: str, source: Source) -> dict:
 def load_config(config: dict, source: Source, root: str | Path = ".") -> tuple[dict, Registries]:
     """Validate a run config (already parsed), load the registries it names and cross-check the ids."""
     undo_command_line_strings(config)
-    validate(config, "config", source)
+    apply_schema(config, "config", source)
     root = Path(root)
     files = config["registries"]
     registries = Registries(
-        datasets=validate(read_yaml(root / files["datasets"]), "datasets", files["datasets"]),
-        methods=validate(read_yaml(root / files["methods"]), "methods", files["methods"]),
-        embeddings=validate(read_yaml(root / files["embeddings"]), "embeddings", files["embeddings"]),
-    )
+        **{kind: apply_schema(read_yaml(root / files[kind]), kind, files[kind])
+           for kind in ("datasets", "methods", "embeddings", "tracks")}
+    )  # fmt: skip
+    check_references(registries, files)
     check_config_ids(config, registries, source)
     apply_method_params(config["method_params"], registries, source)
     check_method_params(registries.methods, files["methods"], config["method_params"], source)
@@ -103,6 +111,36 @@ def load_config(config: dict, source: Source, root: str | Path = ".") -> tuple[d
     check_source_files(registries.datasets, files["datasets"])
     check_source_files(registries.embeddings, files["embeddings"])
     return config, registries
+
+
+def check_references(registries: Registries, files: dict[str, str]) -> None:
+    """Tracks, loaders, methods' run functions and providers exist; track ids and methods' needs are known."""
+    for track_id, entry in registries.tracks.items():
+        try:
+            check_track(track_id, entry, files["tracks"])
+        except InputError as err:
+            raise ConfigError(str(err)) from err
+    known_tracks = ", ".join(sorted(registries.tracks))
+    code = {"datasets": "loader", "methods": "run", "embeddings": "provider"}
+    for kind, field_name in code.items():
+        for entry_id, entry in getattr(registries, kind).items():
+            where = f"{files[kind]}: {entry_id}"
+            try:
+                check_reference(entry[field_name], f"{where}.{field_name}")
+            except InputError as err:
+                raise ConfigError(str(err)) from err
+            if "track" in entry and entry["track"] not in registries.tracks:
+                raise ConfigError(f"{where}.track: unknown track {entry['track']!r}; known: {known_tracks}")
+    for method, entry in registries.methods.items():
+        inputs = registries.track(entry["track"]).inputs
+        for variant, needs in {None: entry["needs"], **entry["needs_by_variant"]}.items():
+            where = f"{files['methods']}: {method}." + ("needs" if variant is None else f"needs_by_variant.{variant}")
+            if variant is not None and variant not in entry["variants"]:
+                raise ConfigError(f"{where}: {method!r} has no variant {variant!r}")
+            for need in needs:
+                if need not in inputs:
+                    raise ConfigError(f"{where}: the {entry['track']} track provides no optional input {need!r}; "
+                                      f"known: {', '.join(sorted(inputs)) or 'none'}")  # fmt: skip
 
 
 PIN_ON_FIRST_FETCH = "pin-on-first-fetch"  # a url's sha256 when the publisher gives none
@@ -128,7 +166,7 @@ def check_source_files(entries: dict[str, dict], registry_file: str) -> None:
 
 
 def check_embedding_references(registries: Registries, methods_file: str, embeddings_file: str) -> None:
-    """Every ``embedding`` a method variant names, and every shuffled entry's ``of``, must exist."""
+    """Every ``embedding`` a method variant names, and every entry's ``of``, must exist."""
     known = registries.embeddings
     for method, entry in registries.methods.items():
         for variant, overrides in entry["variants"].items():
@@ -136,9 +174,9 @@ def check_embedding_references(registries: Registries, methods_file: str, embedd
             if name is not None and name not in known:
                 raise ConfigError(f"{methods_file}: {method}.variants.{variant}: unknown embedding {name!r}; "
                                   f"known: {', '.join(sorted(known)) or 'none'}")  # fmt: skip
-    for provider, entry in known.items():
-        if entry["provider"] == "shuffled" and entry["of"] not in known:
-            raise ConfigError(f"{embeddings_file}: {provider}.of: unknown embedding {entry['of']!r}")
+    for embedding, entry in known.items():
+        if "of" in entry and entry["of"] not in known:
+            raise ConfigError(f"{embeddings_file}: {embedding}.of: unknown embedding {entry['of']!r}")
 
 
 def undo_command_line_strings(config: dict) -> None:

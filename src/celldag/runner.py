@@ -1,13 +1,13 @@
 """Run one method on one prepared dataset: read, call the method's ``run``, write a checked output.
 
-AnnData lives here, at the edge; methods see arrays. A method that raises records status ``failed``
-(or ``not_applicable``) with the reason instead of stopping the benchmark; the traceback goes to the
-rule's log.
+AnnData lives here, at the edge; methods see arrays (their track's ``method_input``). A dataset that
+lacks an input the method ``needs`` records status ``not_applicable`` with the reason, without calling
+the method; a method that raises records ``failed`` (or ``not_applicable``) with the reason instead of
+stopping the benchmark; the traceback goes to the rule's log.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import shutil
 import sys
@@ -16,46 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from celldag import contracts, io
-from celldag.methods import MethodInput, MethodResult, NotApplicable
-from celldag.plan import method_params
+from celldag import artifacts, contracts, extensions
+from celldag.methods import MethodResult, NotApplicable
+from celldag.plan import method_needs, method_params
 from celldag.provenance import RunClock, config_hash
+from celldag.tracks import Track
 
 log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoint"  # inside the run directory; methods that train write their checkpoints here
-
-
-def dense(matrix) -> np.ndarray:
-    return np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix, dtype=np.float32)
-
-
-def method_input(prepared, work_dir: str, gene_table=None) -> MethodInput:
-    """Arrays for the method. Lineage: score on the test replicate when the dataset has replicates (the
-    train one is for training). Representation: scaled expression, split, batches, the static gene table."""
-    if prepared.uns["track"] == "representation":
-        counts = prepared.layers["counts"] if "counts" in prepared.layers else None
-        return MethodInput(
-            names=tuple(prepared.obs_names),
-            features=dense(prepared.X),
-            train_features=None,
-            work_dir=work_dir,
-            gene_names=tuple(prepared.var_names),
-            batch=prepared.obs["batch"].astype(str).to_numpy(),
-            train_mask=(prepared.obs["split"] == "train").to_numpy(),
-            lognorm=dense(prepared.layers["lognorm"]),
-            counts=counts,
-            gene_embedding=gene_table,
-        )
-    from celldag.evaluate import evaluation_features
-
-    has_replicates = "train" in prepared.layers
-    return MethodInput(
-        names=tuple(prepared.obs_names),
-        features=evaluation_features(prepared),
-        train_features=np.asarray(prepared.layers["train"], dtype=np.float64) if has_replicates else None,
-        tree_newick=prepared.uns.get("tree_newick"),
-        work_dir=work_dir,
-    )
 
 
 class NoGPUError(RuntimeError):
@@ -78,14 +46,19 @@ def cuda_available(cpu_fallback: bool) -> bool:
     return False
 
 
-def call_method(module_name: str, inputs: MethodInput, params: dict, seed: int, threads: int = 1) -> tuple[MethodResult, str, str]:
+def unmet_need(inputs, needs: list[str]) -> str | None:
+    """The reason the dataset cannot give the method what it ``needs`` (the first unmet need), or None."""
+    return next((reason for need in needs if (reason := inputs.unmet(need))), None)
+
+
+def call_method(reference: str, inputs, params: dict, seed: int, threads: int = 1) -> tuple[MethodResult, str, str]:
     """(result, status, reason) — exceptions become a status so one failure never stops the DAG."""
     try:
-        module = importlib.import_module(module_name)
+        run = extensions.load(reference)
         torch = sys.modules.get("torch")
         if torch is not None:  # torch takes every core by default; jobs running side by side then crawl
             torch.set_num_threads(threads)
-        result = module.run(inputs, params, seed)
+        result = run(inputs, params, seed)
         return result, "ok", ""
     except NotApplicable as err:
         return MethodResult(), "not_applicable", str(err) or "not applicable to this dataset"
@@ -93,7 +66,7 @@ def call_method(module_name: str, inputs: MethodInput, params: dict, seed: int, 
         if out_of_memory(err):  # the job fails: Snakemake retries with twice the memory, resuming the checkpoint
             raise
         # deterministic: recorded as a failed run (a rerun would fail the same way), traceback logged
-        log.error("method %s failed:\n%s", module_name, traceback.format_exc())
+        log.error("method %s failed:\n%s", reference, traceback.format_exc())
         return MethodResult(), "failed", f"{type(err).__name__}: {err}"
 
 
@@ -156,15 +129,15 @@ def without_none(facts: dict) -> dict:
 
 def run_method(
     *, prepared_path: str, gene_table_path: str | None = None, output_path: str, record_path: str,
-    dataset_id: str, dataset_entry: dict, method_id: str, method_entry: dict, variant: str, seed: int, threads: int = 1,
-    gpu_requested: bool = False, cpu_fallback: bool = False,
+    dataset_id: str, dataset_entry: dict, method_id: str, method_entry: dict, variant: str, seed: int, track: Track,
+    threads: int = 1, gpu_requested: bool = False, cpu_fallback: bool = False,
 ) -> str:  # fmt: skip
     """Run one (dataset, method, variant, seed); returns the run status."""
     clock = RunClock()
     params = method_params(method_entry, variant)
     if gpu_requested and not cuda_available(cpu_fallback):
         params |= {key: "cpu" for key in ("device", "accelerator") if key in params}
-    prepared = io.read_h5ad(prepared_path, contracts.check_prepared_dataset)
+    prepared = artifacts.read_h5ad(prepared_path, contracts.check_prepared_dataset, track_id=method_entry["track"], track=track)
     log.info("running %s/%s on %s (seed %d) with params %s", method_id, variant, dataset_id, seed, params)
     work_dir = Path(output_path).parent
     gene_table = None
@@ -172,23 +145,27 @@ def run_method(
         from celldag.embeddings import read_table
 
         gene_table = read_table(gene_table_path)
-    input_checksums = {path: io.sha256_file(path) for path in (prepared_path, gene_table_path) if path}
+    input_checksums = {path: artifacts.sha256_file(path) for path in (prepared_path, gene_table_path) if path}
     keep_only_matching_checkpoints(work_dir / CHECKPOINT_DIR, {"params": params, "seed": seed, "inputs": input_checksums})
-    inputs = method_input(prepared, str(work_dir), gene_table)
-    result, status, reason = call_method(method_entry["module"], inputs, params, seed, threads)
+    inputs = track.call("method_input", prepared, str(work_dir), gene_table)
+    unmet = unmet_need(inputs, method_needs(method_entry, variant))
+    if unmet is None:
+        result, status, reason = call_method(method_entry["run"], inputs, params, seed, threads)
+    else:
+        result, status, reason = MethodResult(), "not_applicable", f"{method_id}/{variant} {unmet}"
     ids = {"dataset_id": dataset_id, "method_id": method_id, "variant": variant}
     # which static gene table the run read: evaluation compares its marker clustering with the output's
     embedding = {"embedding": params["embedding"]} if params.get("embedding") else {}
     output = output_anndata(prepared, result, {**ids, "seed": seed, **embedding}, status, reason, output_path)
-    contracts.check_method_output(output, output_path, track=method_entry["track"])
-    io.write_h5ad(output, output_path)
+    contracts.check_method_output(output, output_path, track)
+    artifacts.write_h5ad(output, output_path)
     config = {"dataset": dataset_entry, "method": method_entry, "variant": variant, "params": params, "seed": seed}
     record = clock.record(
         seed=seed, config=config,
         input_checksums=input_checksums,
         **ids, track=method_entry["track"], status=status, status_reason=reason, method_facts=result.uns,
     )  # fmt: skip
-    io.write_json(record, record_path)
+    artifacts.write_json(record, record_path)
     # a finished run needs no checkpoint; paper-sized models would leave hundreds of MB per run
     shutil.rmtree(work_dir / CHECKPOINT_DIR, ignore_errors=True)
     log.info("status %s%s; wall %.2f s, peak RSS %.0f MB", status, f" ({reason})" if reason else "",

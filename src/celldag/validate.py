@@ -23,11 +23,13 @@ class Report:
     dataset_id: str
     track: str
     facts: list[tuple[str, str]] = field(default_factory=list)  # (what, value), in print order
+    warnings: list[str] = field(default_factory=list)  # worth a look, but the dataset runs: exit status 0
     problems: list[str] = field(default_factory=list)
 
     def render(self) -> str:
         lines = [f"dataset {self.dataset_id} ({self.track} track)"]
         lines += [f"  {what + ':':<22} {value}" for what, value in self.facts]
+        lines += [f"  warning: {warning}" for warning in self.warnings]
         if self.problems:
             lines.append(f"  {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''}:")
             lines += [f"    - {problem}" for problem in self.problems]
@@ -50,28 +52,30 @@ def validate_dataset(dataset_id: str, registries: Registries) -> Report:
     report = Report(dataset_id, entry["track"])
     files = plan.dataset_files(dataset_id, entry)
     report.problems += _file_problems(dataset_id, entry, files)
-    if not report.problems and entry["loader"] in ("h5ad", "lineage_h5ad"):
-        report.problems += _source_problems(entry, files)
+    if not report.problems:
+        _check_source(entry, files, report)
     if report.problems:
         return report
     from celldag import contracts
     from celldag.prepare import prepare_dataset
 
+    track = registries.track(entry["track"])
     try:
-        prepared = prepare_dataset(dataset_id, entry, 0, files)
-        contracts.check_prepared_dataset(prepared, f"{dataset_id} (prepared, seed 0)")
+        prepared = prepare_dataset(dataset_id, entry, track, 0, files)
+        contracts.check_prepared_dataset(prepared, f"{dataset_id} (prepared, seed 0)", entry["track"], track)
     except (InputError, ValueError) as err:
         report.problems.append(str(err))
         return report
-    track_facts = _lineage_facts if entry["track"] == "lineage" else _representation_facts
-    report.facts += track_facts(prepared, dataset_id, entry, registries)
+    report.facts += track.call("dataset_facts", prepared, entry)
+    report.facts += _input_facts(prepared, entry["track"], track, registries)
+    report.facts += _gene_table_facts(prepared, dataset_id, registries)
     return report
 
 
 def _file_problems(dataset_id: str, entry: dict, files: dict[str, str]) -> list[str]:
     """Local files as preparation checks them; downloads present and matching their registry sha256 or pin."""
     from celldag.download import DownloadError, verify_pinned
-    from celldag.io import sha256_file
+    from celldag.artifacts import sha256_file
     from celldag.prepare import local_file_problems
     from celldag.registry import PIN_ON_FIRST_FETCH
 
@@ -94,50 +98,26 @@ def _file_problems(dataset_id: str, entry: dict, files: dict[str, str]) -> list[
     return problems
 
 
-def _source_problems(entry: dict, files: dict[str, str]) -> list[str]:
-    from celldag.data import h5ad
+def _check_source(entry: dict, files: dict[str, str], report: Report) -> None:
+    """A loader's own source check (its ``check_source`` attribute), for loaders that read a lab's files."""
+    from celldag import extensions
 
-    own, rest, path = h5ad.source_params(entry["loader"], entry["params"], files)
-    adata = h5ad.read_source(path)
-    if entry["loader"] == "h5ad":
-        return [str(problem) for problem in h5ad.representation_problems(adata, path, own, rest)]
-    return [str(problem) for problem in h5ad.lineage_problems(adata, path, own, files)[0]]
-
-
-def _lineage_facts(prepared, dataset_id: str, entry: dict, registries: Registries) -> list[tuple[str, str]]:
-    replicates = "train" in prepared.layers
-    return [
-        ("leaves", f"{prepared.n_obs} (tree over the same leaves)"),
-        ("features", str(prepared.n_vars)),
-        ("replicate pair", "yes (train/test layers)" if replicates else "no (one profile per leaf)"),
-        ("distance baselines", "nj_raw, nj_pca, upgma_raw: yes"),
-        ("CellTreeQM settings", "all" if replicates else
-         "high_level_partition, label_free (supervised / partially_labelled: not_applicable, no replicate pair)"),
-    ]  # fmt: skip
+    check = getattr(extensions.load(entry["loader"]), "check_source", None)
+    if check is None:  # preparing the dataset (below) finds its problems
+        return
+    problems, warnings, facts = check(entry["params"], files)
+    report.problems += problems
+    report.warnings += warnings
+    report.facts += facts
 
 
-def _representation_facts(prepared, dataset_id: str, entry: dict, registries: Registries) -> list[tuple[str, str]]:
-    labels = prepared.obs["label"].value_counts()
-    batches = prepared.obs["batch"].value_counts()
-    split = prepared.obs["split"].value_counts()
-    facts = [
-        ("cells", f"{prepared.n_obs} (train {split.get('train', 0)}, val {split.get('val', 0)})"),
-        ("genes", f"{prepared.n_vars} ({prepared.uns['preprocess']['genes_in']} in the source)"),
-        ("labels", f"{labels.size}: " + ", ".join(f"{name} {count}" for name, count in labels.head(6).items())
-         + (", …" if labels.size > 6 else "")),
-        ("batches", f"{batches.size}: " + ", ".join(f"{name} {count}" for name, count in batches.head(6).items())
-         + (", …" if batches.size > 6 else "")),
-        ("bio-conservation", "yes (scIB metrics on the labels)"),
-        ("batch correction", "yes" if batches.size > 1 else "no: one batch (batch metrics are not computed)"),
-        ("count-based methods", "yes (raw counts)" if "counts" in prepared.layers
-         else "no: no counts (scvi reports not_applicable)"),
-    ]  # fmt: skip
-    markers = entry.get("markers", {})
-    if markers:
-        wanted = {gene for genes in markers.values() for gene in genes}
-        found = wanted & set(prepared.var_names)
-        facts.append(("marker genes", f"{len(found)} of {len(wanted)} in the data"))
-    facts += _gene_table_facts(prepared, dataset_id, registries)
+def _input_facts(prepared, track_id: str, track, registries: Registries) -> list[tuple[str, str]]:
+    """Which optional inputs of its track the dataset provides, and the registry's methods it leaves out."""
+    inputs = track.call("method_input", prepared, None, None)
+    facts = [(f"input {need}", f"{'no' if inputs.unmet(need) else 'yes'} ({what})") for need, what in track.inputs.items()]
+    left_out = [f"{method}/{variant}" for method, entry in sorted(registries.methods.items()) if entry["track"] == track_id
+                for variant in entry["variants"] if any(inputs.unmet(need) for need in plan.method_needs(entry, variant))]
+    facts.append(("methods", f"not_applicable: {', '.join(left_out)}" if left_out else "all of its track's can run"))
     return facts
 
 

@@ -3,8 +3,7 @@
 import re
 from pathlib import Path
 
-from celldag import plan as paths
-from celldag.plan import make_plan
+from celldag import plan
 from celldag.registry import ConfigError, key_sources, load_config
 
 # --configfile files, then --config, override config/config.yaml key by key: errors name what set the key
@@ -15,7 +14,7 @@ CONFIG_SOURCES = key_sources(
 CONFIG_SOURCES.update(dict.fromkeys(workflow.config_settings.config, "--config"))
 try:
     config, REGISTRIES = load_config(config, CONFIG_SOURCES, root=workflow.basedir)
-    PLAN = make_plan(config, REGISTRIES)
+    PLAN = plan.make_plan(config, REGISTRIES)
 except (ConfigError, ValueError) as err:
     raise WorkflowError(f"invalid configuration: {err}") from None
 
@@ -26,7 +25,7 @@ def _one_of(ids):
 
 wildcard_constraints:
     dataset=_one_of(REGISTRIES.datasets),
-    source=_one_of([*REGISTRIES.datasets, paths.EMBEDDING_SOURCE]),
+    source=_one_of([*REGISTRIES.datasets, plan.EMBEDDING_SOURCE]),
     embedding=_one_of(REGISTRIES.embeddings) if REGISTRIES.embeddings else "(?!)",
     method=_one_of(REGISTRIES.methods),
     variant="[a-z][a-z0-9_]*",
@@ -56,10 +55,18 @@ def per_attempt(base):
     return resource
 
 
+def dataset_track(wildcards):
+    """The tracks-registry entry of a dataset's track (its `definition` is what jobs load)."""
+    return REGISTRIES.tracks[REGISTRIES.datasets[wildcards.dataset]["track"]]
+
+
+def method_track(wildcards):
+    return REGISTRIES.tracks[REGISTRIES.methods[wildcards.method]["track"]]
+
+
 def dataset_env(wildcards):
     """Dataset preparation and evaluation run in their track's env (scanpy and scIB metrics on one)."""
-    env = "lineage" if REGISTRIES.datasets[wildcards.dataset]["track"] == "lineage" else "representation"
-    return str(Path(workflow.basedir) / "envs" / f"{env}.yaml")
+    return str(Path(workflow.basedir) / "envs" / f"{dataset_track(wildcards)['env']}.yaml")
 
 
 def method_env(wildcards):
@@ -69,11 +76,11 @@ def method_env(wildcards):
 
 def dataset_files(wildcards):
     """Local paths of a dataset's files by name: downloads of a url source, the given paths of a local one."""
-    return paths.dataset_files(wildcards.dataset, REGISTRIES.datasets[wildcards.dataset])
+    return plan.dataset_files(wildcards.dataset, REGISTRIES.datasets[wildcards.dataset])
 
 
 def download_entry(wildcards):
-    if wildcards.source == paths.EMBEDDING_SOURCE:  # files shared by several entries are one download
+    if wildcards.source == plan.EMBEDDING_SOURCE:  # files shared by several entries are one download
         files = [f for entry in REGISTRIES.embeddings.values() for f in entry["files"]]
     else:
         files = REGISTRIES.datasets[wildcards.source].get("files", [])
@@ -84,19 +91,19 @@ def download_entry(wildcards):
 
 
 def download_pins(wildcards):
-    return paths.DOWNLOAD_PINS.format(source=wildcards.source)
+    return plan.DOWNLOAD_PINS.format(source=wildcards.source)
 
 
 def embedding_inputs(wildcards):
     """embed_genes inputs: the dataset's gene list, the entry's files by role, a shuffled entry's base table."""
     entry = REGISTRIES.embeddings[wildcards.embedding]
-    inputs = {"genes": paths.DATASET_GENES.format(dataset=wildcards.dataset)}
+    inputs = {"genes": plan.DATASET_GENES.format(dataset=wildcards.dataset)}
     for file in entry["files"]:
         inputs[file["role"]] = (
-            paths.DOWNLOAD.format(source=paths.EMBEDDING_SOURCE, file=file["name"]) if "url" in file else file["path"]
+            plan.DOWNLOAD.format(source=plan.EMBEDDING_SOURCE, file=file["name"]) if "url" in file else file["path"]
         )
-    if entry["provider"] == "shuffled":
-        inputs["base"] = paths.GENE_TABLE.format(embedding=entry["of"], dataset=wildcards.dataset)
+    if "of" in entry:
+        inputs["base"] = plan.GENE_TABLE.format(embedding=entry["of"], dataset=wildcards.dataset)
     return inputs
 
 
@@ -106,36 +113,29 @@ def embedding_entry(wildcards):
 
 def run_inputs(wildcards):
     """run_method inputs: the prepared dataset and, when the variant names one, its gene-embedding table."""
-    from celldag.plan import Run, run_embedding
-
-    run = Run(wildcards.dataset, wildcards.method, wildcards.variant, int(wildcards.seed))
-    inputs = {"prepared": paths.PREPARED.format(dataset=run.dataset, seed=run.seed)}
-    embedding = run_embedding(run, REGISTRIES)
+    run = plan.Run(wildcards.dataset, wildcards.method, wildcards.variant, int(wildcards.seed))
+    inputs = {"prepared": plan.PREPARED.format(dataset=run.dataset, seed=run.seed)}
+    embedding = plan.run_embedding(run, REGISTRIES)
     if embedding is not None:
-        inputs["embedding"] = paths.GENE_TABLE.format(embedding=embedding, dataset=run.dataset)
+        inputs["embedding"] = plan.GENE_TABLE.format(embedding=embedding, dataset=run.dataset)
     return inputs
 
 
 def evaluation_inputs(wildcards):
     """evaluate inputs: the dataset's prepared files, every run output on it, the gene tables they read."""
-    from celldag.plan import run_embedding
-
     runs = PLAN.runs_on(wildcards.dataset)
-    tables = {run_embedding(run, REGISTRIES) for run in runs} - {None}
+    tables = {plan.run_embedding(run, REGISTRIES) for run in runs} - {None}
     return {
-        "prepared": sorted({run.path(paths.PREPARED) for run in runs}),
-        "outputs": [run.path(paths.RUN_OUTPUT) for run in runs],
-        "tables": [paths.GENE_TABLE.format(embedding=e, dataset=wildcards.dataset) for e in sorted(tables)],
+        "prepared": sorted({run.path(plan.PREPARED) for run in runs}),
+        "outputs": [run.path(plan.RUN_OUTPUT) for run in runs],
+        "tables": [plan.GENE_TABLE.format(embedding=e, dataset=wildcards.dataset) for e in sorted(tables)],
     }
-
-
-def dataset_track(wildcards):
-    return REGISTRIES.datasets[wildcards.dataset]["track"]
 
 
 def all_run_files(pattern):
     return [run.path(pattern) for run in PLAN.runs]
 
 
-def dataset_markers(wildcards):
-    return REGISTRIES.datasets[wildcards.dataset].get("markers", {})
+def genes_source(wildcards):
+    """The prepared file dataset_genes reads: preprocessing keeps the same genes for every seed."""
+    return plan.PREPARED.format(dataset=wildcards.dataset, seed=min(config["seeds"]))

@@ -4,11 +4,11 @@ rule evaluate:
     input:
         unpack(evaluation_inputs),
     output:
-        paths.DATASET_SCORES,
+        plan.DATASET_SCORES,
     params:
+        dataset=dataset_entry,
         track=dataset_track,
-        n_quartets=config["evaluation"]["qdist_quartets"],
-        markers=dataset_markers,
+        evaluation=config["evaluation"],
     log:
         "results/logs/evaluate/{dataset}.log",
     conda:

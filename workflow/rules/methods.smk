@@ -2,11 +2,12 @@ rule run_method:
     input:
         unpack(run_inputs),
     output:
-        output=paths.RUN_OUTPUT,
-        record=paths.RUN_RECORD,
+        output=plan.RUN_OUTPUT,
+        record=plan.RUN_RECORD,
     params:
         dataset=dataset_entry,
         method=method_entry,
+        track=method_track,
         compute=config["compute"],
     log:
         "results/logs/run_method/{dataset}/{method}/{variant}/seed{seed}.log",

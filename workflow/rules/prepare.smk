@@ -1,6 +1,6 @@
 rule download_file:
     output:
-        paths.DOWNLOAD,
+        plan.DOWNLOAD,
     params:
         file=download_entry,
         pins=download_pins,
@@ -22,9 +22,10 @@ rule prepare_dataset:
     input:
         unpack(dataset_files),
     output:
-        paths.PREPARED,
+        plan.PREPARED,
     params:
         entry=dataset_entry,
+        track=dataset_track,
     log:
         "results/logs/prepare_dataset/{dataset}/seed{seed}.log",
     conda:
@@ -39,20 +40,19 @@ rule prepare_dataset:
 
 rule dataset_genes:
     input:
-        unpack(dataset_files),
+        genes_source,
     output:
-        paths.DATASET_GENES,
-    params:
-        entry=dataset_entry,
+        plan.DATASET_GENES,
     log:
         "results/logs/dataset_genes/{dataset}.log",
     conda:
         dataset_env
+    localrule: True  # reads one file's gene names: not worth a cluster submission
     priority: 10  # many training jobs wait on the gene tables
     threads: 1
     resources:
-        mem_mb=per_attempt(8000),
-        runtime=per_attempt(30),
+        mem_mb=per_attempt(1000),
+        runtime=per_attempt(10),
     script:
         "../scripts/dataset_genes.py"
 
@@ -61,8 +61,8 @@ rule embed_genes:
     input:
         unpack(embedding_inputs),
     output:
-        table=paths.GENE_TABLE,
-        facts=paths.GENE_TABLE.replace(".parquet", ".json"),
+        table=plan.GENE_TABLE,
+        facts=plan.GENE_TABLE.replace(".parquet", ".json"),
     params:
         entry=embedding_entry,
     log:

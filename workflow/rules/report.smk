@@ -1,14 +1,15 @@
 rule aggregate:
     input:
         scores=PLAN.dataset_scores,
-        records=all_run_files(paths.RUN_RECORD),
+        records=all_run_files(plan.RUN_RECORD),
     output:
-        scores=paths.SCORES,
-        runs=paths.RUNS,
-        leaderboard=paths.LEADERBOARD,
+        scores=plan.SCORES,
+        runs=plan.RUNS,
+        leaderboard=plan.LEADERBOARD,
     params:
         baseline=config["evaluation"]["delta_baseline"],
         paired=config["evaluation"]["paired"],
+        tracks=REGISTRIES.tracks,
     log:
         "results/logs/aggregate.log",
     conda:

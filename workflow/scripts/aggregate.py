@@ -4,6 +4,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # celldag without installing it (conda envs)
 from celldag import joblog  # noqa: E402
 from celldag.report.leaderboard import aggregate  # noqa: E402
+from celldag.tracks import tracks_of  # noqa: E402
 
 joblog.start(snakemake.log[0])
 aggregate(
@@ -14,4 +15,5 @@ aggregate(
     leaderboard_path=snakemake.output.leaderboard,
     baseline=snakemake.params.baseline,
     paired=snakemake.params.paired,
+    tracks=tracks_of(snakemake.params.tracks),
 )

@@ -6,4 +6,4 @@ from celldag import joblog  # noqa: E402
 from celldag.prepare import write_dataset_genes  # noqa: E402
 
 joblog.start(snakemake.log[0])
-write_dataset_genes(snakemake.wildcards.dataset, snakemake.params.entry, snakemake.output[0], files=dict(snakemake.input.items()))
+write_dataset_genes(snakemake.input[0], snakemake.output[0])

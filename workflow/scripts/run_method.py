@@ -4,6 +4,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # celldag without installing it (conda envs)
 from celldag import joblog  # noqa: E402
 from celldag.runner import run_method  # noqa: E402
+from celldag.tracks import load_track  # noqa: E402
 
 joblog.start(snakemake.log[0])
 run_method(
@@ -17,6 +18,7 @@ run_method(
     method_entry=snakemake.params.method,
     variant=snakemake.wildcards.variant,
     seed=int(snakemake.wildcards.seed),
+    track=load_track(snakemake.params.track["definition"]),
     threads=snakemake.threads,
     gpu_requested=bool(snakemake.resources.gpu),
     cpu_fallback=snakemake.params.compute["cpu_fallback"],

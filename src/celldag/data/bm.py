@@ -6,6 +6,7 @@ than its children and the root is ``2n-2``. ``children[k]`` holds the two
 children of internal node ``n + k``.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,3 +163,24 @@ def _newick(children: np.ndarray, lengths: np.ndarray, leaf_names: tuple[str, ..
         return f"({subtree(left)}:{length_of[left]!r},{subtree(right)}:{length_of[right]!r})"
 
     return subtree(2 * n_leaves - 2) + ";"
+
+
+def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
+    """Loader: simulated lineage: leaves × features, the two replicates as layers, the true tree in ``uns``."""
+    del dataset_id, files  # generated: no files
+    import anndata
+    import pandas as pd
+
+    simulation = simulate_bm(seed=seed, **params)
+    adata = anndata.AnnData(
+        X=(simulation.train + simulation.test) / 2,
+        obs=pd.DataFrame(index=pd.Index(simulation.leaf_names, name="leaf")),
+        var=pd.DataFrame(
+            {"feature_kind": pd.Categorical(simulation.feature_kind)},
+            index=pd.Index([f"f{i:04d}" for i in range(len(simulation.feature_kind))], name="feature"),
+        ),
+        layers={"train": simulation.train, "test": simulation.test},
+    )
+    adata.uns["tree_newick"] = simulation.tree_newick
+    adata.uns["spurious_tree_newick"] = simulation.spurious_tree_newick
+    return adata

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from celldag.io import sha256_file
+from celldag.artifacts import sha256_file
 from celldag.lineage.celegans import lineage_path, tree_from_paths
 from celldag.lineage.tree import to_newick
 
@@ -31,12 +32,13 @@ _ALTERNATIVE = re.compile(r"/(?:\d+|[LR]$)")
 _SUBTYPE = re.compile(r"^(?P<stem>.+)_(?P<axis>DV|LR)$")
 
 
-def prepare_cengen_neurons(dataset_id: str, params: dict, seed: int):
+def prepare_cengen_neurons(dataset_id: str, params: dict, seed: int, files: Mapping[str, str] | None = None):
     """One z-scored log1p(TPM) profile per embryonically derived neuron class, with its lineage tree.
 
     params: ``threshold`` (1–4, CeNGEN's expression confidence threshold, 1 most liberal) and
     ``n_top_genes`` (the most variable genes across the kept classes; None, the default, keeps all).
-    ``seed`` is unused: the data are fixed and nothing is drawn. ``obs`` holds each leaf's cell and
+    ``seed`` and ``files`` are unused: the data are fixed, nothing is drawn, and the files come with the
+    installed wormneuroatlas package. ``obs`` holds each leaf's cell and
     lineage name; ``uns`` the mapping of every class, the dropped classes with reasons, and the sha256
     of both source files.
     """

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -33,12 +35,29 @@ LINEAGE_PARAMS = {
     "file": None,
     "leaf_key": None,     # obs column naming each cell's leaf; null: every row is a leaf (obs_names)
     "newick": None,       # the name of a Newick file among the entry's files: the true tree over the leaves
+    "newick_key": None,   # or: the key of uns holding that tree as a Newick string
     "lineage_key": None,  # or: obs column of C. elegans Sulston names, the tree built from them
     "layer": None,
     "values": "counts",   # counts (or TPM, >= 0): leaf means get log1p; transformed: used as they are
     "replicates": False,  # split each leaf's cells in two seeded halves (train/test layers); needs 2+ cells per leaf
 }
-VALUES = {"h5ad": ("counts", "lognorm"), "lineage_h5ad": ("counts", "transformed")}
+
+
+class Values(NamedTuple):
+    """What a ``values`` setting asks of the source matrix."""
+
+    kind: str  # what messages call the values
+    nonnegative: bool
+    integer: bool
+    meant_for: str  # the input the setting is for, as hints name it
+
+
+VALUES = {
+    "h5ad": {"counts": Values("counts", True, True, "raw count"),
+             "lognorm": Values("log-normalised values", True, False, "log-normalised")},
+    "lineage_h5ad": {"counts": Values("counts", True, False, "count or TPM"),
+                     "transformed": Values("transformed values", False, False, "log-transformed or z-scored")},
+}  # fmt: skip
 
 
 def read_source(path: str | os.PathLike, backed: bool = False):
@@ -64,7 +83,7 @@ def source_params(loader: str, params: Mapping, files: Mapping[str, str]) -> tup
     if own["file"] not in files:
         raise InputError(f"{loader} params: file {own['file']!r} is not among the entry's files {sorted(files)}")
     if own["values"] not in VALUES[loader]:
-        raise InputError(f"{loader} params: values must be one of {VALUES[loader]}, got {own['values']!r}")
+        raise InputError(f"{loader} params: values must be one of {tuple(VALUES[loader])}, got {own['values']!r}")
     return own, rest, os.fspath(files[own["file"]])
 
 
@@ -114,13 +133,11 @@ def representation_problems(adata, path: str, own: Mapping, preprocess_params: M
             problems.append(ContractError(path, f"obs['{own['batch_key']}']", (
                 f"a single batch ({only!r}): batch-correction metrics need 2 or more; "
                 "set batch_key: null to score bio-conservation only")))  # fmt: skip
-    field = _field(own["layer"])
+    field = matrix_field(own["layer"])
     if own["layer"] is not None and own["layer"] not in adata.layers:
         return problems + [ContractError(path, field, f"missing (layers: {sorted(adata.layers)})")]
     values = _stored_values(_source_matrix(adata, own["layer"]))
-    counts = own["values"] == "counts"
-    problems += _value_problems(values, path, field, "counts" if counts else "log-normalised values",
-                                nonnegative=True, integer=counts)  # fmt: skip
+    problems += _value_problems(values, path, field, "h5ad", own["values"])
     if not problems and _all_constant(_source_matrix(adata, own["layer"])):
         problems.append(ContractError(path, field, "no gene varies across cells (every gene is constant)"))
     return problems
@@ -151,7 +168,7 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
         profiles = [np.log1p(means) for means in profiles]
     scaled, varies = standardise(*profiles)  # the train half's statistics when there are replicates
     if not varies.any():
-        raise InputError(f"{path}: {_field(own['layer'])}: no feature varies across the {len(leaves)} leaves")
+        raise InputError(f"{path}: {matrix_field(own['layer'])}: no feature varies across the {len(leaves)} leaves")
     n_cells = pd.Series(leaf_of_row).value_counts().reindex(leaves).to_numpy()
     prepared = anndata.AnnData(
         X=(scaled[0] + scaled[1]) / 2 if own["replicates"] else scaled[0],
@@ -169,13 +186,12 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
     if adata.n_obs == 0 or adata.n_vars == 0:
         return [ContractError(path, "X", f"empty matrix ({adata.n_obs} rows × {adata.n_vars} features)")], None, None
     problems = _duplicate_names(adata.var_names, path, "var_names", "feature names")
-    field = _field(own["layer"])
+    field = matrix_field(own["layer"])
     if own["layer"] is not None and own["layer"] not in adata.layers:
         problems.append(ContractError(path, field, f"missing (layers: {sorted(adata.layers)})"))
     else:
-        counts = own["values"] == "counts"
-        problems += _value_problems(_stored_values(_source_matrix(adata, own["layer"])), path, field, own["values"],
-                                    nonnegative=counts, integer=False)  # fmt: skip
+        values = _stored_values(_source_matrix(adata, own["layer"]))
+        problems += _value_problems(values, path, field, "lineage_h5ad", own["values"])
 
     leaf_of_row = None
     if own["leaf_key"] is None and own["lineage_key"] is None:
@@ -187,11 +203,14 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
         if not found:
             leaf_of_row = adata.obs[own["leaf_key"]].astype(str).to_numpy()
 
-    if (own["newick"] is None) == (own["lineage_key"] is None):
-        problems.append(ContractError(path, "params", "give exactly one of newick (a tree file) and lineage_key"))
+    if sum(own[key] is not None for key in ("newick", "newick_key", "lineage_key")) != 1:
+        problems.append(ContractError(path, "params", "give exactly one of newick (a tree file), newick_key "
+                                      "(a Newick string in uns) and lineage_key"))  # fmt: skip
         return problems, None, None
     if own["newick"] is not None:
         tree, tree_problems = _newick_tree(own["newick"], files)
+    elif own["newick_key"] is not None:
+        tree, tree_problems = _uns_tree(adata.uns, path, own["newick_key"])
     else:
         tree, tree_problems, names = _sulston_tree(adata.obs, path, own["lineage_key"])
         leaf_of_row = names if own["leaf_key"] is None else leaf_of_row
@@ -220,17 +239,35 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
 
 
 def _newick_tree(name: str, files: Mapping[str, str]):
-    from celldag.lineage.tree import parse_newick
-
     if name not in files:
         return None, [ContractError(name, "file", f"not among the entry's files {sorted(files)}")]
     path = os.fspath(files[name])
     try:
-        tree = parse_newick(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
         return None, [ContractError(path, "tree", f"not a valid Newick tree ({err})")]
+    return _parsed_tree(text, path, "tree")
+
+
+def _uns_tree(uns: Mapping, path: str, key: str):
+    field = f"uns['{key}']"
+    if key not in uns:
+        return None, [ContractError(path, field, f"missing tree (uns keys: {sorted(uns)})")]
+    if not isinstance(uns[key], str):
+        return None, [ContractError(path, field, f"must be a Newick string, got {type(uns[key]).__name__}")]
+    return _parsed_tree(uns[key], path, field)
+
+
+def _parsed_tree(text: str, path: str, field: str):
+    """(tree, problems) of a Newick text that must parse and hold more than one leaf."""
+    from celldag.lineage.tree import parse_newick
+
+    try:
+        tree = parse_newick(text)
+    except ValueError as err:
+        return None, [ContractError(path, field, f"not a valid Newick tree ({err})")]
     if len(tree.leaf_names) == 1:
-        return None, [ContractError(path, "tree", f"a single leaf ({tree.leaf_names[0]!r}); a lineage needs {MIN_LEAVES} or more")]
+        return None, [ContractError(path, field, f"a single leaf ({tree.leaf_names[0]!r}); a lineage needs {MIN_LEAVES} or more")]
     return tree, []
 
 
@@ -261,8 +298,23 @@ def _sulston_tree(obs: pd.DataFrame, path: str, key: str):
 # ---------------------------------------------------------------- shared checks
 
 
-def _field(layer: str | None) -> str:
+def matrix_field(layer: str | None) -> str:
+    """How messages name the matrix of ``layer``: X, or layers['name']."""
     return "X" if layer is None else f"layers['{layer}']"
+
+
+def unread_matrices(adata, path: str, layer: str | None) -> tuple[list[str], list[ContractError]]:
+    """(the matrices of the file that the entry does not read, the NaN or infinite values found in them)."""
+    fields, problems = [], []
+    for other in (None, *adata.layers):
+        if other == layer or (other is None and adata.X is None):
+            continue
+        field = matrix_field(other)
+        fields.append(field)
+        values = _stored_values(_source_matrix(adata, other))
+        if np.issubdtype(values.dtype, np.number):
+            problems += _nonfinite(values, path, field)
+    return fields, problems
 
 
 def _source_matrix(adata, layer: str | None):
@@ -300,21 +352,66 @@ def _column_problems(obs: pd.DataFrame, path: str, key: str | None, role: str) -
     return []
 
 
-def _value_problems(values: np.ndarray, path: str, field: str, kind: str, *, nonnegative: bool,
-                    integer: bool) -> list[ContractError]:  # fmt: skip
+def _value_problems(values: np.ndarray, path: str, field: str, loader: str, setting: str) -> list[ContractError]:
+    """Problems of the source matrix for the loader's ``values`` setting (VALUES), each with a hint where one helps."""
     if not np.issubdtype(values.dtype, np.number):
         return [ContractError(path, field, f"must be numeric, got dtype {values.dtype}")]
-    finite = np.isfinite(values)
-    if not finite.all():
-        return [ContractError(path, field, f"{int((~finite).sum())} NaN or infinite values")]
-    problems = []
-    if nonnegative and values.size and values.min() < 0:
-        problems.append(ContractError(path, field, f"negative {kind} (min {values.min():g})"))
-    if integer and not np.issubdtype(values.dtype, np.integer):
+    nonfinite = _nonfinite(values, path, field)
+    if nonfinite:
+        return nonfinite
+    expected, problems = VALUES[loader][setting], []
+    if expected.nonnegative and values.size and values.min() < 0:
+        hint = _values_hint(loader, setting, "nonnegative")
+        problems.append(ContractError(path, field, f"negative {expected.kind} (min {values.min():g}){hint}"))
+    if expected.integer and not np.issubdtype(values.dtype, np.integer):
         fractional = values != np.round(values)
         if fractional.any():
             problems.append(ContractError(path, field, (
-                f"{int(fractional.sum())} non-integer values (e.g. {values[fractional][0]:g}): raw counts "
-                "expected; set values: lognorm for log-normalised input")))  # fmt: skip
+                f"{int(fractional.sum())} non-integer values (e.g. {values[fractional][0]:g}): raw counts expected"
+                + _values_hint(loader, setting, "integer"))))  # fmt: skip
     return problems
 
+
+def _values_hint(loader: str, setting: str, check: str) -> str:
+    """``; set values: …`` for each other setting of the loader without this check: likely the right one."""
+    others = [name for name, other in VALUES[loader].items() if name != setting and not getattr(other, check)]
+    return "".join(f"; set values: {name} for {VALUES[loader][name].meant_for} input" for name in others)
+
+
+def _nonfinite(values: np.ndarray, path: str, field: str) -> list[ContractError]:
+    finite = np.isfinite(values)
+    return [] if finite.all() else [ContractError(path, field, f"{int((~finite).sum())} NaN or infinite values")]
+
+
+# ---------------------------------------------------------------- celldag validate
+
+
+class SourceReport(NamedTuple):
+    problems: list[str]
+    warnings: list[str]
+    facts: list[tuple[str, str]]
+
+
+def check_source(loader: str, params: Mapping, files: Mapping[str, str]) -> SourceReport:
+    """Every problem of the source file; which matrix the entry reads; NaN or inf in the file's other matrices."""
+    own, rest, path = source_params(loader, params, files)
+    try:
+        adata = read_source(path)
+    except InputError as err:  # truncated, or not HDF5: a problem of this dataset, not of the config
+        return SourceReport([str(err)], [], [])
+    if loader == "h5ad":
+        problems = representation_problems(adata, path, own, rest)
+    else:
+        problems = lineage_problems(adata, path, own, files)[0]
+    unread, nonfinite = unread_matrices(adata, path, own["layer"])
+    not_read = f" (not read: {', '.join(unread)})" if unread else ""
+    # A warning, not a problem: the loader never reads these matrices, so the dataset runs as it is. Yet
+    # NaN there often means the entry points at the wrong matrix (layer) or the file was written badly.
+    return SourceReport([str(problem) for problem in problems],
+                        [f"{problem} (not read by this entry)" for problem in nonfinite],
+                        [("matrix checked", matrix_field(own["layer"]) + not_read)])  # fmt: skip
+
+
+# `celldag validate` calls a loader's check_source(params, files), when it has one, before preparing
+prepare_h5ad.check_source = partial(check_source, "h5ad")
+prepare_lineage_h5ad.check_source = partial(check_source, "lineage_h5ad")

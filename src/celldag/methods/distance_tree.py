@@ -10,7 +10,8 @@ import numpy as np
 
 from celldag.lineage.reconstruct import euclidean_distances, reconstruct
 from celldag.lineage.tree import to_newick
-from celldag.methods import MethodInput, MethodResult
+from celldag.lineage.track import LineageInput
+from celldag.methods import MethodResult
 
 
 def pca_scores(features: np.ndarray, n_components: int) -> np.ndarray:
@@ -21,7 +22,7 @@ def pca_scores(features: np.ndarray, n_components: int) -> np.ndarray:
     return left[:, :n_components] * singular[:n_components]
 
 
-def run(inputs: MethodInput, params: dict, seed: int) -> MethodResult:
+def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
     del seed  # deterministic: no randomness in SVD, NJ or UPGMA
     if params["features"] == "pca":
         embedding = pca_scores(inputs.features, params["n_components"])

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from celldag.methods import MethodInput, MethodResult, NotApplicable
+from celldag.methods import MethodResult, NotApplicable
+from celldag.representation.track import RepresentationInput
 
 
 def weighted_average(expression, vectors: np.ndarray) -> tuple[np.ndarray, int]:
@@ -30,12 +31,8 @@ def weighted_average(expression, vectors: np.ndarray) -> tuple[np.ndarray, int]:
     return weighted, int(empty.sum())
 
 
-def run(inputs: MethodInput, params: dict, seed: int) -> MethodResult:
+def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     del seed  # deterministic: a fixed weighted average
-    if inputs.gene_embedding is None:
-        raise NotApplicable("GenePT-w needs static gene embeddings (params 'embedding')")
-    if inputs.lognorm is None:
-        raise ValueError("GenePT-w weights by log-normalised expression; the dataset has no lognorm layer")
     from celldag.embeddings import match_genes
 
     columns, vectors, n_missing = match_genes(list(inputs.gene_names), inputs.gene_embedding)

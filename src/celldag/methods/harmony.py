@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from celldag.methods import MethodInput, MethodResult, NotApplicable
+from celldag.methods import MethodResult
+from celldag.representation.track import RepresentationInput
 from celldag.methods.pca import pca_embedding
 
 
-def run(inputs: MethodInput, params: dict, seed: int) -> MethodResult:
-    if inputs.batch is None or len(np.unique(inputs.batch)) < 2:
-        raise NotApplicable("Harmony needs ≥ 2 batches")
+def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     import harmonypy
 
     pcs = pca_embedding(inputs.features, inputs.train_mask, params["n_components"], seed)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from celldag.methods import MethodInput, MethodResult
+from celldag.methods import MethodResult
+from celldag.representation.track import RepresentationInput
 
 
 def pca_embedding(features: np.ndarray, train_mask: np.ndarray | None, n_components: int, seed: int) -> np.ndarray:
@@ -25,6 +26,6 @@ def pca_embedding(features: np.ndarray, train_mask: np.ndarray | None, n_compone
     return model.transform(features)
 
 
-def run(inputs: MethodInput, params: dict, seed: int) -> MethodResult:
+def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     embedding = pca_embedding(inputs.features, inputs.train_mask, params["n_components"], seed)
     return MethodResult(embedding=embedding.astype(np.float32), uns={"n_components": embedding.shape[1]})

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from celldag.methods import MethodInput, MethodResult, NotApplicable
+from celldag.methods import MethodResult
+from celldag.representation.track import RepresentationInput
 
 
-def run(inputs: MethodInput, params: dict, seed: int) -> MethodResult:
-    if inputs.counts is None:
-        raise NotApplicable("scVI models counts; this dataset has none")
-    if params["use_batch"] and inputs.batch is None:
-        raise ValueError("use_batch needs batch labels")
+def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     import anndata
     import pandas as pd
     import scvi
@@ -38,7 +35,7 @@ def run(inputs: MethodInput, params: dict, seed: int) -> MethodResult:
     model = scvi.model.SCVI(
         adata, n_latent=params["n_latent"], n_layers=params["n_layers"], n_hidden=params["n_hidden"]
     )
-    train_mask = np.ones(n_cells, dtype=bool) if inputs.train_mask is None else np.asarray(inputs.train_mask, bool)
+    train_mask = np.asarray(inputs.train_mask, bool)
     train_idx, val_idx = np.flatnonzero(train_mask), np.flatnonzero(~train_mask)
     model.train(
         max_epochs=params["max_epochs"],

@@ -7,15 +7,16 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from celldag import contracts, io
-from celldag.evaluate import LINEAGE_CORE_METRICS, metric_groups, relative_reduction
+from celldag import artifacts, contracts
+from celldag.scoring import relative_reduction
+from celldag.tracks import DELTA_PREFIX, Track
 
 RUN_COLUMNS = ["dataset", "method", "variant", "seed", "status", "status_reason", "wall_time_s", "peak_rss_mb",
                "device", "config_hash"]  # fmt: skip
 
 
 def collect_scores(paths: Sequence[str]) -> pd.DataFrame:
-    return pd.concat([io.read_scores(path) for path in paths], ignore_index=True)
+    return pd.concat([artifacts.read_scores(path) for path in paths], ignore_index=True)
 
 
 def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
@@ -27,13 +28,16 @@ def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(records)[RUN_COLUMNS].sort_values(["dataset", "method", "variant", "seed"])
 
 
-def add_deltas(scores: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Append Δ rows (``delta_rf`` …): relative reduction against ``baseline`` on the same dataset and seed."""
-    ok = scores[(scores["status"] == "ok") & (scores["track"] == "lineage") & scores["metric"].isin(LINEAGE_CORE_METRICS)]
+def add_deltas(scores: pd.DataFrame, baseline: str, tracks: dict[str, Track]) -> pd.DataFrame:
+    """Append Δ rows (``delta_rf`` …) for the metrics their track declares with a Δ: relative reduction
+    against ``baseline`` on the same dataset and seed."""
+    with_delta = {(track_id, name) for track_id, track in tracks.items() for name, m in track.metrics.items() if m.delta}
+    declared = [(track, metric) in with_delta for track, metric in zip(scores["track"], scores["metric"])]
+    ok = scores[(scores["status"] == "ok") & declared]
     reference = ok[ok["method"] == baseline].groupby(["dataset", "seed", "metric"])["value"].first()
     others = ok[ok["method"] != baseline].join(reference.rename("baseline"), on=["dataset", "seed", "metric"], how="inner")
     deltas = others.assign(
-        metric="delta_" + others["metric"],
+        metric=DELTA_PREFIX + others["metric"],
         value=[relative_reduction(b, v) for b, v in zip(others["baseline"], others["value"])],
         higher_is_better=True,
     ).drop(columns="baseline")
@@ -55,7 +59,8 @@ def _cell(values: pd.Series, statuses: pd.Series) -> str:
     return text + (f" ({missing} not ok)" if missing else "")
 
 
-def leaderboard_markdown(scores: pd.DataFrame, baseline: str | None = None, paired: Sequence[dict] = ()) -> str:
+def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
+                         paired: Sequence[dict] = ()) -> str:  # fmt: skip
     """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first."""
     lines = [
         "# celldag leaderboard",
@@ -64,11 +69,11 @@ def leaderboard_markdown(scores: pd.DataFrame, baseline: str | None = None, pair
         "Per-seed values: `results/scores.parquet`; run records: `results/runs.parquet`.",
     ]
     paired_sections = {dataset: _paired_lines(table, paired) for dataset, table in scores.groupby("dataset")}
-    if baseline:
-        lines.append(f"Lineage Δ = relative reduction against `{baseline}` on the same dataset and seed: (baseline − method) / baseline.")
+    if baseline and scores["metric"].str.startswith(DELTA_PREFIX).any():
+        lines.append(f"Δ = relative reduction against `{baseline}` on the same dataset and seed: (baseline − method) / baseline.")
     for (dataset, track), table in scores.groupby(["dataset", "track"], sort=True):
         lines += ["", f"## {dataset} ({track})"]
-        for index, (group, metrics) in enumerate(_metric_groups(table, track).items()):
+        for index, (group, metrics) in enumerate(_metric_groups(table, tracks[track]).items()):
             rows = table[table["metric"].isin(metrics)]
             keys = rows[["method", "variant"]].drop_duplicates()
             if index:
@@ -78,14 +83,15 @@ def leaderboard_markdown(scores: pd.DataFrame, baseline: str | None = None, pair
     return "\n".join(lines) + "\n"
 
 
-def _metric_groups(table: pd.DataFrame, track: str) -> dict[str, list[str]]:
-    """The track's declared metric groups (in their order), restricted to metrics present; unknown last."""
-    declared_groups = metric_groups(track)
+def _metric_groups(table: pd.DataFrame, track: Track) -> dict[str, list[str]]:
+    """The track's metric groups (in their order; each Δ after its metrics), restricted to metrics present."""
     present = set(table["metric"])
-    groups = {name: [m for m in metrics if m in present] for name, metrics in declared_groups.items()}
-    declared = {m for metrics in declared_groups.values() for m in metrics}
-    groups["other"] = sorted(present - declared)
-    return {name: metrics for name, metrics in groups.items() if metrics}
+    groups = {}
+    for group in track.metric_groups:
+        names = [metric.name for metric in group.metrics]
+        names += [DELTA_PREFIX + metric.name for metric in group.metrics if metric.delta]
+        groups[group.title] = [name for name in names if name in present]
+    return {title: metrics for title, metrics in groups.items() if metrics}
 
 
 def paired_difference(scores: pd.DataFrame, method: str, other: str, metric: str) -> dict | None:
@@ -149,12 +155,12 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> list[s
 
 
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
-              leaderboard_path: str, baseline: str, paired: Sequence[dict] = ()) -> pd.DataFrame:  # fmt: skip
-    scores = add_deltas(collect_scores(score_paths), baseline)
+              leaderboard_path: str, baseline: str, tracks: dict[str, Track], paired: Sequence[dict] = ()) -> pd.DataFrame:  # fmt: skip
+    scores = add_deltas(collect_scores(score_paths), baseline, tracks)
     scores = scores.sort_values(["dataset", "method", "variant", "metric", "seed"]).reset_index(drop=True)
     contracts.check_scores(scores, scores_path)
-    io.write_parquet(scores, scores_path)
-    io.write_parquet(collect_runs(record_paths), runs_path)
-    with io.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(leaderboard_markdown(scores, baseline, paired))
+    artifacts.write_parquet(scores, scores_path)
+    artifacts.write_parquet(collect_runs(record_paths), runs_path)
+    with artifacts.atomic_path(leaderboard_path) as tmp:
+        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired))
     return scores

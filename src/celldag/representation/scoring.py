@@ -12,19 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-# metric id → higher_is_better; group order = leaderboard order (the first group has no heading)
-METRIC_GROUPS = {
-    "scIB": {"total": True, "bio_conservation": True, "batch_correction": True},
-    "bio conservation": {"nmi_kmeans": True, "ari_kmeans": True, "nmi_leiden": True, "ari_leiden": True,
-                         "silhouette_label": True, "clisi": True, "isolated_labels": True},
-    "batch correction": {"ilisi": True, "silhouette_batch": True, "bras": True, "kbet": True,
-                         "graph_connectivity": True, "pcr_comparison": True},
-    "marker genes (gene-embedding space)": {"marker_db": False, "marker_db_static": False, "marker_ch": True,
-                                            "marker_ch_static": True, "n_marker_genes": True},
-}  # fmt: skip
-CORE_METRICS = ("total", "bio_conservation", "batch_correction")  # reported (NaN) even for failed runs
-# bio_conservation … total: Benchmarker's aggregates (0.6 bio + 0.4 batch, no min-max scaling);
-# nmi/ari_leiden and silhouette_batch (the paper's batchASW) are reported beside them, not inside.
+from celldag.tracks import ScoringContext
 
 
 def table_of(embedding: str, table_paths: list[str]) -> str | None:
@@ -50,12 +38,13 @@ def marker_scores(output, markers: dict[str, list[str]], table_paths: list[str])
     return scores
 
 
-def representation_scores(prepared, outputs: list, table_paths: list[str], markers: dict) -> list[dict[str, float]]:
-    """One {metric: value} per output (empty for runs that are not ``ok``)."""
+def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[str, float]]:
+    """One {metric: value} per output of one seed (empty for runs that are not ``ok``)."""
     from sklearn.decomposition import PCA
 
     from celldag.representation.metrics import scib_scores
 
+    markers, table_paths = context.dataset.get("markers", {}), list(context.table_paths)
     ok = [i for i, output in enumerate(outputs) if output.uns["status"] == "ok"]
     scores: list[dict[str, float]] = [{} for _ in outputs]
     if not ok:

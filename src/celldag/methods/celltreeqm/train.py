@@ -29,7 +29,8 @@ from celldag.lineage.supervision import (
     supervised_quartets,
 )
 from celldag.lineage.tree import parse_newick, path_distances, prune, to_newick
-from celldag.methods import MethodInput, MethodResult, NotApplicable
+from celldag.lineage.track import LineageInput
+from celldag.methods import MethodResult
 from celldag.methods.celltreeqm.losses import (
     additivity_loss,
     distance_preservation_loss,
@@ -56,15 +57,13 @@ class Supervision:
     sample: Sampler | None  # draws quartets with known topology; None when label-free
 
 
-def reveal(inputs: MethodInput, params: dict, seed: int) -> Supervision:
+def reveal(inputs: LineageInput, params: dict, seed: int) -> Supervision:
     """Reduce the true tree to what ``params["setting"]`` allows; nothing else of the tree leaves here."""
     setting, names, n = params["setting"], list(inputs.names), len(inputs.names)
     if setting == "label_free":
         return Supervision({"setting": setting}, None, None)
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {SETTINGS}, got {setting!r}")
-    if inputs.tree_newick is None:
-        raise NotApplicable(f"the {setting} setting needs the dataset's tree")
     tree = parse_newick(inputs.tree_newick)
 
     if setting == "high_level_partition":
@@ -181,10 +180,8 @@ def optimizer_for(model: CellTreeQMEncoder, params: dict) -> torch.optim.Optimiz
     return torch.optim.AdamW(groups, lr=params["lr"], weight_decay=params["weight_decay"])
 
 
-def run(inputs: MethodInput, params: dict, seed: int) -> MethodResult:
+def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
     setting = params["setting"]
-    if setting == "supervised" and inputs.train_features is None:
-        raise NotApplicable("supervised needs a train/test replicate pair; this dataset has one profile per leaf")
     if setting == "label_free" and params["loss"] != "additivity":
         raise ValueError(f"the {params['loss']} loss needs target topologies, which label_free does not have")
     training.seed_everything(seed)

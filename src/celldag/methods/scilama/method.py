@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from celldag.methods import MethodInput, MethodResult
+from celldag.methods import MethodResult
+from celldag.representation.track import RepresentationInput
 from celldag.methods.scilama.train import fit_scilama
 
 NEEDS_TABLE = ("embeddings", "random", "shuffled")
 
 
-def modelled_genes(inputs: MethodInput, params: dict) -> tuple[np.ndarray, np.ndarray | None]:
+def modelled_genes(inputs: RepresentationInput, params: dict) -> tuple[np.ndarray, np.ndarray | None]:
     """(columns of ``inputs.features`` to model, their static vectors or None).
 
     Genes without a static embedding are dropped entirely, as in the paper (nothing is imputed).
@@ -35,13 +36,9 @@ def modelled_genes(inputs: MethodInput, params: dict) -> tuple[np.ndarray, np.nd
     return np.asarray(columns), vectors
 
 
-def run(inputs: MethodInput, params: dict, seed: int) -> MethodResult:
-    if inputs.train_mask is None or inputs.gene_names is None:
-        raise ValueError("sciLaMA runs on representation datasets (cells × genes with a train/val split)")
+def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     columns, vectors = modelled_genes(inputs, params)
-    batch_codes = None
-    if inputs.batch is not None:
-        batch_codes = np.unique(np.asarray(inputs.batch), return_inverse=True)[1]
+    batch_codes = np.unique(np.asarray(inputs.batch), return_inverse=True)[1]
     result = fit_scilama(
         expression=np.asarray(inputs.features[:, columns], dtype=np.float32),
         train_mask=inputs.train_mask,

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from celldag.data.bm import simulate_bm
-from celldag.evaluate import QuartetSample, partial_label_scores, partition_scores, relative_reduction
+from celldag.lineage.scoring import QuartetSample, partial_label_scores, partition_scores
+from celldag.scoring import relative_reduction
 from celldag.lineage.reconstruct import euclidean_distances
 from celldag.lineage.supervision import clade_labels, known_quartets
 from celldag.lineage.tree import parse_newick, path_distances
@@ -26,9 +27,9 @@ def test_partition_scores_split_quartets_by_what_the_partition_reveals(lineage):
     sample = QuartetSample(len(names), 10**9, np.random.default_rng(0))  # every quartet of 16 leaves
     perfect = partition_scores(truth, names, 2, reference, reference, raw, sample)
     assert perfect["k_qdist"] == perfect["u_qdist"] == 0.0
-    assert perfect["delta_k_qdist"] == perfect["delta_u_qdist"] == 1.0
+    assert perfect["k_qdist_reduction_vs_raw"] == perfect["u_qdist_reduction_vs_raw"] == 1.0
     as_raw = partition_scores(truth, names, 2, raw, reference, raw, sample)
-    assert as_raw["delta_k_qdist"] == as_raw["delta_u_qdist"] == 0.0
+    assert as_raw["k_qdist_reduction_vs_raw"] == as_raw["u_qdist_reduction_vs_raw"] == 0.0
     known = known_quartets(sample.quartets, clade_labels(truth, names, 2))
     assert 0 < known.sum() < len(known)
     assert as_raw["u_qdist"] == sample.qdist(raw, reference, ~known)

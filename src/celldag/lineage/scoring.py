@@ -1,0 +1,101 @@
+"""Scores of the lineage track: every run against the true tree of its seed's prepared dataset.
+
+Every ``ok`` run gets RF, the exact quartet distance and QDist on a seeded quartet sample; runs
+trained under a weak supervision setting (recorded by the method in ``uns["supervision"]``) also get
+the metrics that split quartets by what the setting revealed. The leaderboard adds the Δ against the
+baseline method (``celldag.report.leaderboard``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from celldag.lineage.track import scored_features
+from celldag.scoring import relative_reduction
+from celldag.tracks import ScoringContext
+
+
+def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[str, float]]:
+    """One {metric: value} per output of one seed (empty for runs that are not ``ok``)."""
+    n_quartets = context.evaluation["qdist_quartets"]
+    return [run_scores(prepared, output, context.seed, n_quartets) if output.uns["status"] == "ok" else {}
+            for output in outputs]  # fmt: skip
+
+
+def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float]:
+    from celldag.lineage.metrics import quartet_distance, robinson_foulds
+    from celldag.lineage.reconstruct import euclidean_distances
+    from celldag.lineage.tree import parse_newick, path_distances
+
+    truth = parse_newick(prepared.uns["tree_newick"])
+    estimate = parse_newick(output.uns["tree_newick"])
+    names = list(output.obs_names)
+    if "X_emb" in output.obsm:  # the paper's QDist reads the method's own distances
+        estimated = euclidean_distances(np.asarray(output.obsm["X_emb"]))
+    else:
+        estimated = path_distances(estimate, names, topology_only=True)
+    reference = path_distances(truth, names, topology_only=True)
+    quartets = QuartetSample(len(names), n_quartets, np.random.default_rng(seed))
+    scores = {
+        "rf": robinson_foulds(estimate, truth).normalized,
+        "quartet_dist": quartet_distance(estimate, truth),
+        "qdist_sampled": quartets.qdist(estimated, reference),
+    }
+    supervision = dict(output.uns.get("supervision", {}))
+    if supervision.get("setting") == "high_level_partition":
+        raw = euclidean_distances(scored_features(prepared))
+        scores |= partition_scores(truth, names, int(supervision["level"]), estimated, reference, raw, quartets)
+    elif supervision.get("setting") == "partially_labelled":
+        known = np.isin(names, list(supervision["known_leaves"]))
+        scores |= partial_label_scores(truth, estimate, names, known, estimated, reference, quartets)
+    return {metric: value for metric, value in scores.items() if math.isfinite(value)}
+
+
+class QuartetSample:
+    """One seeded sample of quartets (all of them when there are few), shared by every QDist of a run."""
+
+    def __init__(self, n_leaves: int, n_quartets: int, rng: np.random.Generator):
+        from celldag.lineage.metrics import sample_quartets
+
+        self.quartets = sample_quartets(n_leaves, n_quartets, rng)
+
+    def qdist(self, estimated: np.ndarray, reference: np.ndarray, subset: np.ndarray | None = None) -> float:
+        from celldag.lineage.metrics import qdist_on_quartets
+
+        quartets = self.quartets if subset is None else self.quartets[subset]
+        return qdist_on_quartets(estimated, reference, quartets) if len(quartets) else math.nan
+
+
+def partition_scores(truth, names, level, estimated, reference, raw, quartets: QuartetSample) -> dict[str, float]:
+    """K-/U-QDist: QDist on quartets whose topology the level-L partition reveals / does not reveal.
+
+    The reductions compare with the raw-feature distances on the same quartets — nj_raw's QDist there,
+    since QDist reads only the distance matrix.
+    """
+    from celldag.lineage.supervision import clade_labels, known_quartets
+
+    known = known_quartets(quartets.quartets, clade_labels(truth, names, level))
+    scores = {}
+    for name, subset in (("k_qdist", known), ("u_qdist", ~known)):
+        scores[name] = quartets.qdist(estimated, reference, subset)
+        scores[f"{name}_reduction_vs_raw"] = relative_reduction(quartets.qdist(raw, reference, subset), scores[name])
+    return scores
+
+
+def partial_label_scores(truth, estimate, names, known, estimated, reference, quartets: QuartetSample) -> dict[str, float]:
+    """QDist by the number of known leaves in a quartet, and RF on the subtree of the unknown leaves."""
+    from celldag.lineage.metrics import robinson_foulds
+    from celldag.lineage.tree import prune
+
+    known_count = known[quartets.quartets].sum(axis=1)
+    scores = {
+        "qdist_known4": quartets.qdist(estimated, reference, known_count == 4),
+        "qdist_known1to3": quartets.qdist(estimated, reference, (known_count >= 1) & (known_count <= 3)),
+        "qdist_known0": quartets.qdist(estimated, reference, known_count == 0),
+    }
+    unknown = [name for name, is_known in zip(names, known) if not is_known]
+    if len(unknown) >= 4:
+        scores["rf_unknown"] = robinson_foulds(prune(estimate, unknown), prune(truth, unknown)).normalized
+    return scores

@@ -1,0 +1,127 @@
+"""The lineage track: leaves × features with the true tree; methods return a tree over the leaves.
+
+Prepared dataset: one row per leaf, ``uns['tree_newick']`` the true tree over ``obs_names``, and
+optionally an independent replicate pair (layers ``train`` / ``test``): methods train on ``train``
+and are scored on ``test``. Scores: RF and quartet distances against the truth, plus the metrics that
+split quartets by what a weak supervision setting revealed (``celldag.lineage.scoring``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from celldag.contracts import MIN_LEAVES, ContractError, require_finite_matrix
+from celldag.tracks import Metric, MetricGroup, Track
+
+TRACK = Track(
+    x_dtype="float64",  # leaves × features is small
+    check_prepared="celldag.lineage.track:check_prepared",
+    check_output="celldag.lineage.track:check_output",
+    method_input="celldag.lineage.track:method_input",
+    inputs={"replicates": "an independent train/test replicate pair (layers 'train' and 'test')"},
+    scorer="celldag.lineage.scoring:score_seed",
+    metric_groups=(
+        MetricGroup("all runs", (
+            Metric("rf", higher_is_better=False, core=True, delta=True),
+            Metric("quartet_dist", higher_is_better=False, core=True, delta=True),
+            Metric("qdist_sampled", higher_is_better=False, core=True, delta=True),
+        )),
+        # K-/U-QDist and their relative reduction against raw-feature distances on the same quartets
+        MetricGroup("high-level partition", (
+            Metric("k_qdist", higher_is_better=False),
+            Metric("u_qdist", higher_is_better=False),
+            Metric("k_qdist_reduction_vs_raw", higher_is_better=True),
+            Metric("u_qdist_reduction_vs_raw", higher_is_better=True),
+        )),
+        MetricGroup("partially labelled", (
+            Metric("qdist_known4", higher_is_better=False),
+            Metric("qdist_known1to3", higher_is_better=False),
+            Metric("qdist_known0", higher_is_better=False),
+            Metric("rf_unknown", higher_is_better=False),
+        )),
+    ),  # fmt: skip
+    dataset_facts="celldag.lineage.track:dataset_facts",
+)
+
+
+@dataclass(frozen=True)
+class LineageInput:
+    """What a lineage method's ``run`` receives: arrays only, one row per leaf."""
+
+    names: tuple[str, ...]  # leaf names, one per row
+    features: np.ndarray  # (n, p) the replicate the result is scored on (the test replicate when there is a pair)
+    train_features: np.ndarray | None  # (n, p) the independent training replicate; methods listing `needs:
+    #                                    [replicates]` always get it
+    tree_newick: str  # the true tree: a method may use only what its supervision setting reveals
+    #                   (celldag.lineage.supervision)
+    work_dir: str | None = None  # the run's directory: checkpoints live here, so a killed job resumes
+
+    def unmet(self, need: str) -> str | None:
+        if need == "replicates" and self.train_features is None:
+            return "needs a train/test replicate pair; this dataset has one profile per leaf"
+        return None
+
+
+def scored_features(prepared) -> np.ndarray:
+    """What methods are scored on: the test replicate when there is a pair, else X."""
+    return np.asarray(prepared.layers["test"] if "test" in prepared.layers else prepared.X, dtype=np.float64)
+
+
+def method_input(prepared, work_dir: str | None, gene_table=None) -> LineageInput:
+    del gene_table  # lineage methods read no gene embedding
+    has_replicates = "train" in prepared.layers
+    return LineageInput(
+        names=tuple(prepared.obs_names),
+        features=scored_features(prepared),
+        train_features=np.asarray(prepared.layers["train"], dtype=np.float64) if has_replicates else None,
+        tree_newick=prepared.uns["tree_newick"],
+        work_dir=work_dir,
+    )
+
+
+def tree_leaf_names(newick: str, path: str) -> set[str]:
+    from celldag.lineage.tree import parse_newick
+
+    try:
+        return set(parse_newick(newick).leaf_names)
+    except ValueError as err:
+        raise ContractError(path, "uns['tree_newick']", f"not a valid Newick tree ({err})") from err
+
+
+def check_prepared(adata, path: str) -> None:
+    """Leaves × features, every layer finite, replicates in pairs, a tree over exactly the leaves."""
+    for name, layer in adata.layers.items():
+        require_finite_matrix(layer, path, f"layers['{name}']", adata.n_obs)
+    if ("train" in adata.layers) != ("test" in adata.layers):
+        raise ContractError(path, "layers", "replicates come in pairs: both 'train' and 'test' or neither")
+    if "tree_newick" not in adata.uns:
+        raise ContractError(path, "uns['tree_newick']", "missing (the true lineage tree over the leaves)")
+    tree_leaves = tree_leaf_names(adata.uns["tree_newick"], path)
+    leaves = set(adata.obs_names)
+    if len(leaves) < MIN_LEAVES:
+        raise ContractError(path, "obs_names", f"{len(leaves)} leaves; lineage metrics compare quartets: {MIN_LEAVES} or more needed")
+    if tree_leaves != leaves:
+        only_tree = sorted(tree_leaves - leaves)[:3]
+        only_data = sorted(leaves - tree_leaves)[:3]
+        raise ContractError(
+            path, "uns['tree_newick']", f"leaves differ from obs_names (only in tree: {only_tree}; only in data: {only_data})"
+        )
+
+
+def check_output(adata, path: str) -> None:
+    """An ``ok`` lineage output holds a tree over exactly its leaves."""
+    if "tree_newick" not in adata.uns:
+        raise ContractError(path, "uns['tree_newick']", "missing (a lineage method must return a tree)")
+    if tree_leaf_names(adata.uns["tree_newick"], path) != set(adata.obs_names):
+        raise ContractError(path, "uns['tree_newick']", "leaves differ from obs_names")
+
+
+def dataset_facts(prepared, entry: dict) -> list[tuple[str, str]]:
+    del entry  # nothing of a lineage entry beyond the prepared data is worth reporting
+    return [
+        ("leaves", f"{prepared.n_obs} (tree over the same leaves)"),
+        ("features", str(prepared.n_vars)),
+        ("replicate pair", "yes (train/test layers)" if "train" in prepared.layers else "no (one profile per leaf)"),
+    ]

@@ -1,0 +1,128 @@
+"""Tracks: one kind of benchmark task (lineage reconstruction, cell representation, …), declared in one place.
+
+A track is a ``Track`` object named in ``config/tracks.yaml`` by reference (``package.module:NAME``).
+It declares its prepared-data contract, the input its methods receive, the optional inputs a dataset
+may lack, its scorer, its metrics (grouped as the leaderboard shows them, each with its direction and
+whether it gets a Δ), the facts ``celldag validate`` reports and the figures of the report. Generic
+code — preparation, the runner, scoring, validation, the leaderboard and the rules — looks a track
+up by name and calls what it declares; nothing outside a track's own package knows what it holds.
+
+The functions are references too, loaded on first use: a track module imports nothing heavy, so the
+workflow can read every track when it parses, and each job imports only the functions it calls.
+
+    config/tracks.yaml ── lineage: {definition: celldag.lineage.track:TRACK, env: lineage}
+                               │
+                    Track ─────┼── check_prepared / check_output ──► contracts (prepare, runner, scoring)
+                               ├── method_input (+ inputs a dataset may lack) ──► runner → method.run()
+                               ├── scorer + metric_groups ──► scoring (evaluate rule), leaderboard
+                               └── dataset_facts, figures ──► celldag validate, report
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+
+from celldag import extensions
+from celldag.errors import InputError
+
+DELTA_PREFIX = "delta_"  # the leaderboard's Δ against the run config's delta_baseline method
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    higher_is_better: bool
+    core: bool = False  # every run gets a row (NaN when the run is not ok): what "seeds ok" counts
+    delta: bool = False  # the leaderboard adds delta_<name>, the relative reduction against the baseline method
+
+
+@dataclass(frozen=True)
+class MetricGroup:
+    title: str  # the leaderboard heading; the first group is the dataset's main table
+    metrics: tuple[Metric, ...]
+
+
+@dataclass(frozen=True)
+class ScoringContext:
+    """What a scorer may read besides the prepared dataset and the outputs of one seed."""
+
+    seed: int
+    dataset: dict  # the dataset's registry entry (e.g. its marker genes)
+    evaluation: dict  # the run config's `evaluation` section (e.g. the number of sampled quartets)
+    table_paths: tuple[str, ...] = ()  # gene-embedding tables the runs read
+
+
+@dataclass(frozen=True)
+class Track:
+    """A track's declaration. Each ``str`` field is a reference (``module:function``) with the signature noted."""
+
+    x_dtype: str  # dtype of a prepared dataset's X
+    check_prepared: str  # (adata, path) -> None: the track's part of the prepared-dataset contract
+    check_output: str  # (adata, path) -> None: its part of the contract of an ``ok`` method output
+    method_input: str  # (prepared, work_dir, gene_table) -> the input object of its methods' run(); the object's
+    #                    unmet(need) -> reason | None says whether the dataset provides an optional input
+    inputs: Mapping[str, str]  # optional inputs a method may list under `needs` → what provides them
+    scorer: str  # (prepared, outputs, ScoringContext) -> [{metric: value}], one dict per output (empty if not ok)
+    metric_groups: tuple[MetricGroup, ...]
+    dataset_facts: str  # (prepared, registry entry) -> [(what, value)]: what `celldag validate` reports of a prepared dataset
+    figures: tuple[str, ...] = field(default=())  # (scores, results_dir) -> [figure paths], drawn by the report
+
+    def call(self, role: str, *args):
+        """Call the function this track names for ``role`` (e.g. ``"scorer"``)."""
+        return extensions.load(getattr(self, role))(*args)
+
+    @property
+    def metrics(self) -> dict[str, Metric]:
+        return {metric.name: metric for group in self.metric_groups for metric in group.metrics}
+
+    @property
+    def core_metrics(self) -> tuple[str, ...]:
+        return tuple(name for name, metric in self.metrics.items() if metric.core)
+
+    def higher_is_better(self, metric: str) -> bool:
+        """Direction of a declared metric or of its leaderboard Δ (always higher-is-better)."""
+        if metric.startswith(DELTA_PREFIX) and metric.removeprefix(DELTA_PREFIX) in self.metrics:
+            return True
+        return self.metrics[metric].higher_is_better
+
+
+REFERENCE_ROLES = ("check_prepared", "check_output", "method_input", "scorer", "dataset_facts")
+
+
+@cache
+def load_track(definition: str) -> Track:
+    track = extensions.load(definition)
+    if not isinstance(track, Track):
+        raise InputError(f"{definition}: names a {type(track).__name__}, not a celldag.tracks.Track")
+    return track
+
+
+def check_track(track_id: str, entry: dict, where: str) -> Track:
+    """Parse-time checks of one tracks-registry entry: its definition and everything the definition declares."""
+    extensions.check_reference(entry["definition"], f"{where}: {track_id}.definition")
+    track = load_track(entry["definition"])
+    check_declaration(track, f"{where}: {track_id} ({entry['definition']})")
+    return track
+
+
+def check_declaration(track: Track, where: str) -> None:
+    """Every reference names a definition; metric names are unique, not Δ names; one or more core metrics."""
+    for role in REFERENCE_ROLES:
+        extensions.check_reference(getattr(track, role), f"{where}: {role}")
+    for index, figure in enumerate(track.figures):
+        extensions.check_reference(figure, f"{where}: figures[{index}]")
+    names = [metric.name for group in track.metric_groups for metric in group.metrics]
+    if not track.core_metrics:
+        raise InputError(f"{where}: no core metric (every run needs at least one row)")
+    for name in names:
+        if names.count(name) > 1:
+            raise InputError(f"{where}: metric {name!r} declared twice")
+        if name.startswith(DELTA_PREFIX):
+            raise InputError(f"{where}: metric {name!r}: the prefix {DELTA_PREFIX!r} is the leaderboard's Δ")
+
+
+def tracks_of(entries: Mapping[str, dict]) -> dict[str, Track]:
+    """Track id → Track, for a tracks registry (e.g. a rule's params)."""
+    return {track_id: load_track(entry["definition"]) for track_id, entry in entries.items()}

@@ -1,0 +1,37 @@
+"""Snakemake meets a lab dataset with a bad input, 3 seeds: each job shows its one-line error once, and
+Snakemake's retry (meant for jobs out of memory) exits at once instead of doing the work again."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from celldag.joblog import NOT_RETRIED
+from conftest import copy_workflow, run_snakemake
+from test_bad_inputs import leaves
+from test_lab_path import lab_dataset
+
+pytestmark = pytest.mark.e2e
+SEEDS = [0, 1, 2]
+
+
+def test_an_input_error_shows_once_per_job_and_its_retry_redoes_nothing(tmp_path):
+    workdir = copy_workflow(tmp_path / "lab")
+    profiles = leaves()  # z-scored-like values, registered with the default values: counts
+    lab_dataset(workdir, "lab_lineage", profiles, values="counts")
+    config = {"datasets": ["lab_lineage"], "methods": ["nj_raw"], "seeds": SEEDS}
+    (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
+    result = run_snakemake(workdir, check=False)
+    assert result.returncode != 0
+    console = result.stdout + result.stderr
+    line = (f"error: {workdir}/lab_lineage/cells.h5ad: X: negative counts (min {profiles.X.min():g}); "
+            "set values: transformed for log-transformed or z-scored input")  # fmt: skip
+    assert console.count(line) == len(SEEDS)  # was twice per job per try (the job's stderr, show-failed-logs)
+    # Snakemake still retries each job, with twice the memory as for one killed for memory ...
+    assert console.count("Trying to restart job") == len(SEEDS)
+    assert console.count("mem_mb=16000") == len(SEEDS)
+    # ... and the retry only writes the line to its log
+    for seed in SEEDS:
+        log = workdir / f"results/logs/prepare_dataset/lab_lineage/seed{seed}.log"
+        assert log.read_text() == f"{line}\n{NOT_RETRIED}\n"
+    assert "rule run_method" not in console
