@@ -186,7 +186,9 @@ PARAMS = dict(
     steps=4, quartets_per_step=32, w_distance=0.1, w_additivity=20.0, margin=0.1, margin_sign="page",
     select="topology_mismatch", validation_fraction=0.25, validation_quartets=32, validate_every=2, patience=None,
     checkpoint_every=2, device="cpu", reconstruction="nj", loss="additivity", setting="supervised",
+    standardize_input=True, selection="holdout_refit", quartet_order="shuffled", leaf_order="given",
 )  # fmt: skip
+NO_SELECTION = {"selection": "none"}
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +223,8 @@ def test_run_returns_an_embedding_a_tree_and_what_evaluation_needs(sim, loss, se
     if "known_fraction" in setting:
         assert len(supervision["known_leaves"]) == 8 and set(supervision["known_leaves"]) <= set(sim.leaf_names)
     training = result.uns["training"]
-    assert training["steps_run"] == 4 and training["best_step"] in (2, 4) and training["device"] == "cpu"
+    assert training["selection"] == "holdout_refit" and training["validated_steps_run"] == 4
+    assert training["steps"] in (2, 4) and training["steps_run"] == training["steps"] and training["device"] == "cpu"
 
 
 def test_a_dataset_without_replicates_does_not_meet_the_supervised_need(sim):
@@ -237,7 +240,8 @@ def test_label_free_ignores_the_tree(sim):
     second = run(inputs_of(sim, tree_newick=other_tree), params, seed=0)
     np.testing.assert_array_equal(first.embedding, second.embedding)
     assert first.tree_newick == second.tree_newick
-    assert first.uns["supervision"] == {"setting": "label_free"} and first.uns["training"]["best_step"] is None
+    assert first.uns["supervision"] == {"setting": "label_free", "quartet_order": "shuffled"}
+    assert first.uns["training"]["selection"] == "none"  # nothing to validate against
     with pytest.raises(ValueError, match="target topologies"):
         run(inputs_of(sim), params | {"loss": "triplet"}, seed=0)
 
@@ -281,7 +285,7 @@ def test_each_step_draws_new_quartets_in_train_mode(sim, monkeypatch):
 
     monkeypatch.setattr(ctqm_train, "supervised_quartets", spy_sampler)
     monkeypatch.setattr(CellTreeQMEncoder, "forward", spy_forward)
-    run(inputs_of(sim), PARAMS | {"validation_fraction": 0.0}, seed=0)
+    run(inputs_of(sim), PARAMS | NO_SELECTION, seed=0)
     assert len(drawn) == 4 and modes == [True] * 4
     assert all(not np.array_equal(a, b) for a, b in zip(drawn, drawn[1:]))
 
@@ -290,7 +294,7 @@ def test_gate_penalty_enters_the_loss(sim, monkeypatch):
     calls = []
     penalty = CellTreeQMEncoder.gate_penalty
     monkeypatch.setattr(CellTreeQMEncoder, "gate_penalty", lambda self, kind: calls.append(kind) or penalty(self, kind))
-    run(inputs_of(sim), PARAMS | {"gate": "sigmoid", "gate_penalty": 0.5, "gate_penalty_kind": "retain"}, seed=0)
+    run(inputs_of(sim), PARAMS | NO_SELECTION | {"gate": "sigmoid", "gate_penalty": 0.5, "gate_penalty_kind": "retain"}, seed=0)
     assert calls == ["retain"] * 4
 
 
@@ -316,7 +320,7 @@ def test_gate_lr_lets_the_gate_move(sim):
         original = ctqm_train.build_model
         ctqm_train.build_model = lambda *a, **k: seen.append(original(*a, **k)) or seen[-1]
         try:
-            run(inputs_of(sim), PARAMS | {"gate": "sigmoid", "gate_lr": gate_lr, "validation_fraction": 0.0}, seed=0)
+            run(inputs_of(sim), PARAMS | NO_SELECTION | {"gate": "sigmoid", "gate_lr": gate_lr}, seed=0)
         finally:
             ctqm_train.build_model = original
         moved[gate_lr] = float((seen[-1].gate.logit.detach() - 1.0).abs().max())
@@ -327,6 +331,72 @@ def test_a_rerun_resumes_from_the_checkpoint_and_matches(sim, tmp_path):
     first = run(inputs_of(sim, work_dir=str(tmp_path)), PARAMS, seed=0)
     again = run(inputs_of(sim, work_dir=str(tmp_path)), PARAMS, seed=0)
     assert (tmp_path / "checkpoint").is_dir()
-    assert first.uns["training"]["resumed_from"] is None and again.uns["training"]["resumed_from"] == 4
+    assert first.uns["training"]["resumed_from"] is None
+    assert again.uns["training"]["resumed_from"] == again.uns["training"]["steps"]  # the refit's last checkpoint
     np.testing.assert_array_equal(fresh.embedding, first.embedding)
     np.testing.assert_array_equal(first.embedding, again.embedding)
+
+
+def relabelled(sim, permutation) -> LineageInput:
+    """The same leaves, names and tree, handed over in another row order."""
+    return LineageInput(names=tuple(sim.leaf_names[i] for i in permutation), features=sim.test[permutation],
+                        train_features=sim.train[permutation], tree_newick=sim.tree_newick)  # fmt: skip
+
+
+@pytest.mark.parametrize("setting", [{"setting": "supervised"}, {"setting": "high_level_partition", "level": 2}])
+def test_the_row_order_changes_nothing_with_shuffled_quartets_and_everything_with_sorted_ones(sim, setting):
+    permutation = np.random.default_rng(7).permutation(16)
+    by_name = {}
+    for order in ("shuffled", "sorted"):
+        params = PARAMS | setting | {"quartet_order": order}
+        given, other = run(inputs_of(sim), params, seed=0), run(relabelled(sim, permutation), params, seed=0)
+        back = np.empty_like(other.embedding)
+        back[permutation] = other.embedding  # rows by leaf again
+        by_name[order] = (np.array_equal(given.embedding, back), given.tree_newick == other.tree_newick)
+    assert by_name == {"shuffled": (True, True), "sorted": (False, by_name["sorted"][1])}
+
+
+def test_the_leaf_order_control_relabels_what_sorted_quartets_read(sim):
+    params = PARAMS | {"setting": "high_level_partition", "level": 2}
+    control = {"leaf_order": "relabelled"}
+    np.testing.assert_array_equal(run(inputs_of(sim), params, 0).embedding, run(inputs_of(sim), params | control, 0).embedding)
+    sorted_params = params | {"quartet_order": "sorted"}
+    assert not np.array_equal(run(inputs_of(sim), sorted_params, 0).embedding,
+                              run(inputs_of(sim), sorted_params | control, 0).embedding)  # fmt: skip
+
+
+def test_sorted_quartets_come_in_ascending_rank_and_keep_their_topology():
+    from celldag.lineage.supervision import supervised_quartets
+    from celldag.lineage.tree import parse_newick, path_distances
+
+    names = [f"x{i}" for i in range(8)]
+    tree = parse_newick("((((x0,x1),(x2,x3)),((x4,x5),(x6,x7))));")
+    distances = path_distances(tree, names, topology_only=True)
+    rank = np.array([7, 6, 5, 4, 3, 2, 1, 0])
+    quartets, topology = supervised_quartets(distances, 200, np.random.default_rng(0), np.ones(8, bool), rank=rank)
+    assert (np.diff(rank[quartets], axis=1) > 0).all()
+    expected, _ = four_point_topology(distances, quartets)
+    np.testing.assert_array_equal(topology, expected)
+
+
+def test_selection_picks_the_step_count_without_the_held_out_leaves_then_trains_with_them(sim, monkeypatch):
+    excluded_per_phase = []
+    sampler = ctqm_train.supervised_quartets
+
+    def spy(distances, count, rng, allowed_leaves, rank=None):
+        excluded_per_phase.append(int((~allowed_leaves).sum()))
+        return sampler(distances, count, rng, allowed_leaves, rank)
+
+    monkeypatch.setattr(ctqm_train, "supervised_quartets", spy)
+    result = run(inputs_of(sim), PARAMS | {"steps": 6}, seed=0)
+    steps = result.uns["training"]["steps"]
+    validation_draws = excluded_per_phase.index(4)  # the validation set is drawn first, to hold the held-out leaves
+    assert excluded_per_phase[validation_draws:] == [4] * 6 + [0] * steps  # 6 selection steps, then the refit
+    assert excluded_per_phase[:validation_draws] == [0] * validation_draws
+
+
+def test_standardized_input_uses_the_training_replicate_statistics():
+    train = np.array([[1.0, 5.0], [3.0, 5.0], [5.0, 5.0]])
+    z_train, z_other = ctqm_train.standardized(train, np.array([[3.0, 6.0]]))
+    np.testing.assert_allclose(z_train, [[-1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    np.testing.assert_allclose(z_other, [[0.0, 1.0]])  # a constant feature is only centred

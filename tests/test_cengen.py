@@ -38,10 +38,13 @@ def test_leaves_tree_and_contract(adata, tmp_path):
     adata.write_h5ad(tmp_path / "cengen.h5ad")  # nested uns dicts must survive h5ad
 
 
-def test_expression_is_z_scored(adata):
-    assert np.isfinite(adata.X).all()
-    np.testing.assert_allclose(adata.X.mean(axis=0), 0, atol=1e-10)
-    np.testing.assert_allclose(adata.X.std(axis=0, ddof=1), 1)
+def test_expression_is_log1p_tpm_and_z_scored_only_when_asked(adata):
+    assert np.isfinite(adata.X).all() and adata.X.min() >= 0 and adata.uns["standardized"] is False
+    scaled = prepare_cengen_neurons("cengen_neurons", PARAMS | {"standardize": True}, seed=0)
+    assert list(scaled.var_names) == list(adata.var_names) and scaled.uns["standardized"] is True
+    np.testing.assert_allclose(scaled.X.mean(axis=0), 0, atol=1e-10)
+    np.testing.assert_allclose(scaled.X.std(axis=0, ddof=1), 1)
+    np.testing.assert_allclose(scaled.X, (adata.X - adata.X.mean(0)) / adata.X.std(0, ddof=1))
 
 
 def test_hand_checked_mappings(adata):

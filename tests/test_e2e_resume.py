@@ -107,7 +107,8 @@ def test_killed_training_resumes_to_identical_scores_and_only_the_killed_job_rer
 
     killed = lineage_workflow(tmp_path / "b")
     run_dir = killed / LINEAGE_RUN
-    checkpoint = run_dir / "checkpoint" / "checkpoint.pt"
+    # killed in the refit on all leaves, after the step count was selected on held-out leaves
+    checkpoint = run_dir / "checkpoint" / "refit" / "checkpoint.pt"
     # one core, nj_raw first: it has finished (and Snakemake recorded it) before CellTreeQM starts training
     start_then_kill(killed, checkpoint, "--prioritize", FINISHED_FIRST, settle=0.5)
     assert not (run_dir / "output.h5ad").exists() and (killed / FINISHED_FIRST).exists()

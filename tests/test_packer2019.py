@@ -61,7 +61,7 @@ LEAF_CONSTANT = {  # gene → value in each used cell of a leaf
 }
 GENES = [("WBGene00000001", "lin-1"), ("WBGene00000002", "low-1"), ("WBGene00000003", "flat-1"),
          ("WBGene00000004", "spl-1"), ("WBGene00000005", "lin-1")]
-PARAMS = {"min_cells_per_leaf": 2, "min_gene_counts": 10}
+PARAMS = {"min_cells_per_leaf": 2, "min_gene_counts": 10, "standardize": True}  # z-scores: hand-checked below
 LEAVES = ["ABalaa", "ABalap", "Ea", "Ep", "MSaa"]
 
 
@@ -192,6 +192,17 @@ def ea_train_mean(adata) -> int:
     matches = [a for a, z in test_z.items() if math.isclose(adata.layers["test"][2, 1], z, rel_tol=1e-9)]
     assert len(matches) == 1, adata.layers["test"][2, 1]
     return matches[0]
+
+
+def test_without_standardize_the_replicates_hold_log1p_pseudo_bulks(geo, tmp_path):
+    files = fetch(geo, tmp_path)
+    raw = prepare_packer2019("celegans_packer2019", PARAMS | {"standardize": False}, 0, files)
+    scaled = prepare_packer2019("celegans_packer2019", PARAMS, 0, files)
+    assert raw.uns["standardized"] is False and scaled.uns["standardized"] is True
+    assert list(raw.var_names) == list(scaled.var_names)  # the same genes either way
+    train = raw.layers["train"]
+    np.testing.assert_allclose((train - train.mean(0)) / train.std(0, ddof=1), scaled.layers["train"])
+    assert train.min() >= 0  # log1p of mean counts
 
 
 def test_seed_changes_the_split_only(geo, tmp_path):

@@ -250,3 +250,23 @@ def test_out_of_memory_fails_the_job_while_a_method_bug_becomes_a_failed_row(mon
         call_method("oom_gpu:run", inputs, {}, 0)
     _, status, reason = call_method("buggy:run", inputs, {}, 0)
     assert (status, reason) == ("failed", "ValueError: bad shape")
+
+
+def test_run_method_reports_progress_outside_snakemake(tmp_path):
+    """Called from a lab's own script (no Snakemake job log), the runner still says what it does."""
+    import subprocess
+
+    prepared = tmp_path / "data.h5ad"
+    write_prepared_dataset("bm_t", DATASET, TRACKS["lineage"], 0, str(prepared))
+    script = f"""
+from celldag.registry import read_yaml
+from celldag.runner import run_method
+from celldag.tracks import load_track
+run_method(prepared_path={str(prepared)!r}, output_path={str(tmp_path / "run/output.h5ad")!r},
+           record_path={str(tmp_path / "run/run.json")!r}, dataset_id="bm_t", dataset_entry={DATASET!r},
+           method_id="nj_raw", method_entry={NJ_RAW!r}, variant="default", seed=0,
+           track=load_track("celldag.lineage.track:TRACK"))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "running nj_raw/default on bm_t (seed 0)" in result.stderr and "status ok" in result.stderr

@@ -45,6 +45,8 @@ def prepare_dataset(dataset_id: str, entry: dict, track: Track, seed: int, files
     """Build the prepared dataset of one registry entry for one seed (ids and track in ``uns``)."""
     check_local_files(entry)
     adata = extensions.load(entry["loader"])(dataset_id, entry["params"], seed, files or {})
+    if track.arrange is not None:
+        adata = track.call("arrange", adata, seed)
     adata.X = np.asarray(adata.X, dtype=track.x_dtype)
     adata.uns["dataset_id"] = dataset_id
     adata.uns["track"] = entry["track"]

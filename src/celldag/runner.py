@@ -133,6 +133,8 @@ def run_method(
     threads: int = 1, gpu_requested: bool = False, cpu_fallback: bool = False,
 ) -> str:  # fmt: skip
     """Run one (dataset, method, variant, seed); returns the run status."""
+    if not logging.getLogger().handlers:  # called outside a Snakemake job (celldag.joblog): progress to stderr
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     clock = RunClock()
     params = method_params(method_entry, variant)
     if gpu_requested and not cuda_available(cpu_fallback):

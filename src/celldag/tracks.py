@@ -68,6 +68,7 @@ class Track:
     metric_groups: tuple[MetricGroup, ...]
     dataset_facts: str  # (prepared, registry entry) -> [(what, value)]: what `celldag validate` reports of a prepared dataset
     figures: tuple[str, ...] = field(default=())  # (scores, results_dir) -> [figure paths], drawn by the report
+    arrange: str | None = None  # (adata, seed) -> adata: the rows of a prepared dataset in the order methods get
 
     def call(self, role: str, *args):
         """Call the function this track names for ``role`` (e.g. ``"scorer"``)."""
@@ -111,6 +112,8 @@ def check_declaration(track: Track, where: str) -> None:
     """Every reference names a definition; metric names are unique, not Δ names; one or more core metrics."""
     for role in REFERENCE_ROLES:
         extensions.check_reference(getattr(track, role), f"{where}: {role}")
+    if track.arrange is not None:
+        extensions.check_reference(track.arrange, f"{where}: arrange")
     for index, figure in enumerate(track.figures):
         extensions.check_reference(figure, f"{where}: figures[{index}]")
     names = [metric.name for group in track.metric_groups for metric in group.metrics]

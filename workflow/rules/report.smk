@@ -9,6 +9,7 @@ rule aggregate:
     params:
         baseline=config["evaluation"]["delta_baseline"],
         paired=config["evaluation"]["paired"],
+        notes=config["evaluation"]["notes"],
         tracks=REGISTRIES.tracks,
     log:
         "results/logs/aggregate.log",

@@ -15,5 +15,6 @@ aggregate(
     leaderboard_path=snakemake.output.leaderboard,
     baseline=snakemake.params.baseline,
     paired=snakemake.params.paired,
+    notes=snakemake.params.notes,
     tracks=tracks_of(snakemake.params.tracks),
 )

@@ -166,21 +166,34 @@ def _newick(children: np.ndarray, lengths: np.ndarray, leaf_names: tuple[str, ..
 
 
 def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
-    """Loader: simulated lineage: leaves × features, the two replicates as layers, the true tree in ``uns``."""
+    """Loader: simulated lineage: leaves × features, the two replicates as layers, the true tree in ``uns``.
+
+    ``standardize`` (default false, as for every lineage loader): z-score each feature with the
+    training replicate's statistics; the other params are ``simulate_bm``'s.
+    """
     del dataset_id, files  # generated: no files
+    from celldag.data.leaf_profiles import standardise
+
+    params = dict(params)
+    standardize = params.pop("standardize", False)
     import anndata
     import pandas as pd
 
     simulation = simulate_bm(seed=seed, **params)
+    train, test, kind = simulation.train, simulation.test, np.asarray(simulation.feature_kind)
+    if standardize:
+        (train, test), varies = standardise(train, test)
+        kind = kind[varies]
     adata = anndata.AnnData(
-        X=(simulation.train + simulation.test) / 2,
+        X=(train + test) / 2,
         obs=pd.DataFrame(index=pd.Index(simulation.leaf_names, name="leaf")),
         var=pd.DataFrame(
-            {"feature_kind": pd.Categorical(simulation.feature_kind)},
-            index=pd.Index([f"f{i:04d}" for i in range(len(simulation.feature_kind))], name="feature"),
+            {"feature_kind": pd.Categorical(kind)},
+            index=pd.Index([f"f{i:04d}" for i in range(len(kind))], name="feature"),
         ),
-        layers={"train": simulation.train, "test": simulation.test},
+        layers={"train": train, "test": test},
     )
+    adata.uns["standardized"] = bool(standardize)
     adata.uns["tree_newick"] = simulation.tree_newick
     adata.uns["spurious_tree_newick"] = simulation.spurious_tree_newick
     return adata

@@ -33,10 +33,11 @@ _SUBTYPE = re.compile(r"^(?P<stem>.+)_(?P<axis>DV|LR)$")
 
 
 def prepare_cengen_neurons(dataset_id: str, params: dict, seed: int, files: Mapping[str, str] | None = None):
-    """One z-scored log1p(TPM) profile per embryonically derived neuron class, with its lineage tree.
+    """One log1p(TPM) profile per embryonically derived neuron class, with its lineage tree.
 
-    params: ``threshold`` (1–4, CeNGEN's expression confidence threshold, 1 most liberal) and
-    ``n_top_genes`` (the most variable genes across the kept classes; None, the default, keeps all).
+    params: ``threshold`` (1–4, CeNGEN's expression confidence threshold, 1 most liberal),
+    ``n_top_genes`` (the most variable genes across the kept classes; None, the default, keeps all)
+    and ``standardize`` (default false, as for every lineage loader: z-score each gene).
     ``seed`` and ``files`` are unused: the data are fixed, nothing is drawn, and the files come with the
     installed wormneuroatlas package. ``obs`` holds each leaf's cell and
     lineage name; ``uns`` the mapping of every class, the dropped classes with reasons, and the sha256
@@ -46,9 +47,10 @@ def prepare_cengen_neurons(dataset_id: str, params: dict, seed: int, files: Mapp
     import h5py
     import pandas as pd
 
-    unknown = set(params) - {"threshold", "n_top_genes"}
+    unknown = set(params) - {"threshold", "n_top_genes", "standardize"}
     if unknown:
-        raise ValueError(f"{dataset_id}: unknown params {sorted(unknown)} (expected threshold, n_top_genes)")
+        raise ValueError(f"{dataset_id}: unknown params {sorted(unknown)} (expected threshold, n_top_genes, standardize)")
+    standardize = bool(params.get("standardize", False))
     threshold, n_top_genes = params.get("threshold", 1), params.get("n_top_genes")
     if threshold not in (1, 2, 3, 4):
         raise ValueError(f"{dataset_id}: params['threshold'] must be 1, 2, 3 or 4, got {threshold!r}")
@@ -64,7 +66,7 @@ def prepare_cengen_neurons(dataset_id: str, params: dict, seed: int, files: Mapp
     paths, mapping, dropped = map_classes(classes, read_cell_lineage(lineage_table))
     leaves = list(paths)
     rows = [classes.index(leaf) for leaf in leaves]
-    values, columns = standardised_profiles(np.log1p(tpm[rows]), genes, n_top_genes)
+    values, columns = variable_profiles(np.log1p(tpm[rows]), genes, n_top_genes, standardize)
     obs = pd.DataFrame.from_dict({leaf: mapping[leaf] for leaf in leaves}, orient="index")
     adata = anndata.AnnData(
         X=values,
@@ -72,6 +74,7 @@ def prepare_cengen_neurons(dataset_id: str, params: dict, seed: int, files: Mapp
         var=pd.DataFrame({"wormbase_id": wormbase_ids[columns]}, index=pd.Index(genes[columns], name="gene")),
     )
     adata.var_names_make_unique()
+    adata.uns["standardized"] = standardize
     adata.uns["tree_newick"] = to_newick(tree_from_paths(paths))
     adata.uns["leaf_mapping"] = mapping
     adata.uns["dropped_classes"] = dropped
@@ -171,8 +174,8 @@ def _path_conflicts(paths: dict[str, str]) -> dict[str, str]:
     return conflicts
 
 
-def standardised_profiles(log_expression: np.ndarray, genes: np.ndarray, n_top_genes: int | None):
-    """Per-gene z-scores (ddof=1) of the most variable genes; returns (values, kept gene columns).
+def variable_profiles(log_expression: np.ndarray, genes: np.ndarray, n_top_genes: int | None, standardize: bool):
+    """The most variable genes, z-scored (ddof=1) when ``standardize``; returns (values, kept gene columns).
 
     Ties in variance are broken by gene name, so the selection does not depend on the file's gene order.
     """
@@ -182,4 +185,4 @@ def standardised_profiles(log_expression: np.ndarray, genes: np.ndarray, n_top_g
         order = np.lexsort((genes[columns], -variance[columns]))
         columns = np.sort(columns[order[:n_top_genes]])
     kept = log_expression[:, columns]
-    return (kept - kept.mean(axis=0)) / kept.std(axis=0, ddof=1), columns
+    return ((kept - kept.mean(axis=0)) / kept.std(axis=0, ddof=1) if standardize else kept), columns

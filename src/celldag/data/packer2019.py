@@ -29,19 +29,20 @@ MATRIX = "GSE126954_gene_by_cell_count_matrix.txt.gz"  # MatrixMarket, genes × 
 CELL_ANNOTATION = "GSE126954_cell_annotation.csv.gz"  # one row per matrix column
 GENE_ANNOTATION = "GSE126954_gene_annotation.csv.gz"  # one row per matrix row: id, gene_short_name
 QC_COLUMN = "passed_initial_QC_or_later_whitelisted"
-PARAMS = ("min_cells_per_leaf", "min_gene_counts")
+PARAMS = ("min_cells_per_leaf", "min_gene_counts", "standardize")
 
 
 def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
-    """Leaves × genes pseudo-bulk dataset: z-scored train/test replicates, the lineage tree in ``uns``.
+    """Leaves × genes pseudo-bulk dataset: log1p train/test replicates, the lineage tree in ``uns``.
 
     ``files`` maps the three GEO file names to local copies, gzip-compressed or not. Genes need
     ``min_gene_counts`` counts over the cells of the kept leaves, and a non-zero train std after
-    log1p (one filter for "zero variance across train leaves" and "no division by zero"). ``X`` is
-    the mean of the two z-scored replicates, as for the simulated datasets; ``seed`` changes only
-    the split of each leaf's cells (and so, rarely, which genes vary across the train half).
+    log1p (one filter for "zero variance across train leaves" and "no division by zero"); with
+    ``standardize`` (default false, as for every lineage loader) they are z-scored with the train
+    half's statistics. ``X`` is the mean of the two replicates, as for the simulated datasets; ``seed``
+    changes only the split of each leaf's cells (and so, rarely, which genes vary across the train half).
     """
-    min_cells, min_gene_counts = _check_params(params)
+    min_cells, min_gene_counts, standardize = _check_params(params)
     paths = _check_files(files)
     source_files = {Path(path).name: sha256_file(path) for path in paths.values()}
     with _open(paths[MATRIX]) as handle:
@@ -66,7 +67,10 @@ def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[
     used = np.concatenate(train_cells + test_cells)
     totals = counts[:, used].sum(axis=1)
     passed_counts = totals >= min_gene_counts
-    (train, test), varies = standardise(np.log1p(train[:, passed_counts]), np.log1p(test[:, passed_counts]))
+    log_train, log_test = np.log1p(train[:, passed_counts]), np.log1p(test[:, passed_counts])
+    (train, test), varies = standardise(log_train, log_test)
+    if not standardize:
+        train, test = log_train[:, varies], log_test[:, varies]
     kept_genes = genes[passed_counts][varies]
 
     adata = anndata.AnnData(
@@ -83,6 +87,7 @@ def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[
     )
     adata.uns["tree_newick"] = to_newick(tree_from_paths({leaf: leaf_paths[leaf] for leaf in leaves}))
     adata.uns["cell_assignment"] = assignment
+    adata.uns["standardized"] = standardize
     adata.uns["gene_filter"] = {
         "genes": len(genes),
         "passed_min_gene_counts": int(passed_counts.sum()),
@@ -161,7 +166,8 @@ def _unique_gene_names(genes: pd.DataFrame) -> pd.Index:
     return anndata.utils.make_index_unique(pd.Index(names, name="gene"))
 
 
-def _check_params(params: dict) -> tuple[int, int]:
+def _check_params(params: dict) -> tuple[int, int, bool]:
+    params = {"standardize": False} | params
     missing, unknown = sorted(set(PARAMS) - set(params)), sorted(set(params) - set(PARAMS))
     if missing or unknown:
         raise ValueError(f"celegans_packer2019 params: missing {missing}, unknown {unknown}; expected {list(PARAMS)}")
@@ -171,7 +177,7 @@ def _check_params(params: dict) -> tuple[int, int]:
         raise ValueError(f"min_cells_per_leaf must be an integer >= 2, got {min_cells!r}")
     if isinstance(min_gene_counts, bool) or not isinstance(min_gene_counts, int) or min_gene_counts < 0:
         raise ValueError(f"min_gene_counts must be an integer >= 0, got {min_gene_counts!r}")
-    return min_cells, min_gene_counts
+    return min_cells, min_gene_counts, bool(params["standardize"])
 
 
 def _check_files(files: Mapping[str, str]) -> dict[str, str]:

@@ -23,11 +23,13 @@ def euclidean_distances(points: np.ndarray) -> np.ndarray:
 
 
 def reconstruct(distances: np.ndarray, names: Sequence[str], method: str) -> Tree:
-    if method == "nj":
-        return neighbor_joining(distances, names)
-    if method == "upgma":
-        return upgma(distances, names)
-    raise ValueError(f"unknown reconstruction {method!r}; choose one of {RECONSTRUCTIONS}")
+    """The tree of ``method`` over ``names``, built on the leaves in name order: NJ and UPGMA break ties
+    and sum in row order, so this keeps the tree independent of the order the rows came in."""
+    if method not in RECONSTRUCTIONS:
+        raise ValueError(f"unknown reconstruction {method!r}; choose one of {RECONSTRUCTIONS}")
+    order = np.argsort(np.asarray(names), kind="stable")
+    build = neighbor_joining if method == "nj" else upgma
+    return build(np.asarray(distances)[np.ix_(order, order)], [names[i] for i in order])
 
 
 def neighbor_joining(distances: np.ndarray, names: Sequence[str]) -> Tree:

@@ -31,9 +31,11 @@ def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float]
 
     truth = parse_newick(prepared.uns["tree_newick"])
     estimate = parse_newick(output.uns["tree_newick"])
-    names = list(output.obs_names)
+    # leaves in name order: the sampled quartets, and so every score, do not depend on the row order
+    order = np.argsort(np.asarray(output.obs_names), kind="stable")
+    names = list(output.obs_names[order])
     if "X_emb" in output.obsm:  # the paper's QDist reads the method's own distances
-        estimated = euclidean_distances(np.asarray(output.obsm["X_emb"]))
+        estimated = euclidean_distances(np.asarray(output.obsm["X_emb"])[order])
     else:
         estimated = path_distances(estimate, names, topology_only=True)
     reference = path_distances(truth, names, topology_only=True)
@@ -45,7 +47,7 @@ def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float]
     }
     supervision = dict(output.uns.get("supervision", {}))
     if supervision.get("setting") == "high_level_partition":
-        raw = euclidean_distances(scored_features(prepared))
+        raw = euclidean_distances(scored_features(prepared)[order])  # output rows are the prepared rows
         scores |= partition_scores(truth, names, int(supervision["level"]), estimated, reference, raw, quartets)
     elif supervision.get("setting") == "partially_labelled":
         known = np.isin(names, list(supervision["known_leaves"]))

@@ -11,7 +11,9 @@ quartet has the topology of its four clade roots.
 
 Samplers draw uniform 4-subsets and reject those that do not qualify, so every call returns fresh,
 exactly uniform draws from the qualifying quartets without enumerating them (the official code's
-capped, cached list went stale and stored wrong topology codes).
+capped, cached list went stale and stored wrong topology codes). The leaves of a quartet come in
+random positions; with ``rank`` (one number per leaf) they come sorted by it instead — the official
+HLP sampler's ascending leaf index, which makes its loss depend on the leaf order (docs/celltreeqm.md).
 """
 
 from __future__ import annotations
@@ -106,11 +108,13 @@ def _rejection_sample(
     rng: np.random.Generator,
     topology_of: Callable[[np.ndarray], np.ndarray],
     acceptance: float,
+    rank: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``count`` uniform 4-subsets of the ``eligible`` leaves whose ``topology_of`` is not -1.
 
-    Rows come in random order within the quartet, so that "the first leaf" of a pair means nothing.
-    ``acceptance`` (a guess of the fraction that qualifies) only sizes the rounds.
+    Leaves come in random positions within the quartet, so that "the first leaf" of a pair means
+    nothing; with ``rank``, in ascending rank (see the module docstring). ``acceptance`` (a guess of
+    the fraction that qualifies) only sizes the rounds.
     """
     pool = np.flatnonzero(eligible)
     if pool.size < 4:
@@ -120,6 +124,8 @@ def _rejection_sample(
         wanted = (count - have) / acceptance * 1.2
         draws = np.sort(rng.integers(0, pool.size, size=(int(np.clip(wanted, _MIN_DRAWS, _MAX_DRAWS)), 4)), axis=1)
         draws = rng.permuted(pool[draws[(np.diff(draws, axis=1) != 0).all(axis=1)]], axis=1)
+        if rank is not None:
+            draws = np.take_along_axis(draws, np.argsort(rank[draws], axis=1, kind="stable"), axis=1)
         topology = topology_of(draws)
         kept = topology >= 0
         quartets.append(draws[kept])
@@ -138,6 +144,7 @@ def sample_known_quartets(
     count: int,
     rng: np.random.Generator,
     exclude_leaves: np.ndarray | None = None,
+    rank: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``count`` quartets drawn uniformly from the known ones, none with a leaf in ``exclude_leaves``."""
     eligible = labels >= 0
@@ -148,16 +155,17 @@ def sample_known_quartets(
         raise ValueError("the partition leaves no known quartet among the eligible leaves")
     n = int(eligible.sum())
     acceptance = known / (n * (n - 1) * (n - 2) * (n - 3) / 24)
-    return _rejection_sample(eligible, count, rng, lambda q: known_topology(q, labels, clade_dist), acceptance)
+    return _rejection_sample(eligible, count, rng, lambda q: known_topology(q, labels, clade_dist), acceptance, rank)
 
 
-def random_quartets(allowed_leaves: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+def random_quartets(allowed_leaves: np.ndarray, count: int, rng: np.random.Generator,
+                    rank: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """``count`` uniform quartets of allowed leaves, with no topology (the label-free setting)."""
 
     def no_topology(quartets: np.ndarray) -> np.ndarray:
         return np.zeros(len(quartets), dtype=np.int64)
 
-    return _rejection_sample(np.asarray(allowed_leaves, dtype=bool), count, rng, no_topology, acceptance=1.0)[0]
+    return _rejection_sample(np.asarray(allowed_leaves, dtype=bool), count, rng, no_topology, 1.0, rank)[0]
 
 
 def partially_labelled_split(n_leaves: int, fraction: float, seed: int) -> np.ndarray:
@@ -171,7 +179,8 @@ def partially_labelled_split(n_leaves: int, fraction: float, seed: int) -> np.nd
 
 
 def supervised_quartets(
-    tree_distances: np.ndarray, count: int, rng: np.random.Generator, allowed_leaves: np.ndarray
+    tree_distances: np.ndarray, count: int, rng: np.random.Generator, allowed_leaves: np.ndarray,
+    rank: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``count`` uniform quartets of allowed leaves with their reference topology (unresolved ones redrawn)."""
 
@@ -179,4 +188,4 @@ def supervised_quartets(
         topology, resolved = four_point_topology(tree_distances, quartets)
         return np.where(resolved, topology, -1)
 
-    return _rejection_sample(np.asarray(allowed_leaves, dtype=bool), count, rng, topology_of, acceptance=1.0)
+    return _rejection_sample(np.asarray(allowed_leaves, dtype=bool), count, rng, topology_of, 1.0, rank)

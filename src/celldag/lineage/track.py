@@ -43,6 +43,7 @@ TRACK = Track(
         )),
     ),  # fmt: skip
     dataset_facts="celldag.lineage.track:dataset_facts",
+    arrange="celldag.lineage.track:seeded_leaf_order",
 )
 
 
@@ -62,6 +63,13 @@ class LineageInput:
         if need == "replicates" and self.train_features is None:
             return "needs a train/test replicate pair; this dataset has one profile per leaf"
         return None
+
+
+def seeded_leaf_order(adata, seed: int):
+    """The leaves in a seeded random order: loaders build them in tree order (preorder, or left to right),
+    and a method that reads the row order (e.g. the official HLP sampler) would learn the tree from it.
+    The tree keeps its names, so the truth is unchanged."""
+    return adata[np.random.default_rng([seed, 0x0DE5]).permutation(adata.n_obs)].copy()
 
 
 def scored_features(prepared) -> np.ndarray:

@@ -25,7 +25,10 @@ def pca_scores(features: np.ndarray, n_components: int) -> np.ndarray:
 def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
     del seed  # deterministic: no randomness in SVD, NJ or UPGMA
     if params["features"] == "pca":
-        embedding = pca_scores(inputs.features, params["n_components"])
+        # on the leaves in name order: the SVD's last bits, and so near-ties in the tree, follow the row order
+        order = np.argsort(np.asarray(inputs.names), kind="stable")
+        embedding = np.empty((len(order), min(params["n_components"], *inputs.features.shape)))
+        embedding[order] = pca_scores(inputs.features[order], params["n_components"])
     elif params["features"] == "raw":
         embedding = np.asarray(inputs.features, dtype=np.float64)
     else:

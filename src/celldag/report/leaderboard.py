@@ -60,13 +60,14 @@ def _cell(values: pd.Series, statuses: pd.Series) -> str:
 
 
 def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
-                         paired: Sequence[dict] = ()) -> str:  # fmt: skip
+                         paired: Sequence[dict] = (), notes: Sequence[str] = ()) -> str:  # fmt: skip
     """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first."""
     lines = [
         "# celldag leaderboard",
         "",
         "Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
         "Per-seed values: `results/scores.parquet`; run records: `results/runs.parquet`.",
+        *(f"- {note}" for note in notes),
     ]
     paired_sections = {dataset: _paired_lines(table, paired) for dataset, table in scores.groupby("dataset")}
     if baseline and scores["metric"].str.startswith(DELTA_PREFIX).any():
@@ -155,12 +156,13 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> list[s
 
 
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
-              leaderboard_path: str, baseline: str, tracks: dict[str, Track], paired: Sequence[dict] = ()) -> pd.DataFrame:  # fmt: skip
+              leaderboard_path: str, baseline: str, tracks: dict[str, Track], paired: Sequence[dict] = (),
+              notes: Sequence[str] = ()) -> pd.DataFrame:  # fmt: skip
     scores = add_deltas(collect_scores(score_paths), baseline, tracks)
     scores = scores.sort_values(["dataset", "method", "variant", "metric", "seed"]).reset_index(drop=True)
     contracts.check_scores(scores, scores_path)
     artifacts.write_parquet(scores, scores_path)
     artifacts.write_parquet(collect_runs(record_paths), runs_path)
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired))
+        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes))
     return scores

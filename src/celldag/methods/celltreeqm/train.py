@@ -55,13 +55,18 @@ class Supervision:
     uns: dict  # the setting's facts for evaluation (result uns["supervision"])
     known_leaves: np.ndarray | None  # leaves with a known place in the tree; None when label-free
     sample: Sampler | None  # draws quartets with known topology; None when label-free
+    rank: np.ndarray | None = None  # quartet positions in ascending rank (quartet_order: sorted), else random
 
 
-def reveal(inputs: LineageInput, params: dict, seed: int) -> Supervision:
-    """Reduce the true tree to what ``params["setting"]`` allows; nothing else of the tree leaves here."""
+def reveal(inputs: LineageInput, params: dict, seed: int, rank: np.ndarray | None = None) -> Supervision:
+    """Reduce the true tree to what ``params["setting"]`` allows; nothing else of the tree leaves here.
+
+    ``rank``: quartet positions in ascending rank instead of random ones (``quartet_order: sorted``).
+    """
     setting, names, n = params["setting"], list(inputs.names), len(inputs.names)
+    order = {"quartet_order": params["quartet_order"]}
     if setting == "label_free":
-        return Supervision({"setting": setting}, None, None)
+        return Supervision({"setting": setting} | order, None, None, rank)
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {SETTINGS}, got {setting!r}")
     tree = parse_newick(inputs.tree_newick)
@@ -71,9 +76,9 @@ def reveal(inputs: LineageInput, params: dict, seed: int) -> Supervision:
         labels, clade_dist = clade_labels(tree, names, level), clade_distances(tree, names, level)
 
         def sample_known(count, rng, excluded):
-            return sample_known_quartets(labels, clade_dist, count, rng, exclude_leaves=excluded)
+            return sample_known_quartets(labels, clade_dist, count, rng, exclude_leaves=excluded, rank=rank)
 
-        return Supervision({"setting": setting, "level": level}, labels >= 0, sample_known)
+        return Supervision({"setting": setting, "level": level} | order, labels >= 0, sample_known, rank)
 
     if setting == "supervised":
         known, uns = np.ones(n, dtype=bool), {"setting": setting}
@@ -86,9 +91,9 @@ def reveal(inputs: LineageInput, params: dict, seed: int) -> Supervision:
         distances[np.ix_(known, known)] = path_distances(prune(tree, known_names), known_names, topology_only=True)
 
     def sample_supervised(count, rng, excluded):
-        return supervised_quartets(distances, count, rng, allowed_leaves=known & ~excluded)
+        return supervised_quartets(distances, count, rng, allowed_leaves=known & ~excluded, rank=rank)
 
-    return Supervision(uns, known, sample_supervised)
+    return Supervision(uns | order, known, sample_supervised, rank)
 
 
 def metric_loss(params: dict) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
@@ -180,46 +185,118 @@ def optimizer_for(model: CellTreeQMEncoder, params: dict) -> torch.optim.Optimiz
     return torch.optim.AdamW(groups, lr=params["lr"], weight_decay=params["weight_decay"])
 
 
+SELECTIONS = ("holdout_refit", "none")
+QUARTET_ORDERS = ("shuffled", "sorted")
+LEAF_ORDERS = ("given", "relabelled")
+
+
 def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
+    """Train on the canonical leaf order (by name), embed, map back to the given rows, rebuild the tree.
+
+    Every computation runs on the leaves sorted by name, so the result does not depend on the order
+    the rows came in: only ``quartet_order: sorted`` reads that order (``leaf_order: relabelled``
+    replaces it by a seeded random one: the leaf-order control).
+    """
     setting = params["setting"]
     if setting == "label_free" and params["loss"] != "additivity":
         raise ValueError(f"the {params['loss']} loss needs target topologies, which label_free does not have")
+    for name, allowed in (("selection", SELECTIONS), ("quartet_order", QUARTET_ORDERS), ("leaf_order", LEAF_ORDERS)):
+        if params[name] not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {params[name]!r}")
+    order = np.argsort(np.asarray(inputs.names), kind="stable")
+    canonical = LineageInput(
+        names=tuple(inputs.names[i] for i in order),
+        features=inputs.features[order],
+        train_features=None if inputs.train_features is None else inputs.train_features[order],
+        tree_newick=inputs.tree_newick,
+        work_dir=inputs.work_dir,
+    )
+    embedded, facts = fit_and_embed(canonical, params, seed, quartet_rank(order, params, seed))
+    embedding = np.empty_like(embedded)
+    embedding[order] = embedded
+    tree = reconstruct(euclidean_distances(embedding), inputs.names, params["reconstruction"])
+    return MethodResult(embedding=embedding, tree_newick=to_newick(tree), uns=facts)
+
+
+def quartet_rank(order: np.ndarray, params: dict, seed: int) -> np.ndarray | None:
+    """Per canonical leaf, the rank ``quartet_order: sorted`` sorts quartet positions by: its given row
+    index, or a seeded relabelling of it; None (random positions) for ``shuffled``."""
+    if params["quartet_order"] == "shuffled":
+        return None
+    if params["leaf_order"] == "relabelled":
+        return np.random.default_rng([seed, 0x1EAF]).permutation(order.size)[order]
+    return order
+
+
+def standardized(train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
+    """z-score every feature with the training replicate's mean and sd (ddof 1; a constant feature is only centred)."""
+    mean, sd = train.mean(axis=0), train.std(axis=0, ddof=1)
+    sd = np.where(sd > 0, sd, 1.0)
+    return [(matrix - mean) / sd for matrix in (train, *others)]
+
+
+def fit_and_embed(inputs: LineageInput, params: dict, seed: int, rank: np.ndarray | None) -> tuple[np.ndarray, dict]:
+    """Select the number of steps on held-out leaves, train on all leaves for that many, embed the scored replicate."""
     training.seed_everything(seed)
     device = training.select_device(params["device"])
-    supervision = reveal(inputs, params, seed)
-    # setup draws (validation split and set) and step draws come from separate streams, so the
-    # checkpointed step stream is the only state a resumed run must restore
+    supervision = reveal(inputs, params, seed, rank)
+    train_x = inputs.features if inputs.train_features is None else inputs.train_features
+    scored_x = inputs.features
+    if params["standardize_input"]:
+        train_x, scored_x = standardized(train_x, scored_x)
+    checkpoints = None if inputs.work_dir is None else Path(inputs.work_dir) / "checkpoint"
+    held_out = hold_out(supervision, len(inputs.names), params["validation_fraction"], np.random.default_rng(seed))
+    if params["selection"] == "none" or not held_out.any():  # label-free: nothing to validate against
+        selection = {"selection": "none", "steps": params["steps"]}
+        model, result = train_encoder(train_x, supervision, params, seed, device, params["steps"], None, checkpoints)
+    else:
+        _, chosen = train_encoder(train_x, supervision, params, seed, device, params["steps"], held_out,
+                                  checkpoints and checkpoints / "selection")  # fmt: skip
+        steps = chosen.best_step  # chosen without the held-out leaves; now trained with them
+        selection = {"selection": "holdout_refit", "steps": steps, "validation_qdist": chosen.best_value,
+                     "validated_steps_run": chosen.steps_run, "stopped_early": chosen.stopped_early}  # fmt: skip
+        model, result = train_encoder(train_x, supervision, params, seed, device, steps, None,
+                                      checkpoints and checkpoints / "refit")  # fmt: skip
+    model.eval()
+    with torch.no_grad(), training.autocast(device):  # the scored replicate, all leaves embedded jointly
+        features = torch.as_tensor(np.asarray(scored_x, dtype=np.float32), device=device)
+        embedding = model(features).float().cpu().numpy().astype(np.float64)
+    facts = {"steps_run": result.steps_run, "resumed_from": result.resumed_from, "device": str(device)}
+    return embedding, {"supervision": supervision.uns, "training": selection | facts}
+
+
+def train_encoder(train_x: np.ndarray, supervision: Supervision, params: dict, seed: int, device: torch.device,
+                  steps: int, held_out: np.ndarray | None, checkpoint_dir: Path | None):  # fmt: skip
+    """A fresh encoder trained for ``steps``; with ``held_out`` leaves, validated on quartets that hold them."""
+    training.seed_everything(seed)  # the same initial weights in the selection and the refit
+    # setup draws (validation set) and step draws come from separate streams, so the checkpointed step
+    # stream is the only state a resumed run must restore
     setup_rng, rng = np.random.default_rng(seed).spawn(2)
-
-    def as_tensor(array: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(array, dtype=np.float32), device=device)
-
-    train_x = as_tensor(inputs.features if inputs.train_features is None else inputs.train_features)
-    n_leaves, n_features = train_x.shape
-    input_distances = embedding_distances(train_x) / n_features**0.5  # D_X/√C: constant, computed once
+    x = torch.as_tensor(np.asarray(train_x, dtype=np.float32), device=device)
+    n_leaves, n_features = x.shape
+    input_distances = embedding_distances(x) / n_features**0.5  # D_X/√C: constant, computed once
     model = build_model(n_features, params).to(device)
     optimizer = optimizer_for(model, params)
     quartet_loss = metric_loss(params)
-
-    held_out = hold_out(supervision, n_leaves, params["validation_fraction"], setup_rng)
+    excluded = np.zeros(n_leaves, dtype=bool) if held_out is None else held_out
     validate_fn = None
-    if held_out.any():
+    if held_out is not None:
         quartets, topology = validation_quartets(supervision, held_out, params["validation_quartets"], setup_rng)
-        validate_fn = qdist_of(model, train_x, quartets, topology)
+        validate_fn = qdist_of(model, x, quartets, topology)
 
     def draw_quartets() -> tuple[torch.Tensor, torch.Tensor | None]:
         """Fresh uniform quartets every step (the official trainer reused one fixed set, B1)."""
         if supervision.sample is None:
-            quartets = random_quartets(~held_out, params["quartets_per_step"], rng)
+            quartets = random_quartets(~excluded, params["quartets_per_step"], rng, supervision.rank)
             return torch.as_tensor(quartets, device=device), None
-        quartets, topology = supervision.sample(params["quartets_per_step"], rng, held_out)
+        quartets, topology = supervision.sample(params["quartets_per_step"], rng, excluded)
         return torch.as_tensor(quartets, device=device), torch.as_tensor(topology, device=device)
 
     def step_fn(_step: int) -> dict[str, float]:
         quartets, target = draw_quartets()
         optimizer.zero_grad(set_to_none=True)
         with training.autocast(device):  # one forward of all training leaves
-            embedding = model(train_x)
+            embedding = model(x)
         distances = embedding_distances(embedding.float())
         quartet_term = quartet_loss(distances, quartets, target)
         preservation = distance_preservation_loss(distances, input_distances, embedding_dim=params["output_dim"])
@@ -234,25 +311,12 @@ def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
         model=model,
         optimizer=optimizer,
         step_fn=step_fn,
-        total_steps=params["steps"],
+        total_steps=steps,
         rng=rng,
-        checkpoint_dir=None if inputs.work_dir is None else Path(inputs.work_dir) / "checkpoint",
+        checkpoint_dir=checkpoint_dir,
         checkpoint_every=params["checkpoint_every"],
         validate_fn=validate_fn,
         validate_every=params["validate_every"],
         patience=params["patience"] if validate_fn is not None else None,
     )
-
-    model.eval()
-    with torch.no_grad(), training.autocast(device):  # the evaluated replicate, all leaves embedded jointly
-        embedding = model(as_tensor(inputs.features)).float().cpu().numpy().astype(np.float64)
-    tree = reconstruct(euclidean_distances(embedding), inputs.names, params["reconstruction"])
-    facts = ("steps_run", "best_step", "best_value", "stopped_early", "resumed_from")
-    return MethodResult(
-        embedding=embedding,
-        tree_newick=to_newick(tree),
-        uns={
-            "supervision": supervision.uns,
-            "training": {name: getattr(result, name) for name in facts} | {"device": str(device)},
-        },
-    )
+    return model, result
