@@ -2,7 +2,8 @@
 
 The reference (``../shared/fidelity/README.md``) ran the authors' model and losses at fixed sizes and
 step counts; this runs celldag's ``run`` at the same settings (model 256/256/4 layers/2 heads/128,
-AdamW 1e-4, 2,048 quartets, 0.1·L_D + 20·L_P with the code's margin sign, input z-scored with the
+AdamW 1e-4, 2,048 quartets, 0.1·L_D + 20·L_P with the code's margin sign and "mismatched" selection
+(`select: ordered_mismatch`), input z-scored with the
 training replicate) and scores the test replicate the same way (NJ on embedding distances, RF,
 QDist on the file's 20,000 evaluation quartets, K-/U-QDist by the level-2 partition):
 
@@ -38,7 +39,7 @@ OFFICIAL = {  # ../shared/fidelity/README.md, last step of each curve (seed 42) 
 OFFICIAL_SIZES = {"proj_dim": 256, "hidden_dim": 256, "n_layers": 4, "n_heads": 2, "output_dim": 128,
                   "dropout_data": 0.1, "dropout_metric": 0.1, "norm": "batch_norm", "gate": "none", "lr": 1e-4,
                   "weight_decay": 0.01, "quartets_per_step": 2048, "w_distance": 0.1, "w_additivity": 20.0,
-                  "margin": 0.1, "margin_sign": "code", "select": "topology_mismatch", "loss": "additivity",
+                  "margin": 0.1, "margin_sign": "code", "select": "ordered_mismatch", "loss": "additivity",
                   "standardize_input": True, "device": "cpu", "reconstruction": "nj", "checkpoint_every": 10**6,
                   "level": 2, "validate_every": 100}  # fmt: skip
 HLP_STEPS, SUPERVISED_STEPS, SEEDS = 4399, 3296, (42, 43, 44)

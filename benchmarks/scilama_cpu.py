@@ -6,8 +6,8 @@ stopping) in <= 5 minutes on 2 CPU cores. The peer is the paper's own budget: sc
 
   .venv/bin/python benchmarks/scilama_cpu.py [embedding table parquet] [threads]
 
-The table defaults to results/embeddings/go_text/pbmc68k_batched.parquet (`make run` writes it;
-`snakemake results/embeddings/go_text/pbmc68k_batched.parquet` makes only it).
+The table defaults to results/embeddings/go_text/pbmc68k_batched-<data_key>.parquet (`make run` writes
+it; `snakemake <that path>` makes only it).
 """
 
 from __future__ import annotations
@@ -21,21 +21,24 @@ PAPER_A100_SECONDS = 759  # sciLaMA Table 2, pancreas (14,767 cells)
 TARGET_SECONDS = 300
 
 
-def main(table_path: str, threads: int) -> None:
+def main(table_path: str | None, threads: int) -> None:
     import torch
 
     from celldag.embeddings import read_table
-    from celldag.plan import method_params
+    from celldag.plan import GENE_TABLE, data_key, method_params
     from celldag.prepare import prepare_dataset
     from celldag.registry import load_config, read_yaml
-    from celldag.runner import method_input
     from celldag.methods.scilama import run
 
     torch.set_num_threads(threads)
     config, registries = load_config(read_yaml(ROOT / "config/presets/paper.yaml"), "paper.yaml", root=ROOT)
     params = method_params(registries.methods["scilama"], "text") | {"device": "cpu"}
-    prepared = prepare_dataset("pbmc68k_batched", registries.datasets["pbmc68k_batched"], seed=0)
-    inputs = method_input(prepared, None, read_table(table_path, provider="go_text"))
+    if table_path is None:
+        key = data_key(registries.datasets["pbmc68k_batched"])
+        table_path = str(ROOT / GENE_TABLE.format(embedding="go_text", dataset="pbmc68k_batched", data_key=key))
+    track = registries.track("representation")
+    prepared = prepare_dataset("pbmc68k_batched", registries.datasets["pbmc68k_batched"], track, seed=0)
+    inputs = track.call("method_input", prepared, None, read_table(table_path, provider="go_text"))
     started = time.perf_counter()
     result = run(inputs, params, seed=0)
     seconds = time.perf_counter() - started
@@ -60,5 +63,4 @@ def main(table_path: str, threads: int) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT / "src"))
-    default_table = str(ROOT / "results/embeddings/go_text/pbmc68k_batched.parquet")
-    main(sys.argv[1] if len(sys.argv) > 1 else default_table, int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+    main(sys.argv[1] if len(sys.argv) > 1 else None, int(sys.argv[2]) if len(sys.argv) > 2 else 2)

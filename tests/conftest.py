@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from celldag import contracts
-from celldag.registry import Registries, apply_schema, read_yaml
+from celldag.plan import Run, make_run
+from celldag.registry import Registries, apply_schema, load_config, read_yaml
 from celldag.tracks import tracks_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,14 +79,20 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 
     return result
 
 
-def dry_run_jobs(workdir: Path) -> dict[str, int]:
+def dry_run_jobs(workdir: Path, *args: str) -> dict[str, int]:
     """Jobs per rule that `snakemake -n` lists (its job-stats table)."""
     listed = {}
-    for line in run_snakemake(workdir, "-n", "--quiet", "rules").stdout.splitlines():
+    for line in run_snakemake(workdir, "-n", "--quiet", "rules", *args).stdout.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
             listed[parts[0]] = int(parts[1])
     return listed
+
+
+def planned_run(workdir: Path, dataset: str, method: str, variant: str, seed: int) -> Run:
+    """A run as the workflow copy in workdir plans it: its registries and config/config.yaml give the keys."""
+    _, registries = load_config(read_yaml(workdir / "config/config.yaml"), "config.yaml", root=workdir)
+    return make_run(dataset, method, variant, seed, registries)
 
 
 # ---------------------------------------------------------------- a throwaway HTTP server on 127.0.0.1

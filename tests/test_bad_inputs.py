@@ -180,15 +180,34 @@ CASES = {
         lambda d: prepare_cells(d, with_x(cells(), set_value(2, 3, np.nan))),
         "{d}/lab.h5ad: X: 1 NaN or infinite values"),
     "inf in X": (
-        lambda d: prepare_cells(d, with_x(cells(), set_value(5, 0, np.inf)), values="lognorm"),
+        lambda d: prepare_cells(d, with_x(cells(), set_value(5, 0, np.inf)), counts_layer=None, lognorm_layer="X"),
         "{d}/lab.h5ad: X: 1 NaN or infinite values"),
     "negative counts": (
         lambda d: prepare_cells(d, with_x(cells(), set_value(0, 0, -2))),
         "{d}/lab.h5ad: X: negative counts (min -2)"),
     "non-integer counts where counts are required": (
         lambda d: prepare_cells(d, with_x(cells(), set_value(1, 1, 0.5))),
-        "{d}/lab.h5ad: X: 1 non-integer values (e.g. 0.5): raw counts expected; set values: lognorm for "
-        "log-normalised input"),
+        "{d}/lab.h5ad: X: 1 non-integer values (e.g. 0.5): raw counts expected; name it in lognorm_layer instead "
+        "for log-normalised input"),
+    "non-integer counts in the counts layer beside log-normalised X": (
+        lambda d: prepare_cells(d, _counts_layer(with_x(cells(), set_value(1, 1, 0.5))), counts_layer="counts",
+                                lognorm_layer="X"),
+        "{d}/lab.h5ad: layers['counts']: 1 non-integer values (e.g. 0.5): raw counts expected; name it in "
+        "lognorm_layer instead for log-normalised input"),
+    "neither counts nor log-normalised values named": (
+        lambda d: prepare_cells(d, cells(), counts_layer=None),
+        "h5ad params: counts_layer and lognorm_layer are both null; name the matrix of either or both (X or a layer "
+        "name)"),
+    "counts layer missing": (
+        lambda d: prepare_cells(d, cells(), counts_layer="raw", lognorm_layer="X"),
+        "{d}/lab.h5ad: layers['raw']: missing (layers: [])"),
+    "split column with other values than train and val": (
+        lambda d: prepare_cells(d, _fold(cells(), ["train", "test"]), split_key="fold"),
+        "{d}/lab.h5ad: obs['fold']: split values must be 'train' or 'val', some 'train'; found ['test', 'train']"),
+    "split column and val_fraction together": (
+        lambda d: prepare_cells(d, _fold(cells(), ["train", "val"]), split_key="fold", val_fraction=0.2),
+        "{d}/lab.h5ad: params: split_key ('fold') and val_fraction both given: the file's split is used as it is; "
+        "drop val_fraction"),
     "duplicate obs names": (
         lambda d: prepare_cells(d, _renamed(cells(), obs={1: "cell0"})),
         "{d}/lab.h5ad: obs_names: 1 duplicated cell ids (first: ['cell0'])"),
@@ -226,6 +245,21 @@ CASES = {
     "too few leaves for quartets at ingest": (
         lambda d: prepare_leaves(d, leaves(["A", "B", "C"]), newick="((A,B),C);"),
         "{d}/tree.nwk: tree leaves: 3 leaves; lineage metrics compare quartets of leaves: 4 or more needed"),
+    "replicate column with three values": (
+        lambda d: prepare_leaves(d, _replicates(leaves(), ["r1", "r2", "r3"] * 4), leaf_key="leaf", replicate_key="rep"),
+        "{d}/lineage.h5ad: obs['rep']: 3 replicate values (first: ['r1', 'r2', 'r3']); a replicate pair needs exactly 2"),
+    "a leaf measured in one replicate only": (
+        lambda d: prepare_leaves(d, _replicates(leaves(), ["r1"] * 6 + ["r2"] * 5 + ["r1"]), leaf_key="leaf",
+                                 replicate_key="rep"),
+        "{d}/lineage.h5ad: obs['rep']: 1 leaves lack rows of one replicate (first: ['F']); each needs both "
+        "['r1', 'r2']"),
+    "seeded and given replicates together": (
+        lambda d: prepare_leaves(d, leaves(), replicates=True, replicate_key="rep"),
+        "lineage_h5ad params: replicates: true (seeded cell halves) and replicate_key (the file's own pairs) exclude "
+        "each other; give one"),
+    "standardize that is not a boolean": (
+        lambda d: prepare_leaves(d, leaves(), standardize="yes"),
+        "lineage_h5ad params: standardize must be true or false, got 'yes'"),
     "lineage names that match no leaf": (
         lambda d: prepare_leaves(d, _lineage_named(["ABal", "ABar", "MSa", "Epithelium", "Cpp", "Dxx"]),
                                  newick=None, lineage_key="lineage"),
@@ -296,6 +330,26 @@ def _renamed(adata, obs=None, var=None):
         var_names[index] = name
     adata.obs_names, adata.var_names = obs_names, var_names
     return adata
+
+
+def _counts_layer(adata):
+    """The counts moved to layers['counts'], log-normalised values in X."""
+    adata.layers["counts"] = adata.X
+    adata.X = np.log1p(np.asarray(adata.X) + 0.5)
+    return adata
+
+
+def _fold(adata, values):
+    adata.obs["fold"] = np.resize(values, adata.n_obs)
+    return adata
+
+
+def _replicates(adata, replicate_of_row):
+    """Two rows per leaf (the leaf's profile twice), each labelled with its replicate."""
+    twice = anndata.concat([adata, adata])
+    twice.obs = pd.DataFrame({"leaf": list(adata.obs_names) * 2, "rep": replicate_of_row},
+                             index=[f"row{i}" for i in range(twice.n_obs)])  # fmt: skip
+    return twice
 
 
 def _lineage_named(names):

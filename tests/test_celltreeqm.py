@@ -400,3 +400,10 @@ def test_standardized_input_uses_the_training_replicate_statistics():
     z_train, z_other = ctqm_train.standardized(train, np.array([[3.0, 6.0]]))
     np.testing.assert_allclose(z_train, [[-1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
     np.testing.assert_allclose(z_other, [[0.0, 1.0]])  # a constant feature is only centred
+
+
+def test_the_step_count_is_the_latest_validation_within_one_standard_error_of_the_best():
+    history = [{"step": 25, "val": 0.10}, {"step": 30, "loss": 1.0, "val": None}, {"step": 50, "val": 0.05},
+               {"step": 75, "val": 0.052}, {"step": 100, "val": 0.08}]  # fmt: skip
+    assert ctqm_train.chosen_steps(history, 2048) == 75  # SE at 0.05 on 2,048 quartets ≈ 0.0048
+    assert ctqm_train.chosen_steps(history, 10**7) == 50  # a tiny SE: the best itself

@@ -48,10 +48,10 @@ def test_prepared_dataset_passes_its_contract(prepared):
 def test_violations_name_file_and_field(prepared, break_it, field):
     break_it(prepared)
     with pytest.raises(contracts.ContractError) as caught:
-        check_prepared(prepared, "results/data/bm_tiny/seed0.h5ad")
-    assert caught.value.path == "results/data/bm_tiny/seed0.h5ad"
+        check_prepared(prepared, "results/data/bm_tiny/0123456789/seed0.h5ad")
+    assert caught.value.path == "results/data/bm_tiny/0123456789/seed0.h5ad"
     assert caught.value.field == field
-    assert str(caught.value).startswith(f"results/data/bm_tiny/seed0.h5ad: {field}: ")
+    assert str(caught.value).startswith(f"results/data/bm_tiny/0123456789/seed0.h5ad: {field}: ")
 
 
 def test_duplicate_leaf_names(prepared):

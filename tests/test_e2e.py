@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from celldag.plan import make_plan
+from celldag.plan import RUN_RECORD, make_plan
 from celldag.registry import load_config
-from conftest import copy_workflow, dry_run_jobs, run_snakemake
+from conftest import copy_workflow, dry_run_jobs, planned_run, run_snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -53,7 +53,7 @@ def test_dry_run_lists_the_planned_jobs(workflow_copy):
 
 
 def test_scores_table_and_leaderboard(finished_run):
-    scores = pd.read_parquet(finished_run / "results/scores.parquet")
+    scores = pd.read_parquet(finished_run / "results/default/scores.parquet")
     assert list(scores.columns[:8]) == ["dataset", "track", "method", "variant", "seed", "metric", "value", "higher_is_better"]
     core = scores[~scores["metric"].str.startswith("delta_")]
     assert len(core) == 2 * 4 * 2 * 3  # datasets × methods × seeds × metrics
@@ -72,7 +72,7 @@ def test_scores_table_and_leaderboard(finished_run):
     assert clean_nj.set_index(["seed", "metric"])["value"].to_dict() == {
         (seed, metric): 0.0 for seed in (0, 1) for metric in ("rf", "quartet_dist", "qdist_sampled")
     }
-    leaderboard = (finished_run / "results/leaderboard.md").read_text()
+    leaderboard = (finished_run / "results/default/leaderboard.md").read_text()
     small = ok[(ok["dataset"] == "bm_small") & (ok["method"] == "upgma_raw") & (ok["metric"] == "rf")]["value"]
     expected = f"{small.mean():.3f} ± {small.std(ddof=1):.3f}"
     row = next(line for line in leaderboard.splitlines() if line.startswith("| upgma_raw |") and expected in line)
@@ -81,17 +81,17 @@ def test_scores_table_and_leaderboard(finished_run):
 
 
 def test_failing_method_is_recorded_and_does_not_stop_the_dag(finished_run):
-    scores = pd.read_parquet(finished_run / "results/scores.parquet")
+    scores = pd.read_parquet(finished_run / "results/default/scores.parquet")
     broken = scores[scores["method"] == "broken"]
     assert set(broken["status"]) == {"failed"} and broken["value"].isna().all()
-    runs = pd.read_parquet(finished_run / "results/runs.parquet")
+    runs = pd.read_parquet(finished_run / "results/default/runs.parquet")
     reason = runs.loc[runs["method"] == "broken", "status_reason"].iloc[0]
     assert reason == "ValueError: params.features must be 'raw' or 'pca', got 'umap'"
-    assert "| broken | default | failed | failed | failed | 0/2 |" in (finished_run / "results/leaderboard.md").read_text()
+    assert "| broken | default | failed | failed | failed | 0/2 |" in (finished_run / "results/default/leaderboard.md").read_text()
 
 
 def test_run_records_hold_provenance(finished_run):
-    record = json.loads((finished_run / "results/runs/bm_small/nj_pca/default/seed1/run.json").read_text())
+    record = json.loads((finished_run / planned_run(finished_run, "bm_small", "nj_pca", "default", 1).path(RUN_RECORD)).read_text())
     assert record["seed"] == 1 and record["status"] == "ok"
     assert record["config"]["params"] == {"features": "pca", "n_components": 10, "reconstruction": "nj"}
     assert len(record["config_hash"]) == 64
@@ -103,6 +103,23 @@ def test_run_records_hold_provenance(finished_run):
 
 def test_second_run_has_nothing_to_do(finished_run):
     assert "Nothing to be done" in snakemake(finished_run, "-n").stdout + snakemake(finished_run, "-n").stderr
+
+
+def test_a_second_configuration_shares_identical_runs_and_keeps_its_own_tables(finished_run):
+    """Another name and one method param changed: only that method's runs are computed again, in their own
+    directories; the first configuration's runs, scores and leaderboard stay as they are."""
+    other = finished_run / "other.yaml"
+    # compute settings say where a job runs, not what it computes: they rerun nothing
+    other.write_text(yaml.safe_dump({"name": "other", "method_params": {"nj_pca": {"n_components": 5}},
+                                     "compute": {"gpus": True, "cpu_fallback": True}}))  # fmt: skip
+    assert dry_run_jobs(finished_run, "--configfile", str(other)) == {"run_method": 2 * 2, "evaluate": 2, "aggregate": 1, "all": 1}
+    snakemake(finished_run, "--configfile", str(other))
+    scores = {name: pd.read_parquet(finished_run / f"results/{name}/scores.parquet").set_index(
+              ["dataset", "method", "seed", "metric"])["value"] for name in ("default", "other")}  # fmt: skip
+    assert scores["default"]["bm_small", "nj_raw"].equals(scores["other"]["bm_small", "nj_raw"])
+    assert not scores["default"]["bm_small", "nj_pca"].equals(scores["other"]["bm_small", "nj_pca"])
+    first = snakemake(finished_run, "-n")
+    assert "Nothing to be done" in first.stdout + first.stderr  # the shared runs were not made again
 
 
 def test_unknown_method_id_stops_before_any_job(workflow_copy, tmp_path):

@@ -41,9 +41,9 @@ def test_download_pin_prepare_and_score(packer_workflow):
     run_snakemake(workdir)
     pins = json.loads((workdir / "resources/celegans_packer2019/checksums.json").read_text())
     assert pins == {MATRIX: checksums[MATRIX]}
-    scores = pd.read_parquet(workdir / "results/scores.parquet")
+    scores = pd.read_parquet(workdir / "results/default/scores.parquet")
     assert set(scores["method"]) == {"nj_raw", "upgma_raw"} and (scores["status"] == "ok").all()
-    assert "## celegans_packer2019 (lineage)" in (workdir / "results/leaderboard.md").read_text()
+    assert "## celegans_packer2019 (lineage)" in (workdir / "results/default/leaderboard.md").read_text()
 
     # the publisher's file changes: a fresh fetch must fail against the pin, and nothing is left behind
     (suppl / MATRIX).write_bytes(gzip.compress(b"%%MatrixMarket matrix coordinate integer general\n1 1 0\n"))

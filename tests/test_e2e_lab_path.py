@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from celldag.joblog import NOT_RETRIED
-from conftest import copy_workflow, run_snakemake
+from conftest import copy_workflow, planned_run, run_snakemake
 from test_bad_inputs import leaves
 from test_lab_path import lab_dataset
 
@@ -31,7 +31,8 @@ def test_an_input_error_shows_once_per_job_and_its_retry_redoes_nothing(tmp_path
     assert console.count("Trying to restart job") == len(SEEDS)
     assert console.count("mem_mb=16000") == len(SEEDS)
     # ... and the retry only writes the line to its log
+    data_key = planned_run(workdir, "lab_lineage", "nj_raw", "default", 0).data_key
     for seed in SEEDS:
-        log = workdir / f"results/logs/prepare_dataset/lab_lineage/seed{seed}.log"
+        log = workdir / f"results/logs/prepare_dataset/lab_lineage/{data_key}/seed{seed}.log"
         assert log.read_text() == f"{line}\n{NOT_RETRIED}\n"
     assert "rule run_method" not in console

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from celldag.plan import make_plan
+from celldag.plan import GENE_TABLE, RUN_RECORD, make_plan
 from celldag.registry import load_config
-from conftest import copy_workflow, dry_run_jobs, run_snakemake
+from conftest import copy_workflow, dry_run_jobs, planned_run, run_snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +58,7 @@ def test_dry_run_lists_the_planned_jobs(finished_run):
 
 def test_scores_cover_every_run_and_mark_scvi_not_applicable(finished_run):
     workdir, _ = finished_run
-    scores = pd.read_parquet(workdir / "results/scores.parquet")
+    scores = pd.read_parquet(workdir / "results/default/scores.parquet")
     totals = scores[scores["metric"] == "total"]
     assert len(totals) == 2 * len(METHODS)
     scvi = totals[totals["method"] == "scvi"]
@@ -76,16 +76,17 @@ def test_scores_cover_every_run_and_mark_scvi_not_applicable(finished_run):
 
 def test_run_record_counts_genes_and_phases(finished_run):
     workdir, _ = finished_run
-    record = json.loads((workdir / "results/runs/pbmc68k_batched/scilama/text/seed0/run.json").read_text())
+    run = planned_run(workdir, "pbmc68k_batched", "scilama", "text", 0)
+    record = json.loads((workdir / run.path(RUN_RECORD)).read_text())
     assert record["method_facts"]["genes"] == {"n_modelled": 700, "n_without_embedding": 65}
     phases = record["method_facts"]["training"]["phases"]
     assert list(phases) == ["cell", "gene", "joint"] and all(p["epochs"] >= 1 and p["seconds"] > 0 for p in phases.values())
-    assert any(path.endswith("results/embeddings/go_text/pbmc68k_batched.parquet") for path in record["input_sha256"])
+    assert any(path.endswith(run.path(GENE_TABLE, embedding="go_text")) for path in record["input_sha256"])
 
 
 def test_leaderboard_reports_the_paired_difference(finished_run):
     workdir, _ = finished_run
-    text = (workdir / "results/leaderboard.md").read_text()
+    text = (workdir / "results/default/leaderboard.md").read_text()
     assert "## pbmc68k_batched (representation)" in text
     assert "| scilama/text − scilama/random | total |" in text
     assert "not_applicable" in text  # scvi's row says why it has no numbers

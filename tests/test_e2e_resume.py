@@ -4,7 +4,7 @@ Each test copies the workflow into a temp dir, starts Snakemake on one core, SIG
 group (Snakemake and its job, as a scheduler's kill or a node failure would) once the job has written a
 checkpoint, unlocks, reruns, and compares with a run of the same config that was never interrupted:
 
-* CellTreeQM (lineage track, the whole DAG down to ``results/scores.parquet``): besides the resume
+* CellTreeQM (lineage track, the whole DAG down to ``results/default/scores.parquet``): besides the resume
   itself, the rerun after the kill recomputes exactly the killed job. ``nj_raw`` on the same prepared
   dataset finished before the kill; Snakemake's plan for the rerun holds only the killed ``run_method``
   job and the jobs downstream of it, and every file that existed before the rerun, except the killed
@@ -34,7 +34,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_workflow, dry_run_jobs, run_snakemake
+from celldag.plan import PREPARED, RUN_DIR, RUN_OUTPUT, RUN_RECORD
+from conftest import copy_workflow, dry_run_jobs, planned_run, run_snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -75,11 +76,9 @@ def planned_outputs(workdir: Path) -> dict[str, set[str]]:
     return plans
 
 
-# ---------------------------------------------------------------- CellTreeQM: resume + exactly the killed job
+RUN_LOG = "results/logs/run_method/{dataset}/{method}/{variant}/{key}/seed{seed}.log"  # rule run_method's log
 
-LINEAGE_RUN = "results/runs/bm_small/celltreeqm/supervised/seed0"
-LINEAGE_LOG = "results/logs/run_method/bm_small/celltreeqm/supervised/seed0.log"
-FINISHED_FIRST = "results/runs/bm_small/nj_raw/default/seed0/output.h5ad"
+# ---------------------------------------------------------------- CellTreeQM: resume + exactly the killed job
 
 
 def lineage_workflow(workdir: Path) -> Path:
@@ -97,7 +96,7 @@ def lineage_workflow(workdir: Path) -> Path:
 
 
 def scores(workdir: Path) -> pd.Series:
-    table = pd.read_parquet(workdir / "results/scores.parquet")
+    table = pd.read_parquet(workdir / "results/default/scores.parquet")
     return table.set_index(["method", "variant", "metric", "seed"])["value"].sort_index()
 
 
@@ -106,32 +105,35 @@ def test_killed_training_resumes_to_identical_scores_and_only_the_killed_job_rer
     run_snakemake(uninterrupted)
 
     killed = lineage_workflow(tmp_path / "b")
-    run_dir = killed / LINEAGE_RUN
+    celltreeqm = planned_run(killed, "bm_small", "celltreeqm", "supervised", 0)
+    nj_raw = planned_run(killed, "bm_small", "nj_raw", "default", 0)
+    finished_first, prepared = nj_raw.path(RUN_OUTPUT), nj_raw.path(PREPARED)
+    run_dir = killed / celltreeqm.path(RUN_DIR)
     # killed in the refit on all leaves, after the step count was selected on held-out leaves
     checkpoint = run_dir / "checkpoint" / "refit" / "checkpoint.pt"
     # one core, nj_raw first: it has finished (and Snakemake recorded it) before CellTreeQM starts training
-    start_then_kill(killed, checkpoint, "--prioritize", FINISHED_FIRST, settle=0.5)
-    assert not (run_dir / "output.h5ad").exists() and (killed / FINISHED_FIRST).exists()
+    start_then_kill(killed, checkpoint, "--prioritize", finished_first, settle=0.5)
+    assert not (run_dir / "output.h5ad").exists() and (killed / finished_first).exists()
 
     run_snakemake(killed, "--unlock")  # the killed Snakemake left its lock behind
     # the plan: the killed job and what depends on it, nothing that had finished
     assert dry_run_jobs(killed) == {"run_method": 1, "evaluate": 1, "aggregate": 1, "all": 1}
     plans = planned_outputs(killed)
     assert plans["update pending"] == {
-        f"{LINEAGE_RUN}/output.h5ad", f"{LINEAGE_RUN}/run.json", "results/scores/bm_small.parquet",
-        "results/scores.parquet", "results/runs.parquet", "results/leaderboard.md",
+        celltreeqm.path(RUN_OUTPUT), celltreeqm.path(RUN_RECORD), "results/default/scores/bm_small.parquet",
+        "results/default/scores.parquet", "results/default/runs.parquet", "results/default/leaderboard.md",
     }  # fmt: skip
-    assert {FINISHED_FIRST, "results/data/bm_small/seed0.h5ad"} <= plans["no update"]
+    assert {finished_first, prepared} <= plans["no update"]
 
     before = file_times(killed / "results")
     run_snakemake(killed)
     after = file_times(killed / "results")
-    finished = {path: mtime for path, mtime in before.items()
-                if not path.is_relative_to(run_dir) and path != killed / LINEAGE_LOG}  # fmt: skip
-    assert killed / FINISHED_FIRST in finished and killed / "results/data/bm_small/seed0.h5ad" in finished
+    log_path = killed / celltreeqm.path(RUN_LOG)
+    finished = {path: mtime for path, mtime in before.items() if not path.is_relative_to(run_dir) and path != log_path}
+    assert killed / finished_first in finished and killed / prepared in finished
     assert {path: after.get(path) for path in finished} == finished  # not one byte of them rewritten
 
-    log = (killed / LINEAGE_LOG).read_text()
+    log = log_path.read_text()
     assert "resuming from checkpoint at step" in log
     pd.testing.assert_series_equal(scores(killed), scores(uninterrupted))
     assert not checkpoint.parent.exists()  # removed once the run's outputs are written
@@ -139,8 +141,6 @@ def test_killed_training_resumes_to_identical_scores_and_only_the_killed_job_rer
 
 # ---------------------------------------------------------------- sciLaMA: killed in phase 2 of 3
 
-REPRESENTATION_RUN = "results/runs/pbmc68k_batched/scilama/self_informed/seed0"
-REPRESENTATION_LOG = "results/logs/run_method/pbmc68k_batched/scilama/self_informed/seed0.log"
 # 560 training cells / batch 64 = 9 steps per epoch; 2 KL warm-up epochs, then 58 validated epochs per phase
 SCILAMA = {
     "hidden_dims": [32, 16], "gene_hidden_dims": [32, 16], "latent_dim": 8, "batch_size": 64,
@@ -165,19 +165,20 @@ def phase_facts(output) -> dict:
 def test_scilama_killed_in_phase_two_resumes_to_identical_embeddings(tmp_path):
     import anndata
 
-    target = f"{REPRESENTATION_RUN}/output.h5ad"
     uninterrupted = representation_workflow(tmp_path / "a")
+    run = planned_run(uninterrupted, "pbmc68k_batched", "scilama", "self_informed", 0)  # the same in both copies
+    target = run.path(RUN_OUTPUT)
     run_snakemake(uninterrupted, target)
 
     killed = representation_workflow(tmp_path / "b")
-    checkpoints = killed / REPRESENTATION_RUN / "checkpoint"
+    checkpoints = killed / run.path(RUN_DIR) / "checkpoint"
     # checkpoint/<segment>/: each phase trains a KL warm-up segment, then a validated one with early stopping
     start_then_kill(killed, checkpoints / "gene" / "checkpoint.pt", target, settle=0.3)
     assert not (killed / target).exists()
 
     run_snakemake(killed, "--unlock")
     run_snakemake(killed, target)
-    log = (killed / REPRESENTATION_LOG).read_text()
+    log = (killed / run.path(RUN_LOG)).read_text()
     # phase 1 and phase 2's warm-up are reloaded, not trained again; phase 2 goes on from its last checkpoint
     for segment in ("cell_warmup", "cell", "gene_warmup"):
         assert re.search(rf"already finished at step \d+/\d+ \(checkpoint \S+/checkpoint/{segment}/checkpoint\.pt\)", log)

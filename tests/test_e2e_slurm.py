@@ -22,7 +22,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_workflow, dry_run_jobs, run_snakemake
+from celldag.plan import RUN_RECORD, Run
+from conftest import copy_workflow, dry_run_jobs, planned_run, run_snakemake
 from slurm.cluster import PARTITION, Unavailable, running_cluster
 
 pytestmark = pytest.mark.e2e
@@ -37,8 +38,6 @@ CONFIG = {
     },
 }  # fmt: skip
 COMPUTE = ["--config", "compute={gpus: true, cpu_fallback: true}"]  # GPU methods ask SLURM for a GPU
-GPU_RUN = ("run_method", "bm_slurm_celltreeqm_supervised_0")  # (rule, the plugin's wildcard string)
-CPU_RUN = ("run_method", "bm_slurm_nj_raw_default_0")
 # short polling: the plugin waits 40 s before its first status check and backs off to 180 s
 FAST_POLLING = ["--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2"]
 
@@ -50,6 +49,11 @@ def workflow_copy(workdir: Path) -> Path:
     (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(CONFIG))
     return workdir
+
+
+def slurm_job(run: Run) -> tuple[str, str]:
+    """(rule, wildcards) of a run's job as the SLURM plugin names it: the wildcard values joined by '_'."""
+    return "run_method", "_".join([run.dataset, run.method, run.variant, run.key, str(run.seed)])
 
 
 def local_rules(workdir: Path) -> set[str]:
@@ -130,32 +134,35 @@ def test_every_job_but_the_local_rules_went_through_sbatch(slurm_run, capsys):
     states = dict(line.split() for line in squeue.stdout.splitlines())
     assert {states.get(job_id) for job_id in ids.values()} == {"COMPLETED"}, squeue.stdout
     # the local rules ran here: the leaderboard exists without an sbatch of aggregate
-    assert (slurm_run["workdir"] / "results/leaderboard.md").exists()
+    assert (slurm_run["workdir"] / "results/default/leaderboard.md").exists()
     with capsys.disabled():
         print(f"\nSLURM e2e: {len(calls)} sbatch jobs, snakemake --profile profiles/slurm took {slurm_run['seconds']:.0f} s")
 
 
 def test_gpu_jobs_ask_for_a_gpu_and_see_one(slurm_run):
     calls, ids = submissions(slurm_run["log"])
-    assert re.search(r"--gpus=1(\s|$)", calls[GPU_RUN]) and "--cpus-per-gpu=" in calls[GPU_RUN]
+    workdir = slurm_run["workdir"]
+    gpu_run, cpu_run = (planned_run(workdir, "bm_slurm", method, variant, 0)
+                        for method, variant in (("celltreeqm", "supervised"), ("nj_raw", "default")))  # fmt: skip
+    gpu_job, cpu_job = slurm_job(gpu_run), slurm_job(cpu_run)
+    assert re.search(r"--gpus=1(\s|$)", calls[gpu_job]) and "--cpus-per-gpu=" in calls[gpu_job]
     for key, call in calls.items():
-        if key != GPU_RUN:
+        if key != gpu_job:
             assert "--gpus" not in call and "--cpus-per-task=" in call, call
-    runs = slurm_run["workdir"] / "results/runs/bm_slurm"
-    gpu = json.loads((runs / "celltreeqm/supervised/seed0/run.json").read_text())
-    cpu = json.loads((runs / "nj_raw/default/seed0/run.json").read_text())
-    assert gpu["environment"]["SLURM_JOB_ID"] == ids[GPU_RUN]
+    gpu = json.loads((workdir / gpu_run.path(RUN_RECORD)).read_text())
+    cpu = json.loads((workdir / cpu_run.path(RUN_RECORD)).read_text())
+    assert gpu["environment"]["SLURM_JOB_ID"] == ids[gpu_job]
     assert gpu["environment"]["CUDA_VISIBLE_DEVICES"] == "0"  # SLURM handed the job the node's GPU
     assert gpu["status"] == "ok"  # no CUDA device behind it: fell back to CPU (cpu_fallback)
-    assert cpu["environment"]["SLURM_JOB_ID"] == ids[CPU_RUN]
+    assert cpu["environment"]["SLURM_JOB_ID"] == ids[cpu_job]
     assert not cpu["environment"].get("CUDA_VISIBLE_DEVICES")
-    log = slurm_run["workdir"] / "results/logs/slurm/rule_run_method/bm_slurm_celltreeqm_supervised_0" / f"{ids[GPU_RUN]}.log"
+    log = workdir / "results/logs/slurm/rule_run_method" / gpu_job[1] / f"{ids[gpu_job]}.log"
     assert log.exists()  # the profile keeps every job's SLURM log
 
 
 def test_scores_equal_those_of_a_local_run(slurm_run, local_run):
     keys = ["dataset", "method", "variant", "seed", "metric"]
-    on_slurm = pd.read_parquet(slurm_run["workdir"] / "results/scores.parquet").sort_values(keys, ignore_index=True)
-    local = pd.read_parquet(local_run / "results/scores.parquet").sort_values(keys, ignore_index=True)
+    on_slurm = pd.read_parquet(slurm_run["workdir"] / "results/default/scores.parquet").sort_values(keys, ignore_index=True)
+    local = pd.read_parquet(local_run / "results/default/scores.parquet").sort_values(keys, ignore_index=True)
     assert len(on_slurm) > 0 and set(on_slurm["method"]) == {"nj_raw", "celltreeqm"}
     pd.testing.assert_frame_equal(on_slurm, local, check_exact=True)

@@ -37,10 +37,10 @@ def finished_run(tmp_path_factory):
 
 
 def test_a_track_from_the_test_suite_runs_to_scores_and_leaderboard(finished_run):
-    scores = pd.read_parquet(finished_run / "results/scores.parquet")
+    scores = pd.read_parquet(finished_run / "results/default/scores.parquet")
     assert set(scores["track"]) == {"annotation"} and set(scores["metric"]) == {"accuracy"}
     assert list(scores["seed"]) == [0, 1] and (scores["status"] == "ok").all()
     assert (scores["value"] > 0.9).all() and scores["higher_is_better"].all()  # separated blobs: near-perfect
-    leaderboard = (finished_run / "results/leaderboard.md").read_text()
+    leaderboard = (finished_run / "results/default/leaderboard.md").read_text()
     assert "## blobs (annotation)" in leaderboard and "| method | variant | accuracy ↑ | seeds ok |" in leaderboard
     assert "| centroid | default |" in leaderboard

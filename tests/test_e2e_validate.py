@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import REPO, copy_workflow, run_snakemake
+from conftest import REPO, copy_workflow, planned_run, run_snakemake
 
 pytestmark = pytest.mark.e2e
 CELLDAG = str(Path(sys.executable).with_name("celldag"))
@@ -94,9 +94,9 @@ def test_pipeline_stops_at_the_prepare_job_with_one_line(broken_workflow):
             "(and 3 more problems: `celldag validate` lists them all)") in console  # fmt: skip
     assert "Traceback" not in console
     assert "rule run_method" not in console  # no training job started
-    assert not (broken_workflow / "results/data/lab_pbmc").exists() or not any(
-        (broken_workflow / "results/data/lab_pbmc").iterdir())
-    log = (broken_workflow / "results/logs/prepare_dataset/lab_pbmc/seed0.log").read_text()
+    assert not any(path.is_file() for path in (broken_workflow / "results/data/lab_pbmc").rglob("*"))
+    data_key = planned_run(broken_workflow, "lab_pbmc", "pca", "default", 0).data_key
+    log = (broken_workflow / f"results/logs/prepare_dataset/lab_pbmc/{data_key}/seed0.log").read_text()
     assert "error: lab.h5ad: obs_names: 1 duplicated cell ids" in log
 
 
@@ -136,5 +136,5 @@ def test_a_valid_lab_lineage_dataset_validates_and_runs(tmp_path):
     assert "leaves:                8 (tree over the same leaves)" in result.stdout
     assert "replicate pair:        yes (train/test layers)" in result.stdout
     run_snakemake(workdir)
-    scores = pd.read_parquet(workdir / "results/scores.parquet").set_index("metric")["value"]
+    scores = pd.read_parquet(workdir / "results/default/scores.parquet").set_index("metric")["value"]
     assert 0 <= scores["rf"] <= 1 and 0 <= scores["quartet_dist"] <= 1

@@ -36,28 +36,82 @@ def cells_by_leaf(leaves, cells_per_leaf=4, n_features=6, seed=0):
     return anndata.AnnData(X=x, obs=obs, var=pd.DataFrame(index=[f"g{i}" for i in range(n_features)]))
 
 
-def test_lineage_h5ad_pseudo_bulks_per_leaf_and_z_scores(tmp_path):
+@pytest.mark.parametrize("standardize", [False, True])
+def test_lineage_h5ad_pseudo_bulks_per_leaf_and_standardizes_only_when_asked(tmp_path, standardize):
     adata = cells_by_leaf(["A", "B", "C", "D"])
-    entry, files = lineage_entry(tmp_path, adata, "((A,B),(C,D));", leaf_key="clone")
+    params = {"leaf_key": "clone"} | ({"standardize": True} if standardize else {})  # default: false
+    entry, files = lineage_entry(tmp_path, adata, "((A,B),(C,D));", **params)
     prepared = prepare_dataset("lab", entry, TRACKS[entry["track"]], 0, files)
     check_prepared(prepared, "prepared")
-    assert list(prepared.obs_names) == ["A", "B", "C", "D"] and list(prepared.obs["n_cells"]) == [4, 4, 4, 4]
+    prepared = prepared[["A", "B", "C", "D"]]  # rows come in a seeded order
+    assert list(prepared.obs["n_cells"]) == [4, 4, 4, 4]
     expected = np.log1p(np.array([1.0, 2.0, 3.0, 4.0]))  # leaf means of feature 0, then log1p (counts)
-    expected = (expected - expected.mean()) / expected.std(ddof=1)
+    if standardize:
+        expected = (expected - expected.mean()) / expected.std(ddof=1)
     np.testing.assert_allclose(prepared.X[:, 0], expected, rtol=1e-6)
+    assert prepared.uns["standardized"] == standardize
     assert "train" not in prepared.layers
     assert set(parse_newick(prepared.uns["tree_newick"]).leaf_names) == {"A", "B", "C", "D"}
 
 
 def test_lineage_h5ad_replicates_are_seeded_cell_halves(tmp_path):
     adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=6)
-    entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True)
-    first, again, other = (prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files) for seed in (0, 0, 1))
+    entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True,
+                                 standardize=True)  # fmt: skip
+    first, again, other = (prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files)[list("ABCDE")]
+                           for seed in (0, 0, 1))  # fmt: skip
     assert {"train", "test"} <= set(first.layers)
     np.testing.assert_array_equal(first.layers["train"], again.layers["train"])
     assert not np.array_equal(first.layers["train"], other.layers["train"])
     np.testing.assert_allclose(first.X, (first.layers["train"] + first.layers["test"]) / 2)
     np.testing.assert_allclose(first.layers["train"].mean(axis=0), 0, atol=1e-9)  # train statistics
+
+
+def test_lineage_h5ad_keeps_the_files_replicate_pairs(tmp_path):
+    adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=6)
+    adata.obs["rep"] = np.tile(["rep2", "rep2", "rep1", "rep2", "rep1", "rep1"], 5)
+    entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicate_key="rep")
+    first, other = (prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files)[list("ABCDE")] for seed in (0, 1))
+    x = np.asarray(adata.X, dtype=np.float64)
+    for layer, replicate in (("train", "rep1"), ("test", "rep2")):  # train: the first value in sorted order
+        rows = adata.obs["rep"] == replicate
+        means = pd.DataFrame(x[rows]).groupby(adata.obs["clone"][rows].to_numpy()).mean().loc[list("ABCDE")]
+        np.testing.assert_allclose(first.layers[layer], np.log1p(means.to_numpy()), rtol=1e-12)
+        np.testing.assert_array_equal(first.layers[layer], other.layers[layer])  # the same pairs for every seed
+    np.testing.assert_array_equal(first.X, (first.layers["train"] + first.layers["test"]) / 2)
+
+
+def test_one_matrix_gives_identical_nj_raw_scores_through_the_bm_loader_and_lineage_h5ad(tmp_path):
+    from celldag.lineage.scoring import run_scores
+    from celldag.lineage.track import method_input
+    from celldag.methods import distance_tree
+    from celldag.runner import output_anndata
+
+    def nj_raw_scores(prepared):
+        result = distance_tree.run(method_input(prepared, None), {"features": "raw", "reconstruction": "nj"}, 0)
+        return run_scores(prepared, output_anndata(prepared, result, {}, "ok", "", "output.h5ad"), 0, 2000)
+
+    bm_params = {"depth": 4, "n_signal": 20, "n_noise": 10, "n_spurious": 5, "max_walk": 3.0, "noise_std": 1.0,
+                 "measurement_std": 0.5}  # fmt: skip
+    bm = {"track": "lineage", "loader": "celldag.data.bm:prepare_bm_simulator", "params": bm_params}
+    measured = prepare_dataset("bm", bm, TRACKS["lineage"], 0)  # standardize: false, the matrices as simulated
+    leaves = list(measured.obs_names)
+    rows = anndata.AnnData(  # the lab's file: one row per leaf and replicate
+        X=np.vstack([measured.layers["train"], measured.layers["test"]]),
+        obs=pd.DataFrame({"leaf": leaves * 2, "replicate": ["rep1"] * len(leaves) + ["rep2"] * len(leaves)},
+                         index=[f"row{i}" for i in range(2 * len(leaves))]),
+        var=pd.DataFrame(index=measured.var_names),
+    )  # fmt: skip
+    for standardize in (False, True):
+        through_bm = prepare_dataset("bm", bm | {"params": bm_params | {"standardize": standardize}}, TRACKS["lineage"], 0)
+        entry, files = lineage_entry(tmp_path, rows.copy(), measured.uns["tree_newick"], leaf_key="leaf",
+                                     replicate_key="replicate", values="transformed", standardize=standardize)  # fmt: skip
+        through_h5ad = prepare_dataset("lab", entry, TRACKS["lineage"], 0, files)
+        assert through_h5ad.uns["standardized"] == through_bm.uns["standardized"] == standardize
+        np.testing.assert_array_equal(through_h5ad[leaves].layers["test"], through_bm[leaves].layers["test"])
+        scores = nj_raw_scores(through_bm)
+        assert nj_raw_scores(through_h5ad) == scores
+        assert 0 < scores["rf"] < 1
 
 
 def test_lineage_h5ad_builds_the_tree_from_sulston_names(tmp_path):
@@ -89,6 +143,34 @@ def test_h5ad_without_batch_key_is_one_batch(tmp_path):
     assert set(prepared.obs["batch"]) == {"lab"}
     kept = adata.var_names.get_indexer(prepared.var_names)
     np.testing.assert_array_equal(prepared.layers["counts"].toarray(), adata.X[:, kept])
+
+
+def test_h5ad_reads_counts_and_lognorm_of_one_file_and_keeps_its_split(tmp_path):
+    from celldag.data.h5ad import prepare_h5ad
+
+    rng = np.random.default_rng(0)
+    counts = rng.poisson(3.0, size=(60, 20)).astype(np.float32)
+    lognorm = np.log1p(counts / counts.sum(axis=1, keepdims=True) * 100)  # the lab's own normalisation
+    fold = np.where(np.arange(60) % 4 == 0, "val", "train")
+    obs = pd.DataFrame({"type": np.repeat(["x", "y", "z"], 20), "tech": np.tile(["a", "b"], 30), "fold": fold},
+                       index=[f"c{i}" for i in range(60)])  # fmt: skip
+    adata = anndata.AnnData(X=lognorm, layers={"counts": counts}, obs=obs, var=pd.DataFrame(index=[f"G{i}" for i in range(20)]))
+    adata.write_h5ad(tmp_path / "lab.h5ad")
+    params = {"file": "lab.h5ad", "label_key": "type", "batch_key": "tech", "counts_layer": "counts",
+              "lognorm_layer": "X", "split_key": "fold", "min_genes": 0, "min_cells": 0}  # fmt: skip
+    files = {"lab.h5ad": str(tmp_path / "lab.h5ad")}
+    entry = {"track": "representation", "loader": "celldag.data.h5ad:prepare_h5ad", "source": "local",
+             "files": [{"name": "lab.h5ad", "path": files["lab.h5ad"]}], "params": params}  # fmt: skip
+    prepared = prepare_dataset("lab", entry, TRACKS["representation"], 0, files)
+    check_prepared(prepared, "prepared")
+    rows, kept = adata.obs_names.get_indexer(prepared.obs_names), adata.var_names.get_indexer(prepared.var_names)
+    np.testing.assert_allclose(prepared.layers["lognorm"].toarray(), lognorm[rows][:, kept], rtol=1e-6)
+    np.testing.assert_array_equal(prepared.layers["counts"].toarray(), counts[rows][:, kept])
+    assert (prepared.obs["split"].astype(str).to_numpy() == fold[rows]).all()
+    record = prepared.uns["preprocess"]
+    assert (record["values"], record["counts"], record["split_key"]) == ("lognorm", "layers['counts']", "fold")
+    assert (record["train_cells"], record["val_cells"]) == (45, 15) and "val_fraction" not in record
+    assert prepare_h5ad.check_source(params, files).facts == [("matrix checked", "layers['counts'], X")]
 
 
 def test_a_local_file_with_a_changed_sha256_is_refused(tmp_path):

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
+import copy
+import json
+import os
+import subprocess
+import sys
 
-from celldag.plan import Run, make_plan, method_params
-from celldag.registry import apply_schema
+import pytest
+from snakemake.utils import update_config
+
+from celldag.plan import PREPARED, RUN_DIR, data_key, make_plan, make_run, method_params
+from celldag.registry import apply_schema, load_config, read_yaml
 
 
 def plan_for(registries, **config):
@@ -35,7 +42,7 @@ def test_bare_method_id_runs_every_variant_and_selector_runs_one(registries):
     every = plan_for(registries, datasets=["bm_default"], methods=["nj_multi"], seeds=[0])
     assert sorted(run.variant for run in every.runs) == ["pca", "raw"]
     one = plan_for(registries, datasets=["bm_default"], methods=["nj_multi/pca"], seeds=[0])
-    assert one.runs == (Run("bm_default", "nj_multi", "pca", 0),)
+    assert one.runs == (make_run("bm_default", "nj_multi", "pca", 0, registries),)
 
 
 def test_duplicate_selection_is_planned_once(registries):
@@ -52,9 +59,71 @@ def test_methods_only_run_on_datasets_of_their_track(registries):
 
 
 def test_run_paths_and_variant_params(registries):
-    run = Run("bm_default", "nj_multi", "pca", 3)
-    assert run.path("results/runs/{dataset}/{method}/{variant}/seed{seed}") == "results/runs/bm_default/nj_multi/pca/seed3"
+    run = make_run("bm_default", "nj_multi", "pca", 3, registries)
+    assert run.path(RUN_DIR) == f"results/runs/bm_default/nj_multi/pca/{run.key}/seed3"
+    assert run.path(PREPARED) == f"results/data/bm_default/{run.data_key}/seed3.h5ad"
     assert method_params(registries.methods["nj_multi"], "pca") == {"features": "pca", "reconstruction": "nj", "n_components": 3}
+
+
+def test_runs_and_prepared_data_are_keyed_by_their_settings(registries):
+    raw, pca = (make_run("bm_default", "nj_multi", variant, 0, registries) for variant in ("raw", "pca"))
+    assert raw.key != pca.key and raw.data_key == pca.data_key and len(raw.key) == 10
+    assert make_run("bm_default", "nj_multi", "raw", 1, registries).key == raw.key  # seeds share the key
+    small = make_run("bm_small", "nj_multi", "raw", 0, registries)  # bm_default but for one loader param
+    assert small.data_key != raw.data_key and small.key != raw.key
+    entry = registries.datasets["bm_default"]
+    assert data_key(dict(reversed(entry.items()))) == raw.data_key  # the order keys are written in is no setting
+
+
+def test_configs_differing_in_one_method_param_share_the_rest_and_keep_their_own_tables(repo):
+    base = {"datasets": ["bm_default", "cengen_neurons"], "methods": ["nj_raw", "nj_pca"], "seeds": [0, 1]}
+    one = make_plan(*load_config(base | {"name": "one"}, "one.yaml", root=repo))
+    other = make_plan(*load_config(base | {"name": "other", "method_params": {"nj_pca": {"n_components": 5}}},
+                                   "other.yaml", root=repo))  # fmt: skip
+    def run_dirs(plan, method):
+        return {run.path(RUN_DIR) for run in plan.runs if run.method == method}
+
+    assert run_dirs(one, "nj_raw") == run_dirs(other, "nj_raw") and len(run_dirs(one, "nj_raw")) == 2 * 2  # made once
+    assert not run_dirs(one, "nj_pca") & run_dirs(other, "nj_pca")  # n_components differs: both kept
+    assert one.prepared == other.prepared
+    assert not set(one.final_targets) & set(other.final_targets)
+    assert not set(one.dataset_scores) & set(other.dataset_scores)
+    assert one.final_targets == ["results/one/scores.parquet", "results/one/runs.parquet", "results/one/leaderboard.md"]
+
+
+def test_paper_preset_and_default_config_plan_apart_and_share_identical_runs(repo):
+    """As `snakemake -n` and `snakemake --configfile config/presets/paper.yaml -n` plan them."""
+    default = read_yaml(repo / "config/config.yaml")
+    paper = copy.deepcopy(default)
+    update_config(paper, read_yaml(repo / "config/presets/paper.yaml"))  # how Snakemake merges a --configfile
+    plans = [make_plan(*load_config(config, "config", root=repo)) for config in (default, paper)]
+    assert [plan.name for plan in plans] == ["default", "paper"]
+    assert not set(plans[0].final_targets) & set(plans[1].final_targets)
+    assert not set(plans[0].dataset_scores) & set(plans[1].dataset_scores)
+    dirs = [{run.path(RUN_DIR): run for run in plan.runs} for plan in plans]
+    shared = {(run.dataset, run.method) for path, run in dirs[0].items() if path in dirs[1]}
+    assert ("bm_default", "nj_raw") in shared and ("cengen_neurons", "upgma_raw") in shared
+    assert not {method for _, method in shared} & {"celltreeqm", "triplet", "quadruplet"}  # paper-sized there
+    assert {path for path in plans[0].prepared if "/bm_default/" in path} <= set(plans[1].prepared)
+
+
+KEYS_IN_A_FRESH_PROCESS = """
+import json
+from celldag.plan import make_plan
+from celldag.registry import load_config, read_yaml
+plan = make_plan(*load_config(read_yaml("config/config.yaml"), "config.yaml"))
+print(json.dumps([[run.key, run.data_key] for run in plan.runs]))
+"""
+
+
+def test_keys_are_the_same_in_every_process(repo):
+    plan = make_plan(*load_config(read_yaml(repo / "config/config.yaml"), "config.yaml", root=repo))
+    here = [[run.key, run.data_key] for run in plan.runs]
+    for hash_seed in ("1", "2"):  # str hashing (set order) differs between these processes
+        env = os.environ | {"PYTHONHASHSEED": hash_seed}
+        result = subprocess.run([sys.executable, "-c", KEYS_IN_A_FRESH_PROCESS], cwd=repo, env=env,
+                                capture_output=True, text=True, check=True)  # fmt: skip
+        assert json.loads(result.stdout) == here
 
 
 def test_url_datasets_add_one_download_job_per_file(registries):

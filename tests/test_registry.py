@@ -22,6 +22,7 @@ def test_shipped_config_is_valid_and_defaults_are_filled(repo):
     assert config["registries"] == {"tracks": "config/tracks.yaml", "datasets": "config/datasets.yaml", "methods": "config/methods.yaml",
                                     "embeddings": "config/embeddings.yaml"}  # fmt: skip
     assert config["evaluation"]["qdist_quartets"] == 100_000 and config["evaluation"]["delta_baseline"] == "nj_raw"
+    assert config["name"] == apply_schema({"datasets": ["bm_default"], "methods": ["nj_raw"]}, "config", "c")["name"] == "default"
     nj = registries.methods["nj_raw"]
     assert (nj["gpu"], nj["env"], nj["kind"], nj["variants"]) == (False, "lineage", "baseline", {"default": {}})
 
@@ -47,6 +48,9 @@ def test_unknown_dataset_and_variant(tmp_path, repo):
         ({"datasets": ["bm_default"], "methods": ["nj_raw"], "seeds": ["a"]}, r"c\.yaml: seeds\.0: 'a' is not of type 'integer'"),
         ({"datasets": ["bm_default"]}, r"c\.yaml: \(top level\): 'methods' is a required property"),
         ({"datasets": ["bm_default"], "methods": ["nj_raw"], "sedes": [1]}, r"c\.yaml: \(top level\): .*'sedes' was unexpected"),
+        # results/<name>/ holds a configuration's tables: a name must not be a shared folder of results/
+        ({"name": "runs", "datasets": ["bm_default"], "methods": ["nj_raw"]}, r"c\.yaml: name: 'runs' should not be valid"),
+        ({"name": "My run", "datasets": ["bm_default"], "methods": ["nj_raw"]}, r"c\.yaml: name: 'My run' does not match"),
     ],
 )
 def test_schema_errors_name_the_key(config, message):
@@ -112,7 +116,7 @@ def test_paper_preset_is_valid(repo):
 
 
 def test_paper_preset_plans_the_pancreas_benchmark(repo):
-    from celldag.plan import make_plan
+    from celldag.plan import data_key, make_plan
 
     config, registries = load_config(read_yaml(repo / "config/presets/paper.yaml"), "paper.yaml", root=repo)
     scilama = registries.methods["scilama"]["params"]
@@ -121,8 +125,9 @@ def test_paper_preset_plans_the_pancreas_benchmark(repo):
     jobs = plan.jobs_per_rule()
     assert "resources/scib_pancreas/human_pancreas_norm_complexBatch.h5ad" in plan.downloads
     assert "resources/embeddings/GenePT_gene_embedding_ada_text.pickle" in plan.downloads
-    assert {"results/embeddings/go_text/scib_pancreas.parquet", "results/embeddings/genept_ada/scib_pancreas.parquet",
-            "results/embeddings/go_svd/scib_pancreas.parquet"} == set(plan.gene_tables)  # fmt: skip
+    key = data_key(registries.datasets["scib_pancreas"])
+    tables = {f"results/embeddings/{embedding}/scib_pancreas-{key}.parquet" for embedding in ("go_text", "genept_ada", "go_svd")}
+    assert tables == set(plan.gene_tables)
     pancreas_runs = [run for run in plan.runs if run.dataset == "scib_pancreas"]
     assert len(pancreas_runs) == 5 * (7 + 1 + 1 + 2 + 1)  # seeds × (sciLaMA variants, pca, harmony, scvi ×2, genept_w)
     assert jobs["embed_genes"] == 3 and jobs["evaluate"] == 6 and jobs["dataset_genes"] == 1

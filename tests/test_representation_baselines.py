@@ -10,7 +10,7 @@ from celldag.methods import genept_w, harmony, pca, scvi_baseline
 from celldag.representation.track import RepresentationInput
 
 SCVI_PARAMS = {"use_batch": True, "n_latent": 4, "n_layers": 1, "n_hidden": 32, "max_epochs": 5,
-               "early_stopping": True, "batch_size": 64, "accelerator": "cpu"}  # fmt: skip
+               "early_stopping": False, "batch_size": 64, "accelerator": "cpu"}  # fmt: skip
 
 
 def _inputs(features: np.ndarray, **fields) -> RepresentationInput:
@@ -112,3 +112,21 @@ def test_scvi_fits_train_cells_embeds_all_and_repeats_exactly_for_a_seed():
     assert first.uns["training"] == {"epochs": 5, "device": "cpu"}
     np.testing.assert_array_equal(first.embedding, scvi_baseline.run(inputs, SCVI_PARAMS, seed=0).embedding)
     assert not np.allclose(first.embedding, scvi_baseline.run(inputs, SCVI_PARAMS, seed=1).embedding)
+
+
+def test_scvis_registry_settings_are_scvi_tools_defaults():
+    import inspect
+
+    import scvi
+    import yaml
+
+    from conftest import REPO
+
+    params = yaml.safe_load((REPO / "config/methods.yaml").read_text())["scvi"]["params"]
+    model = inspect.signature(scvi.model.SCVI.__init__).parameters
+    train = inspect.signature(scvi.model.SCVI.train).parameters
+    defaults = ({name: model[name].default for name in ("n_latent", "n_layers", "n_hidden")}
+                | {name: train[name].default for name in ("max_epochs", "batch_size", "early_stopping")})  # fmt: skip
+    # max_epochs None: scvi-tools' rule, min(round(20,000 / cells · 400), 400)
+    assert {name: params[name] for name in defaults} == defaults == {
+        "n_latent": 10, "n_layers": 1, "n_hidden": 128, "max_epochs": None, "batch_size": 128, "early_stopping": False}

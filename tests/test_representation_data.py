@@ -241,7 +241,8 @@ def test_h5ad_loader_reads_the_counts_layer(tmp_path):
     source.layers["counts"] = counts
     source.X = sparse.csr_matrix(np.log1p(counts.toarray()) / 3)  # the files' normalised X is not used
     source.write_h5ad(tmp_path / "pancreas.h5ad")
-    params = {"file": "pancreas.h5ad", "label_key": "celltype", "batch_key": "tech", "layer": "counts", "min_genes": 0}
+    params = {"file": "pancreas.h5ad", "label_key": "celltype", "batch_key": "tech", "counts_layer": "counts",
+              "min_genes": 0}
     prepared = prepare_h5ad("scib_pancreas", params, 0, {"pancreas.h5ad": str(tmp_path / "pancreas.h5ad")})
     kept = source.var_names.get_indexer(prepared.var_names)
     np.testing.assert_array_equal(prepared.layers["counts"].toarray(), counts.toarray()[:, kept])

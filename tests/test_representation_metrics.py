@@ -115,3 +115,18 @@ def test_marker_clustering_needs_two_types_and_more_genes_than_types():
         marker_clustering(VECTORS, GENES, {"A": ["a1", "a2"], "B": ["absent"]})
     with pytest.raises(ValueError, match="more marker genes than types"):
         marker_clustering(VECTORS, GENES, {"A": ["a1"], "B": ["b1"]})
+
+
+def test_the_pcr_reference_is_the_expressions_50_leading_principal_components():
+    from celldag.representation.scoring import unintegrated_reference
+
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(120, 80)) @ rng.normal(size=(80, 80))).astype(np.float32)
+    reference = unintegrated_reference(x)
+    assert reference.shape == (120, 50)  # scib's n_comps=50 and scanpy's default, whatever the embedding's size
+    centred = x.astype(np.float64) - x.mean(axis=0)
+    _, _, axes = np.linalg.svd(centred, full_matrices=False)
+    expected = centred @ axes[:50].T
+    signs = np.sign(np.sum(reference * expected, axis=0))  # each axis is defined up to sign
+    np.testing.assert_allclose(reference * signs, expected, atol=2e-3 * np.abs(expected).max())
+    assert unintegrated_reference(x[:40]).shape == (40, 39)  # fewer only when the data have ≤ 50 cells or genes

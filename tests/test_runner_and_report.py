@@ -51,6 +51,8 @@ def test_same_seed_gives_identical_scores(tmp_path):
     one, two = (json.loads((d / "run.json").read_text()) for d in (first, second))
     assert one["config_hash"] == two["config_hash"] == config_hash(one["config"])
     assert list(one["input_sha256"].values()) == list(two["input_sha256"].values())
+    # what the prepared dataset was (e.g. whether it was standardised) is in the record, not only in its file
+    assert one["dataset_facts"] == {"standardized": False, "dataset_id": "bm_t", "track": "lineage", "seed": 0}
 
 
 def test_other_seed_gives_other_scores(tmp_path):

@@ -119,23 +119,26 @@ def test_joint_phase_skips_the_alignment_product_at_gamma_zero(monkeypatch):
 
 def test_self_informed_gene_input_uses_training_cells_only():
     expression, train_mask, _, _ = tiny_data()
-    rng = np.random.default_rng(0)
-    before = gene_input_matrix(expression, train_mask, None, "self_informed", rng)
+    before = gene_input_matrix(expression, train_mask, None, "self_informed")
     assert before.shape == (N_GENES, train_mask.sum())
     changed = expression.copy()
     changed[~train_mask] += 100.0
-    assert np.array_equal(gene_input_matrix(changed, train_mask, None, "self_informed", rng), before)
+    assert np.array_equal(gene_input_matrix(changed, train_mask, None, "self_informed"), before)
 
 
-def test_random_and_shuffled_gene_inputs():
+def test_random_and_shuffled_gene_inputs_are_drawn_before_the_fit():
+    from celldag.representation.scoring import static_vectors
+
     expression, train_mask, _, embeddings = tiny_data()
-    shuffled = gene_input_matrix(expression, train_mask, embeddings, "shuffled", np.random.default_rng(0))
+    shuffled = static_vectors(embeddings, "shuffled", 0)
     assert not np.array_equal(shuffled, embeddings)
     assert sorted(map(tuple, shuffled)) == sorted(map(tuple, embeddings))
-    random = gene_input_matrix(expression, train_mask, embeddings, "random", np.random.default_rng(0))
+    random = static_vectors(embeddings, "random", 0)
     assert random.shape == embeddings.shape and not np.isin(random, embeddings).any()
     with pytest.raises(ValueError, match="needs gene_embeddings"):
-        gene_input_matrix(expression, train_mask, None, "embeddings", np.random.default_rng(0))
+        gene_input_matrix(expression, train_mask, None, "embeddings")
+    with pytest.raises(ValueError, match="the controls are drawn by static_vectors first"):
+        gene_input_matrix(expression, train_mask, embeddings, "random")
 
 
 def test_one_hot_zeroes_batches_unseen_in_training():
@@ -227,3 +230,50 @@ def test_run_models_only_genes_with_a_static_vector_and_counts_the_rest():
     direct = fit_scilama(expression[:, 3:], train_mask, np.unique(batch.astype(str), return_inverse=True)[1],
                          embeddings[3:], tiny_params(), seed=0, work_dir=None)  # fmt: skip
     assert np.array_equal(result.embedding, direct.cell_embedding)
+
+
+@pytest.mark.parametrize("gene_input", ["random", "shuffled"])
+def test_static_marker_scores_of_a_control_are_those_of_the_vectors_the_run_drew(tmp_path, monkeypatch, gene_input):
+    import anndata
+    import pandas as pd
+
+    import celldag.methods.scilama.method as method
+    from celldag.embeddings import write_table
+    from celldag.embeddings.table import GeneTable, gene_frame
+    from celldag.representation.metrics import marker_clustering
+    from celldag.representation.scoring import marker_scores
+    from celldag.representation.track import RepresentationInput
+    from celldag.runner import output_anndata
+
+    expression, train_mask, batch, embeddings = tiny_data()
+    names = tuple(f"g{i}" for i in range(N_GENES))
+    table = GeneTable(gene_ids=names, vectors=embeddings, provider="t")
+    inputs = RepresentationInput(names=tuple(f"c{i}" for i in range(N_CELLS)), features=expression, gene_names=names,
+                                 batch=batch.astype(str), train_mask=train_mask, lognorm=np.abs(expression), counts=None,
+                                 gene_embedding=table)  # fmt: skip
+    params = tiny_params(gene_input=gene_input, max_epochs=3)
+    used = {}
+
+    def recording_fit(**arguments):
+        used["vectors"] = arguments["gene_embeddings"]
+        return fit_scilama(**arguments)
+
+    monkeypatch.setattr(method, "fit_scilama", recording_fit)
+    result = method.run(inputs, params, seed=3)
+    # the control is drawn before the fit (static_vectors, with the run's seed) and fitted as embeddings
+    from celldag.representation.scoring import static_vectors
+
+    direct = fit_scilama(expression, train_mask, np.unique(batch.astype(str), return_inverse=True)[1],
+                         static_vectors(embeddings, gene_input, 3), params | {"gene_input": "embeddings"}, seed=3,
+                         work_dir=None)  # fmt: skip
+    assert np.array_equal(result.embedding, direct.cell_embedding)
+
+    prepared = anndata.AnnData(obs=pd.DataFrame(index=list(inputs.names)))
+    output = output_anndata(prepared, result, {"seed": 3, "embedding": "go_text"}, "ok", "", "output.h5ad")
+    (tmp_path / "go_text").mkdir()
+    write_table(gene_frame(names, embeddings), tmp_path / "go_text/d.parquet")
+    markers = {"A": ["g0", "g1", "g2", "g3"], "B": ["g4", "g5", "g6", "g7"], "C": ["g8", "g9", "g10", "g11"]}
+    scores = marker_scores(output, markers, [str(tmp_path / "go_text/d.parquet")])
+    drawn = marker_clustering(used["vectors"], names, markers)
+    assert (scores["marker_db_static"], scores["marker_ch_static"]) == (drawn["davies_bouldin"], drawn["calinski_harabasz"])
+    assert scores["marker_db_static"] != marker_clustering(embeddings, names, markers)["davies_bouldin"]

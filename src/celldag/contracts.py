@@ -64,7 +64,7 @@ def require_finite_matrix(matrix, path: str, field: str, n_rows: int) -> None:
 
 
 def check_prepared_dataset(adata: anndata.AnnData, path: str, track_id: str, track: Track) -> None:
-    """Contract of ``results/data/{dataset}/seed{seed}.h5ad``: the generic part, then the track's own."""
+    """Contract of ``results/data/{dataset}/{data_key}/seed{seed}.h5ad``: the generic part, then the track's own."""
     _require_ids(adata.uns, path, ("dataset_id", "track"))
     if adata.uns["track"] != track_id:
         raise ContractError(path, "uns['track']", f"{adata.uns['track']!r}, but the registry puts this dataset on the {track_id!r} track")

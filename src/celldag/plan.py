@@ -3,28 +3,37 @@
 Pure functions over plain data, so the expansion is unit-tested by job counts per rule without
 Snakemake. The path patterns below are the single place where artifact paths are spelled; the rules
 use them as their input/output patterns.
+
+Prepared datasets and runs are keyed by the settings that determine them (``data_key``, ``key``): two
+configurations share what they compute alike and keep apart what they compute differently. Scores and
+the leaderboard belong to a configuration: they sit under its ``name``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
+from celldag.provenance import config_hash
 from celldag.registry import Registries, split_method_selector
 
 EMBEDDING_SOURCE = "embeddings"  # resources/embeddings/ holds gene-embedding inputs (no dataset has this id)
 DOWNLOAD = "resources/{source}/{file}"  # source: a dataset id or EMBEDDING_SOURCE
 DOWNLOAD_PINS = "resources/{source}/checksums.json"
-PREPARED = "results/data/{dataset}/seed{seed}.h5ad"
-DATASET_GENES = "results/data/{dataset}/genes.txt"
-GENE_TABLE = "results/embeddings/{embedding}/{dataset}.parquet"
-RUN_DIR = "results/runs/{dataset}/{method}/{variant}/seed{seed}"
+KEY_DIGITS = 10  # hex digits of a settings key (40 bits): two settings of one run clash with odds ~1e-12
+KEY_PATTERN = f"[0-9a-f]{{{KEY_DIGITS}}}"
+PREPARED = "results/data/{dataset}/{data_key}/seed{seed}.h5ad"
+DATASET_GENES = "results/data/{dataset}/{data_key}/genes.txt"
+# the table's folder is its embedding id: scoring finds a run's static table by it
+GENE_TABLE = "results/embeddings/{embedding}/{dataset}-{data_key}.parquet"
+RUN_DIR = "results/runs/{dataset}/{method}/{variant}/{key}/seed{seed}"
 RUN_OUTPUT = RUN_DIR + "/output.h5ad"
 RUN_RECORD = RUN_DIR + "/run.json"
-DATASET_SCORES = "results/scores/{dataset}.parquet"  # every run on one dataset: metric start-up is paid once
-SCORES = "results/scores.parquet"
-RUNS = "results/runs.parquet"
-LEADERBOARD = "results/leaderboard.md"
+# a configuration's own files, under its name (config key `name`)
+DATASET_SCORES = "results/{name}/scores/{dataset}.parquet"  # every run on one dataset: metric start-up is paid once
+SCORES = "results/{name}/scores.parquet"
+RUNS = "results/{name}/runs.parquet"
+LEADERBOARD = "results/{name}/leaderboard.md"
 
 
 @dataclass(frozen=True, order=True)
@@ -33,13 +42,16 @@ class Run:
     method: str
     variant: str
     seed: int
+    key: str  # run_key(): names the run's directory
+    data_key: str  # data_key(): names its prepared dataset's directory
 
-    def path(self, pattern: str) -> str:
-        return pattern.format(dataset=self.dataset, method=self.method, variant=self.variant, seed=self.seed)
+    def path(self, pattern: str, **fields: str) -> str:
+        return pattern.format(**asdict(self), **fields)
 
 
 @dataclass(frozen=True)
 class Plan:
+    name: str  # the configuration's: its scores and leaderboard go to results/{name}/
     runs: tuple[Run, ...]
     downloads: tuple[str, ...] = ()  # resources/… files of the url datasets and gene embeddings the runs use
     gene_tables: tuple[str, ...] = ()  # results/embeddings/… tables the runs (and shuffled controls) read
@@ -50,7 +62,7 @@ class Plan:
 
     @property
     def dataset_scores(self) -> tuple[str, ...]:
-        return tuple(sorted({run.path(DATASET_SCORES) for run in self.runs}))
+        return tuple(sorted({run.path(DATASET_SCORES, name=self.name) for run in self.runs}))
 
     def runs_on(self, dataset: str) -> list[Run]:
         return [run for run in self.runs if run.dataset == dataset]
@@ -73,7 +85,30 @@ class Plan:
 
     @property
     def final_targets(self) -> list[str]:
-        return [SCORES, RUNS, LEADERBOARD]
+        return [pattern.format(name=self.name) for pattern in (SCORES, RUNS, LEADERBOARD)]
+
+
+def settings_key(settings: dict) -> str:
+    """A short name for the settings that determine an artifact: equal settings, equal key, in any process."""
+    return config_hash(settings)[:KEY_DIGITS]
+
+
+def data_key(dataset_entry: dict) -> str:
+    """The key of a dataset's prepared files: its registry entry (loader, params, files) determines them."""
+    return settings_key(dataset_entry)
+
+
+def run_key(dataset_entry: dict, params: dict) -> str:
+    """The key of a run's directory: its prepared dataset and the variant's merged params (registry,
+    config ``method_params``, variant) determine its output. The seed has a directory of its own."""
+    return settings_key({"dataset": dataset_entry, "params": params})
+
+
+def make_run(dataset: str, method: str, variant: str, seed: int, registries: Registries) -> Run:
+    """One run with its keys, from registries that hold the config's ``method_params`` (``load_config``)."""
+    entry = registries.datasets[dataset]
+    params = method_params(registries.methods[method], variant)
+    return Run(dataset, method, variant, seed, key=run_key(entry, params), data_key=data_key(entry))
 
 
 def method_variants(selector: str, methods: dict[str, dict]) -> list[tuple[str, str]]:
@@ -91,7 +126,7 @@ def make_plan(config: dict, registries: Registries) -> Plan:
             for dataset in config["datasets"]:
                 if registries.datasets[dataset]["track"] != track:
                     continue
-                runs.update(Run(dataset, method, variant, seed) for seed in config["seeds"])
+                runs.update(make_run(dataset, method, variant, seed, registries) for seed in config["seeds"])
     if not runs:
         raise ValueError("the config selects no (dataset, method) pair of the same track: nothing to run")
     downloads = {
@@ -103,15 +138,15 @@ def make_plan(config: dict, registries: Registries) -> Plan:
     tables = set()
     for run in runs:
         for embedding in embeddings_needed(run_embedding(run, registries), registries.embeddings):
-            tables.add((embedding, run.dataset))
+            tables.add((embedding, run.path(GENE_TABLE, embedding=embedding)))
     downloads |= {
         DOWNLOAD.format(source=EMBEDDING_SOURCE, file=file["name"])
         for embedding in {embedding for embedding, _ in tables}
         for file in registries.embeddings[embedding]["files"]
         if "url" in file
     }
-    gene_tables = {GENE_TABLE.format(embedding=embedding, dataset=dataset) for embedding, dataset in tables}
-    return Plan(tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)))
+    gene_tables = {path for _, path in tables}
+    return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)))
 
 
 def dataset_files(dataset_id: str, entry: dict) -> dict[str, str]:

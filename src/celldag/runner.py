@@ -53,12 +53,17 @@ def unmet_need(inputs, needs: list[str]) -> str | None:
 
 def call_method(reference: str, inputs, params: dict, seed: int, threads: int = 1) -> tuple[MethodResult, str, str]:
     """(result, status, reason) — exceptions become a status so one failure never stops the DAG."""
+    from threadpoolctl import threadpool_limits
+
     try:
         run = extensions.load(reference)
         torch = sys.modules.get("torch")
         if torch is not None:  # torch takes every core by default; jobs running side by side then crawl
             torch.set_num_threads(threads)
-        result = run(inputs, params, seed)
+        # BLAS/OpenMP too: the same job's numbers then do not depend on the machine's core count (a PCA
+        # embedding differed in its last bits between 1 and 2 BLAS threads, and kBET on it by 0.03)
+        with threadpool_limits(limits=threads):
+            result = run(inputs, params, seed)
         return result, "ok", ""
     except NotApplicable as err:
         return MethodResult(), "not_applicable", str(err) or "not applicable to this dataset"
@@ -121,6 +126,14 @@ def keep_only_matching_checkpoints(directory: Path, run: dict) -> None:
     stamp.write_text(fingerprint)
 
 
+def scalar_facts(uns) -> dict:
+    """The prepared dataset's one-value facts (e.g. ``standardized``, ``seed``) for the run record; trees
+    (long strings), tables and mappings stay in the file, whose sha256 the record holds."""
+    scalars = {key: value.item() if isinstance(value, np.generic) else value for key, value in uns.items()
+               if isinstance(value, bool | int | float | str | np.generic)}  # fmt: skip
+    return {key: value for key, value in scalars.items() if not (isinstance(value, str) and len(value) > 200)}
+
+
 def without_none(facts: dict) -> dict:
     """h5ad cannot store None: drop such entries (run.json keeps the complete facts)."""
     return {key: without_none(value) if isinstance(value, dict) else value
@@ -166,6 +179,7 @@ def run_method(
         seed=seed, config=config,
         input_checksums=input_checksums,
         **ids, track=method_entry["track"], status=status, status_reason=reason, method_facts=result.uns,
+        dataset_facts=scalar_facts(prepared.uns),
     )  # fmt: skip
     artifacts.write_json(record, record_path)
     # a finished run needs no checkpoint; paper-sized models would leave hundreds of MB per run

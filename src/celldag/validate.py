@@ -126,8 +126,9 @@ def _gene_table_facts(prepared, dataset_id: str, registries: Registries) -> list
     from celldag.embeddings import match_genes, read_table
 
     facts = []
+    key = plan.data_key(registries.datasets[dataset_id])
     for embedding in sorted(registries.embeddings):
-        path = Path(plan.GENE_TABLE.format(embedding=embedding, dataset=dataset_id))
+        path = Path(plan.GENE_TABLE.format(embedding=embedding, dataset=dataset_id, data_key=key))
         if path.is_file():
             _, _, missing = match_genes(list(prepared.var_names), read_table(path))
             facts.append((f"genes in {embedding}", f"{prepared.n_vars - missing} of {prepared.n_vars}"))

@@ -31,6 +31,23 @@ wildcard_constraints:
     variant="[a-z][a-z0-9_]*",
     seed=r"\d+",
     file="[A-Za-z0-9._-]+",
+    key=plan.KEY_PATTERN,
+    data_key=plan.KEY_PATTERN,
+    name=re.escape(config["name"]),  # jobs here make this configuration's scores, never another's
+
+
+def current_key(found, key, what):
+    """The key of a requested path must be the one the current settings give: made here, a path of
+    another key would hold a result of settings other than those its key names."""
+    if found != key:
+        raise WorkflowError(f"{what}: key {found} is of other settings than this configuration's ({key}); "
+                            "make it with the configuration that gives it")
+    return key
+
+
+def prepared_key(wildcards):
+    entry = REGISTRIES.datasets[wildcards.dataset]
+    return current_key(wildcards.data_key, plan.data_key(entry), f"dataset {wildcards.dataset}")
 
 
 def dataset_entry(wildcards):
@@ -76,6 +93,7 @@ def method_env(wildcards):
 
 def dataset_files(wildcards):
     """Local paths of a dataset's files by name: downloads of a url source, the given paths of a local one."""
+    prepared_key(wildcards)  # a path of another entry's key is not made here
     return plan.dataset_files(wildcards.dataset, REGISTRIES.datasets[wildcards.dataset])
 
 
@@ -97,13 +115,14 @@ def download_pins(wildcards):
 def embedding_inputs(wildcards):
     """embed_genes inputs: the dataset's gene list, the entry's files by role, a shuffled entry's base table."""
     entry = REGISTRIES.embeddings[wildcards.embedding]
-    inputs = {"genes": plan.DATASET_GENES.format(dataset=wildcards.dataset)}
+    key = prepared_key(wildcards)
+    inputs = {"genes": plan.DATASET_GENES.format(dataset=wildcards.dataset, data_key=key)}
     for file in entry["files"]:
         inputs[file["role"]] = (
             plan.DOWNLOAD.format(source=plan.EMBEDDING_SOURCE, file=file["name"]) if "url" in file else file["path"]
         )
     if "of" in entry:
-        inputs["base"] = plan.GENE_TABLE.format(embedding=entry["of"], dataset=wildcards.dataset)
+        inputs["base"] = plan.GENE_TABLE.format(embedding=entry["of"], dataset=wildcards.dataset, data_key=key)
     return inputs
 
 
@@ -113,22 +132,23 @@ def embedding_entry(wildcards):
 
 def run_inputs(wildcards):
     """run_method inputs: the prepared dataset and, when the variant names one, its gene-embedding table."""
-    run = plan.Run(wildcards.dataset, wildcards.method, wildcards.variant, int(wildcards.seed))
-    inputs = {"prepared": plan.PREPARED.format(dataset=run.dataset, seed=run.seed)}
+    run = plan.make_run(wildcards.dataset, wildcards.method, wildcards.variant, int(wildcards.seed), REGISTRIES)
+    current_key(wildcards.key, run.key, f"run {run.dataset}/{run.method}/{run.variant}")
+    inputs = {"prepared": run.path(plan.PREPARED)}
     embedding = plan.run_embedding(run, REGISTRIES)
     if embedding is not None:
-        inputs["embedding"] = plan.GENE_TABLE.format(embedding=embedding, dataset=run.dataset)
+        inputs["embedding"] = run.path(plan.GENE_TABLE, embedding=embedding)
     return inputs
 
 
 def evaluation_inputs(wildcards):
     """evaluate inputs: the dataset's prepared files, every run output on it, the gene tables they read."""
     runs = PLAN.runs_on(wildcards.dataset)
-    tables = {plan.run_embedding(run, REGISTRIES) for run in runs} - {None}
+    tables = {run.path(plan.GENE_TABLE, embedding=e) for run in runs if (e := plan.run_embedding(run, REGISTRIES))}
     return {
         "prepared": sorted({run.path(plan.PREPARED) for run in runs}),
         "outputs": [run.path(plan.RUN_OUTPUT) for run in runs],
-        "tables": [plan.GENE_TABLE.format(embedding=e, dataset=wildcards.dataset) for e in sorted(tables)],
+        "tables": sorted(tables),
     }
 
 
@@ -138,4 +158,4 @@ def all_run_files(pattern):
 
 def genes_source(wildcards):
     """The prepared file dataset_genes reads: preprocessing keeps the same genes for every seed."""
-    return plan.PREPARED.format(dataset=wildcards.dataset, seed=min(config["seeds"]))
+    return plan.PREPARED.format(dataset=wildcards.dataset, data_key=prepared_key(wildcards), seed=min(config["seeds"]))

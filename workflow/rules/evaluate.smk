@@ -10,7 +10,7 @@ rule evaluate:
         track=dataset_track,
         evaluation=config["evaluation"],
     log:
-        "results/logs/evaluate/{dataset}.log",
+        "results/logs/evaluate/{name}/{dataset}.log",
     conda:
         dataset_env
     priority: 10  # the longest single job: start it as soon as its dataset's runs are done

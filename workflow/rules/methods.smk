@@ -8,9 +8,8 @@ rule run_method:
         dataset=dataset_entry,
         method=method_entry,
         track=method_track,
-        compute=config["compute"],
     log:
-        "results/logs/run_method/{dataset}/{method}/{variant}/seed{seed}.log",
+        "results/logs/run_method/{dataset}/{method}/{variant}/{key}/seed{seed}.log",
     conda:
         method_env
     threads: 1

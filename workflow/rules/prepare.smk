@@ -27,7 +27,7 @@ rule prepare_dataset:
         entry=dataset_entry,
         track=dataset_track,
     log:
-        "results/logs/prepare_dataset/{dataset}/seed{seed}.log",
+        "results/logs/prepare_dataset/{dataset}/{data_key}/seed{seed}.log",
     conda:
         dataset_env
     threads: 1
@@ -44,7 +44,7 @@ rule dataset_genes:
     output:
         plan.DATASET_GENES,
     log:
-        "results/logs/dataset_genes/{dataset}.log",
+        "results/logs/dataset_genes/{dataset}/{data_key}.log",
     conda:
         dataset_env
     localrule: True  # reads one file's gene names: not worth a cluster submission
@@ -66,7 +66,7 @@ rule embed_genes:
     params:
         entry=embedding_entry,
     log:
-        "results/logs/embed_genes/{embedding}/{dataset}.log",
+        "results/logs/embed_genes/{embedding}/{dataset}-{data_key}.log",
     conda:
         "../../envs/representation.yaml"
     priority: 10  # many training jobs wait on the gene tables

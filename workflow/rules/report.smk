@@ -12,7 +12,7 @@ rule aggregate:
         notes=config["evaluation"]["notes"],
         tracks=REGISTRIES.tracks,
     log:
-        "results/logs/aggregate.log",
+        "results/logs/aggregate/{name}.log",
     conda:
         "../../envs/report.yaml"
     localrule: True

@@ -21,5 +21,6 @@ run_method(
     track=load_track(snakemake.params.track["definition"]),
     threads=snakemake.threads,
     gpu_requested=bool(snakemake.resources.gpu),
-    cpu_fallback=snakemake.params.compute["cpu_fallback"],
+    # from the config, not params: where a run trains is no rerun trigger of runs other configurations share
+    cpu_fallback=snakemake.config["compute"]["cpu_fallback"],
 )

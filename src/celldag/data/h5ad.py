@@ -2,9 +2,11 @@
 
 Each source is checked before anything is computed from it, and every problem is collected at once
 (``celldag validate`` prints them all; a job stops at the first, naming the file and the field).
-Representation sources go on to the shared preprocessing (QC, normalisation, HVG, scaling, split);
-lineage sources are pseudo-bulked per leaf, log-transformed if they hold counts and z-scored per
-feature, with an optional seeded cell-half replicate pair.
+Representation sources go on to the shared preprocessing (QC, normalisation, HVG, scaling, split),
+from raw counts, from log-normalised values, or from both in one file (counts for scVI, the file's
+own normalisation for everything else), with the file's own train/val split if it has one. Lineage
+sources are pseudo-bulked per leaf and log-transformed if they hold counts; z-scored per feature only
+with ``standardize: true``; with an optional replicate pair (seeded cell halves, or the file's own).
 """
 
 from __future__ import annotations
@@ -20,16 +22,17 @@ import pandas as pd
 from scipy import sparse
 
 from celldag.contracts import MIN_LEAVES, ContractError
-from celldag.data.leaf_profiles import pseudo_bulk, split_halves, standardise
+from celldag.data.leaf_profiles import given_halves, pseudo_bulk, rows_by_leaf, split_halves, standardise
 from celldag.errors import InputError
-from celldag.representation.preprocess import preprocess, split_params
+from celldag.representation.preprocess import integer_counts, preprocess, split_params
 
 H5AD_PARAMS = {
-    "file": None,        # the name of the .h5ad among the entry's files
-    "label_key": None,   # obs column of cell types (required)
-    "batch_key": None,   # obs column of batches; null: one batch (batch-correction metrics do not apply)
-    "layer": None,       # where the values are: null = X, or a layer name
-    "values": "counts",  # counts (raw integers) | lognorm (log-normalised already)
+    "file": None,           # the name of the .h5ad among the entry's files
+    "label_key": None,      # obs column of cell types (required)
+    "batch_key": None,      # obs column of batches; null: one batch (batch-correction metrics do not apply)
+    "counts_layer": "X",    # where the raw counts are: X, a layer name, or null (none: scVI is not_applicable)
+    "lognorm_layer": None,  # where log-normalised values are: X, a layer name, or null (computed from the counts)
+    "split_key": None,      # obs column of the file's own split ("train" / "val"); null: a seeded stratified split
 }
 LINEAGE_PARAMS = {
     "file": None,
@@ -40,6 +43,8 @@ LINEAGE_PARAMS = {
     "layer": None,
     "values": "counts",   # counts (or TPM, >= 0): leaf means get log1p; transformed: used as they are
     "replicates": False,  # split each leaf's cells in two seeded halves (train/test layers); needs 2+ cells per leaf
+    "replicate_key": None,  # or: obs column of each row's replicate, two values: train = the first in sorted order
+    "standardize": False,   # z-score each feature with the train profiles' statistics; false: values as measured
 }
 
 
@@ -52,12 +57,14 @@ class Values(NamedTuple):
     meant_for: str  # the input the setting is for, as hints name it
 
 
-VALUES = {
+VALUES = {  # h5ad: the role of each matrix it reads; lineage_h5ad: its `values` setting
     "h5ad": {"counts": Values("counts", True, True, "raw count"),
              "lognorm": Values("log-normalised values", True, False, "log-normalised")},
     "lineage_h5ad": {"counts": Values("counts", True, False, "count or TPM"),
                      "transformed": Values("transformed values", False, False, "log-transformed or z-scored")},
 }  # fmt: skip
+HINT = {"h5ad": "; name it in {name}_layer instead for {meant_for} input",  # how a hint names another setting
+        "lineage_h5ad": "; set values: {name} for {meant_for} input"}
 
 
 def read_source(path: str | os.PathLike, backed: bool = False):
@@ -82,9 +89,38 @@ def source_params(loader: str, params: Mapping, files: Mapping[str, str]) -> tup
         raise InputError(f"{loader} params: 'file' must name the .h5ad among the entry's files")
     if own["file"] not in files:
         raise InputError(f"{loader} params: file {own['file']!r} is not among the entry's files {sorted(files)}")
-    if own["values"] not in VALUES[loader]:
-        raise InputError(f"{loader} params: values must be one of {tuple(VALUES[loader])}, got {own['values']!r}")
+    if loader == "h5ad":
+        _check_matrix_params(own)
+    else:
+        _check_lineage_params(own)
     return own, rest, os.fspath(files[own["file"]])
+
+
+def _check_matrix_params(own: Mapping) -> None:
+    names = [own[f"{role}_layer"] for role in VALUES["h5ad"] if own[f"{role}_layer"] is not None]
+    if not names:
+        raise InputError("h5ad params: counts_layer and lognorm_layer are both null; name the matrix of either or both "
+                         "(X or a layer name)")  # fmt: skip
+    if len(set(names)) < len(names):
+        raise InputError(f"h5ad params: counts_layer and lognorm_layer both name {names[0]!r}, but one matrix cannot "
+                         "hold both (counts_layer: null if the file has no counts)")  # fmt: skip
+
+
+def _check_lineage_params(own: Mapping) -> None:
+    if own["values"] not in VALUES["lineage_h5ad"]:
+        raise InputError(f"lineage_h5ad params: values must be one of {tuple(VALUES['lineage_h5ad'])}, got {own['values']!r}")
+    for key in ("replicates", "standardize"):
+        if not isinstance(own[key], bool):
+            raise InputError(f"lineage_h5ad params: {key} must be true or false, got {own[key]!r}")
+    if own["replicates"] and own["replicate_key"] is not None:
+        raise InputError("lineage_h5ad params: replicates: true (seeded cell halves) and replicate_key (the file's own "
+                         "pairs) exclude each other; give one")  # fmt: skip
+
+
+def read_matrices(own: Mapping) -> dict[str, str | None]:
+    """{role: layer (None: X)} of the matrices a representation entry reads, for its roles counts / lognorm."""
+    return {role: None if own[f"{role}_layer"] == "X" else own[f"{role}_layer"]
+            for role in VALUES["h5ad"] if own[f"{role}_layer"] is not None}  # fmt: skip
 
 
 def raise_first(problems: list[ContractError]) -> None:
@@ -97,23 +133,57 @@ def raise_first(problems: list[ContractError]) -> None:
 
 
 def prepare_h5ad(dataset_id: str, params: Mapping, seed: int, files: Mapping[str, str]):
-    """Prepared representation dataset from a lab's cells × genes h5ad."""
+    """Prepared representation dataset from a lab's cells × genes h5ad.
+
+    With both matrices, preprocessing runs on the log-normalised one (so HVGs are selected on it, scanpy's
+    ``seurat`` flavour) and the counts of the cells and genes it keeps become ``layers["counts"]``.
+    """
     own, preprocess_params, path = source_params("h5ad", params, files)
     import anndata
 
-    # backed: with the values in a layer, X (often as large, e.g. scIB's normalised copy) stays on disk
-    adata = read_source(path, backed=own["layer"] is not None)
+    matrices = read_matrices(own)
+    values = "lognorm" if "lognorm" in matrices else "counts"
+    # backed: when the entry reads layers only, X (often as large, e.g. scIB's normalised copy) stays on disk
+    adata = read_source(path, backed=None not in matrices.values())
     try:
         raise_first(representation_problems(adata, path, own, preprocess_params))
         obs = adata.obs if own["batch_key"] else adata.obs.assign(batch=dataset_id)
-        data = anndata.AnnData(X=_source_matrix(adata, own["layer"]), obs=pd.DataFrame(obs),
+        data = anndata.AnnData(X=_source_matrix(adata, matrices[values]), obs=pd.DataFrame(obs),
                                var=pd.DataFrame(index=adata.var_names))
+        if values == "lognorm" and "counts" in matrices:
+            data.layers["counts"] = _source_matrix(adata, matrices["counts"])
     finally:
         if adata.isbacked:
             adata.file.close()
     batch_key = own["batch_key"] or "batch"
-    return preprocess(data, label_key=own["label_key"], batch_key=batch_key, seed=seed, params=preprocess_params,
-                      values=own["values"])
+    prepared = preprocess(data, label_key=own["label_key"], batch_key=batch_key, seed=seed, params=preprocess_params,
+                          values=values)
+    rows = data.obs_names.astype(str).get_indexer(prepared.obs_names)
+    if "counts" in data.layers:
+        _keep_counts(prepared, data, rows, matrix_field(matrices["counts"]))
+    if own["split_key"] is not None:
+        _keep_split(prepared, data.obs[own["split_key"]].astype(str).to_numpy()[rows], own["split_key"])
+    return prepared
+
+
+def _keep_counts(prepared, source, rows: np.ndarray, field: str) -> None:
+    """The source's counts of the cells and genes that preprocessing kept, as ``layers["counts"]``."""
+    import anndata
+
+    genes = pd.Index(anndata.utils.make_index_unique(pd.Index(source.var_names.astype(str))))  # preprocess's names
+    counts = sparse.csr_matrix(source.layers["counts"])[rows][:, genes.get_indexer(prepared.var_names)]
+    prepared.layers["counts"] = integer_counts(counts, field)
+    prepared.uns["preprocess"]["counts"] = field
+
+
+def _keep_split(prepared, split: np.ndarray, key: str) -> None:
+    """The file's own train/val split in place of the seeded one (its cells as kept by preprocessing)."""
+    from celldag.representation.track import SPLITS
+
+    prepared.obs["split"] = pd.Categorical(split, categories=list(SPLITS))
+    record = prepared.uns["preprocess"]
+    del record["val_fraction"]
+    record |= {"split_key": key, "train_cells": int((split == "train").sum()), "val_cells": int((split == "val").sum())}
 
 
 def representation_problems(adata, path: str, own: Mapping, preprocess_params: Mapping) -> list[ContractError]:
@@ -133,14 +203,36 @@ def representation_problems(adata, path: str, own: Mapping, preprocess_params: M
             problems.append(ContractError(path, f"obs['{own['batch_key']}']", (
                 f"a single batch ({only!r}): batch-correction metrics need 2 or more; "
                 "set batch_key: null to score bio-conservation only")))  # fmt: skip
-    field = matrix_field(own["layer"])
-    if own["layer"] is not None and own["layer"] not in adata.layers:
-        return problems + [ContractError(path, field, f"missing (layers: {sorted(adata.layers)})")]
-    values = _stored_values(_source_matrix(adata, own["layer"]))
-    problems += _value_problems(values, path, field, "h5ad", own["values"])
-    if not problems and _all_constant(_source_matrix(adata, own["layer"])):
-        problems.append(ContractError(path, field, "no gene varies across cells (every gene is constant)"))
+    if own["split_key"] is not None:
+        problems += _split_problems(adata.obs, path, own["split_key"], preprocess_params)
+    matrices = read_matrices(own)
+    for role, layer in matrices.items():
+        problems += _matrix_problems(adata, path, layer, "h5ad", role)
+    main = matrices.get("lognorm", matrices.get("counts"))  # the matrix preprocessing reads
+    if not problems and _all_constant(_source_matrix(adata, main)):
+        problems.append(ContractError(path, matrix_field(main), "no gene varies across cells (every gene is constant)"))
     return problems
+
+
+def _split_problems(obs: pd.DataFrame, path: str, key: str, preprocess_params: Mapping) -> list[ContractError]:
+    problems = _column_problems(obs, path, key, "split")
+    if not problems:
+        found = sorted(set(obs[key].astype(str)))
+        if not set(found) <= {"train", "val"} or "train" not in found:
+            problems.append(ContractError(path, f"obs['{key}']", f"split values must be 'train' or 'val', some "
+                                                                 f"'train'; found {found[:5]}"))  # fmt: skip
+    if "val_fraction" in preprocess_params:
+        problems.append(ContractError(path, "params", f"split_key ({key!r}) and val_fraction both given: the file's "
+                                                      "split is used as it is; drop val_fraction"))  # fmt: skip
+    return problems
+
+
+def _matrix_problems(adata, path: str, layer: str | None, loader: str, setting: str) -> list[ContractError]:
+    """A missing layer, or the problems of its values for the loader's ``setting`` (VALUES)."""
+    field = matrix_field(layer)
+    if layer is not None and layer not in adata.layers:
+        return [ContractError(path, field, f"missing (layers: {sorted(adata.layers)})")]
+    return _value_problems(_stored_values(_source_matrix(adata, layer)), path, field, loader, setting)
 
 
 # ---------------------------------------------------------------- lineage
@@ -160,24 +252,30 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
     features_by_cell = sparse.csc_array(_source_matrix(adata, own["layer"]), dtype=np.float64).T
     if own["replicates"]:
         groups = split_halves(leaf_of_row, leaves, seed)
+    elif own["replicate_key"] is not None:
+        groups = given_halves(leaf_of_row, adata.obs[own["replicate_key"]].astype(str).to_numpy(), leaves)
     else:
-        codes = pd.Categorical(leaf_of_row, categories=leaves).codes
-        groups = ([np.flatnonzero(codes == code) for code in range(len(leaves))],)
-    profiles = [pseudo_bulk(features_by_cell, members) for members in groups]
+        groups = (rows_by_leaf(leaf_of_row, leaves),)
+    # row-major like every other loader's matrices: numpy sums a column of a transposed array in another
+    # order, and the z-scores of one matrix would differ between loaders in the last bits
+    profiles = [np.ascontiguousarray(pseudo_bulk(features_by_cell, members)) for members in groups]
     if own["values"] == "counts":
         profiles = [np.log1p(means) for means in profiles]
-    scaled, varies = standardise(*profiles)  # the train half's statistics when there are replicates
+    # features constant over the train profiles are dropped either way: they have no z-score and carry nothing
+    scaled, varies = standardise(*profiles)  # the train profiles' statistics when there are replicates
     if not varies.any():
         raise InputError(f"{path}: {matrix_field(own['layer'])}: no feature varies across the {len(leaves)} leaves")
+    matrices = scaled if own["standardize"] else [values[:, varies] for values in profiles]
     n_cells = pd.Series(leaf_of_row).value_counts().reindex(leaves).to_numpy()
     prepared = anndata.AnnData(
-        X=(scaled[0] + scaled[1]) / 2 if own["replicates"] else scaled[0],
+        X=(matrices[0] + matrices[1]) / 2 if len(matrices) == 2 else matrices[0],
         obs=pd.DataFrame({"n_cells": n_cells}, index=pd.Index(leaves, name="leaf")),
         var=pd.DataFrame(index=pd.Index(adata.var_names[varies].astype(str), name="feature")),
-        layers=dict(zip(("train", "test"), scaled)) if own["replicates"] else {},
+        layers=dict(zip(("train", "test"), matrices)) if len(matrices) == 2 else {},
     )
     prepared.uns["tree_newick"] = to_newick(tree)
     prepared.uns["feature_filter"] = {"features": int(adata.n_vars), "kept": int(varies.sum())}
+    prepared.uns["standardized"] = own["standardize"]
     return prepared
 
 
@@ -186,12 +284,7 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
     if adata.n_obs == 0 or adata.n_vars == 0:
         return [ContractError(path, "X", f"empty matrix ({adata.n_obs} rows × {adata.n_vars} features)")], None, None
     problems = _duplicate_names(adata.var_names, path, "var_names", "feature names")
-    field = matrix_field(own["layer"])
-    if own["layer"] is not None and own["layer"] not in adata.layers:
-        problems.append(ContractError(path, field, f"missing (layers: {sorted(adata.layers)})"))
-    else:
-        values = _stored_values(_source_matrix(adata, own["layer"]))
-        problems += _value_problems(values, path, field, "lineage_h5ad", own["values"])
+    problems += _matrix_problems(adata, path, own["layer"], "lineage_h5ad", own["values"])
 
     leaf_of_row = None
     if own["leaf_key"] is None and own["lineage_key"] is None:
@@ -235,7 +328,27 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
         if small:
             problems.append(ContractError(path, leaf_field, (
                 f"{len(small)} leaves have a single cell (first: {small[:3]}); replicates need 2 per leaf")))  # fmt: skip
+    if own["replicate_key"] is not None and not problems:
+        problems += _replicate_problems(adata.obs, path, own["replicate_key"], leaf_of_row)
     return problems, (leaf_of_row if not problems else None), (tree if not problems else None)
+
+
+def _replicate_problems(obs: pd.DataFrame, path: str, key: str, leaf_of_row: np.ndarray) -> list[ContractError]:
+    """A replicate column needs two values, and every leaf rows of both."""
+    problems = _column_problems(obs, path, key, "replicate")
+    if problems:
+        return problems
+    replicate = obs[key].astype(str).to_numpy()
+    values = np.unique(replicate)
+    if values.size != 2:
+        return [ContractError(path, f"obs['{key}']", f"{values.size} replicate values (first: {values[:3].tolist()}); "
+                                                     "a replicate pair needs exactly 2")]  # fmt: skip
+    pairs = pd.crosstab(leaf_of_row, replicate)
+    unpaired = sorted(pairs.index[(pairs == 0).any(axis=1)])
+    if unpaired:
+        return [ContractError(path, f"obs['{key}']", f"{len(unpaired)} leaves lack rows of one replicate "
+                                                     f"(first: {unpaired[:3]}); each needs both {values.tolist()}")]  # fmt: skip
+    return []
 
 
 def _newick_tree(name: str, files: Mapping[str, str]):
@@ -303,11 +416,11 @@ def matrix_field(layer: str | None) -> str:
     return "X" if layer is None else f"layers['{layer}']"
 
 
-def unread_matrices(adata, path: str, layer: str | None) -> tuple[list[str], list[ContractError]]:
+def unread_matrices(adata, path: str, read: list[str | None]) -> tuple[list[str], list[ContractError]]:
     """(the matrices of the file that the entry does not read, the NaN or infinite values found in them)."""
     fields, problems = [], []
     for other in (None, *adata.layers):
-        if other == layer or (other is None and adata.X is None):
+        if other in read or (other is None and adata.X is None):
             continue
         field = matrix_field(other)
         fields.append(field)
@@ -353,7 +466,7 @@ def _column_problems(obs: pd.DataFrame, path: str, key: str | None, role: str) -
 
 
 def _value_problems(values: np.ndarray, path: str, field: str, loader: str, setting: str) -> list[ContractError]:
-    """Problems of the source matrix for the loader's ``values`` setting (VALUES), each with a hint where one helps."""
+    """Problems of a source matrix for the loader's ``setting`` (VALUES), each with a hint where one helps."""
     if not np.issubdtype(values.dtype, np.number):
         return [ContractError(path, field, f"must be numeric, got dtype {values.dtype}")]
     nonfinite = _nonfinite(values, path, field)
@@ -373,9 +486,9 @@ def _value_problems(values: np.ndarray, path: str, field: str, loader: str, sett
 
 
 def _values_hint(loader: str, setting: str, check: str) -> str:
-    """``; set values: …`` for each other setting of the loader without this check: likely the right one."""
+    """A hint (HINT) at each other setting of the loader without this check: likely the right one."""
     others = [name for name, other in VALUES[loader].items() if name != setting and not getattr(other, check)]
-    return "".join(f"; set values: {name} for {VALUES[loader][name].meant_for} input" for name in others)
+    return "".join(HINT[loader].format(name=name, meant_for=VALUES[loader][name].meant_for) for name in others)
 
 
 def _nonfinite(values: np.ndarray, path: str, field: str) -> list[ContractError]:
@@ -400,16 +513,16 @@ def check_source(loader: str, params: Mapping, files: Mapping[str, str]) -> Sour
     except InputError as err:  # truncated, or not HDF5: a problem of this dataset, not of the config
         return SourceReport([str(err)], [], [])
     if loader == "h5ad":
-        problems = representation_problems(adata, path, own, rest)
+        problems, read = representation_problems(adata, path, own, rest), list(read_matrices(own).values())
     else:
-        problems = lineage_problems(adata, path, own, files)[0]
-    unread, nonfinite = unread_matrices(adata, path, own["layer"])
+        problems, read = lineage_problems(adata, path, own, files)[0], [own["layer"]]
+    unread, nonfinite = unread_matrices(adata, path, read)
     not_read = f" (not read: {', '.join(unread)})" if unread else ""
     # A warning, not a problem: the loader never reads these matrices, so the dataset runs as it is. Yet
     # NaN there often means the entry points at the wrong matrix (layer) or the file was written badly.
     return SourceReport([str(problem) for problem in problems],
                         [f"{problem} (not read by this entry)" for problem in nonfinite],
-                        [("matrix checked", matrix_field(own["layer"]) + not_read)])  # fmt: skip
+                        [("matrix checked", ", ".join(map(matrix_field, read)) + not_read)])  # fmt: skip
 
 
 # `celldag validate` calls a loader's check_source(params, files), when it has one, before preparing

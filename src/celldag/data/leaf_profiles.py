@@ -1,4 +1,4 @@
-"""Cells → leaf profiles of the lineage track: seeded cell-half replicates, per-leaf means, z-scores.
+"""Cells → leaf profiles of the lineage track: seeded cell-half or given replicates, per-leaf means, z-scores.
 
 Shared by the loaders that pseudo-bulk cells onto lineage leaves (``packer2019``, ``lineage_h5ad``).
 """
@@ -10,16 +10,32 @@ import pandas as pd
 from scipy import sparse
 
 
+def rows_by_leaf(leaf_of_cell, leaves: list[str]) -> list[np.ndarray]:
+    """Per leaf (in ``leaves`` order), the indices of its cells."""
+    codes = pd.Categorical(leaf_of_cell, categories=leaves).codes  # integer codes: fast to compare
+    return [np.flatnonzero(codes == code) for code in range(len(leaves))]
+
+
 def split_halves(leaf_of_cell, leaves: list[str], seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per leaf (in ``leaves`` order, one generator), shuffle its cells: first ⌊n/2⌋ train, rest test."""
     rng = np.random.default_rng(seed)
-    codes = pd.Categorical(leaf_of_cell, categories=leaves).codes  # integer codes: fast to compare
     train, test = [], []
-    for code in range(len(leaves)):
-        shuffled = rng.permutation(np.flatnonzero(codes == code))
+    for cells in rows_by_leaf(leaf_of_cell, leaves):
+        shuffled = rng.permutation(cells)
         train.append(shuffled[: shuffled.size // 2])
         test.append(shuffled[shuffled.size // 2 :])
     return train, test
+
+
+def given_halves(leaf_of_cell, replicate_of_cell, leaves: list[str]) -> tuple[list[np.ndarray], ...]:
+    """Per replicate value in sorted order (train first, then test), per leaf, the indices of its cells there.
+
+    A lab's own replicate pairs, kept as measured instead of re-drawn per seed (``split_halves``).
+    """
+    replicate_of_cell = np.asarray(replicate_of_cell)
+    per_leaf = rows_by_leaf(leaf_of_cell, leaves)
+    return tuple([cells[replicate_of_cell[cells] == value] for cells in per_leaf]
+                 for value in np.unique(replicate_of_cell))  # fmt: skip
 
 
 def pseudo_bulk(counts: sparse.sparray, groups: list[np.ndarray]) -> np.ndarray:

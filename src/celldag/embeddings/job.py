@@ -1,4 +1,4 @@
-"""Rule embed_genes: a registry entry + a dataset's gene list → results/embeddings/<id>/<dataset>.parquet."""
+"""Rule embed_genes: a registry entry + a dataset's gene list → results/embeddings/<id>/<dataset>-<data_key>.parquet."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-run scores and run records → results/scores.parquet, results/runs.parquet, results/leaderboard.md."""
+"""Per-run scores and run records → a configuration's scores.parquet, runs.parquet and leaderboard.md (results/{name}/)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baselin
         "# celldag leaderboard",
         "",
         "Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
-        "Per-seed values: `results/scores.parquet`; run records: `results/runs.parquet`.",
+        "Per-seed values: `scores.parquet` beside this file; run records: `runs.parquet`.",
         *(f"- {note}" for note in notes),
     ]
     paired_sections = {dataset: _paired_lines(table, paired) for dataset, table in scores.groupby("dataset")}
@@ -128,17 +128,25 @@ def _paired_lines(scores: pd.DataFrame, paired: Sequence[dict]) -> list[str]:
                 if result is None:
                     continue
                 interval = "–" if result["n"] < 2 else f"[{_number(result['low'])}, {_number(result['high'])}]"
-                rows.append(f"| {comparison['method']} − {other} | {metric} | {_number(result['mean'])} | {interval} | {result['n']} |")
+                rows.append(f"| {comparison['method']} − {other} | {metric} | {_number(result['mean'])} | {interval} "
+                            f"| {result['n']} | {_arrow(scores, metric)} |")  # fmt: skip
     if not rows:
         return []
     return ["", "### paired differences over seeds", "",
-            "Mean of per-seed differences with a 95 % Student-t interval; an interval that covers 0 shows no",
-            "difference at this number of seeds.", "",
-            "| comparison | metric | mean difference | 95 % interval | seeds |", "|---|---|---|---|---|", *rows]  # fmt: skip
+            "Mean of per-seed differences (first method − second) with a 95 % Student-t interval; an interval",
+            "that covers 0 shows no difference at this number of seeds. ↑: higher is better, so a positive",
+            "difference favours the first method; ↓: lower is better (e.g. marker_db), so a negative one does.", "",
+            "| comparison | metric | mean difference | 95 % interval | seeds | better |", "|---|---|---|---|---|---|",
+            *rows]  # fmt: skip
+
+
+def _arrow(scores: pd.DataFrame, metric: str) -> str:
+    """↑ or ↓: the metric's direction, from the scores table's higher_is_better column."""
+    return "↑" if scores.loc[scores["metric"] == metric, "higher_is_better"].iloc[0] else "↓"
 
 
 def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> list[str]:
-    arrows = {m: "↑" if rows.loc[rows["metric"] == m, "higher_is_better"].iloc[0] else "↓" for m in metrics}
+    arrows = {metric: _arrow(rows, metric) for metric in metrics}
     body = []
     for method, variant in keys.itertuples(index=False):
         runs = rows[(rows["method"] == method) & (rows["variant"] == variant)]

@@ -252,9 +252,10 @@ def fit_and_embed(inputs: LineageInput, params: dict, seed: int, rank: np.ndarra
     else:
         _, chosen = train_encoder(train_x, supervision, params, seed, device, params["steps"], held_out,
                                   checkpoints and checkpoints / "selection")  # fmt: skip
-        steps = chosen.best_step  # chosen without the held-out leaves; now trained with them
+        steps = chosen_steps(chosen.history, params["validation_quartets"])  # now trained with the held-out leaves
         selection = {"selection": "holdout_refit", "steps": steps, "validation_qdist": chosen.best_value,
-                     "validated_steps_run": chosen.steps_run, "stopped_early": chosen.stopped_early}  # fmt: skip
+                     "best_validated_step": chosen.best_step, "validated_steps_run": chosen.steps_run,
+                     "stopped_early": chosen.stopped_early}  # fmt: skip
         model, result = train_encoder(train_x, supervision, params, seed, device, steps, None,
                                       checkpoints and checkpoints / "refit")  # fmt: skip
     model.eval()
@@ -263,6 +264,19 @@ def fit_and_embed(inputs: LineageInput, params: dict, seed: int, rank: np.ndarra
         embedding = model(features).float().cpu().numpy().astype(np.float64)
     facts = {"steps_run": result.steps_run, "resumed_from": result.resumed_from, "device": str(device)}
     return embedding, {"supervision": supervision.uns, "training": selection | facts}
+
+
+def chosen_steps(history: list[dict], n_quartets: int) -> int:
+    """The latest validated step whose QDist is within one binomial standard error of the best.
+
+    Validation QDist on a few thousand quartets is noisy and flat near its minimum, so the single
+    best step is often an early one; the refit trains on more leaves (the held-out ones too), which
+    favours longer training, so among steps the validation cannot tell apart it takes the last.
+    """
+    validated = [(row["step"], row["val"]) for row in history if row.get("val") is not None]
+    best = min(value for _, value in validated)
+    tolerance = (max(best, 1 / n_quartets) * (1 - best) / n_quartets) ** 0.5
+    return max(step for step, value in validated if value <= best + tolerance)
 
 
 def train_encoder(train_x: np.ndarray, supervision: Supervision, params: dict, seed: int, device: torch.device,

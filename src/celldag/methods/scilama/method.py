@@ -3,7 +3,8 @@
 The variants are the paper's model and its ablations, all on the same code path:
 ``gene_input`` embeddings (a provider's static table), self_informed (Xᵀ of training cells), random
 and shuffled (drawn from the provider's table per run seed, so the paired comparison over seeds sees
-fresh controls), and ``use_gene_vae: false`` for the cell VAE alone.
+fresh controls), and ``use_gene_vae: false`` for the cell VAE alone. The output records ``gene_input``:
+with the run's seed it names the static vectors the run used (``static_vectors``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import numpy as np
 from celldag.methods import MethodResult
 from celldag.representation.track import RepresentationInput
 from celldag.methods.scilama.train import fit_scilama
+from celldag.representation.scoring import CONTROLS, static_vectors
 
-NEEDS_TABLE = ("embeddings", "random", "shuffled")
+NEEDS_TABLE = ("embeddings", *CONTROLS)
 
 
 def modelled_genes(inputs: RepresentationInput, params: dict) -> tuple[np.ndarray, np.ndarray | None]:
@@ -38,13 +40,17 @@ def modelled_genes(inputs: RepresentationInput, params: dict) -> tuple[np.ndarra
 
 def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     columns, vectors = modelled_genes(inputs, params)
+    fit_params = params
+    if vectors is not None:  # a control is drawn by static_vectors, which the scorer calls too, not inside the fit
+        vectors = static_vectors(vectors, params["gene_input"], seed)
+        fit_params = {**params, "gene_input": "embeddings"}
     batch_codes = np.unique(np.asarray(inputs.batch), return_inverse=True)[1]
     result = fit_scilama(
         expression=np.asarray(inputs.features[:, columns], dtype=np.float32),
         train_mask=inputs.train_mask,
         batch=batch_codes,
         gene_embeddings=vectors,
-        params=params,
+        params=fit_params,
         seed=seed,
         work_dir=inputs.work_dir,
     )
@@ -54,6 +60,7 @@ def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
         gene_embedding=result.gene_embedding,
         gene_ids=gene_ids if result.gene_embedding is not None else None,
         uns={
+            "gene_input": params["gene_input"],
             "genes": {"n_modelled": len(columns), "n_without_embedding": len(inputs.gene_names) - len(columns)},
             "training": {"phases": result.phase_facts, "device": result.device},
         },

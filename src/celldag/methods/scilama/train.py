@@ -42,32 +42,25 @@ class SciLaMAResult:
 
 
 def gene_input_matrix(
-    expression: np.ndarray,
-    train_mask: np.ndarray,
-    gene_embeddings: np.ndarray | None,
-    kind: str,
-    rng: np.random.Generator,
+    expression: np.ndarray, train_mask: np.ndarray, gene_embeddings: np.ndarray | None, kind: str
 ) -> np.ndarray:
-    """The gene VAE's input, one row per gene, for ``kind`` in GENE_INPUTS.
+    """The gene VAE's input, one row per gene: the static ``embeddings``, or ``self_informed`` Xᵀ over
+    training cells only (the official code used all cells, leaking validation and test cells).
 
-    ``self_informed`` is Xᵀ over training cells only (the official code used all cells, leaking
-    validation and test cells). ``random`` draws i.i.d. normals with the embeddings' mean and std;
-    ``shuffled`` gives each gene another gene's embedding (the Table S6 ablations).
+    The ``random`` and ``shuffled`` controls are static vectors drawn before the fit
+    (``celldag.representation.scoring.static_vectors``, which the scorer redraws), then fitted as
+    ``embeddings``.
     """
     if kind == "self_informed":
         return np.ascontiguousarray(expression[train_mask].T, dtype=np.float32)
-    if kind not in GENE_INPUTS:
-        raise ValueError(f"gene_input must be one of {GENE_INPUTS}, got {kind!r}")
+    if kind != "embeddings":
+        raise ValueError(f"gene_input {kind!r}: fit_scilama takes 'embeddings' or 'self_informed'; the "
+                         "controls are drawn by static_vectors first (celldag.methods.scilama.run)")  # fmt: skip
     if gene_embeddings is None:
         raise ValueError(f"gene_input {kind!r} needs gene_embeddings")
     if gene_embeddings.shape[0] != expression.shape[1]:
         raise ValueError(f"gene_embeddings has {gene_embeddings.shape[0]} rows for {expression.shape[1]} genes")
-    embeddings = np.asarray(gene_embeddings, dtype=np.float32)
-    if kind == "random":
-        return rng.normal(embeddings.mean(), embeddings.std(), size=embeddings.shape).astype(np.float32)
-    if kind == "shuffled":
-        return embeddings[rng.permutation(embeddings.shape[0])]
-    return embeddings
+    return np.asarray(gene_embeddings, dtype=np.float32)
 
 
 def one_hot(batch: np.ndarray, train_mask: np.ndarray) -> np.ndarray:
@@ -241,7 +234,6 @@ def fit_scilama(
     train_mask = np.asarray(train_mask, dtype=bool)
     if not train_mask.any():
         raise ValueError("train_mask selects no cells")
-    setup_rng = np.random.default_rng(seed)
 
     covariates = None
     if params["use_batch"]:
@@ -251,7 +243,7 @@ def fit_scilama(
     gene_input = None
     if params["use_gene_vae"]:
         gene_input = torch.as_tensor(
-            gene_input_matrix(expression, train_mask, gene_embeddings, params["gene_input"], setup_rng), device=device
+            gene_input_matrix(expression, train_mask, gene_embeddings, params["gene_input"]), device=device
         )
     x = torch.as_tensor(np.asarray(expression, dtype=np.float32), device=device)
     model = SciLaMA(
