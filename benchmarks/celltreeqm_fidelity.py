@@ -13,7 +13,7 @@ QDist on the file's 20,000 evaluation quartets, K-/U-QDist by the level-2 partit
 - supervised, 3,296 steps budget, celldag's own model selection (step count chosen on held-out
   leaves, then trained on all leaves), mean over 3 seeds.
 
-  .venv/bin/python benchmarks/celltreeqm_fidelity.py [--reference PATH] [--scale 1.0] [--jobs 2]
+  .venv/bin/python benchmarks/celltreeqm_fidelity.py [--reference PATH] [--scale 1.0] [--jobs 2] [--only supervised]
 
 ``--scale 0.05`` runs 5 % of the steps (a smoke test of the script). Each run uses one thread;
 ``--jobs`` runs that many side by side. Prints one table; times are per run, on this machine.
@@ -96,9 +96,10 @@ def main() -> None:
     parser.add_argument("--reference", default=str(REFERENCE))
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the reference step counts")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", default="", help="run only the runs whose name contains this, e.g. supervised")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    jobs = runs(args.scale)
+    jobs = [job for job in runs(args.scale) if args.only in job[0]]
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(one_run, jobs, [args.reference] * len(jobs)))
     print(f"reference {args.reference}; steps × {args.scale}; one thread per run, {args.jobs} side by side\n")
