@@ -32,7 +32,8 @@ def add_deltas(scores: pd.DataFrame, baseline: str, tracks: dict[str, Track]) ->
     """Append Δ rows (``delta_rf`` …) for the metrics their track declares with a Δ: relative reduction
     against ``baseline`` on the same dataset and seed."""
     with_delta = {(track_id, name) for track_id, track in tracks.items() for name, m in track.metrics.items() if m.delta}
-    declared = [(track, metric) in with_delta for track, metric in zip(scores["track"], scores["metric"])]
+    declared = pd.Series([(track, metric) in with_delta for track, metric in zip(scores["track"], scores["metric"])],
+                         index=scores.index)  # fmt: skip
     ok = scores[(scores["status"] == "ok") & declared]
     reference = ok[ok["method"] == baseline].groupby(["dataset", "seed", "metric"])["value"].first()
     others = ok[ok["method"] != baseline].join(reference.rename("baseline"), on=["dataset", "seed", "metric"], how="inner")
