@@ -407,3 +407,9 @@ def test_the_step_count_is_the_latest_validation_within_one_standard_error_of_th
                {"step": 75, "val": 0.052}, {"step": 100, "val": 0.08}]  # fmt: skip
     assert ctqm_train.chosen_steps(history, 2048) == 75  # SE at 0.05 on 2,048 quartets ≈ 0.0048
     assert ctqm_train.chosen_steps(history, 10**7) == 50  # a tiny SE: the best itself
+
+
+def test_the_refit_gives_each_leaf_as_many_quartet_draws_within_the_budget():
+    assert ctqm_train.refit_steps(800, n_known=100, n_held_out=20, budget=3000) == 1000  # 100/80 × 800
+    assert ctqm_train.refit_steps(2800, n_known=100, n_held_out=20, budget=3000) == 3000  # never past `steps`
+    assert ctqm_train.refit_steps(1, n_known=16, n_held_out=4, budget=6) == 1

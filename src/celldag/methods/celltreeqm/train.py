@@ -252,8 +252,10 @@ def fit_and_embed(inputs: LineageInput, params: dict, seed: int, rank: np.ndarra
     else:
         _, chosen = train_encoder(train_x, supervision, params, seed, device, params["steps"], held_out,
                                   checkpoints and checkpoints / "selection")  # fmt: skip
-        steps = chosen_steps(chosen.history, params["validation_quartets"])  # now trained with the held-out leaves
-        selection = {"selection": "holdout_refit", "steps": steps, "validation_qdist": chosen.best_value,
+        validated = chosen_steps(chosen.history, params["validation_quartets"])
+        steps = refit_steps(validated, int(supervision.known_leaves.sum()), int(held_out.sum()), params["steps"])
+        selection = {"selection": "holdout_refit", "steps": steps, "chosen_steps": validated,
+                     "validation_qdist": chosen.best_value,
                      "best_validated_step": chosen.best_step, "validated_steps_run": chosen.steps_run,
                      "stopped_early": chosen.stopped_early}  # fmt: skip
         model, result = train_encoder(train_x, supervision, params, seed, device, steps, None,
@@ -277,6 +279,18 @@ def chosen_steps(history: list[dict], n_quartets: int) -> int:
     best = min(value for _, value in validated)
     tolerance = (max(best, 1 / n_quartets) * (1 - best) / n_quartets) ** 0.5
     return max(step for step, value in validated if value <= best + tolerance)
+
+
+def refit_steps(chosen: int, n_known: int, n_held_out: int, budget: int) -> int:
+    """The refit's step count: the chosen one, scaled to give each leaf as many quartet draws, within ``budget``.
+
+    A step draws a fixed number of quartets, so with the held-out leaves back each leaf is drawn
+    n_known / (n_known − n_held_out) times less often per step; training "the same number of epochs"
+    rather than the same number of updates is the usual rule for the refit after early stopping
+    (Goodfellow, Bengio & Courville, Deep Learning, §7.8, algorithm 7.2). ``budget`` (``steps``) stays
+    the most the method may train.
+    """
+    return min(budget, max(1, round(chosen * n_known / (n_known - n_held_out))))
 
 
 def train_encoder(train_x: np.ndarray, supervision: Supervision, params: dict, seed: int, device: torch.device,
