@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 CORES ?= all
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test lint dry-run validate lock clean
+.PHONY: run test lint dry-run validate audit lock clean
 
 $(BIN)/.installed: requirements/lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ test: $(BIN)/.installed
 # Check datasets of the registry without running anything: make validate DATASETS="pbmc68k_batched my_lab_data"
 validate: $(BIN)/.installed
 	$(BIN)/celldag validate $(DATASETS)
+
+# Check finished results against their records, re-running a sample: make audit AUDIT_ARGS="--sample 5" (docs/audit.md)
+audit: $(BIN)/.installed
+	$(BIN)/celldag audit $(AUDIT_ARGS)
 
 lint: $(BIN)/.installed
 	$(BIN)/snakemake --lint

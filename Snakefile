@@ -8,10 +8,14 @@ min_version("9.1")
 configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/prepare.smk"
 include: "workflow/rules/methods.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/figures.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -12,7 +12,9 @@ import yaml
 
 from celldag.plan import RUN_RECORD, make_plan
 from celldag.registry import load_config
-from conftest import copy_workflow, dry_run_jobs, planned_run, run_snakemake
+from browser import rendered_dom
+from conftest import TRACKS, copy_workflow, dry_run_jobs, planned_run, run_snakemake
+from debian_packages import NotInstallable
 
 pytestmark = pytest.mark.e2e
 
@@ -101,6 +103,29 @@ def test_run_records_hold_provenance(finished_run):
     assert record["device"].startswith("cpu") and record["wall_time_s"] > 0 and record["peak_rss_mb"] > 10
 
 
+def test_every_dataset_has_its_figures_and_the_index_shows_them_in_chromium(finished_run):
+    figures = sorted((finished_run / "results/default/figures").glob("*/*.png"))
+    names = [figure.name for figure in TRACKS["lineage"].figures]
+    assert [f"{p.parent.name}/{p.stem}" for p in figures] == sorted(f"{d}/{n}" for d in ("bm_clean", "bm_small") for n in names)
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in figures)
+    try:
+        dom, widths = rendered_dom(finished_run / "results/default/index.html")
+    except NotInstallable as err:
+        pytest.skip(f"no Chromium here: {err}")
+    assert dom.count("<table") >= 2 + 1  # a leaderboard table per dataset, and the runs that are not ok
+    assert 'id="bm_clean"' in dom and 'id="bm_small"' in dom and "upgma_raw" in dom
+    assert "ValueError: params.features must be" in dom  # the broken method's runs, with their reason
+    assert sorted(widths) == sorted(f"figures/{p.parent.name}/{p.name}" for p in figures)
+    assert all(width > 100 for width in widths.values()), widths  # every figure loaded
+
+
+def test_snakemake_report_holds_every_figure(finished_run):
+    snakemake(finished_run, "--report", "results/report.html")
+    report = (finished_run / "results/report.html").read_text()
+    for name in [figure.name for figure in TRACKS["lineage"].figures] + ["leaderboard"]:
+        assert f"{name}.png" in report or f"{name}.html" in report, name
+
+
 def test_second_run_has_nothing_to_do(finished_run):
     assert "Nothing to be done" in snakemake(finished_run, "-n").stdout + snakemake(finished_run, "-n").stderr
 
@@ -112,7 +137,10 @@ def test_a_second_configuration_shares_identical_runs_and_keeps_its_own_tables(f
     # compute settings say where a job runs, not what it computes: they rerun nothing
     other.write_text(yaml.safe_dump({"name": "other", "method_params": {"nj_pca": {"n_components": 5}},
                                      "compute": {"gpus": True, "cpu_fallback": True}}))  # fmt: skip
-    assert dry_run_jobs(finished_run, "--configfile", str(other)) == {"run_method": 2 * 2, "evaluate": 2, "aggregate": 1, "all": 1}
+    jobs = dry_run_jobs(finished_run, "--configfile", str(other))
+    figures = {rule: 2 for rule in jobs if rule.startswith("figure_lineage_")}  # each figure of the two datasets
+    assert len(figures) == len(TRACKS["lineage"].figures)
+    assert jobs == {"run_method": 2 * 2, "evaluate": 2, "aggregate": 1, **figures, "report_html": 1, "all": 1}
     snakemake(finished_run, "--configfile", str(other))
     scores = {name: pd.read_parquet(finished_run / f"results/{name}/scores.parquet").set_index(
               ["dataset", "method", "seed", "metric"])["value"] for name in ("default", "other")}  # fmt: skip

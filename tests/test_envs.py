@@ -9,7 +9,7 @@ import yaml
 
 from celldag.registry import read_yaml
 
-CONDA_TO_PYPI = {"pytorch": "torch"}  # conda-forge names that differ from PyPI's
+CONDA_TO_PYPI = {"pytorch": "torch", "matplotlib-base": "matplotlib"}  # conda-forge names that differ from PyPI's
 
 
 def normalise(name: str) -> str:

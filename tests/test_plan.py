@@ -21,7 +21,9 @@ def plan_for(registries, **config):
 
 def test_default_config_counts(registries):
     plan = plan_for(registries, datasets=["bm_default"], methods=["nj_raw", "nj_pca", "upgma_raw"], seeds=[0, 1, 2])
-    assert plan.jobs_per_rule() == {"prepare_dataset": 3, "run_method": 9, "evaluate": 1, "aggregate": 1, "all": 1}
+    figures = {f"figure_lineage_{figure.name}": 1 for figure in registries.track("lineage").figures}
+    assert plan.jobs_per_rule() == {"prepare_dataset": 3, "run_method": 9, "evaluate": 1, "aggregate": 1, **figures,
+                                    "report_html": 1, "all": 1}  # fmt: skip
 
 
 def test_seeds_default_to_three(registries):
@@ -88,7 +90,23 @@ def test_configs_differing_in_one_method_param_share_the_rest_and_keep_their_own
     assert one.prepared == other.prepared
     assert not set(one.final_targets) & set(other.final_targets)
     assert not set(one.dataset_scores) & set(other.dataset_scores)
-    assert one.final_targets == ["results/one/scores.parquet", "results/one/runs.parquet", "results/one/leaderboard.md"]
+    assert one.final_targets == ["results/one/scores.parquet", "results/one/runs.parquet", "results/one/leaderboard.md",
+                                 "results/one/index.html"]  # fmt: skip
+    assert not set(one.figure_paths) & set(other.figure_paths)
+
+
+def test_every_dataset_gets_its_track_figures_drawn_from_the_smallest_seed(repo):
+    from celldag.plan import figure_rule
+
+    config, registries = load_config({"datasets": ["bm_default", "pbmc68k_batched"], "methods": ["nj_raw", "pca"],
+                                      "seeds": [2, 1]}, "run.yaml", root=repo)  # fmt: skip
+    planned = make_plan(config, registries)
+    assert planned.figure_seed == 1
+    for dataset, track_id in (("bm_default", "lineage"), ("pbmc68k_batched", "representation")):
+        names = [figure.name for figure in registries.track(track_id).figures]
+        assert "scores" in names and "cost" in names
+        assert [(rule, f) for rule, d, f in planned.figures if d == dataset] == [(figure_rule(track_id, n), n) for n in names]
+        assert f"results/default/figures/{dataset}/scores.png" in planned.figure_paths
 
 
 def test_paper_preset_and_default_config_plan_apart_and_share_identical_runs(repo):

@@ -140,3 +140,12 @@ def test_command_line_strings_become_seeds_and_switches(repo):
     assert config["seeds"] == [0, 3] and config["compute"] == {"gpus": True, "cpu_fallback": False}
     with pytest.raises(ConfigError, match=r"compute\.gpus: 'yes' is not of type 'boolean'"):
         load_config({"datasets": ["bm_default"], "methods": ["nj_raw"], "compute": {"gpus": "yes"}}, "--config", root=repo)
+
+
+def test_a_variant_may_have_its_own_kind_and_must_exist(registries):
+    from celldag.plan import method_kind
+
+    assert method_kind(registries.methods["scilama"], "random") == "control"
+    assert method_kind(registries.methods["scilama"], "text") == "method"
+    assert method_kind(registries.methods["celltreeqm"], "high_level_partition_relabelled") == "control"
+    assert method_kind(registries.methods["nj_raw"], "default") == "baseline"

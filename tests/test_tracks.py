@@ -116,6 +116,8 @@ def registry_tree(tmp_path, **changes) -> dict:
          "config/methods.yaml: nj_raw.needs: the lineage track provides no optional input 'counts'; known: replicates"),
         ({"methods": {"nj_raw": {"needs_by_variant": {"supervised": ["replicates"]}}}},
          "config/methods.yaml: nj_raw.needs_by_variant.supervised: 'nj_raw' has no variant 'supervised'"),
+        ({"methods": {"nj_raw": {"kind_by_variant": {"relabelled": "control"}}}},
+         "config/methods.yaml: nj_raw.kind_by_variant: 'nj_raw' has no variant 'relabelled'"),
         ({"embeddings": {"random_384": {"provider": "celldag.embeddings.providers:noise"}}},
          "config/embeddings.yaml: random_384.provider: module 'celldag.embeddings.providers' defines no 'noise'"),
         ({"tracks": {"lineage": {"definition": "celldag.lineage.track:TRACKS"}}},

@@ -3,6 +3,10 @@
 Run it in the workflow's directory (paths in the registries are relative to it). Exit status 0 when
 every dataset is fine, 1 when a report lists problems, 2 when the config or an id is invalid (the
 other named datasets are still checked and reported).
+
+``celldag audit`` checks a finished results directory against itself (docs/audit.md): recorded
+checksums, and a seeded sample of runs re-run and re-scored. Exit status 0 when everything matched,
+1 when something changed or differs, 2 when the config or an argument is invalid.
 """
 
 from __future__ import annotations
@@ -23,12 +27,28 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("datasets", nargs="+", metavar="DATASET", help="dataset ids of the registry")
     validate.add_argument("--configfile", default=DEFAULT_CONFIG,
                           help=f"run config naming the registries (default {DEFAULT_CONFIG})")  # fmt: skip
+    _add_audit(commands)
     args = parser.parse_args(argv)
     try:
+        if args.command == "audit":
+            from celldag.audit import audit
+
+            return audit(args.configfile, args.sample, args.seed, args.run)
         return _validate(args.datasets, args.configfile)
     except InputError as err:
         print(one_line(err), file=sys.stderr)
         return 2
+
+
+def _add_audit(commands) -> None:
+    audit = commands.add_parser("audit", help="check a finished results directory: checksums, and a sample of runs re-run")
+    audit.add_argument("--configfile", default=DEFAULT_CONFIG,
+                       help=f"the run config of the results (default {DEFAULT_CONFIG}; another file overrides it key by key, "
+                            "as snakemake --configfile does)")  # fmt: skip
+    audit.add_argument("--sample", type=int, default=3, metavar="N", help="how many ok runs to re-run (default 3; 0: none)")
+    audit.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sample (default 0)")
+    audit.add_argument("--run", nargs="+", action="extend", metavar="DATASET/METHOD/VARIANT/SEED",
+                       help="re-run these runs instead of a sample")  # fmt: skip
 
 
 def _validate(dataset_ids: list[str], configfile: str) -> int:

@@ -34,6 +34,9 @@ DATASET_SCORES = "results/{name}/scores/{dataset}.parquet"  # every run on one d
 SCORES = "results/{name}/scores.parquet"
 RUNS = "results/{name}/runs.parquet"
 LEADERBOARD = "results/{name}/leaderboard.md"
+FIGURE = "results/{name}/figures/{dataset}/{figure}.png"  # a figure of its track (celldag.tracks.Figure)
+INDEX = "results/{name}/index.html"  # leaderboards, figures and failed runs on one static page
+LEADERBOARD_HTML = "results/{name}/leaderboard.html"
 
 
 @dataclass(frozen=True, order=True)
@@ -55,6 +58,8 @@ class Plan:
     runs: tuple[Run, ...]
     downloads: tuple[str, ...] = ()  # resources/… files of the url datasets and gene embeddings the runs use
     gene_tables: tuple[str, ...] = ()  # results/embeddings/… tables the runs (and shuffled controls) read
+    figures: tuple[tuple[str, str, str], ...] = ()  # (rule, dataset, figure): each dataset's figures of its track
+    figure_seed: int = 0  # the seed whose outputs figures draw (trees, UMAPs): the config's smallest
 
     @property
     def prepared(self) -> tuple[str, ...]:
@@ -79,13 +84,24 @@ class Plan:
                 "run_method": len(self.runs),
                 "evaluate": len(self.dataset_scores),
                 "aggregate": 1,
+                **Counter(rule for rule, _, _ in self.figures),
+                "report_html": 1,
                 "all": 1,
             }
         )
 
     @property
+    def figure_paths(self) -> list[str]:
+        return [FIGURE.format(name=self.name, dataset=dataset, figure=figure) for _, dataset, figure in self.figures]
+
+    @property
     def final_targets(self) -> list[str]:
-        return [pattern.format(name=self.name) for pattern in (SCORES, RUNS, LEADERBOARD)]
+        return [pattern.format(name=self.name) for pattern in (SCORES, RUNS, LEADERBOARD, INDEX)]
+
+
+def figure_rule(track_id: str, figure: str) -> str:
+    """The rule drawing one figure of a track (a rule per figure: each has its own caption in the report)."""
+    return f"figure_{track_id}_{figure}"
 
 
 def settings_key(settings: dict) -> str:
@@ -146,7 +162,12 @@ def make_plan(config: dict, registries: Registries) -> Plan:
         if "url" in file
     }
     gene_tables = {path for _, path in tables}
-    return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)))
+    figures = []
+    for dataset in sorted({run.dataset for run in runs}):
+        track_id = registries.datasets[dataset]["track"]
+        figures += [(figure_rule(track_id, f.name), dataset, f.name) for f in registries.track(track_id).figures]
+    return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)),
+                tuple(figures), figure_seed=min(config["seeds"]))  # fmt: skip
 
 
 def dataset_files(dataset_id: str, entry: dict) -> dict[str, str]:
@@ -172,6 +193,11 @@ def embeddings_needed(embedding: str | None, embeddings: dict[str, dict]) -> lis
 def method_params(method_entry: dict, variant: str) -> dict:
     """The parameters of one variant: the method's shared params overlaid with the variant's own."""
     return {**method_entry["params"], **method_entry["variants"][variant]}
+
+
+def method_kind(method_entry: dict, variant: str) -> str:
+    """method, baseline or control: the variant's own kind where the registry gives one, else the method's."""
+    return method_entry.get("kind_by_variant", {}).get(variant, method_entry["kind"])
 
 
 def method_needs(method_entry: dict, variant: str) -> list[str]:

@@ -51,7 +51,22 @@ def prepare_dataset(dataset_id: str, entry: dict, track: Track, seed: int, files
     adata.uns["dataset_id"] = dataset_id
     adata.uns["track"] = entry["track"]
     adata.uns["seed"] = seed
+    adata.uns[SOURCE_FILES] = source_files(files or {})
     return adata
+
+
+SOURCE_FILES = "source_files"  # uns key: the files a prepared dataset was built from, each with its sha256
+
+
+def source_files(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """{file name: {path, sha256}} of a dataset's source files (downloads, a lab's h5ad).
+
+    Runs copy these digests into their records, so ``celldag audit`` can name a download or lab file
+    that changed after the dataset was prepared. Keyed by file name: h5ad keys cannot hold a path's '/'.
+    """
+    from celldag.artifacts import sha256_file
+
+    return {name: {"path": str(path), "sha256": sha256_file(path)} for name, path in sorted(files.items())}
 
 
 def write_prepared_dataset(dataset_id: str, entry: dict, track: Track, seed: int, path: str,

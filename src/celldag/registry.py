@@ -132,6 +132,9 @@ def check_references(registries: Registries, files: dict[str, str]) -> None:
             if "track" in entry and entry["track"] not in registries.tracks:
                 raise ConfigError(f"{where}.track: unknown track {entry['track']!r}; known: {known_tracks}")
     for method, entry in registries.methods.items():
+        unknown = sorted(set(entry["kind_by_variant"]) - set(entry["variants"]))
+        if unknown:
+            raise ConfigError(f"{files['methods']}: {method}.kind_by_variant: {method!r} has no variant {unknown[0]!r}")
         inputs = registries.track(entry["track"]).inputs
         for variant, needs in {None: entry["needs"], **entry["needs_by_variant"]}.items():
             where = f"{files['methods']}: {method}." + ("needs" if variant is None else f"needs_by_variant.{variant}")

@@ -140,6 +140,21 @@ def without_none(facts: dict) -> dict:
             for key, value in facts.items() if value is not None}  # fmt: skip
 
 
+def audit_facts(prepared, prepared_path: str, gene_table_path: str | None, output_path: str, threads: int) -> dict:
+    """What ``celldag audit`` needs to check a finished run and re-run it from its record alone.
+
+    The output's digest is taken from the file as written (the record is written after it); the
+    prepared dataset's source digests are those ``prepare`` stored in it; ``threads`` because BLAS
+    results differ in their last bits between thread counts.
+    """
+    from celldag.prepare import SOURCE_FILES
+
+    inputs = {"prepared": prepared_path} | ({"gene_table": gene_table_path} if gene_table_path else {})
+    sources = {file["path"]: file["sha256"] for file in dict(prepared.uns.get(SOURCE_FILES, {})).values()}
+    return {"inputs": inputs, "output_sha256": artifacts.sha256_file(output_path), "source_sha256": sources,
+            "threads": threads}  # fmt: skip
+
+
 def run_method(
     *, prepared_path: str, gene_table_path: str | None = None, output_path: str, record_path: str,
     dataset_id: str, dataset_entry: dict, method_id: str, method_entry: dict, variant: str, seed: int, track: Track,
@@ -180,6 +195,7 @@ def run_method(
         input_checksums=input_checksums,
         **ids, track=method_entry["track"], status=status, status_reason=reason, method_facts=result.uns,
         dataset_facts=scalar_facts(prepared.uns),
+        **audit_facts(prepared, prepared_path, gene_table_path, output_path, threads),
     )  # fmt: skip
     artifacts.write_json(record, record_path)
     # a finished run needs no checkpoint; paper-sized models would leave hundreds of MB per run

@@ -7,7 +7,10 @@ once per dataset. Runs that are not ``ok`` get NaN rows for the track's core met
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+from pathlib import Path
 
 from celldag import contracts, artifacts
 from celldag.tracks import ScoringContext, Track
@@ -57,4 +60,38 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
         }))  # fmt: skip
     table = pd.concat(frames, ignore_index=True)
     contracts.check_scores(table, scores_path)
-    artifacts.write_parquet(table, scores_path)
+    write_scores(table, scores_path)
+
+
+def checksums_path(scores_path: str) -> str:
+    """``results/{name}/scores/{dataset}.sha256.json`` beside ``{dataset}.parquet``."""
+    return str(Path(scores_path).with_suffix(".sha256.json"))
+
+
+def write_scores(table, scores_path: str) -> None:
+    """The scores table and, beside it, its sha256 and one digest per row (``celldag audit`` names an edited
+    score by its run and metric from them).
+
+    The checksums are written before the table is moved into place: a job killed in between leaves no
+    table, so Snakemake reruns it, and never a table whose checksums are stale.
+    """
+    with artifacts.atomic_path(scores_path) as tmp:
+        table.to_parquet(tmp, index=False)
+        artifacts.write_json({"sha256": artifacts.sha256_file(tmp), "rows": score_digests(table)},
+                             checksums_path(scores_path))  # fmt: skip
+
+
+def score_digests(table) -> dict[str, dict[str, str]]:
+    """{run "dataset/method/variant/seed": {metric: sha256 of the row}}; floats by their exact hex form."""
+    digests: dict[str, dict[str, str]] = {}
+    for row in table.to_dict("records"):
+        canonical = json.dumps({column: _exact(value) for column, value in row.items()}, sort_keys=True)
+        run = f"{row['dataset']}/{row['method']}/{row['variant']}/{row['seed']}"
+        digests.setdefault(run, {})[row["metric"]] = hashlib.sha256(canonical.encode()).hexdigest()
+    return digests
+
+
+def _exact(value):
+    if isinstance(value, float):  # every bit: an edit in the 17th digit changes the digest too
+        return value.hex()
+    return value.item() if hasattr(value, "item") else value

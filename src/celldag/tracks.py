@@ -21,11 +21,18 @@ workflow can read every track when it parses, and each job imports only the func
 from __future__ import annotations
 
 from collections.abc import Mapping
+import importlib.util
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from celldag import extensions
 from celldag.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from anndata import AnnData
 
 DELTA_PREFIX = "delta_"  # the leaderboard's Δ against the run config's delta_baseline method
 
@@ -54,6 +61,46 @@ class ScoringContext:
     table_paths: tuple[str, ...] = ()  # gene-embedding tables the runs read
 
 
+FIGURE_INPUTS = ("scores", "runs", "outputs", "tables")  # what a figure may read (its job's inputs)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a dataset's report: ``results/{name}/figures/{dataset}/{figure}.png``, one job each.
+
+    ``needs`` lists what the job reads (of ``FIGURE_INPUTS``), so a figure reruns only when that changed
+    and starts as soon as that exists (a UMAP grid needs the outputs, not the slow scoring job).
+    """
+
+    name: str  # file stem, unique in the track
+    draw: str  # reference (FigureData) -> matplotlib.figure.Figure; deterministic (same inputs, same pixels)
+    caption: str  # reStructuredText file, relative to the folder of draw's module: what is plotted, which seed, how to read it
+    needs: tuple[str, ...] = ("scores",)
+
+    def caption_path(self) -> Path:
+        """The caption file (package data beside the drawing module), found without importing the module."""
+        spec = importlib.util.find_spec(self.draw.partition(":")[0])
+        return Path(spec.origin).parent / self.caption
+
+
+@dataclass(frozen=True)
+class FigureData:
+    """What a figure's ``draw`` gets: one dataset, read by the figure job (fields it did not need are empty)."""
+
+    dataset: str
+    dataset_entry: dict  # the registry entry (e.g. marker genes)
+    track_id: str
+    track: "Track"
+    seed: int  # the seed whose outputs are drawn: the run config's smallest
+    evaluation: dict  # the run config's `evaluation` section (e.g. `paired`, `delta_baseline`)
+    kinds: Mapping[str, str] = field(default_factory=dict)  # "method/variant" -> method | baseline | control
+    scores: "pd.DataFrame | None" = None  # results/{name}/scores/{dataset}.parquet: every seed, no Δ rows
+    runs: "pd.DataFrame | None" = None  # the dataset's run records (report.leaderboard.RUN_COLUMNS), every seed
+    prepared: "AnnData | None" = None  # the prepared dataset of `seed` (with "outputs")
+    outputs: Mapping[str, "AnnData"] = field(default_factory=dict)  # "method/variant" -> output of `seed`
+    tables: tuple[str, ...] = ()  # the gene-embedding tables (parquet) the runs of `seed` read
+
+
 @dataclass(frozen=True)
 class Track:
     """A track's declaration. Each ``str`` field is a reference (``module:function``) with the signature noted."""
@@ -67,8 +114,11 @@ class Track:
     scorer: str  # (prepared, outputs, ScoringContext) -> [{metric: value}], one dict per output (empty if not ok)
     metric_groups: tuple[MetricGroup, ...]
     dataset_facts: str  # (prepared, registry entry) -> [(what, value)]: what `celldag validate` reports of a prepared dataset
-    figures: tuple[str, ...] = field(default=())  # (scores, results_dir) -> [figure paths], drawn by the report
+    figures: tuple[Figure, ...] = field(default=())  # the report's figures of each dataset of the track
     arrange: str | None = None  # (adata, seed) -> adata: the rows of a prepared dataset in the order methods get
+
+    def figure(self, name: str) -> Figure:
+        return next(figure for figure in self.figures if figure.name == name)
 
     def call(self, role: str, *args):
         """Call the function this track names for ``role`` (e.g. ``"scorer"``)."""
@@ -114,8 +164,16 @@ def check_declaration(track: Track, where: str) -> None:
         extensions.check_reference(getattr(track, role), f"{where}: {role}")
     if track.arrange is not None:
         extensions.check_reference(track.arrange, f"{where}: arrange")
-    for index, figure in enumerate(track.figures):
-        extensions.check_reference(figure, f"{where}: figures[{index}]")
+    for figure in track.figures:
+        extensions.check_reference(figure.draw, f"{where}: figures {figure.name!r}")
+        if not figure.caption_path().is_file():
+            raise InputError(f"{where}: figures {figure.name!r}: no caption file {figure.caption_path()}")
+        unknown = sorted(set(figure.needs) - set(FIGURE_INPUTS))
+        if unknown:
+            raise InputError(f"{where}: figures {figure.name!r}: needs {unknown}, not among {list(FIGURE_INPUTS)}")
+    figure_names = [figure.name for figure in track.figures]
+    if len(set(figure_names)) < len(figure_names):
+        raise InputError(f"{where}: figure names repeat: {figure_names}")
     names = [metric.name for group in track.metric_groups for metric in group.metrics]
     if not track.core_metrics:
         raise InputError(f"{where}: no core metric (every run needs at least one row)")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -36,43 +35,27 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: also when run as a script
+import debian_packages  # noqa: E402
+from debian_packages import binary  # noqa: E402
+
 PARTITION = "celldag"
 PACKAGES = ("slurm-wlm", "munge")
 STARTED = "started.json"  # the daemons start() started: name, pid
+NEEDED = ("slurmctld", "slurmd", "munged", "munge", "sbatch", "sinfo", "squeue", "scontrol")
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")  # where srun looks when SLURM_CONF is gone (Debian's build)
-_SEARCH = ("/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin")
 
 
 class Unavailable(RuntimeError):
     """SLURM cannot run on this machine (not installed and not installable here)."""
 
 
-def binary(name: str) -> str | None:
-    """Full path of a program, also in the sbin folders a non-login PATH may lack."""
-    return shutil.which(name) or shutil.which(name, path=os.pathsep.join(_SEARCH))
-
-
 def ensure_installed() -> None:
     """Install slurm-wlm and munge with apt-get when slurmctld is missing, or raise Unavailable."""
-    if not sys.platform.startswith("linux"):
-        raise Unavailable(f"needs Linux, this is {sys.platform}")
-    needed = ("slurmctld", "slurmd", "munged", "munge", "sbatch", "sinfo", "squeue", "scontrol")
-    if all(binary(name) for name in needed):
-        return
-    if os.geteuid() != 0:
-        raise Unavailable("slurmctld is not installed and this is not root (cannot apt-get install slurm-wlm munge)")
-    if binary("apt-get") is None:
-        raise Unavailable("slurmctld is not installed and there is no apt-get to install slurm-wlm and munge")
-    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
-    install = [binary("apt-get"), "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
-    result = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:  # empty package lists on a fresh image: update once, then retry
-        subprocess.run([binary("apt-get"), "update", "-q"], env=env, capture_output=True, text=True, timeout=600)
-        result = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
-    missing = [name for name in needed if binary(name) is None]
-    if result.returncode != 0 or missing:
-        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [f"still missing {missing}"]
-        raise Unavailable(f"apt-get install {' '.join(PACKAGES)} failed: {tail[0]}")
+    try:
+        debian_packages.ensure_installed(PACKAGES, NEEDED)
+    except debian_packages.NotInstallable as err:
+        raise Unavailable(str(err)) from None
 
 
 def short_hostname() -> str:

@@ -159,3 +159,31 @@ def all_run_files(pattern):
 def genes_source(wildcards):
     """The prepared file dataset_genes reads: preprocessing keeps the same genes for every seed."""
     return plan.PREPARED.format(dataset=wildcards.dataset, data_key=prepared_key(wildcards), seed=min(config["seeds"]))
+
+
+def figure_inputs(needs):
+    """Input function of a figure's rule: the files its ``needs`` name, for one dataset."""
+
+    def inputs(wildcards):
+        runs = PLAN.runs_on(wildcards.dataset)
+        shown = [run for run in runs if run.seed == PLAN.figure_seed]
+        paths = {}
+        if "scores" in needs:
+            paths["scores"] = plan.DATASET_SCORES.format(name=wildcards.name, dataset=wildcards.dataset)
+        if "runs" in needs:
+            paths["records"] = [run.path(plan.RUN_RECORD) for run in runs]
+        if "outputs" in needs or "tables" in needs:
+            paths["prepared"] = shown[0].path(plan.PREPARED)
+            paths["outputs"] = [run.path(plan.RUN_OUTPUT) for run in shown]
+        if "tables" in needs:
+            tables = {run.path(plan.GENE_TABLE, embedding=e) for run in shown if (e := plan.run_embedding(run, REGISTRIES))}
+            paths["tables"] = sorted(tables)
+        return paths
+
+    return inputs
+
+
+def method_kinds():
+    """"method/variant" → method | baseline | control, for every variant of the registry."""
+    return {f"{method}/{variant}": plan.method_kind(entry, variant)
+            for method, entry in REGISTRIES.methods.items() for variant in entry["variants"]}  # fmt: skip

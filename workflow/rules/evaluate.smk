@@ -4,7 +4,8 @@ rule evaluate:
     input:
         unpack(evaluation_inputs),
     output:
-        plan.DATASET_SCORES,
+        scores=plan.DATASET_SCORES,
+        checksums=plan.DATASET_SCORES.replace(".parquet", ".sha256.json"),  # per-row digests for celldag audit
     params:
         dataset=dataset_entry,
         track=dataset_track,

@@ -22,3 +22,41 @@ rule aggregate:
         runtime=per_attempt(10),
     script:
         "../scripts/aggregate.py"
+
+
+# results/{name}/index.html (static, opens without a server) and leaderboard.html (for `snakemake --report`)
+rule report_html:
+    input:
+        scores=plan.SCORES,
+        runs=plan.RUNS,
+        leaderboard=plan.LEADERBOARD,
+        figures=PLAN.figure_paths,
+    output:
+        index=plan.INDEX,
+        leaderboard=report(
+            plan.LEADERBOARD_HTML,
+            caption="../report/leaderboard.rst",
+            category="Leaderboard",
+            labels={"table": "leaderboard"},
+        ),
+    params:
+        captions=[
+            str(REGISTRIES.track(REGISTRIES.datasets[d]["track"]).figure(f).caption_path())
+            for _, d, f in PLAN.figures
+        ],
+        baseline=config["evaluation"]["delta_baseline"],
+        paired=config["evaluation"]["paired"],
+        notes=config["evaluation"]["notes"],
+        tracks=REGISTRIES.tracks,
+        kinds=method_kinds(),
+    log:
+        "results/logs/report_html/{name}.log",
+    conda:
+        "../../envs/report.yaml"
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=per_attempt(2000),
+        runtime=per_attempt(10),
+    script:
+        "../scripts/report_html.py"

@@ -11,7 +11,7 @@ score_dataset(
     prepared_paths=list(snakemake.input.prepared),
     output_paths=list(snakemake.input.outputs),
     table_paths=list(snakemake.input.tables),
-    scores_path=snakemake.output[0],
+    scores_path=snakemake.output.scores,
     track_id=snakemake.params.dataset["track"],
     track=load_track(snakemake.params.track["definition"]),
     dataset=snakemake.params.dataset,

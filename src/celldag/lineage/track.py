@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from celldag.contracts import MIN_LEAVES, ContractError, require_finite_matrix
-from celldag.tracks import Metric, MetricGroup, Track
+from celldag.report.figures import COMMON
+from celldag.tracks import Figure, Metric, MetricGroup, Track
 
 TRACK = Track(
     x_dtype="float64",  # leaves × features is small
@@ -43,6 +44,12 @@ TRACK = Track(
         )),
     ),  # fmt: skip
     dataset_facts="celldag.lineage.track:dataset_facts",
+    figures=(
+        *COMMON,
+        Figure("trees", "celldag.lineage.figures:trees", "captions/trees.rst", needs=("scores", "outputs")),
+        Figure("distances", "celldag.lineage.figures:distances", "captions/distances.rst", needs=("scores",)),
+        Figure("partition", "celldag.lineage.figures:partition", "captions/partition.rst", needs=("scores",)),
+    ),
     arrange="celldag.lineage.track:seeded_leaf_order",
 )
 

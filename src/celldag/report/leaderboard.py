@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -12,7 +13,7 @@ from celldag.scoring import relative_reduction
 from celldag.tracks import DELTA_PREFIX, Track
 
 RUN_COLUMNS = ["dataset", "method", "variant", "seed", "status", "status_reason", "wall_time_s", "peak_rss_mb",
-               "device", "config_hash"]  # fmt: skip
+               "device", "config_hash", "record"]  # fmt: skip
 
 
 def collect_scores(paths: Sequence[str]) -> pd.DataFrame:
@@ -24,7 +25,7 @@ def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
     for path in paths:
         with open(path) as handle:
             record = json.load(handle)
-        records.append({"dataset": record["dataset_id"], "method": record["method_id"], **record})
+        records.append({"dataset": record["dataset_id"], "method": record["method_id"], **record, "record": str(path)})
     return pd.DataFrame(records)[RUN_COLUMNS].sort_values(["dataset", "method", "variant", "seed"])
 
 
@@ -60,29 +61,74 @@ def _cell(values: pd.Series, statuses: pd.Series) -> str:
     return text + (f" ({missing} not ok)" if missing else "")
 
 
-def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
-                         paired: Sequence[dict] = (), notes: Sequence[str] = ()) -> str:  # fmt: skip
-    """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first."""
-    lines = [
-        "# celldag leaderboard",
-        "",
-        "Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
-        "Per-seed values: `scores.parquet` beside this file; run records: `runs.parquet`.",
-        *(f"- {note}" for note in notes),
+@dataclass(frozen=True)
+class Heading:
+    level: int  # 1 = the document's title, 2 = a dataset, 3 = a metric group or the paired differences
+    text: str
+    dataset: str = ""  # the dataset a level-2 heading opens
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    lines: tuple[str, ...]
+    bullets: bool = False  # one bullet per line
+
+
+@dataclass(frozen=True)
+class Table:
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+Block = Heading | Paragraph | Table
+
+
+def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
+                       paired: Sequence[dict] = (), notes: Sequence[str] = ()) -> list[Block]:  # fmt: skip
+    """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first (rendered as
+    Markdown here and as HTML by ``celldag.report.html``: one content, two formats)."""
+    blocks: list[Block] = [
+        Heading(1, "celldag leaderboard"),
+        Paragraph(("Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
+                   "Per-seed values: `scores.parquet` beside this file; run records: `runs.parquet`.")),  # fmt: skip
     ]
-    paired_sections = {dataset: _paired_lines(table, paired) for dataset, table in scores.groupby("dataset")}
+    if notes:
+        blocks.append(Paragraph(tuple(notes), bullets=True))
+    paired_sections = {dataset: _paired_blocks(table, paired) for dataset, table in scores.groupby("dataset")}
     if baseline and scores["metric"].str.startswith(DELTA_PREFIX).any():
-        lines.append(f"Δ = relative reduction against `{baseline}` on the same dataset and seed: (baseline − method) / baseline.")
+        blocks.append(Paragraph((f"Δ = relative reduction against `{baseline}` on the same dataset and seed: "
+                                 "(baseline − method) / baseline.",)))  # fmt: skip
     for (dataset, track), table in scores.groupby(["dataset", "track"], sort=True):
-        lines += ["", f"## {dataset} ({track})"]
+        blocks.append(Heading(2, f"{dataset} ({track})", dataset))
         for index, (group, metrics) in enumerate(_metric_groups(table, tracks[track]).items()):
             rows = table[table["metric"].isin(metrics)]
             keys = rows[["method", "variant"]].drop_duplicates()
             if index:
-                lines += ["", f"### {group}"]
-            lines += [""] + _table(rows, keys, metrics)
-        lines += paired_sections.get(dataset, [])
+                blocks.append(Heading(3, group))
+            blocks.append(_table(rows, keys, metrics))
+        blocks += paired_sections.get(dataset, [])
+    return blocks
+
+
+def markdown(blocks: Sequence[Block]) -> str:
+    lines: list[str] = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            lines += ["", f"{'#' * block.level} {block.text}"] if lines else [f"# {block.text}"]
+        elif isinstance(block, Paragraph):
+            lines += [f"- {line}" for line in block.lines] if block.bullets else ["", *block.lines]
+        else:
+            lines += ["", _markdown_row(block.header), "|" + "---|" * len(block.header), *map(_markdown_row, block.rows)]
     return "\n".join(lines) + "\n"
+
+
+def _markdown_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
+                         paired: Sequence[dict] = (), notes: Sequence[str] = ()) -> str:  # fmt: skip
+    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes))
 
 
 def _metric_groups(table: pd.DataFrame, track: Track) -> dict[str, list[str]]:
@@ -120,25 +166,32 @@ def paired_difference(scores: pd.DataFrame, method: str, other: str, metric: str
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
-def _paired_lines(scores: pd.DataFrame, paired: Sequence[dict]) -> list[str]:
+def paired_rows(scores: pd.DataFrame, paired: Sequence[dict]) -> list[dict]:
+    """Every comparison the config asks for that has runs on this table: method, other, metric and the difference."""
     rows = []
     for comparison in paired:
         for other in comparison["against"]:
             for metric in comparison["metrics"]:
                 result = paired_difference(scores, comparison["method"], other, metric)
-                if result is None:
-                    continue
-                interval = "–" if result["n"] < 2 else f"[{_number(result['low'])}, {_number(result['high'])}]"
-                rows.append(f"| {comparison['method']} − {other} | {metric} | {_number(result['mean'])} | {interval} "
-                            f"| {result['n']} | {_arrow(scores, metric)} |")  # fmt: skip
+                if result is not None:
+                    rows.append({"method": comparison["method"], "other": other, "metric": metric, **result,
+                                 "higher_is_better": _arrow(scores, metric) == "↑"})  # fmt: skip
+    return rows
+
+
+def _paired_blocks(scores: pd.DataFrame, paired: Sequence[dict]) -> list[Block]:
+    rows = []
+    for row in paired_rows(scores, paired):
+        interval = "–" if row["n"] < 2 else f"[{_number(row['low'])}, {_number(row['high'])}]"
+        rows.append((f"{row['method']} − {row['other']}", row["metric"], _number(row["mean"]), interval, str(row["n"]),
+                     _arrow(scores, row["metric"])))  # fmt: skip
     if not rows:
         return []
-    return ["", "### paired differences over seeds", "",
-            "Mean of per-seed differences (first method − second) with a 95 % Student-t interval; an interval",
-            "that covers 0 shows no difference at this number of seeds. ↑: higher is better, so a positive",
-            "difference favours the first method; ↓: lower is better (e.g. marker_db), so a negative one does.", "",
-            "| comparison | metric | mean difference | 95 % interval | seeds | better |", "|---|---|---|---|---|---|",
-            *rows]  # fmt: skip
+    return [Heading(3, "paired differences over seeds"),
+            Paragraph(("Mean of per-seed differences (first method − second) with a 95 % Student-t interval; an interval",
+                       "that covers 0 shows no difference at this number of seeds. ↑: higher is better, so a positive",
+                       "difference favours the first method; ↓: lower is better (e.g. marker_db), so a negative one does.")),
+            Table(("comparison", "metric", "mean difference", "95 % interval", "seeds", "better"), tuple(rows))]  # fmt: skip
 
 
 def _arrow(scores: pd.DataFrame, metric: str) -> str:
@@ -146,7 +199,7 @@ def _arrow(scores: pd.DataFrame, metric: str) -> str:
     return "↑" if scores.loc[scores["metric"] == metric, "higher_is_better"].iloc[0] else "↓"
 
 
-def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> list[str]:
+def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> Table:
     arrows = {metric: _arrow(rows, metric) for metric in metrics}
     body = []
     for method, variant in keys.itertuples(index=False):
@@ -159,9 +212,9 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> list[s
         mean = first.loc[first["status"] == "ok", "value"].mean()
         sort_key = -mean if arrows[metrics[0]] == "↑" else mean
         seeds = runs.groupby("seed")["status"].first()
-        body.append(((pd.isna(sort_key), sort_key, method, variant), [method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}"]))
-    header = "| method | variant | " + " | ".join(f"{m} {arrows[m]}" for m in metrics) + " | seeds ok |"
-    return [header, "|" + "---|" * (len(metrics) + 3)] + ["| " + " | ".join(cells) + " |" for _, cells in sorted(body)]
+        body.append(((pd.isna(sort_key), sort_key, method, variant), (method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}")))
+    header = ("method", "variant", *(f"{m} {arrows[m]}" for m in metrics), "seeds ok")
+    return Table(header, tuple(cells for _, cells in sorted(body)))
 
 
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,

@@ -195,6 +195,15 @@ def _check_inputs(embeddings, n_cells, batch, pre_integration, batch_metrics: bo
         raise ValueError(f"batch metrics need pre_integration with {n_cells} rows (the PCR comparison's reference)")
 
 
+def marker_types(markers: Mapping[str, Sequence[str]]) -> dict[str, set[str]]:
+    """Marker gene → the cell types that list it, in listing order (one type: a usable marker)."""
+    types_of: dict[str, set[str]] = {}
+    for cell_type, genes in markers.items():
+        for gene in dict.fromkeys(genes):
+            types_of.setdefault(gene, set()).add(cell_type)
+    return types_of
+
+
 def marker_clustering(
     gene_vectors: np.ndarray, gene_names: Sequence[str], markers: Mapping[str, Sequence[str]]
 ) -> dict:
@@ -208,11 +217,8 @@ def marker_clustering(
     from sklearn.metrics import calinski_harabasz_score, davies_bouldin_score
 
     row_of = {gene: i for i, gene in enumerate(gene_names)}
-    listed = [(gene, cell_type) for cell_type, genes in markers.items() for gene in dict.fromkeys(genes)]
-    types_of: dict[str, set[str]] = {}
-    for gene, cell_type in listed:
-        types_of.setdefault(gene, set()).add(cell_type)
-    found = [(gene, cell_type) for gene, cell_type in listed if gene in row_of and len(types_of[gene]) == 1]
+    types_of = marker_types(markers)
+    found = [(gene, next(iter(types))) for gene, types in types_of.items() if gene in row_of and len(types) == 1]
     n_missing = sum(gene not in row_of for gene in types_of)
     n_ambiguous = sum(gene in row_of and len(types) > 1 for gene, types in types_of.items())
     n_types = len({cell_type for _, cell_type in found})

@@ -51,16 +51,29 @@ def marker_scores(output, markers: dict[str, list[str]], table_paths: list[str])
     contextual = marker_clustering(np.asarray(output.varm["X_gene_emb"]), genes, markers)
     scores = {"marker_db": contextual["davies_bouldin"], "marker_ch": contextual["calinski_harabasz"],
               "n_marker_genes": float(contextual["n_genes"])}  # fmt: skip
-    path = table_of(output.uns.get("embedding", ""), table_paths)
-    if path is not None:
-        from celldag.embeddings import match_genes, read_table
-
-        columns, vectors, _ = match_genes(genes, read_table(path))
-        if output.uns.get("gene_input") in CONTROLS:  # sciLaMA's control: the vectors it drew from the table
-            vectors = static_vectors(vectors, str(output.uns["gene_input"]), int(output.uns["seed"]))
-        static = marker_clustering(vectors, [genes[i] for i in columns], markers)
+    static_space = static_gene_space(output, table_paths)
+    if static_space is not None:
+        static = marker_clustering(static_space[1], static_space[0], markers)
         scores |= {"marker_db_static": static["davies_bouldin"], "marker_ch_static": static["calinski_harabasz"]}
     return scores
+
+
+def static_gene_space(output, table_paths: list[str], read_table=None) -> tuple[list[str], np.ndarray] | None:
+    """(gene ids, vectors) a run started from: its table's vectors of the output's genes, or for a random /
+    shuffled control (``uns["gene_input"]``) the ones it drew from the table with its seed, redrawn the
+    same way; None when the run read no table."""
+    from celldag.embeddings import match_genes
+
+    path = table_of(output.uns.get("embedding", ""), table_paths)
+    if path is None:
+        return None
+    if read_table is None:
+        from celldag.embeddings import read_table
+    genes = list(output.var_names)
+    columns, vectors, _ = match_genes(genes, read_table(path))
+    if output.uns.get("gene_input") in CONTROLS:  # sciLaMA's control: the vectors it drew from the table
+        vectors = static_vectors(vectors, str(output.uns["gene_input"]), int(output.uns["seed"]))
+    return [genes[i] for i in columns], vectors
 
 
 def unintegrated_reference(x: np.ndarray) -> np.ndarray:

@@ -14,7 +14,8 @@ import numpy as np
 
 from celldag.contracts import ContractError, require_finite_matrix
 from celldag.embeddings.table import GeneTable
-from celldag.tracks import Metric, MetricGroup, Track
+from celldag.report.figures import COMMON
+from celldag.tracks import Figure, Metric, MetricGroup, Track
 
 
 def _higher(*names: str) -> tuple[Metric, ...]:
@@ -43,6 +44,13 @@ TRACK = Track(
         )),
     ),  # fmt: skip
     dataset_facts="celldag.representation.track:dataset_facts",
+    figures=(
+        *COMMON,
+        Figure("umap", "celldag.representation.figures:umap", "captions/umap.rst", needs=("outputs",)),
+        Figure("markers", "celldag.representation.figures:markers", "captions/markers.rst",
+               needs=("outputs", "tables")),
+        Figure("paired", "celldag.representation.figures:paired", "captions/paired.rst", needs=("scores",)),
+    ),
 )
 SPLITS = ("train", "val")
 

@@ -1,0 +1,574 @@
+"""``celldag audit``: check a finished results directory against itself (docs/audit.md).
+
+Two checks, run in the workflow directory (the records' paths are relative to it):
+
+* checksums — every file a run record of the configuration names (its inputs, its output, the
+  prepared dataset's source files) still has the recorded sha256, and every scores table still has
+  the digests its evaluate job wrote beside it (``celldag.scoring.write_scores``);
+* re-runs — a seeded sample of ``ok`` runs (or the runs named by ``--run``) is run again from its
+  record alone in a scratch directory, scored with the other recorded outputs of its dataset and seed
+  as the evaluate job scored it, and its output and scores are compared with the recorded ones: bit
+  for bit for runs recorded on a CPU, within ``CUDA_TOLERANCE`` for runs recorded on a CUDA device.
+
+Re-runs and scoring run in child processes with the thread settings of the original jobs: Snakemake
+gives a job's process ``OMP_NUM_THREADS`` & co. equal to its threads, and BLAS results differ in
+their last bits between thread counts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from celldag import plan as planning
+from celldag.errors import InputError
+
+DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's configfile: a --configfile overrides it key by key
+EVALUATE_THREADS = 1  # workflow/rules/evaluate.smk: the scoring job's threads
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # what Snakemake sets for a job  # fmt: skip
+# what the checks read of a run record; a record without one of them is reported, not re-run
+REQUIRED_FIELDS = ("seed", "status", "track", "device", "threads", "config.dataset", "config.method",
+                   "config.method.run", "config.variant", "config.params", "input_sha256", "inputs.prepared",
+                   "output_sha256", "source_sha256")  # fmt: skip
+SHOWN_RUNS = 4  # runs named per changed input before "…"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """|now − recorded| ≤ abs + rel·|recorded|, for scores and for every value of an embedding."""
+
+    rel: float
+    abs: float
+
+    def __str__(self) -> str:
+        return f"|Δ| ≤ {self.abs:g} + {self.rel:g}·|recorded|"
+
+
+# Runs recorded on CUDA train with deterministic kernels (celldag.training.seed_everything) and
+# reproduce bit for bit on the same GPU model and driver; another model or driver may sum in another
+# order, a float32 rounding difference that training can grow by a few orders of magnitude.
+CUDA_TOLERANCE = Tolerance(rel=1e-4, abs=1e-6)
+
+
+class RecordError(InputError):
+    """A run record that lacks (or garbles) a field the audit reads."""
+
+
+# ------------------------------------------------------------------------------------------ report
+
+
+@dataclass
+class Report:
+    """Prints the audit's lines; counts its problems and, by kind, its findings for the summary."""
+
+    problems: int = 0
+    counts: defaultdict = field(default_factory=lambda: defaultdict(int))
+
+    def say(self, line: str, problem: bool = False, kind: str | None = None) -> None:
+        self.problems += problem
+        if kind:
+            self.counts[kind] += 1
+        print(line, flush=True)  # a re-run takes a while: each line as soon as it is known
+
+
+def run_id(run: planning.Run) -> str:
+    return f"{run.dataset}/{run.method}/{run.variant}/{run.seed}"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def used_by(runs: list[str]) -> str:
+    shown = ", ".join(runs[:SHOWN_RUNS]) + (", …" if len(runs) > SHOWN_RUNS else "")
+    return f"used by {plural(len(runs), 'run')}: {shown}"
+
+
+# ------------------------------------------------------------------------------------------ config
+
+
+def load_workflow_config(configfile: str) -> tuple[dict, object]:
+    """The config as Snakemake sees it: config/config.yaml, overridden key by key by ``configfile``."""
+    from snakemake.utils import update_config
+
+    from celldag.registry import key_sources, load_config, read_yaml
+
+    files = [configfile]
+    if Path(DEFAULT_CONFIG).is_file() and Path(configfile).resolve() != Path(DEFAULT_CONFIG).resolve():
+        files.insert(0, DEFAULT_CONFIG)
+    config: dict = {}
+    for path in files:
+        if not Path(path).is_file():
+            raise InputError(f"{path}: no such config file (run celldag audit in the workflow directory)")
+        update_config(config, read_yaml(path))
+    return load_config(config, key_sources(files))
+
+
+def named_runs(texts: list[str], runs: tuple[planning.Run, ...]) -> list[planning.Run]:
+    by_id = {run_id(run): run for run in runs}
+    unknown = [text for text in texts if text not in by_id]
+    if unknown:
+        raise InputError(f"--run {unknown[0]}: not a run of this configuration "
+                         f"(DATASET/METHOD/VARIANT/SEED, e.g. {next(iter(by_id))})")  # fmt: skip
+    return [by_id[text] for text in dict.fromkeys(texts)]
+
+
+# ------------------------------------------------------------------------------------------ records
+
+
+def field_of(record: dict, dotted: str):
+    value = record
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(dotted)
+        value = value[part]
+    return value
+
+
+def read_record(path: str) -> dict:
+    """A run record holding every field of ``REQUIRED_FIELDS``, else a RecordError naming the field."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except ValueError as err:
+        raise RecordError(f"{path}: not a JSON run record ({err})") from None
+    for dotted in REQUIRED_FIELDS:
+        try:
+            field_of(record, dotted)
+        except KeyError:
+            raise RecordError(f"{path}: field '{dotted}' missing: the audit cannot check this run (records written "
+                              "before celldag audit lack some fields; rerunning the run rewrites its record)") from None
+    return record
+
+
+def load_records(runs, report: Report) -> dict[planning.Run, dict]:
+    records = {}
+    for run in runs:
+        path = run.path(planning.RUN_RECORD)
+        if not Path(path).is_file():
+            report.say(f"missing: {path} (run {run_id(run)})", problem=True, kind="missing")
+            continue
+        try:
+            records[run] = read_record(path)
+        except RecordError as err:
+            report.say(f"error: {err}", problem=True, kind="error")
+    return records
+
+
+# ------------------------------------------------------------------------------------------ checksums
+
+
+class Digests:
+    """sha256 of files, each read once; None for a missing file."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, str | None] = {}
+
+    def __call__(self, path: str) -> str | None:
+        from celldag.artifacts import sha256_file
+
+        if path not in self._known:
+            self._known[path] = sha256_file(path) if Path(path).is_file() else None
+        return self._known[path]
+
+
+def recorded_files(records: dict[planning.Run, dict]) -> dict[tuple[str, str, str], list[str]]:
+    """(kind, path, recorded sha256) → the runs that recorded it; kind: input, source or output."""
+    uses = defaultdict(list)
+    for run, record in sorted(records.items()):
+        for kind, checksums in (("input", record["input_sha256"]), ("source", record["source_sha256"]),
+                                ("output", {run.path(planning.RUN_OUTPUT): record["output_sha256"]})):  # fmt: skip
+            for path, digest in checksums.items():
+                uses[(kind, path, digest)].append(run_id(run))
+    return uses
+
+
+def check_files(records: dict[planning.Run, dict], digest: Digests, report: Report) -> set[str]:
+    """One line per changed or missing file; returns their paths."""
+    damaged = set()
+    for (kind, path, recorded), runs in sorted(recorded_files(records).items()):
+        actual = digest(path)
+        report.counts["files"] += 1
+        if actual == recorded:
+            continue
+        damaged.add(path)
+        status = "missing" if actual is None else f"{kind} changed"
+        whose = f"run {runs[0]}" if kind == "output" else used_by(runs)
+        report.say(f"{status}: {path} ({whose})", problem=True, kind="missing" if actual is None else "changed")
+    return damaged
+
+
+def check_scores_table(path: str, digest: Digests, report: Report) -> None:
+    """The table against the digests its evaluate job wrote beside it: edited rows by run and metric."""
+    from celldag.scoring import checksums_path, score_digests
+
+    sidecar = checksums_path(path)
+    for needed in (path, sidecar):
+        if digest(needed) is None:
+            report.say(f"missing: {needed}", problem=True, kind="missing")
+            return
+    report.counts["scores tables"] += 1
+    recorded = json.loads(Path(sidecar).read_text())
+    if digest(path) == recorded["sha256"]:
+        return
+    import pandas as pd
+
+    table = pd.read_parquet(path)
+    now = score_digests(table)
+    values = {(f"{d}/{m}/{v}/{s}", metric): value for d, m, v, s, metric, value
+              in table[["dataset", "method", "variant", "seed", "metric", "value"]].itertuples(index=False)}  # fmt: skip
+    for run, metric in edited_rows(recorded["rows"], now):
+        value = f"now {values[run, metric]!r}" if (run, metric) in values else "row removed"
+        report.say(f"score changed: {run} {metric} in {path} ({value}; not the row its evaluate job wrote, "
+                   f"whose digest is in {sidecar})", problem=True, kind="changed")  # fmt: skip
+    if now == recorded["rows"]:  # same rows, other bytes (e.g. rewritten by another parquet writer)
+        report.say(f"scores file changed: {path} (its rows are those evaluate wrote)", problem=True, kind="changed")
+
+
+def edited_rows(recorded: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> list[tuple[str, str]]:
+    """(run, metric) of every row changed, added or removed since the digests were written."""
+    keys = {(run, metric) for table in (recorded, now) for run, metrics in table.items() for metric in metrics}
+    return sorted(key for key in keys if recorded.get(key[0], {}).get(key[1]) != now.get(key[0], {}).get(key[1]))
+
+
+# ------------------------------------------------------------------------------------------ comparison
+
+
+def values_match(recorded: float | None, now: float | None, tolerance: Tolerance | None) -> bool:
+    """Exact (the same bits; NaN matches NaN) without a tolerance; else within it."""
+    if recorded is None or now is None:
+        return recorded is now
+    if math.isnan(recorded) or math.isnan(now):
+        return math.isnan(recorded) and math.isnan(now)
+    if tolerance is None:
+        return float(recorded).hex() == float(now).hex()
+    return abs(now - recorded) <= tolerance.abs + tolerance.rel * abs(recorded)
+
+
+def score_differences(recorded: dict[str, float], now: dict[str, float], tolerance: Tolerance | None):
+    """[(metric, recorded, now)] for every metric that differs or is on one side only (None there)."""
+    metrics = sorted(set(recorded) | set(now))
+    pairs = [(metric, recorded.get(metric), now.get(metric)) for metric in metrics]
+    return [(metric, old, new) for metric, old, new in pairs if not values_match(old, new, tolerance)]
+
+
+def array_difference(recorded, now, tolerance: Tolerance | None) -> str | None:
+    """Why two arrays differ (shape, bits, or beyond the tolerance), or None."""
+    recorded, now = np.asarray(recorded), np.asarray(now)
+    if recorded.shape != now.shape:
+        return f"shape {recorded.shape} recorded, {now.shape} now"
+    if tolerance is None:
+        same = recorded.dtype == now.dtype and recorded.tobytes() == now.tobytes()
+    else:
+        same = bool(np.allclose(now, recorded, rtol=tolerance.rel, atol=tolerance.abs, equal_nan=True))
+    if same:
+        return None
+    delta = np.abs(now.astype(np.float64) - recorded.astype(np.float64))
+    return f"max |Δ| {np.nanmax(delta):.3g}" if delta.size else "other dtype"
+
+
+BRANCH_LENGTH = re.compile(r":([^,():;\[\]]+)")
+
+
+def newick_difference(recorded: str, now: str, tolerance: Tolerance | None) -> str | None:
+    """Exact text without a tolerance; else the same topology and names, branch lengths within it."""
+    if recorded == now:
+        return None
+    if tolerance is None or BRANCH_LENGTH.sub(":", recorded) != BRANCH_LENGTH.sub(":", now):
+        return "another tree" if tolerance is None else "another topology or leaf names"
+    try:
+        lengths = [np.asarray(BRANCH_LENGTH.findall(text), dtype=float) for text in (recorded, now)]
+    except ValueError:
+        return "unreadable branch lengths"
+    return array_difference(*lengths, tolerance)
+
+
+def output_differences(recorded, now, tolerance: Tolerance | None) -> list[str]:
+    """What differs between two method outputs (AnnData): status, rows, cell and gene embeddings, tree.
+
+    Other ``uns`` entries (training facts such as the device or the step a run resumed from) describe
+    how the output was made, not what it is, and are not compared.
+    """
+    differences = []
+    for key in ("status", "status_reason"):
+        if recorded.uns.get(key) != now.uns.get(key):
+            differences.append(f"uns['{key}'] recorded {recorded.uns.get(key)!r} now {now.uns.get(key)!r}")
+    if list(recorded.obs_names) != list(now.obs_names) or list(recorded.var_names) != list(now.var_names):
+        differences.append("row names (obs_names or var_names)")
+    for slot in ("obsm", "varm"):
+        mine, theirs = getattr(recorded, slot), getattr(now, slot)
+        for key in sorted(set(mine) | set(theirs)):
+            both = key in mine and key in theirs
+            why = array_difference(mine[key], theirs[key], tolerance) if both else "on one side only"
+            if why:
+                differences.append(f"{slot}['{key}'] {why}")
+    trees = [output.uns.get("tree_newick") for output in (recorded, now)]
+    if trees != [None, None]:
+        why = newick_difference(*trees, tolerance) if None not in trees else "on one side only"
+        if why:
+            differences.append(f"uns['tree_newick'] {why}")
+    return differences
+
+
+def run_scores(table, run: planning.Run) -> dict[str, float]:
+    """{metric: value} of one run in a scores table (a dataset's: every seed)."""
+    rows = table[(table["method"] == run.method) & (table["variant"] == run.variant) & (table["seed"] == run.seed)]
+    return {metric: float(value) for metric, value in zip(rows["metric"], rows["value"])}
+
+
+# ------------------------------------------------------------------------------------------ re-runs
+
+
+def tolerance_of(record: dict) -> Tolerance | None:
+    return CUDA_TOLERANCE if str(record["device"]).startswith("cuda") else None
+
+
+def sample_runs(records: dict[planning.Run, dict], size: int, seed: int) -> list[planning.Run]:
+    """A seeded sample of the ``ok`` runs: the same results and seed give the same sample."""
+    finished = sorted(run for run, record in records.items() if record["status"] == "ok")
+    return sorted(random.Random(seed).sample(finished, min(size, len(finished))))
+
+
+def rerun_kwargs(run: planning.Run, record: dict, scratch: Path) -> dict:
+    """run_method's arguments for a re-run of ``record`` whose output goes to ``scratch``.
+
+    The method entry's params become the recorded ones, with the variant adding nothing: run_method
+    then runs with exactly the params the record holds (after any CPU fallback of the original job).
+    """
+    config = record["config"]
+    method = config["method"] | {"params": config["params"], "variants": {config["variant"]: {}}}
+    run_dir = scratch / run.path(planning.RUN_DIR)
+    return dict(
+        prepared_path=record["inputs"]["prepared"], gene_table_path=record["inputs"].get("gene_table"),
+        output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
+        dataset_id=run.dataset, dataset_entry=config["dataset"], method_id=run.method, method_entry=method,
+        variant=config["variant"], seed=int(record["seed"]), threads=int(record["threads"]),
+        gpu_requested=tolerance_of(record) is not None, cpu_fallback=True,
+    )  # fmt: skip
+
+
+def child_env(threads: int, cuda: bool) -> dict[str, str]:
+    env = dict(os.environ) | dict.fromkeys(THREAD_VARIABLES, str(threads))
+    if not cuda:  # a run recorded on the CPU re-runs there, even where a method's device "auto" would find a GPU
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def run_job(kind: str, track: str, kwargs: dict, env: dict, log: Path) -> str | None:
+    """Run ``run_method`` or ``score_dataset`` in a child process (``python -m celldag.audit``); None
+    when it worked, else the last line it wrote (its whole log is ``log``)."""
+    spec = log.with_suffix(".json")
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(json.dumps({"kind": kind, "track": track, "kwargs": kwargs}, default=str))
+    with open(log, "w") as handle:
+        done = subprocess.run([sys.executable, "-m", "celldag.audit", str(spec)], stdout=handle,
+                              stderr=subprocess.STDOUT, env=env, check=False)  # fmt: skip
+    if done.returncode == 0:
+        return None
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit status {done.returncode}"
+
+
+def _job(argv: list[str]) -> int:
+    """The child process of ``run_job``."""
+    from celldag.runner import run_method
+    from celldag.scoring import score_dataset
+    from celldag.tracks import load_track
+
+    spec = json.loads(Path(argv[0]).read_text())
+    function = {"run": run_method, "score": score_dataset}[spec["kind"]]
+    function(**spec["kwargs"], track=load_track(spec["track"]))
+    return 0
+
+
+@dataclass
+class Rerun:
+    run: planning.Run
+    record: dict
+    output: str  # the re-run's output.h5ad in the scratch directory
+    differences: list[str] = field(default_factory=list)
+
+
+def rerun(run, record, registries, scratch: Path, report: Report) -> Rerun | None:
+    """Re-run one run in ``scratch`` and compare its output with the recorded one."""
+    from celldag import artifacts
+
+    tolerance = tolerance_of(record)
+    kwargs = rerun_kwargs(run, record, scratch)
+    definition = registries.tracks[record["track"]]["definition"]
+    env = child_env(kwargs["threads"], cuda=tolerance is not None)
+    failure = run_job("run", definition, kwargs, env, Path(kwargs["output_path"]).with_name("rerun.log"))
+    if failure:
+        report.say(f"error: re-run of {run_id(run)} failed: {failure}", problem=True, kind="error")
+        return None
+    device_now = json.loads(Path(kwargs["record_path"]).read_text())["device"]
+    if device_now.split(" ")[0] != str(record["device"]).split(" ")[0]:
+        report.say(f"note: {run_id(run)} re-ran on {device_now}, was recorded on {record['device']}")
+    recorded_path = run.path(planning.RUN_OUTPUT)
+    if not Path(recorded_path).is_file():  # said by the checksums; the scores can still be compared
+        return Rerun(run, record, kwargs["output_path"], [f"output: {recorded_path} missing"])
+    recorded, now = artifacts.read_h5ad(recorded_path), artifacts.read_h5ad(kwargs["output_path"])
+    differences = [f"output {why}" for why in output_differences(recorded, now, tolerance)]
+    return Rerun(run, record, kwargs["output_path"], differences)
+
+
+def rescore(dataset: str, reruns: list[Rerun], plan, config, registries, scratch: Path, report: Report):
+    """Score the re-run outputs with the other recorded outputs of their seeds, as the evaluate job did;
+    the table's path, or None when scoring failed."""
+    entry = registries.datasets[dataset]
+    seeds = {item.run.seed for item in reruns}
+    replaced = {item.run: item.output for item in reruns}
+    runs = [run for run in plan.runs_on(dataset) if run.seed in seeds]  # the evaluate job's order
+    tables = {run.path(planning.GENE_TABLE, embedding=e) for run in plan.runs_on(dataset)
+              if (e := planning.run_embedding(run, registries))}  # fmt: skip
+    scores_path = scratch / "scores" / f"{dataset}.parquet"
+    kwargs = dict(
+        prepared_paths=sorted({run.path(planning.PREPARED) for run in runs}),
+        output_paths=[replaced.get(run, run.path(planning.RUN_OUTPUT)) for run in runs],
+        table_paths=sorted(tables), scores_path=str(scores_path), track_id=entry["track"], dataset=entry,
+        evaluation=config["evaluation"],
+    )  # fmt: skip
+    env = child_env(EVALUATE_THREADS, cuda=False)  # evaluate jobs request no GPU (a cluster shows them none)
+    definition = registries.tracks[entry["track"]]["definition"]
+    failure = run_job("score", definition, kwargs, env, scores_path.with_suffix(".log"))
+    if failure:
+        report.say(f"error: scoring the re-runs on {dataset} failed: {failure}", problem=True, kind="error")
+        return None
+    return scores_path
+
+
+def compare_scores(item: Rerun, recorded_table, now_table) -> list[str]:
+    tolerance = tolerance_of(item.record)
+    recorded = run_scores(recorded_table, item.run) if recorded_table is not None else {}
+    differences = score_differences(recorded, run_scores(now_table, item.run), tolerance)
+    return [f"{metric} recorded {'none' if old is None else repr(old)} now {'none' if new is None else repr(new)}"
+            for metric, old, new in differences]  # fmt: skip
+
+
+def verdict(item: Rerun, n_scores: int | None, report: Report) -> None:
+    """``reproduced`` or one ``differs`` line per difference; ``n_scores`` None: scoring failed (said before)."""
+    tolerance = tolerance_of(item.record)
+    if item.differences or n_scores is None:
+        for difference in item.differences:
+            report.say(f"differs: {run_id(item.run)} {difference}", problem=True)
+        report.counts["differ" if item.differences else "not scored"] += 1
+        return
+    how = "bit-identical" if tolerance is None else f"within {tolerance}"
+    device = str(item.record["device"]).split(" ")[0]
+    report.say(f"reproduced: {run_id(item.run)} ({device}; output and {n_scores} scores {how})", kind="reproduced")
+
+
+def package_notes(item: Rerun, report: Report) -> None:
+    """Versions that differ from the record's: the likeliest reason for a difference, said before it."""
+    from celldag.provenance import package_versions
+
+    now = package_versions()
+    for name, version in sorted(item.record.get("packages", {}).items()):
+        if now.get(name) != version:
+            report.say(f"note: {run_id(item.run)} recorded {name} {version}, now {now.get(name)}")
+
+
+# ------------------------------------------------------------------------------------------ audit
+
+
+def rerun_all(chosen, records, damaged: set[str], context, report: Report) -> None:
+    """Re-run and re-score each chosen run whose record and inputs are intact, and say how it compares."""
+    with tempfile.TemporaryDirectory(prefix="celldag-audit-") as scratch:  # never under results/
+        by_dataset = rerun_chosen(chosen, records, damaged, context[2], Path(scratch), report)
+        for dataset, items in sorted(by_dataset.items()):
+            judge(dataset, items, context, Path(scratch), report)
+
+
+def rerun_chosen(chosen, records, damaged: set[str], registries, scratch: Path, report: Report) -> dict[str, list[Rerun]]:
+    by_dataset = defaultdict(list)
+    for run in chosen:
+        record = records.get(run)
+        changed = sorted(damaged & set(record["input_sha256"])) if record else []
+        if record is None or changed:
+            why = f"input changed: {changed[0]}" if changed else "no usable record"
+            report.say(f"not re-run: {run_id(run)} ({why})", problem=True, kind="not re-run")
+            continue
+        if tolerance_of(record):
+            report.say(f"note: {run_id(run)} was recorded on {record['device']}: compared within {CUDA_TOLERANCE}")
+        if item := rerun(run, record, registries, scratch, report):
+            by_dataset[run.dataset].append(item)
+    return by_dataset
+
+
+def judge(dataset: str, items: list[Rerun], context, scratch: Path, report: Report) -> None:
+    """Score one dataset's re-runs and say, per run, whether output and scores match the recorded ones."""
+    import pandas as pd
+
+    plan, config, registries = context
+    now_path = rescore(dataset, items, plan, config, registries, scratch, report)
+    recorded_path = planning.DATASET_SCORES.format(name=plan.name, dataset=dataset)
+    recorded = pd.read_parquet(recorded_path) if Path(recorded_path).is_file() else None
+    now = pd.read_parquet(now_path) if now_path is not None else None
+    for item in items:
+        package_notes(item, report)
+        if now is not None:
+            item.differences += compare_scores(item, recorded, now)
+        verdict(item, None if now is None else len(run_scores(now, item.run)), report)
+
+
+def audit(configfile: str = DEFAULT_CONFIG, sample: int = 3, seed: int = 0, runs: list[str] | None = None) -> int:
+    """Print the audit of the configuration's results; 0 when everything matched, 1 otherwise.
+
+    Config errors and unknown ``runs`` raise InputError (the CLI's exit status 2).
+    """
+    if sample < 0:
+        raise InputError(f"--sample {sample}: must be 0 or more")
+    config, registries = load_workflow_config(configfile)
+    try:
+        plan = planning.make_plan(config, registries)
+    except ValueError as err:  # e.g. no (dataset, method) pair of one track: what Snakemake's parse would say
+        raise InputError(f"{configfile}: {err}") from None
+    chosen_by_name = named_runs(runs, plan.runs) if runs else None
+    report = Report()
+    report.say(f"audit of results/{plan.name}/: {len(plan.runs)} runs of {configfile}")
+    records = load_records(plan.runs, report)
+    note_other_records(plan, report)
+    digest = Digests()
+    damaged = check_files(records, digest, report)
+    for path in plan.dataset_scores:
+        check_scores_table(path, digest, report)
+    chosen = chosen_by_name if chosen_by_name is not None else sample_runs(records, sample, seed)
+    how = "named by --run" if chosen_by_name is not None else f"seeded sample (--sample {sample} --seed {seed})"
+    report.say(f"re-running {plural(len(chosen), 'run')}, {how}: {', '.join(map(run_id, chosen)) or 'none'}")
+    rerun_all(chosen, records, damaged, (plan, config, registries), report)
+    report.say(summary(report, len(records), len(chosen)))
+    return 1 if report.problems else 0
+
+
+def note_other_records(plan, report: Report) -> None:
+    """results/runs/ is shared with other configurations: their runs are theirs to audit (and to score)."""
+    mine = {run.path(planning.RUN_RECORD) for run in plan.runs}
+    others = {str(path) for path in Path("results/runs").glob("**/run.json")} - mine
+    if others:
+        report.say(f"note: {plural(len(others), 'other run record')} under results/runs/, of other configurations: "
+                   "not checked")  # fmt: skip
+
+
+def summary(report: Report, n_records: int, n_chosen: int) -> str:
+    counts = report.counts
+    checked = (f"{plural(n_records, 'run record')}, {plural(counts['files'], 'file')}, "
+               f"{plural(counts['scores tables'], 'scores table')} checked "
+               f"({counts['changed']} changed, {counts['missing']} missing, {plural(counts['error'], 'error')})")  # fmt: skip
+    reran = (f"{plural(n_chosen, 're-run')}: {counts['reproduced']} reproduced, {counts['differ']} differ, "
+             f"{counts['not re-run']} not re-run")  # fmt: skip
+    return f"summary: {checked}; {reran} — {'FAILED' if report.problems else 'OK'}"
+
+
+if __name__ == "__main__":
+    sys.exit(_job(sys.argv[1:]))

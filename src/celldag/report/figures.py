@@ -1,0 +1,165 @@
+"""The figures every track shares (the scores heatmap, the cost of each run) and the job that draws one figure.
+
+A figure job reads what its ``Figure.needs`` names, fills a ``FigureData``, calls the figure's
+``draw`` and writes one PNG. PNGs are deterministic: Agg rendering, no timestamp or version in the
+file (``metadata={"Software": None}``), so an unchanged input gives an identical file.
+Imports nothing heavy at module level: track modules list ``COMMON`` and the workflow reads them at parse time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from celldag.tracks import DELTA_PREFIX, Figure, FigureData, Track
+
+COMMON = (
+    Figure("scores", "celldag.report.figures:scores_heatmap", "captions/scores.rst", needs=("scores",)),
+    Figure("cost", "celldag.report.figures:cost", "captions/cost.rst", needs=("runs",)),
+)
+KIND_STYLE = {  # how a row label shows what a method is: controls are what a reader must not mistake for results
+    "method": {"color": "black", "fontweight": "bold", "fontstyle": "normal"},
+    "baseline": {"color": "#333333", "fontweight": "normal", "fontstyle": "normal"},
+    "control": {"color": "#888888", "fontweight": "normal", "fontstyle": "italic"},
+}
+DPI = 100
+
+
+def label(key: str, kinds: Mapping[str, str]) -> str:
+    """A row label: ``method/variant``, with the kind named unless it is a method under test."""
+    kind = kinds.get(key, "method")
+    return key if kind == "method" else f"{key} ({kind})"
+
+
+def style_label(text, key: str, kinds: Mapping[str, str]) -> None:
+    text.set(**KIND_STYLE[kinds.get(key, "method")])
+
+
+def mean_table(scores, track: Track):
+    """Methods × metrics: the mean over seeds of runs with status ok, in the track's metric order."""
+    ok = scores[(scores["status"] == "ok") & ~scores["metric"].str.startswith(DELTA_PREFIX)]
+    keys = ok["method"] + "/" + ok["variant"]
+    table = ok.assign(key=keys).pivot_table(index="key", columns="metric", values="value", aggfunc="mean")
+    return table[[metric for metric in track.metrics if metric in table.columns]]
+
+
+def column_ranks(table, track: Track):
+    """Per metric, each method's rank (1 = best, ties share the lower rank); missing values stay NaN."""
+    return table.apply(lambda column: column.rank(ascending=not track.higher_is_better(column.name), method="min"))
+
+
+def scores_heatmap(data: FigureData):
+    """Methods × metrics, each column coloured from its worst (light) to its best (dark) value, with the
+    mean over seeds written in each cell; the last column is the mean rank over the track's core metrics."""
+    import numpy as np
+    from matplotlib.figure import Figure as MplFigure
+
+    table = mean_table(data.scores, data.track)
+    if table.empty:
+        return note_figure(f"{data.dataset}: no run with status ok")
+    ranks = column_ranks(table, data.track)
+    core = [metric for metric in data.track.core_metrics if metric in table.columns]
+    mean_rank = ranks[core].mean(axis=1)
+    order = mean_rank.sort_values(kind="stable").index
+    table, ranks, mean_rank = table.loc[order], ranks.loc[order], mean_rank.loc[order]
+    # colour by rank within the column, scaled to [0, 1] (1 = best): comparable across metrics of any range
+    n_rows = len(table)
+    shade = ((n_rows - ranks) / max(n_rows - 1, 1)).to_numpy(dtype=float)
+    shade = np.column_stack([shade, ((n_rows - mean_rank.rank(method="min")) / max(n_rows - 1, 1)).to_numpy()])
+    columns = [*table.columns, "mean rank\n(core)"]
+    figure = MplFigure(figsize=(1.2 + 0.75 * len(columns) + 2.2, 0.9 + 0.32 * n_rows), dpi=DPI, layout="constrained")
+    axes = figure.add_subplot()
+    axes.imshow(np.ma.masked_invalid(shade), cmap="Blues", vmin=-0.15, vmax=1.15, aspect="auto")
+    values = np.column_stack([table.to_numpy(dtype=float), mean_rank.to_numpy(dtype=float)])
+    for row in range(n_rows):
+        for column in range(len(columns)):
+            value = values[row, column]
+            if np.isfinite(value):
+                axes.text(column, row, f"{value:.1f}" if column == len(columns) - 1 else f"{value:.3f}",
+                          ha="center", va="center", fontsize=7, color="white" if shade[row, column] > 0.6 else "black")  # fmt: skip
+    axes.set_xticks(range(len(columns)), [arrowed(c, data.track) for c in columns], rotation=45, ha="right", fontsize=7)
+    axes.set_yticks(range(n_rows), [label(key, data.kinds) for key in table.index], fontsize=7)
+    for text, key in zip(axes.get_yticklabels(), table.index):
+        style_label(text, key, data.kinds)
+    axes.axvline(len(columns) - 1.5, color="black", linewidth=1)
+    axes.set_title(f"{data.dataset}: mean over seeds (status ok); darker = better in its column", fontsize=9)
+    return figure
+
+
+def arrowed(metric: str, track: Track) -> str:
+    if metric not in track.metrics:
+        return metric
+    return f"{metric} {'↑' if track.higher_is_better(metric) else '↓'}"
+
+
+def cost(data: FigureData):
+    """Wall time and peak memory of every run (one dot per seed, log scale), slowest method on top."""
+    from matplotlib.figure import Figure as MplFigure
+
+    runs = data.runs[data.runs["status"] != "not_applicable"]
+    if runs.empty:
+        return note_figure(f"{data.dataset}: no run")
+    runs = runs.assign(key=runs["method"] + "/" + runs["variant"])
+    order = runs.groupby("key")["wall_time_s"].median().sort_values(kind="stable").index
+    position = {key: index for index, key in enumerate(order)}
+    figure = MplFigure(figsize=(9, 0.9 + 0.3 * len(order)), dpi=DPI, layout="constrained")
+    time_axes, memory_axes = figure.subplots(1, 2, sharey=True)
+    for axes, column, title in ((time_axes, "wall_time_s", "wall time (s)"), (memory_axes, "peak_rss_mb", "peak RSS (MB)")):
+        failed = runs["status"] != "ok"
+        for subset, marker, colour in ((runs[~failed], "o", "#1f77b4"), (runs[failed], "x", "#d62728")):
+            axes.scatter(subset[column], subset["key"].map(position), marker=marker, color=colour, s=18, zorder=3)
+        axes.set_xscale("log")
+        axes.set_xlabel(title, fontsize=8)
+        axes.grid(axis="x", which="both", alpha=0.3)
+        axes.tick_params(labelsize=7)
+    time_axes.set_yticks(range(len(order)), [label(key, data.kinds) for key in order])
+    for text, key in zip(time_axes.get_yticklabels(), order):
+        style_label(text, key, data.kinds)
+    figure.suptitle(f"{data.dataset}: cost per run (dots: seeds; × failed)", fontsize=9)
+    return figure
+
+
+def note_figure(text: str):
+    """A small figure that says why there is nothing to draw (a figure target must still exist)."""
+    from matplotlib.figure import Figure as MplFigure
+
+    figure = MplFigure(figsize=(6, 1.6), dpi=DPI)
+    figure.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True)
+    return figure
+
+
+def save_png(figure, path: str) -> None:
+    from celldag import artifacts
+
+    with artifacts.atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
+
+
+def draw_figure(*, figure: Figure, data: FigureData, path: str) -> None:
+    """Draw one figure and write its PNG."""
+    from celldag import extensions
+
+    save_png(extensions.load(figure.draw)(data), path)
+
+
+def figure_data(*, dataset: str, dataset_entry: dict, track_id: str, track: Track, seed: int, evaluation: dict,
+                kinds: Mapping[str, str], scores_path: str | None = None, record_paths: Sequence[str] = (),
+                prepared_path: str | None = None, output_paths: Sequence[str] = (),
+                table_paths: Sequence[str] = ()) -> FigureData:  # fmt: skip
+    """Read what a figure job was given (paths it was not given stay empty)."""
+    from celldag import artifacts, contracts
+
+    scores = runs = prepared = None
+    if scores_path:
+        scores = artifacts.read_scores(scores_path)
+    if record_paths:
+        from celldag.report.leaderboard import collect_runs
+
+        runs = collect_runs(record_paths)
+    if prepared_path:
+        prepared = artifacts.read_h5ad(prepared_path, contracts.check_prepared_dataset, track_id=track_id, track=track)
+    outputs = {}
+    for path in output_paths:
+        output = artifacts.read_h5ad(path, contracts.check_method_output, track=track)
+        outputs[f"{output.uns['method_id']}/{output.uns['variant']}"] = output
+    return FigureData(dataset, dataset_entry, track_id, track, seed, evaluation, dict(kinds), scores, runs, prepared,
+                      outputs, tuple(table_paths))  # fmt: skip

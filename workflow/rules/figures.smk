@@ -1,0 +1,41 @@
+# One rule per figure a track declares (celldag.tracks.Figure): each has its own caption in
+# `snakemake --report`, and each job reads only what its figure needs, so a UMAP grid starts as soon
+# as the runs are done while the dataset's scoring job still runs.
+
+
+for _track_id in REGISTRIES.tracks:
+    _datasets = [d for d, entry in REGISTRIES.datasets.items() if entry["track"] == _track_id]
+    for _figure in REGISTRIES.track(_track_id).figures:
+
+        rule:
+            name:
+                plan.figure_rule(_track_id, _figure.name)
+            input:
+                unpack(figure_inputs(_figure.needs)),
+            output:
+                report(
+                    plan.FIGURE.replace("{figure}", _figure.name),
+                    caption=str(_figure.caption_path()),
+                    category=_track_id,
+                    subcategory="{dataset}",
+                    labels={"dataset": "{dataset}", "figure": _figure.name},
+                ),
+            params:
+                figure=_figure.name,
+                dataset=dataset_entry,
+                track=dataset_track,
+                seed=PLAN.figure_seed,
+                evaluation=config["evaluation"],
+                kinds=method_kinds(),
+            wildcard_constraints:
+                dataset=_one_of(_datasets) if _datasets else "(?!)",
+            log:
+                f"results/logs/figures/{{name}}/{{dataset}}/{_figure.name}.log",
+            conda:
+                dataset_env
+            threads: 1
+            resources:
+                mem_mb=per_attempt(4000),
+                runtime=per_attempt(20),
+            script:
+                "../scripts/figure.py"

@@ -1,0 +1,26 @@
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # celldag without installing it (conda envs)
+from celldag import joblog  # noqa: E402
+from celldag.report.figures import draw_figure, figure_data  # noqa: E402
+from celldag.tracks import load_track  # noqa: E402
+
+joblog.start(snakemake.log[0])
+track = load_track(snakemake.params.track["definition"])
+figure = track.figure(snakemake.params.figure)
+data = figure_data(
+    dataset=snakemake.wildcards.dataset,
+    dataset_entry=snakemake.params.dataset,
+    track_id=snakemake.params.dataset["track"],
+    track=track,
+    seed=snakemake.params.seed,
+    evaluation=snakemake.params.evaluation,
+    kinds=snakemake.params.kinds,
+    scores_path=snakemake.input.get("scores"),
+    record_paths=list(snakemake.input.get("records", [])),
+    prepared_path=snakemake.input.get("prepared"),
+    output_paths=list(snakemake.input.get("outputs", [])),
+    table_paths=list(snakemake.input.get("tables", [])),
+)
+draw_figure(figure=figure, data=data, path=snakemake.output[0])
