@@ -25,6 +25,7 @@ $(BIN)/.installed: requirements/lock.txt pyproject.toml
 run: $(BIN)/.installed
 	$(BIN)/snakemake --cores $(CORES) --prioritize results/default/scores/pbmc68k_batched.parquet
 	@echo "Leaderboard: $(abspath results/default/leaderboard.md)"
+	@echo "Report:      $(abspath results/default/index.html)"
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest

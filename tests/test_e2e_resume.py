@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from celldag.plan import PREPARED, RUN_DIR, RUN_OUTPUT, RUN_RECORD
-from conftest import copy_workflow, dry_run_jobs, planned_run, run_snakemake
+from conftest import TRACKS, copy_workflow, dry_run_jobs, planned_run, run_snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -117,11 +117,15 @@ def test_killed_training_resumes_to_identical_scores_and_only_the_killed_job_rer
 
     run_snakemake(killed, "--unlock")  # the killed Snakemake left its lock behind
     # the plan: the killed job and what depends on it, nothing that had finished
-    assert dry_run_jobs(killed) == {"run_method": 1, "evaluate": 1, "aggregate": 1, "all": 1}
+    figures = [figure.name for figure in TRACKS["lineage"].figures]  # never drawn: Snakemake was killed first
+    assert dry_run_jobs(killed) == {"run_method": 1, "evaluate": 1, "aggregate": 1, "report_html": 1, "all": 1,
+                                    **{f"figure_lineage_{name}": 1 for name in figures}}  # fmt: skip
     plans = planned_outputs(killed)
     assert plans["update pending"] == {
         celltreeqm.path(RUN_OUTPUT), celltreeqm.path(RUN_RECORD), "results/default/scores/bm_small.parquet",
-        "results/default/scores.parquet", "results/default/runs.parquet", "results/default/leaderboard.md",
+        "results/default/scores/bm_small.sha256.json", "results/default/scores.parquet", "results/default/runs.parquet",
+        "results/default/leaderboard.md", "results/default/index.html", "results/default/leaderboard.html",
+        *(f"results/default/figures/bm_small/{name}.png" for name in figures),
     }  # fmt: skip
     assert {finished_first, prepared} <= plans["no update"]
 
