@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 CORES ?= all
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test lint dry-run validate audit lock clean
+.PHONY: run test bench lint dry-run validate audit lock clean
 
 $(BIN)/.installed: requirements/lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,8 +27,14 @@ run: $(BIN)/.installed
 	@echo "Leaderboard: $(abspath results/default/leaderboard.md)"
 	@echo "Report:      $(abspath results/default/index.html)"
 
+# --durations: the 15 slowest tests, so that the suite's own cost stays visible
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=15
+
+# Speed against named peers (benchmarks/run_all.py): writes docs/performance.md and docs/performance-scaling.png
+bench: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -r requirements/bench.txt
+	$(BIN)/python benchmarks/run_all.py
 
 # Check datasets of the registry without running anything: make validate DATASETS="pbmc68k_batched my_lab_data"
 validate: $(BIN)/.installed

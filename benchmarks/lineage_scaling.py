@@ -1,0 +1,381 @@
+"""Lineage-track speed against named peers, written to results/bench/lineage_scaling.json.
+
+  nj         tree from a distance matrix: celldag's reconstruct(…, "nj") (scikit-bio)  vs  Biopython's
+             DistanceTreeConstructor().nj (the official CellTreeQM's), random Euclidean points
+  quartet    exact quartet distance (celldag)  vs  enumerating all quartets (tree_metrics.py's peer);
+             Robinson–Foulds (celldag)  vs  DendroPy
+  celltreeqm one CellTreeQM training step (input distances D_X/√C computed once)  vs  the same step
+             recomputing D_X/√C every step, as the official trainer does
+  plan       `snakemake -n` on a generated grid of ~2,000 run_method jobs, and celldag.plan.make_plan alone
+
+Run: .venv/bin/python benchmarks/lineage_scaling.py [--quick] [--only nj quartet celltreeqm plan]
+(about 4 min on 2 idle cores; --quick shrinks every size to check that the script works).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+from common import ROOT, Table, fit_exponent, load_average, measure, run_child, series, target, timed, write_results
+from tree_metrics import random_newick
+
+from celldag.lineage.metrics import qdist_sampled, quartet_distance, robinson_foulds
+from celldag.lineage.reconstruct import euclidean_distances, reconstruct
+from celldag.lineage.tree import parse_newick, path_distances
+
+SECTIONS = ("nj", "quartet", "celltreeqm", "plan")
+
+
+class Section:
+    """What one section adds to the results file."""
+
+    def __init__(self) -> None:
+        self.series, self.tables, self.targets, self.notes = {}, [], [], []
+
+
+# ---------------------------------------------------------------- neighbour joining
+
+
+def biopython_matrix(distances: np.ndarray, names: list[str]):
+    from Bio.Phylo.TreeConstruction import DistanceMatrix
+
+    return DistanceMatrix(names, [distances[i, : i + 1].tolist() for i in range(len(names))])
+
+
+def biopython_nj(matrix):
+    from Bio.Phylo.TreeConstruction import DistanceTreeConstructor
+
+    return DistanceTreeConstructor().nj(matrix)
+
+
+def same_topology(ours, peer_tree) -> bool:
+    from Bio import Phylo
+
+    text = io.StringIO()
+    Phylo.write(peer_tree, text, "newick")
+    return robinson_foulds(ours, parse_newick(text.getvalue())).distance == 0
+
+
+def nj_section(quick: bool, out: Section) -> None:
+    peer_sizes, own_sizes, largest = ([30, 60], [100, 200], 400) if quick else ([100, 300], [1000, 2000], 5000)
+    rng = np.random.default_rng(0)
+    reconstruct(euclidean_distances(rng.normal(size=(8, 5))), [f"c{i}" for i in range(8)], "nj")  # imports
+    table = Table("Neighbour joining: distance matrix → tree (random Euclidean points, 10 dimensions)",
+                  ["leaves", "celldag s", "celldag peak MB", "Biopython s", "ratio", "same tree"])  # fmt: skip
+    sizes, seconds, peaks, peer_seconds = [], [], [], []
+
+    def record(n: int, with_peer: bool, repeat: int) -> None:
+        names = [f"c{i}" for i in range(n)]
+        distances = euclidean_distances(rng.normal(size=(n, 10)))
+        ours, peak = measure(lambda: reconstruct(distances, names, "nj"), repeat)
+        sizes.append(n), seconds.append(ours), peaks.append(peak)
+        peer, same = float("nan"), "–"
+        if with_peer:
+            matrix = biopython_matrix(distances, names)  # built outside the timed part
+            start = time.perf_counter()
+            peer_tree = biopython_nj(matrix)
+            peer = time.perf_counter() - start
+            peer_seconds.append(peer)
+            same = "yes" if same_topology(reconstruct(distances, names, "nj"), peer_tree) else "NO"
+        table.add(n, ours, peak, peer, peer / ours, same)
+
+    for n in peer_sizes:
+        record(n, with_peer=True, repeat=3)
+    for n in own_sizes:
+        record(n, with_peer=False, repeat=3 if n <= 1000 else 2)
+    estimate = seconds[-1] * (largest / sizes[-1]) ** 3
+    if estimate <= 60:
+        record(largest, with_peer=False, repeat=1)
+    else:
+        out.notes.append(f"NJ at {largest:,} leaves skipped: ~{estimate:.0f} s estimated (n³) from {sizes[-1]:,} "
+                         "leaves, over the 60 s limit")
+    out.tables.append(table.show())
+    out.notes.append("NJ: celldag's time is the best of 2–3 runs (one at 5,000 leaves), Biopython's one run; "
+                     "peak MB: the rise of the resident set during celldag's call.")  # fmt: skip
+    out.series["NJ (celldag, scikit-bio)"] = series("leaves", sizes, seconds, peaks)
+    out.series["NJ (Biopython)"] = series("leaves", peer_sizes, peer_seconds, peer=True)
+    ratio = peer_seconds[-1] / seconds[len(peer_sizes) - 1]
+    at_2000 = dict(zip(sizes, seconds)).get(own_sizes[-1], float("nan"))
+    out.targets.append(target(f"NJ vs Biopython at {peer_sizes[-1]} leaves >= 500x", f"{ratio:,.0f}x", ratio >= 500))
+    out.targets.append(target(f"NJ at {own_sizes[-1]:,} leaves <= 1 s", f"{at_2000:.2f} s", at_2000 <= 1))
+
+
+# ---------------------------------------------------------------- quartet distance and RF
+
+
+def quartet_section(quick: bool, out: Section) -> None:
+    import dendropy
+    from dendropy.calculate import treecompare
+
+    sizes, enumerated = ([16, 32, 64, 128], {16, 32}) if quick else ([64, 128, 256, 512, 1000], {64, 128})
+    rng = np.random.default_rng(0)
+    table = Table("Exact quartet distance and Robinson–Foulds on two random binary trees",
+                  ["leaves", "quartet s", "enumerate all s", "ratio", "RF s", "DendroPy RF s", "ratio"])  # fmt: skip
+    quartet_seconds, peer_sizes, peer_seconds, rf_seconds, dendropy_seconds = [], [], [], [], []
+    for n in sizes:
+        first, second = random_newick(n, rng), random_newick(n, rng)
+        a, b = parse_newick(first), parse_newick(second)
+        ours = timed(lambda: quartet_distance(a, b), repeat=3 if n <= 256 else 1)
+        quartet_seconds.append(ours)
+        peer = float("nan")
+        if n in enumerated:
+            names = list(a.leaf_names)
+            dist_a, dist_b = (path_distances(t, names, topology_only=True) for t in (a, b))
+            peer = timed(lambda: qdist_sampled(dist_a, dist_b, 10**12, rng), repeat=1)
+            assert abs(quartet_distance(a, b) - qdist_sampled(dist_a, dist_b, 10**12, rng)) < 1e-12
+            peer_sizes.append(n), peer_seconds.append(peer)
+        taxa = dendropy.TaxonNamespace()
+        tree_a, tree_b = (dendropy.Tree.get(data=text, schema="newick", taxon_namespace=taxa, rooting="force-unrooted")
+                          for text in (first, second))  # fmt: skip
+        rf = timed(lambda: robinson_foulds(a, b))
+        peer_rf = timed(lambda: treecompare.symmetric_difference(tree_a, tree_b))
+        rf_seconds.append(rf), dendropy_seconds.append(peer_rf)
+        table.add(n, ours, peer, peer / ours, rf, peer_rf, peer_rf / rf)
+    out.tables.append(table.show())
+    out.series["quartet distance (celldag)"] = series("leaves", sizes, quartet_seconds)
+    out.series["quartet distance (enumerate all)"] = series("leaves", peer_sizes, peer_seconds, peer=True)
+    out.series["RF (celldag)"] = series("leaves", sizes, rf_seconds)
+    out.series["RF (DendroPy)"] = series("leaves", sizes, dendropy_seconds, peer=True)
+    n = 128 if quick else 256
+    at = dict(zip(sizes, quartet_seconds))[n]
+    out.targets.append(target(f"exact quartet distance at {n} leaves <= 2 s", f"{at:.2f} s", at <= 2))
+
+
+# ---------------------------------------------------------------- CellTreeQM training step
+
+
+def celltreeqm_params(paper: bool) -> dict:
+    registry = yaml.safe_load((ROOT / "config/methods.yaml").read_text())["celltreeqm"]
+    params = registry["params"] | registry["variants"]["supervised"] | {"device": "cpu"}
+    if paper:
+        preset = yaml.safe_load((ROOT / "config/presets/paper.yaml").read_text())
+        params |= preset["method_params"]["celltreeqm"] | {"device": "cpu"}
+    return params
+
+
+def step_runner(x, params: dict, tree_distances: np.ndarray, naive: bool, seed: int):
+    """One training step as train_encoder's step_fn, with its phases timed; ``naive`` recomputes D_X/√C."""
+    import torch
+
+    from celldag.lineage.supervision import supervised_quartets
+    from celldag.methods.celltreeqm.losses import distance_preservation_loss, embedding_distances
+    from celldag.methods.celltreeqm.train import build_model, metric_loss, optimizer_for
+
+    torch.manual_seed(seed)
+    model = build_model(x.shape[1], params)
+    model.train()
+    optimizer = optimizer_for(model, params)
+    quartet_loss = metric_loss(params)
+    rng = np.random.default_rng(seed)
+    allowed = np.ones(x.shape[0], dtype=bool)
+    scale = x.shape[1] ** 0.5
+    input_distances = None if naive else embedding_distances(x) / scale
+
+    def step() -> dict[str, float]:
+        clock = [time.perf_counter()]
+        quartets, topology = supervised_quartets(tree_distances, params["quartets_per_step"], rng, allowed)
+        quartets, topology = torch.as_tensor(quartets), torch.as_tensor(topology)
+        optimizer.zero_grad(set_to_none=True)
+        clock.append(time.perf_counter())
+        target_distances = embedding_distances(x) / scale if naive else input_distances
+        clock.append(time.perf_counter())
+        distances = embedding_distances(model(x).float())
+        preservation = distance_preservation_loss(distances, target_distances, embedding_dim=params["output_dim"])
+        loss = params["w_additivity"] * quartet_loss(distances, quartets, topology)
+        loss = loss + params["w_distance"] * preservation
+        clock.append(time.perf_counter())
+        loss.backward()
+        clock.append(time.perf_counter())
+        optimizer.step()
+        clock.append(time.perf_counter())
+        phases = ("quartets", "input distances", "forward + loss", "backward", "optimizer")
+        return dict(zip(phases, np.diff(clock).tolist()))
+
+    return step
+
+
+def time_steps(steps: dict, warmup: int, most: int, budget: float) -> dict[str, list[dict]]:
+    """Phase times per step of each runner, alternating runners step by step so that a change of load
+    hits both alike: ``warmup`` steps each (fewer when one takes over 2 s), then up to ``most`` each
+    while within ``budget`` seconds (at least 3)."""
+    for run in steps.values():
+        start = time.perf_counter()
+        for _ in range(warmup):
+            run()
+            if time.perf_counter() - start > 2:
+                break
+    timings = {name: [] for name in steps}
+    start = time.perf_counter()
+    for done in range(1, most + 1):
+        for name, run in steps.items():
+            timings[name].append(run())
+        if done >= 3 and time.perf_counter() - start > budget:
+            break
+    return timings
+
+
+def median_total(rows: list[dict]) -> float:
+    return statistics.median(sum(row.values()) for row in rows)
+
+
+def celltreeqm_configs(quick: bool) -> list[tuple[bool, int, int]]:
+    """(paper sizes?, leaves, features): every corner at the CPU default sizes; at the paper sizes (a 66M-parameter
+    model at 15,000 features, seconds per step on a CPU) the target's pair only."""
+    if quick:
+        return [(paper, n, c) for paper in (False, True) for n, c in ((16, 200), (32, 1000))]
+    default = [(False, n, c) for n in (128, 295) for c in (2000, 15000)]
+    return default + [(True, 295, 15000)]
+
+
+def celltreeqm_section(quick: bool, out: Section) -> None:
+    import torch
+
+    table = Table("CellTreeQM: one training step (median of the timed steps after warm-up)",
+                  ["model", "leaves", "features", "steps timed", "celldag s/step", "recompute D_X s/step",
+                   "ratio", "ratio, celldag + D_X", "D_X/√C share of recompute step"])  # fmt: skip
+    breakdown = Table("CellTreeQM: where a step's time goes (median seconds per phase)",
+                      ["model", "leaves", "features", "step", "quartets", "input distances", "forward + loss",
+                       "backward", "optimizer"])  # fmt: skip
+    ratios = {}
+    for paper, n, c in celltreeqm_configs(quick):
+        params = celltreeqm_params(paper)
+        label = "paper (1024 wide, 8 layers)" if paper else "CPU default (64 wide, 2 layers)"
+        if paper and quick:
+            params, label = params | {"proj_dim": 128, "hidden_dim": 128, "n_layers": 1}, "paper, shrunk (--quick)"
+        warmup, most, budget = (1, 3, 0.0) if paper or quick else (3, 10, 8.0)
+        tree = parse_newick(random_newick(n, np.random.default_rng(n)))
+        tree_distances = path_distances(tree, list(tree.leaf_names), topology_only=True)
+        x = torch.randn(n, c, generator=torch.Generator().manual_seed(c))
+        runners = {name: step_runner(x, params, tree_distances, naive, seed=0)
+                   for name, naive in (("celldag", False), ("recompute", True))}  # fmt: skip
+        timings = time_steps(runners, warmup, most, budget)
+        ours, naive = median_total(timings["celldag"]), median_total(timings["recompute"])
+        recompute = statistics.median(row["input distances"] for row in timings["recompute"])
+        table.add(label, n, c, len(timings["celldag"]), ours, naive, naive / ours, (ours + recompute) / ours,
+                  f"{100 * recompute / naive:.0f}%")  # fmt: skip
+        for name, rows in timings.items():
+            breakdown.add(label, n, c, name, *(statistics.median(row[phase] for row in rows) for phase in rows[0]))
+        ratios[(paper, n, c)] = naive / ours
+        print(f"  {label}, N={n}, C={c}: {ours:.3f} vs {naive:.3f} s/step", flush=True)
+    n, c = (32, 1000) if quick else (295, 15000)
+    paper_ratio, default_ratio = ratios[(True, n, c)], ratios[(False, n, c)]
+    measured = f"{paper_ratio:.2f}x (CPU default sizes: {default_ratio:.2f}x)"
+    out.targets.append(target(f"CellTreeQM step vs recomputing D_X at N={n}, C={c:,} (paper sizes) >= 1.5x",
+                              measured, paper_ratio >= 1.5))  # fmt: skip
+    out.notes.append("CellTreeQM at the paper sizes: the target's (leaves, features) pair only, 1 warm-up and 3 "
+                     "timed steps (seconds per step on a CPU). `celldag + D_X`: celldag's step time plus the "
+                     "recompute step's D_X/√C phase, an estimate of the ratio less exposed to load changes. Steps use "
+                     "torch's default thread count: on a loaded machine its threads contend, and step times jump.")  # fmt: skip
+    out.tables += [table.show(), breakdown.show()]
+
+
+# ---------------------------------------------------------------- planning
+
+
+def workflow_copy(workdir: Path) -> Path:
+    """What a checkout holds of the workflow (as tests/conftest.py's copy_workflow)."""
+    for name in ("Snakefile", "workflow", "config", "envs", "profiles"):
+        source = ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / name)
+    return workdir
+
+
+LINEAGE_METHODS = ["nj_raw", "nj_pca", "upgma_raw", "celltreeqm", "triplet", "quadruplet"]
+
+
+def grid_config(workdir: Path, n_datasets: int, seeds: list[int]) -> dict:
+    """Copies of bm_default with other depths and feature counts in the copy's registry; the config running
+    every lineage method on them."""
+    registry = workdir / "config/datasets.yaml"
+    datasets = yaml.safe_load(registry.read_text())
+    base = datasets["bm_default"]
+    names = []
+    for k in range(n_datasets):
+        names.append(f"bm_grid{k}")
+        datasets[names[-1]] = copy.deepcopy(base) | {
+            "params": {**base["params"], "depth": 3 + k % 5, "n_signal": 40 + k}
+        }
+    registry.write_text(yaml.safe_dump(datasets, sort_keys=False))
+    config = {"name": "bench", "datasets": names, "methods": LINEAGE_METHODS, "seeds": seeds}
+    (workdir / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return config
+
+
+def dry_run(n_datasets: int, seeds: list[int]) -> dict:
+    """One grid in a fresh workflow copy: `snakemake -n` (a child process) and the pure-python planning."""
+    from celldag.plan import make_plan
+    from celldag.registry import load_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = workflow_copy(Path(tmp))
+        config = grid_config(workdir, n_datasets, seeds)
+        start = time.perf_counter()
+        loaded, registries = load_config(copy.deepcopy(config), "config.yaml", root=workdir)
+        load_seconds = time.perf_counter() - start
+        plan_seconds = timed(lambda: make_plan(copy.deepcopy(loaded), registries))
+        planned = make_plan(loaded, registries).jobs_per_rule()
+        command = [sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", "--cores", "1"]
+        seconds, peak_mb, code, output = run_child(command, cwd=workdir)
+    if code != 0:
+        raise RuntimeError(f"snakemake -n failed:\n{output}")
+    listed = {parts[0]: int(parts[1]) for parts in map(str.split, output.splitlines())
+              if len(parts) == 2 and parts[1].isdigit()}  # fmt: skip
+    return {"listed": listed, "planned": planned, "seconds": seconds, "peak_mb": peak_mb,
+            "load_seconds": load_seconds, "plan_seconds": plan_seconds}  # fmt: skip
+
+
+def plan_section(quick: bool, out: Section) -> None:
+    grids = [(1, [0, 1]), (3, [0, 1])] if quick else [(3, [0, 1]), (21, [0, 1, 2, 3, 4])]
+    table = Table("Planning: dry runs of generated grids (lineage methods × bm_default copies × seeds)",
+                  ["datasets", "seeds", "run_method jobs", "jobs in all", "`snakemake -n` s", "snakemake peak MB",
+                   "load_config s", "make_plan s"])  # fmt: skip
+    jobs, seconds, plan_seconds = [], [], []
+    for n_datasets, seeds in grids:
+        run = dry_run(n_datasets, seeds)
+        listed, planned = run["listed"], run["planned"]
+        table.add(n_datasets, len(seeds), listed.get("run_method", 0), listed.get("total", 0), run["seconds"],
+                  run["peak_mb"], run["load_seconds"], run["plan_seconds"])  # fmt: skip
+        if listed.get("run_method") != planned["run_method"]:
+            out.notes.append(f"snakemake -n listed {listed.get('run_method')} run_method jobs, "
+                             f"make_plan {planned['run_method']}")  # fmt: skip
+        jobs.append(listed.get("total", sum(planned.values())))
+        seconds.append(run["seconds"]), plan_seconds.append(run["plan_seconds"])
+    out.tables.append(table.show())
+    out.series["snakemake -n"] = series("jobs", jobs, seconds)
+    out.series["make_plan"] = series("jobs", jobs, plan_seconds)
+    out.targets.append(target(f"`snakemake -n` on {planned['run_method']:,} run_method jobs <= 15 s",
+                              f"{seconds[-1]:.1f} s", seconds[-1] <= 15))  # fmt: skip
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: checks that the script works")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
+    args = parser.parse_args()
+    load, out = load_average(), Section()
+    run = {"nj": nj_section, "quartet": quartet_section, "celltreeqm": celltreeqm_section, "plan": plan_section}
+    for name in args.only:
+        start = time.perf_counter()
+        print(f"== {name}", flush=True)
+        run[name](args.quick, out)
+        print(f"== {name}: {time.perf_counter() - start:.0f} s\n", flush=True)
+    for label, entry in out.series.items():
+        print(f"{label}: time ~ size^{fit_exponent(entry['sizes'], entry['seconds']):.2f}")
+    write_results("lineage_scaling", args.quick, out.series, out.tables, out.targets, out.notes, load)
+
+
+if __name__ == "__main__":
+    main()
