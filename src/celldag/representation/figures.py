@@ -13,6 +13,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from celldag.report import figures as report_figures
+from celldag.representation.numba_cache import cache_umap_graph_kernels
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,21 +68,6 @@ def add_legend(figure: Figure, title: str, colours: dict[str, tuple], where: str
 def ok_outputs(outputs) -> dict:
     """The outputs of runs that are ``ok`` ("method/variant" -> AnnData), in the order given."""
     return {key: output for key, output in outputs.items() if output.uns.get("status") == "ok"}
-
-
-@cache  # once a process
-def cache_umap_graph_kernels() -> None:
-    """Let numba cache umap-learn's two graph kernels on disk, as it already does the layout's.
-
-    umap-learn compiles ``smooth_knn_dist`` and ``compute_membership_strengths`` (what scanpy's
-    neighbours call) without ``cache=True``: about 8 s in every new process, more than drawing ten
-    UMAPs of 700 cells. Caching changes where the compiled code comes from, not what it computes.
-    """
-    import umap.umap_ as umap_module
-
-    for kernel in (umap_module.smooth_knn_dist, umap_module.compute_membership_strengths):
-        if hasattr(kernel, "enable_caching"):  # a numba dispatcher (umap-learn ≥ 0.5)
-            kernel.enable_caching()
 
 
 def umap_coordinates(embedding: np.ndarray) -> np.ndarray:

@@ -4,10 +4,18 @@ scIB metrics (scib-metrics' Benchmarker) on each cell embedding, all embeddings 
 neighbour graphs and the JAX start-up are paid once; marker-gene clustering in gene-embedding space
 for runs that return a contextual gene embedding, beside the static vectors they started from (the
 same marker genes on both sides, so the two numbers are paired).
+
+JAX's compiled kernels are kept on disk between jobs (``enable_jax_cache``, ``CELLDAG_JAX_CACHE``), and
+umap-learn's graph kernels by numba (``celldag.representation.numba_cache``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import platform
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +23,7 @@ import numpy as np
 from celldag.tracks import ScoringContext
 
 CONTROLS = ("random", "shuffled")  # sciLaMA's gene inputs drawn from a static table with the run's seed
+JAX_CACHE_ENV = "CELLDAG_JAX_CACHE"  # a directory for JAX's compiled kernels, or "off"
 
 
 def static_vectors(table_vectors: np.ndarray, gene_input: str, seed: int) -> np.ndarray:
@@ -88,9 +97,69 @@ def unintegrated_reference(x: np.ndarray) -> np.ndarray:
     return sc.pp.pca(x, svd_solver="arpack")
 
 
+def jax_cache_dir() -> Path | None:
+    """Where the scoring process keeps JAX's compiled kernels: ``$CELLDAG_JAX_CACHE`` ("off": nowhere), else
+    ``$XDG_CACHE_HOME/celldag/jax/<cpu>`` (``~/.cache`` without XDG_CACHE_HOME).
+
+    ``<cpu>`` is a short hash of the CPU's model and instruction-set flags, so nodes of a cluster that share
+    a home directory but not a CPU never load each other's machine code.
+    """
+    value = os.environ.get(JAX_CACHE_ENV)
+    if value is not None:
+        return None if value.strip().lower() in ("", "0", "off", "none", "false") else Path(value).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "celldag" / "jax" / cpu_tag()
+
+
+def cpu_tag() -> str:
+    """12 hex digits naming this machine's CPU: its architecture, model name and flags (/proc/cpuinfo)."""
+    described = [platform.machine(), platform.processor()]
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith(("model name", "flags", "Features", "CPU part")):
+                    described.append(line.strip())
+                if line.strip() == "":  # the first processor describes them all
+                    break
+    except OSError:
+        pass
+    return hashlib.sha256("\n".join(described).encode()).hexdigest()[:12]
+
+
+@cache  # once a process, before scib-metrics' first jit
+def enable_jax_cache() -> Path | None:
+    """Keep JAX's compiled kernels on disk (``jax_cache_dir()``), every kernel however small or quick.
+
+    scib-metrics jit-compiles its k-means, silhouettes, LISI and PCR kernels for each new shape: ≈ 50 s in
+    the evaluate job of a 700-cell dataset, paid again by every process, since JAX caches on disk only
+    when told where. A warm cache loads the same executables XLA built the first time, so the scores
+    are the same to the bit (tests/test_representation_determinism.py). A directory JAX was already
+    given (``JAX_COMPILATION_CACHE_DIR``) is kept unless ``CELLDAG_JAX_CACHE`` names one; a directory
+    that cannot be created only costs the compile time (a warning, no error).
+    """
+    import jax
+
+    if os.environ.get(JAX_CACHE_ENV) is None and jax.config.jax_compilation_cache_dir:
+        path = Path(jax.config.jax_compilation_cache_dir)
+    else:
+        path = jax_cache_dir()
+        if path is None:
+            return None
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            logging.getLogger(__name__).warning("JAX compilation cache disabled: %s", error)
+            return None
+        jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # default 1 s: most kernels take less
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # every entry, whatever its size
+    return path
+
+
 def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[str, float]]:
     """One {metric: value} per output of one seed (empty for runs that are not ``ok``)."""
     from celldag.representation.metrics import scib_scores
+    from celldag.representation.numba_cache import cache_umap_graph_kernels
 
     markers, table_paths = context.dataset.get("markers", {}), list(context.table_paths)
     ok = [i for i, output in enumerate(outputs) if output.uns["status"] == "ok"]
@@ -102,6 +171,8 @@ def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[st
     batch_metrics = len(np.unique(batch)) > 1  # one batch (pbmc3k): bio conservation only
     pre_integration = unintegrated_reference(x) if batch_metrics else None
     embeddings = {str(i): np.asarray(outputs[i].obsm["X_emb"], dtype=np.float32) for i in ok}
+    enable_jax_cache()
+    cache_umap_graph_kernels()  # scib-metrics' connectivities run umap-learn's graph kernels
     scib = scib_scores(embeddings, prepared.obs["label"].astype(str).to_numpy(), batch, pre_integration,
                        batch_metrics=batch_metrics)  # fmt: skip
     for i in ok:
