@@ -169,6 +169,27 @@ def write_results(name: str, quick: bool, series: dict, tables: list[str], targe
     return path
 
 
+class Section:
+    """What the sections of one benchmark script add to its results file."""
+
+    def __init__(self) -> None:
+        self.series, self.tables, self.targets, self.notes = {}, [], [], []
+
+
+def run_sections(name: str, sections: dict[str, Callable[[bool, Section], None]], only: Sequence[str],
+                 quick: bool) -> Path:  # fmt: skip
+    """Run the ``only`` sections in order (each timed), print each series' fitted exponent, write the results."""
+    load, out = load_average(), Section()
+    for section in only:
+        start = time.perf_counter()
+        print(f"== {section}", flush=True)
+        sections[section](quick, out)
+        print(f"== {section}: {time.perf_counter() - start:.0f} s\n", flush=True)
+    for label, entry in out.series.items():
+        print(f"{label}: time ~ size^{fit_exponent(entry['sizes'], entry['seconds']):.2f}")
+    return write_results(name, quick, out.series, out.tables, out.targets, out.notes, load)
+
+
 def machine() -> dict[str, str]:
     """Cores, CPU model, RAM and the versions that set the numbers."""
     import torch

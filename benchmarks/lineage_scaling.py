@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from common import ROOT, Table, fit_exponent, load_average, measure, run_child, series, target, timed, write_results
+from common import ROOT, Section, Table, measure, run_child, run_sections, series, target, timed
 from tree_metrics import random_newick
 
 from celldag.lineage.metrics import qdist_sampled, quartet_distance, robinson_foulds
@@ -34,13 +34,6 @@ from celldag.lineage.reconstruct import euclidean_distances, reconstruct
 from celldag.lineage.tree import parse_newick, path_distances
 
 SECTIONS = ("nj", "quartet", "celltreeqm", "plan")
-
-
-class Section:
-    """What one section adds to the results file."""
-
-    def __init__(self) -> None:
-        self.series, self.tables, self.targets, self.notes = {}, [], [], []
 
 
 # ---------------------------------------------------------------- neighbour joining
@@ -365,16 +358,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: checks that the script works")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
     args = parser.parse_args()
-    load, out = load_average(), Section()
     run = {"nj": nj_section, "quartet": quartet_section, "celltreeqm": celltreeqm_section, "plan": plan_section}
-    for name in args.only:
-        start = time.perf_counter()
-        print(f"== {name}", flush=True)
-        run[name](args.quick, out)
-        print(f"== {name}: {time.perf_counter() - start:.0f} s\n", flush=True)
-    for label, entry in out.series.items():
-        print(f"{label}: time ~ size^{fit_exponent(entry['sizes'], entry['seconds']):.2f}")
-    write_results("lineage_scaling", args.quick, out.series, out.tables, out.targets, out.notes, load)
+    run_sections("lineage_scaling", run, args.only, args.quick)
 
 
 if __name__ == "__main__":

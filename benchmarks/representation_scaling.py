@@ -29,18 +29,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, Table, fit_exponent, load_average, run_child, series, target, write_results
+from common import ROOT, Section, Table, run_child, run_sections, series, target
 
 SECTIONS = ("epochs", "scoring", "prepare")
 N_BATCHES, N_TYPES, LATENT, BATCH_SIZE = 3, 10, 20, 128
 GENE_TABLE_DIM = 384  # go_text's width (all-MiniLM-L6-v2)
-
-
-class Section:
-    """What one section adds to the results file."""
-
-    def __init__(self) -> None:
-        self.series, self.tables, self.targets, self.notes = {}, [], [], []
 
 
 def child(kind: str, spec: dict) -> dict:
@@ -516,17 +509,9 @@ def main() -> None:
     parser.add_argument("--scoring-cells", nargs="+", type=int, metavar="N",
                         help="scoring sizes (0: pbmc68k_batched, 700 cells); default 0 5000")  # fmt: skip
     args = parser.parse_args()
-    load, out = load_average(), Section()
     run = {"epochs": epochs_section, "prepare": prepare_section,
            "scoring": lambda quick, section: scoring_section(quick, section, args.scoring_cells)}  # fmt: skip
-    for name in args.only:
-        start = time.perf_counter()
-        print(f"== {name}", flush=True)
-        run[name](args.quick, out)
-        print(f"== {name}: {time.perf_counter() - start:.0f} s\n", flush=True)
-    for label, entry in out.series.items():
-        print(f"{label}: time ~ size^{fit_exponent(entry['sizes'], entry['seconds']):.2f}")
-    write_results("representation_scaling", args.quick, out.series, out.tables, out.targets, out.notes, load)
+    run_sections("representation_scaling", run, args.only, args.quick)
 
 
 if __name__ == "__main__":
