@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from celldag import audit
+from celldag import audit, prepare
 from celldag.artifacts import sha256_file
 from celldag.audit import CUDA_TOLERANCE, Tolerance
 from celldag.cli import main
 from celldag.plan import DATASET_SCORES, PREPARED, RUN_OUTPUT, RUN_RECORD, Run, method_params
-from celldag.prepare import source_files
 from celldag.scoring import checksums_path, write_scores
+from celldag.tracks import Track
 from conftest import TRACKS, copy_workflow, planned_run, run_snakemake
 
 ULP = math.ulp(0.25)
@@ -157,10 +157,21 @@ def test_a_rerun_gets_exactly_the_recorded_params(tmp_path):
     assert str(tmp_path) in kwargs["output_path"] and not kwargs["gpu_requested"] and kwargs["gene_table_path"] is None
 
 
-def test_prepared_datasets_carry_the_digests_of_their_source_files(tmp_path):
+def test_prepared_datasets_carry_the_digests_of_their_source_files(tmp_path, monkeypatch):
     source = tmp_path / "counts.csv"
     source.write_text("cell,gene\n")
-    assert source_files({"counts.csv": str(source)}) == {"counts.csv": {"path": str(source), "sha256": sha256_file(source)}}
+
+    def loader(dataset_id, params, seed, files):  # records its own fingerprints, as CeNGEN's does
+        adata = anndata.AnnData(np.zeros((4, 2)), obs=pd.DataFrame(index=list("abcd")))
+        adata.uns["source_files"] = {"package.csv": "f" * 64}
+        return adata
+
+    monkeypatch.setattr(prepare.extensions, "load", lambda reference: loader)
+    entry = {"loader": "lab:loader", "params": {}, "track": "toy", "files": [{"name": "counts.csv", "path": str(source)}]}
+    adata = prepare.prepare_dataset("lab", entry, Track(**{**vars(TRACKS["lineage"]), "arrange": None}), 0,
+                                    {"counts.csv": str(source)})  # fmt: skip
+    assert adata.uns[prepare.SOURCE_FILES] == {"counts.csv": {"path": str(source), "sha256": sha256_file(source)}}
+    assert adata.uns["source_files"] == {"package.csv": "f" * 64}  # the loader's own record is kept
 
 
 # ---------------------------------------------------------------- one tiny pipeline, audited

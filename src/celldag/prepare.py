@@ -16,10 +16,15 @@ from celldag import extensions
 from celldag.tracks import Track
 
 
-def local_file_problems(entry: dict) -> list:
-    """A local source's files must exist and, where the entry gives a sha256, still have that digest."""
+def local_file_problems(entry: dict, digests: Mapping[str, str] | None = None) -> list:
+    """A local source's files must exist and, where the entry gives a sha256, still have that digest.
+
+    ``digests``: sha256 by path already computed (a lab's file may be gigabytes: hash it once).
+    """
     from celldag.contracts import ContractError
     from celldag.artifacts import sha256_file
+
+    digests = digests or {}
 
     problems = []
     for file in entry.get("files", []):
@@ -29,44 +34,48 @@ def local_file_problems(entry: dict) -> list:
         if not path.is_file():
             problems.append(ContractError(str(path), "file", "not found"))
             continue
-        digest = sha256_file(path) if file.get("sha256") else None
+        digest = (digests.get(str(path)) or sha256_file(path)) if file.get("sha256") else None
         if digest != file.get("sha256"):
             problems.append(ContractError(str(path), "sha256", f"the registry gives {file['sha256']}, the file has {digest}"))
     return problems
 
 
-def check_local_files(entry: dict) -> None:
-    problems = local_file_problems(entry)
+def check_local_files(entry: dict, digests: Mapping[str, str] | None = None) -> None:
+    problems = local_file_problems(entry, digests)
     if problems:
         raise problems[0]
 
 
 def prepare_dataset(dataset_id: str, entry: dict, track: Track, seed: int, files: Mapping[str, str] | None = None):
     """Build the prepared dataset of one registry entry for one seed (ids and track in ``uns``)."""
-    check_local_files(entry)
-    adata = extensions.load(entry["loader"])(dataset_id, entry["params"], seed, files or {})
+    from celldag.artifacts import sha256_file
+
+    files = files or {}
+    digests = {str(path): sha256_file(path) for path in files.values() if Path(path).is_file()}
+    check_local_files(entry, digests)
+    adata = extensions.load(entry["loader"])(dataset_id, entry["params"], seed, files)
     if track.arrange is not None:
         adata = track.call("arrange", adata, seed)
     adata.X = np.asarray(adata.X, dtype=track.x_dtype)
     adata.uns["dataset_id"] = dataset_id
     adata.uns["track"] = entry["track"]
     adata.uns["seed"] = seed
-    adata.uns[SOURCE_FILES] = source_files(files or {})
+    adata.uns[SOURCE_FILES] = source_files(files, digests)
     return adata
 
 
-SOURCE_FILES = "source_files"  # uns key: the files a prepared dataset was built from, each with its sha256
+# uns key: the files the loader was given, each with its path and sha256. Not the loaders' own
+# "source_files" ({name: sha256}, e.g. CeNGEN's package files), which this must not overwrite.
+SOURCE_FILES = "loader_inputs"
 
 
-def source_files(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
+def source_files(files: Mapping[str, str], digests: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """{file name: {path, sha256}} of a dataset's source files (downloads, a lab's h5ad).
 
     Runs copy these digests into their records, so ``celldag audit`` can name a download or lab file
     that changed after the dataset was prepared. Keyed by file name: h5ad keys cannot hold a path's '/'.
     """
-    from celldag.artifacts import sha256_file
-
-    return {name: {"path": str(path), "sha256": sha256_file(path)} for name, path in sorted(files.items())}
+    return {name: {"path": str(path), "sha256": digests[str(path)]} for name, path in sorted(files.items())}
 
 
 def write_prepared_dataset(dataset_id: str, entry: dict, track: Track, seed: int, path: str,
