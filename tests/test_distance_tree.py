@@ -64,3 +64,27 @@ def test_run_returns_embedding_and_tree_over_all_leaves():
     assert sorted(parse_newick(result.tree_newick).leaf_names) == sorted(names)
     with pytest.raises(ValueError, match="params.features must be 'raw' or 'pca'"):
         run(inputs, {"features": "umap", "reconstruction": "nj"}, seed=0)
+
+
+NJ_IN_A_FRESH_PROCESS = """
+import sys
+import jax
+import numpy as np
+from celldag.lineage.reconstruct import neighbor_joining
+names = list("ABCDE")
+distances = np.array([[0, 5, 9, 9, 8], [5, 0, 10, 10, 9], [9, 10, 0, 8, 7], [9, 10, 8, 0, 3], [8, 9, 7, 3, 0]], float)
+neighbor_joining(distances, names)
+print(sorted(name for name in ("torch", "cupy", "skbio") if name in sys.modules), jax.config.jax_enable_x64)
+import torch  # reported missing to scikit-bio only while it was imported
+"""
+
+
+def test_nj_imports_scikit_bio_without_its_array_backend_probe():
+    """scikit-bio's import-time probe would import torch (≈ 2.5 s of an NJ job) and switch an
+    already imported JAX to 64-bit floats for the whole process; neither happens, and torch stays
+    importable afterwards."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", NJ_IN_A_FRESH_PROCESS], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["['skbio']", "False"]

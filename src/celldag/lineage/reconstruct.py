@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -9,6 +11,8 @@ import numpy as np
 from celldag.lineage.tree import Tree
 
 RECONSTRUCTIONS = ("nj", "upgma")
+# Array libraries scikit-bio probes for when it is imported (skbio.util._testing._get_array_backends)
+SKBIO_PROBED = ("jax", "torch", "cupy")
 
 
 def euclidean_distances(points: np.ndarray) -> np.ndarray:
@@ -34,16 +38,52 @@ def reconstruct(distances: np.ndarray, names: Sequence[str], method: str) -> Tre
 
 def neighbor_joining(distances: np.ndarray, names: Sequence[str]) -> Tree:
     """Unrooted NJ tree (scikit-bio's implementation; its root is a trifurcation)."""
-    from skbio import DistanceMatrix
-    from skbio.tree import nj
-
-    root = nj(DistanceMatrix(distances, ids=list(names)))
+    distance_matrix, nj = skbio_nj()
+    root = nj(distance_matrix(distances, ids=list(names)))
     return _preorder_tree(
         root,
         children_of=lambda node: node.children,
         name_of=lambda node: node.name if node.is_tip() else "",
         length_of=lambda node: np.nan if node.length is None else float(node.length),
     )
+
+
+def skbio_nj():
+    """scikit-bio's ``DistanceMatrix`` and ``nj``, imported without its array-library probe.
+
+    scikit-bio 0.7 imports its test helpers with the package, and they import JAX, torch and CuPy to
+    list the array backends installed: ≈ 2.5 s of a 3 s NJ job, and the probe switches JAX to 64-bit
+    floats for the whole process (``jax_enable_x64``), which would change any JAX computation that
+    follows in it (scib-metrics). NJ takes numpy arrays only: while scikit-bio is imported, those of
+    the libraries not imported yet are reported missing, and JAX's flag is put back.
+    """
+    if "skbio" not in sys.modules:
+        jax = sys.modules.get("jax")
+        x64 = None if jax is None else jax.config.jax_enable_x64
+        finder = _Missing({name for name in SKBIO_PROBED if name not in sys.modules})
+        sys.meta_path.insert(0, finder)
+        try:
+            import skbio  # noqa: F401
+        finally:
+            sys.meta_path.remove(finder)
+            if jax is not None:
+                jax.config.update("jax_enable_x64", x64)
+    from skbio import DistanceMatrix
+    from skbio.tree import nj
+
+    return DistanceMatrix, nj
+
+
+class _Missing(importlib.abc.MetaPathFinder):
+    """An import finder that reports the top-level packages ``names`` (and their modules) missing."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
 
 
 def upgma(distances: np.ndarray, names: Sequence[str]) -> Tree:
