@@ -26,14 +26,22 @@ from pathlib import Path
 from celldag.errors import InputError
 
 ATTEMPT_RESOURCES = ("mem_mb", "runtime")  # per_attempt in workflow/rules/common.smk: they grow on every retry
+# the job's own stderr (Snakemake's console) and the log that stderr goes to instead
+_console = _log = None
+
 NOT_RETRIED = ("not retried: the previous try of this job failed on the same input "
                "(a retry only helps a job out of memory or time)")
 
 
 def start(log_path: str) -> None:
+    """Log to ``log_path`` from now on; a job running several runs calls it again for each run's log."""
+    global _console, _log
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    console = sys.stderr
-    sys.stderr = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the job process
+    if _log is not None and sys.stderr is _log:  # the job's previous run logged there: back to the console
+        _log.close()
+        sys.stderr = _console
+    console = _console = sys.stderr
+    sys.stderr = _log = open(log_path, "a", buffering=1)  # noqa: SIM115 - open until the job's next run or its end
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )

@@ -29,6 +29,7 @@ GENE_TABLE = "results/embeddings/{embedding}/{dataset}-{data_key}.parquet"
 RUN_DIR = "results/runs/{dataset}/{method}/{variant}/{key}/seed{seed}"
 RUN_OUTPUT = RUN_DIR + "/output.h5ad"
 RUN_RECORD = RUN_DIR + "/run.json"
+RUN_LOG = "results/logs/run_method/{dataset}/{method}/{variant}/{key}/seed{seed}.log"
 # a configuration's own files, under its name (config key `name`)
 DATASET_SCORES = "results/{name}/scores/{dataset}.parquet"  # every run on one dataset: metric start-up is paid once
 SCORES = "results/{name}/scores.parquet"
@@ -60,6 +61,7 @@ class Plan:
     gene_tables: tuple[str, ...] = ()  # results/embeddings/… tables the runs (and shuffled controls) read
     figures: tuple[tuple[str, str, str], ...] = ()  # (rule, dataset, figure): each dataset's figures of its track
     figure_seed: int = 0  # the seed whose outputs figures draw (trees, UMAPs): the config's smallest
+    job_per_seed: bool = False  # config compute.job_per_seed: a run_method job per seed, else per variant
 
     @property
     def prepared(self) -> tuple[str, ...]:
@@ -81,7 +83,7 @@ class Plan:
                 "prepare_dataset": len(self.prepared),
                 "dataset_genes": len(tables_of),
                 "embed_genes": len(self.gene_tables),
-                "run_method": len(self.runs),
+                "run_method": len({self.job_of(run) for run in self.runs}),
                 "evaluate": len(self.dataset_scores),
                 "aggregate": 1,
                 **Counter(rule for rule, _, _ in self.figures),
@@ -90,6 +92,10 @@ class Plan:
             }
         )
 
+    def job_of(self, run: Run) -> tuple:
+        """What names a run's run_method job: the run itself, or with the seeds in one job its variant."""
+        return (run.dataset, run.method, run.variant, run.key) + ((run.seed,) if self.job_per_seed else ())
+
     @property
     def figure_paths(self) -> list[str]:
         return [FIGURE.format(name=self.name, dataset=dataset, figure=figure) for _, dataset, figure in self.figures]
@@ -97,6 +103,20 @@ class Plan:
     @property
     def final_targets(self) -> list[str]:
         return [pattern.format(name=self.name) for pattern in (SCORES, RUNS, LEADERBOARD, INDEX)]
+
+
+def job_seeds(config: dict, seed: str | None = None) -> list[int]:
+    """The seeds one run_method job runs: its ``seed`` wildcard's, or with the seeds in one job all of them."""
+    return [int(seed)] if config["compute"]["job_per_seed"] else list(config["seeds"])
+
+
+def job_files(pattern: str, config: dict) -> list[str]:
+    """A run_method job's files of ``pattern`` (RUN_OUTPUT, RUN_RECORD, RUN_LOG), as Snakemake patterns:
+    ``pattern`` itself with a job per seed, else one path per seed with the other wildcards kept."""
+    if config["compute"]["job_per_seed"]:
+        return [pattern]
+    escaped = pattern.replace("{", "{{").replace("}", "}}").replace("{{seed}}", "{seed}")
+    return [escaped.format(seed=seed) for seed in config["seeds"]]
 
 
 def figure_rule(track_id: str, figure: str) -> str:
@@ -167,7 +187,7 @@ def make_plan(config: dict, registries: Registries) -> Plan:
         track_id = registries.datasets[dataset]["track"]
         figures += [(figure_rule(track_id, f.name), dataset, f.name) for f in registries.track(track_id).figures]
     return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)),
-                tuple(figures), figure_seed=min(config["seeds"]))  # fmt: skip
+                tuple(figures), figure_seed=min(config["seeds"]), job_per_seed=config["compute"]["job_per_seed"])  # fmt: skip
 
 
 def dataset_files(dataset_id: str, entry: dict) -> dict[str, str]:

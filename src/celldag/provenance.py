@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import platform
@@ -11,6 +12,7 @@ import socket
 import sys
 import time
 from importlib import metadata
+from pathlib import Path
 
 # Versions worth recording for every run; missing packages are recorded as null.
 RECORDED_PACKAGES = (
@@ -49,10 +51,18 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
+def reset_peak_rss() -> None:
+    """Start the peak resident set over from the current one (Linux ≥ 4.0; elsewhere a no-op), so that the
+    second run of a job reports its own peak, not the first one's."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")  # 5: reset the peak RSS (man 5 proc)
+
+
 class RunClock:
-    """Started when a job starts; ``record`` turns it into the run.json dictionary."""
+    """Started when a run starts; ``record`` turns it into the run.json dictionary."""
 
     def __init__(self) -> None:
+        reset_peak_rss()
         self.started = time.time()
         self._perf = time.perf_counter()
 

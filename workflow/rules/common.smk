@@ -130,11 +130,19 @@ def embedding_entry(wildcards):
     return REGISTRIES.embeddings[wildcards.embedding]
 
 
+def run_seeds(wildcards):
+    """The seeds of a run_method job (compute.job_per_seed: its own; else every seed of the config)."""
+    return plan.job_seeds(config, wildcards.get("seed"))
+
+
 def run_inputs(wildcards):
-    """run_method inputs: the prepared dataset and, when the variant names one, its gene-embedding table."""
-    run = plan.make_run(wildcards.dataset, wildcards.method, wildcards.variant, int(wildcards.seed), REGISTRIES)
+    """run_method inputs: the prepared dataset of each seed and, when the variant names one, its
+    gene-embedding table."""
+    runs = [plan.make_run(wildcards.dataset, wildcards.method, wildcards.variant, seed, REGISTRIES)
+            for seed in run_seeds(wildcards)]  # fmt: skip
+    run = runs[0]
     current_key(wildcards.key, run.key, f"run {run.dataset}/{run.method}/{run.variant}")
-    inputs = {"prepared": run.path(plan.PREPARED)}
+    inputs = {"prepared": [each.path(plan.PREPARED) for each in runs]}
     embedding = plan.run_embedding(run, REGISTRIES)
     if embedding is not None:
         inputs["embedding"] = run.path(plan.GENE_TABLE, embedding=embedding)

@@ -6,21 +6,25 @@ from celldag import joblog  # noqa: E402
 from celldag.runner import run_method  # noqa: E402
 from celldag.tracks import load_track  # noqa: E402
 
-joblog.start(snakemake.log[0])
-run_method(
-    prepared_path=snakemake.input.prepared,
-    gene_table_path=snakemake.input.get("embedding"),
-    output_path=snakemake.output.output,
-    record_path=snakemake.output.record,
-    dataset_id=snakemake.wildcards.dataset,
-    dataset_entry=snakemake.params.dataset,
-    method_id=snakemake.wildcards.method,
-    method_entry=snakemake.params.method,
-    variant=snakemake.wildcards.variant,
-    seed=int(snakemake.wildcards.seed),
-    track=load_track(snakemake.params.track["definition"]),
-    threads=snakemake.threads,
-    gpu_requested=bool(snakemake.resources.gpu),
-    # from the config, not params: where a run trains is no rerun trigger of runs other configurations share
-    cpu_fallback=snakemake.config["compute"]["cpu_fallback"],
-)
+track = load_track(snakemake.params.track["definition"])
+runs = zip(snakemake.params.seeds, snakemake.input.prepared, snakemake.output.outputs, snakemake.output.records,
+           snakemake.log, strict=True)  # fmt: skip
+for seed, prepared, output, record, log in runs:  # the job's seeds in turn, each with its own log
+    joblog.start(log)
+    run_method(
+        prepared_path=prepared,
+        gene_table_path=snakemake.input.get("embedding"),
+        output_path=output,
+        record_path=record,
+        dataset_id=snakemake.wildcards.dataset,
+        dataset_entry=snakemake.params.dataset,
+        method_id=snakemake.wildcards.method,
+        method_entry=snakemake.params.method,
+        variant=snakemake.wildcards.variant,
+        seed=seed,
+        track=track,
+        threads=snakemake.threads,
+        gpu_requested=bool(snakemake.resources.gpu),
+        # from the config, not params: where a run trains is no rerun trigger of runs other configurations share
+        cpu_fallback=snakemake.config["compute"]["cpu_fallback"],
+    )
