@@ -339,12 +339,15 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
             table.add(*row, fresh["seconds"], fresh["jax_compile_s"],
                       f"{fresh['jax_cache_hits']} / {fresh['jax_cache_misses']}", fresh["numba_compile_s"],
                       fresh["seconds"] / first["seconds"], "yes" if identical else "NO")  # fmt: skip
-            rest = fresh["seconds"] - fresh["numba_compile_s"]
             out.targets.append(target(
                 f"scoring fixed cost: first call of a new process with a warm JAX cache <= 10 % of the cold first "
                 f"call ({n:,} cells)", f"{fresh['seconds']:.1f} s vs {first['seconds']:.1f} s "
-                f"({fresh['seconds'] / first['seconds']:.0%}; {fresh['numba_compile_s']:.0f} s of it compiling numba, "
-                f"the rest {rest / first['seconds']:.0%} of cold)", fresh["seconds"] <= 0.1 * first["seconds"]))
+                f"({fresh['seconds'] / first['seconds']:.0%}; {fresh['numba_compile_s']:.1f} s of it compiling numba)",
+                fresh["seconds"] <= 0.1 * first["seconds"]))
+            out.targets.append(target(
+                f"warm call: a second embedding in the same process <= 10 % of the cold first call ({n:,} cells)",
+                f"{second['seconds']:.1f} s vs {first['seconds']:.1f} s ({second['seconds'] / first['seconds']:.0%})",
+                second["seconds"] <= 0.1 * first["seconds"]))
             out.targets.append(target(
                 f"JAX's part of it: loading from the warm cache <= 10 % of compiling ({n:,} cells)",
                 f"{fresh['jax_compile_s']:.1f} s vs {first['jax_compile_s']:.1f} s",
@@ -363,9 +366,8 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
         "embeddings of the same width, 20 (cold, then warm); for the first size a second process reads the cache "
         "the first filled (warm cache). numba's own caches as they are on this machine. 'JAX compile s': XLA "
         "backend compilation (with a warm cache: loading the executables, 'JAX load s'); 'numba compile s': numba "
-        "JIT compilation during the call. The first call of every process compiles pynndescent's nn_descent "
-        "(kBET's diffusion neighbours), which numba refuses to cache on disk ('uses dynamic globals'): most of the "
-        "warm-cache first call. 700 cells: scanpy's pbmc68k_batched (real); other sizes synthetic (10 types, 3 "
+        "JIT compilation during the call (kBET's diffusion neighbours are exact since pynndescent's nn_descent, "
+        "which numba refuses to cache on disk, cost ~30 s in every process). 700 cells: scanpy's pbmc68k_batched (real); other sizes synthetic (10 types, 3 "
         "batches)."
         + (f" Not run by default, to keep the script within ~6 min: {', '.join(f'{n:,}' for n in skipped)} cells "
            "(kBET per label, 90-NN LISI and the O(n²) silhouettes make one embedding take minutes there; "

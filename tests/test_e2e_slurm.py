@@ -52,8 +52,9 @@ def workflow_copy(workdir: Path) -> Path:
 
 
 def slurm_job(run: Run) -> tuple[str, str]:
-    """(rule, wildcards) of a run's job as the SLURM plugin names it: the wildcard values joined by '_'."""
-    return "run_method", "_".join([run.dataset, run.method, run.variant, run.key, str(run.seed)])
+    """(rule, wildcards) of a run's job as the SLURM plugin names it: the wildcard values joined by '_'
+    (the job runs every seed of its variant: no seed wildcard)."""
+    return "run_method", "_".join([run.dataset, run.method, run.variant, run.key])
 
 
 def local_rules(workdir: Path) -> set[str]:

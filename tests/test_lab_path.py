@@ -186,3 +186,24 @@ def test_negative_lineage_counts_hint_at_values_transformed(tmp_path):
         prepare(tmp_path, adata, newick=NEWICK)
     assert str(raised.value) == (f"{tmp_path}/cells.h5ad: X: negative counts (min {adata.X.min():g}); "
                                  "set values: transformed for log-transformed or z-scored input")  # fmt: skip
+
+
+SEEDS_JOB = """
+import sys
+from celldag import joblog
+
+for seed, log in enumerate(sys.argv[1:]):  # a run_method job running its seeds in turn
+    joblog.start(log)
+    print(f"seed {seed} working", file=sys.stderr)
+raise RuntimeError("the last seed failed")
+"""
+
+
+def test_a_job_of_several_seeds_logs_each_to_its_own_file_and_its_error_line_to_the_console(tmp_path):
+    script, logs = tmp_path / "job.py", [tmp_path / f"logs/seed{seed}.log" for seed in range(3)]
+    script.write_text(SEEDS_JOB)
+    done = subprocess.run([sys.executable, script, *map(str, logs)], capture_output=True, text=True, timeout=60)
+    assert [log.read_text().splitlines()[0] for log in logs] == [f"seed {seed} working" for seed in range(3)]
+    assert "RuntimeError: the last seed failed" in logs[2].read_text()
+    # one line on the console, naming the failed seed's log, and nothing of the seeds' logging
+    assert done.stderr == f"error: RuntimeError: the last seed failed (traceback in {logs[2]})\n"

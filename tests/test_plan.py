@@ -11,7 +11,17 @@ import sys
 import pytest
 from snakemake.utils import update_config
 
-from celldag.plan import PREPARED, RUN_DIR, data_key, make_plan, make_run, method_params
+from celldag.plan import (
+    PREPARED,
+    RUN_DIR,
+    RUN_RECORD,
+    data_key,
+    job_files,
+    job_seeds,
+    make_plan,
+    make_run,
+    method_params,
+)
 from celldag.registry import apply_schema, load_config, read_yaml
 
 
@@ -22,8 +32,26 @@ def plan_for(registries, **config):
 def test_default_config_counts(registries):
     plan = plan_for(registries, datasets=["bm_default"], methods=["nj_raw", "nj_pca", "upgma_raw"], seeds=[0, 1, 2])
     figures = {f"figure_lineage_{figure.name}": 1 for figure in registries.track("lineage").figures}
-    assert plan.jobs_per_rule() == {"prepare_dataset": 3, "run_method": 9, "evaluate": 1, "aggregate": 1, **figures,
+    # one run_method job per method runs its three seeds
+    assert plan.jobs_per_rule() == {"prepare_dataset": 3, "run_method": 3, "evaluate": 1, "aggregate": 1, **figures,
                                     "report_html": 1, "all": 1}  # fmt: skip
+
+
+def test_job_per_seed_makes_a_run_method_job_of_every_seed_and_names_its_files(registries):
+    config = {"datasets": ["bm_default"], "methods": ["nj_raw", "nj_pca"], "seeds": [0, 2]}
+    grouped = plan_for(registries, **config)
+    per_seed = plan_for(registries, **config, compute={"job_per_seed": True})
+    assert grouped.runs == per_seed.runs
+    assert grouped.jobs_per_rule()["run_method"] == 2 and per_seed.jobs_per_rule()["run_method"] == 4
+    grouped_config = apply_schema(config, "config", "config.yaml")
+    assert job_seeds(grouped_config, "2") == [0, 2]
+    assert job_files(RUN_RECORD, grouped_config) == [
+        "results/runs/{dataset}/{method}/{variant}/{key}/seed0/run.json",
+        "results/runs/{dataset}/{method}/{variant}/{key}/seed2/run.json",
+    ]
+    per_seed_config = apply_schema(config | {"compute": {"job_per_seed": True}}, "config", "config.yaml")
+    assert job_seeds(per_seed_config, "2") == [2]
+    assert job_files(RUN_RECORD, per_seed_config) == [RUN_RECORD]
 
 
 def test_seeds_default_to_three(registries):
@@ -35,7 +63,7 @@ def test_two_datasets_share_nothing_but_the_aggregate(registries):
     plan = plan_for(registries, datasets=["bm_default", "bm_small"], methods=["nj_raw", "upgma_raw"], seeds=[4, 7])
     counts = plan.jobs_per_rule()
     assert counts["prepare_dataset"] == 2 * 2
-    assert counts["run_method"] == 2 * 2 * 2
+    assert counts["run_method"] == 2 * 2  # each runs both seeds
     assert counts["evaluate"] == 2  # one per dataset
     assert counts["aggregate"] == 1
 
@@ -148,5 +176,5 @@ def test_url_datasets_add_one_download_job_per_file(registries):
     plan = plan_for(registries, datasets=["bm_default", "celegans_packer2019"], methods=["nj_raw"], seeds=[0, 1])
     counts = plan.jobs_per_rule()
     assert counts["download_file"] == 3  # shared by both seeds
-    assert counts["prepare_dataset"] == 4 and counts["run_method"] == 4
+    assert counts["prepare_dataset"] == 4 and counts["run_method"] == 2
     assert "download_file" not in plan_for(registries, datasets=["bm_default"], methods=["nj_raw"]).jobs_per_rule()

@@ -272,3 +272,29 @@ run_method(prepared_path={str(prepared)!r}, output_path={str(tmp_path / "run/out
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "running nj_raw/default on bm_t (seed 0)" in result.stderr and "status ok" in result.stderr
+
+
+PEAKS_IN_ONE_PROCESS = """
+import json
+import numpy as np
+from celldag.provenance import RunClock
+
+first = RunClock()
+block = np.ones(400 * 2**20 // 8)  # 400 MB resident
+block[:] = 2.0
+del block
+large = first.record(seed=0, config={}, input_checksums={})["peak_rss_mb"]
+small = RunClock().record(seed=1, config={}, input_checksums={})["peak_rss_mb"]
+print(json.dumps([large, small]))
+"""
+
+
+def test_each_run_of_a_job_records_its_own_peak_rss():
+    """A job running its seeds in turn: the second run's peak is not the first one's 400 MB."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PEAKS_IN_ONE_PROCESS], capture_output=True, text=True, check=True)
+    large, small = json.loads(done.stdout)
+    assert large > 400 and small < large - 300
