@@ -299,7 +299,10 @@ def grid_config(workdir: Path, n_datasets: int, seeds: list[int]) -> dict:
             "params": {**base["params"], "depth": 3 + k % 5, "n_signal": 40 + k}
         }
     registry.write_text(yaml.safe_dump(datasets, sort_keys=False))
-    config = {"name": "bench", "datasets": names, "methods": LINEAGE_METHODS, "seeds": seeds}
+    # a job per seed, as a cluster configuration plans it: the largest DAG of a grid (by default a job runs
+    # all seeds of a variant, and the same grid is a fifth as many run_method jobs)
+    config = {"name": "bench", "datasets": names, "methods": LINEAGE_METHODS, "seeds": seeds,
+              "compute": {"job_per_seed": True}}  # fmt: skip
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return config
 

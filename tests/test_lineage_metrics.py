@@ -11,7 +11,7 @@ from celldag.lineage.metrics import (
     quartet_distance,
     robinson_foulds,
 )
-from celldag.lineage.tree import Tree, parse_newick, path_distances, to_newick
+from celldag.lineage.tree import Tree, parse_newick, path_distances, splits, to_newick
 
 
 def random_binary(n: int, rng: np.random.Generator) -> Tree:
@@ -124,6 +124,23 @@ def test_rf_matches_dendropy():
         assert robinson_foulds(a, b).distance == expected
         distances.append(expected)
     assert len(set(distances)) > 5  # the trials are not degenerate
+
+
+def test_rf_equals_the_symmetric_difference_of_the_split_sets():
+    """The interval algorithm against the definition (both trees' split matrices), with multifurcations,
+    unary nodes and degree-2 roots, up to 300 leaves."""
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        n = int(rng.integers(4, 300 if trial % 10 == 0 else 40))
+        a, b = random_pair(n, rng, multifurcating=trial % 2 == 1)
+        if trial % 3 == 0:  # a degree-2 root and a unary node above one clade
+            b = parse_newick(f"(({to_newick(b)[:-1]}));")
+        order = a.leaf_names
+        split_sets = [{row.tobytes() for row in splits(tree, order)} for tree in (a, b)]
+        result = robinson_foulds(a, b)
+        assert result.distance == len(split_sets[0] ^ split_sets[1])
+        assert result.max_distance == len(split_sets[0]) + len(split_sets[1])
+        assert robinson_foulds(b, a) == result and robinson_foulds(a, a).distance == 0
 
 
 def test_leaf_sets_must_match():

@@ -137,7 +137,7 @@ def test_command_line_strings_become_seeds_and_switches(repo):
     config = {"datasets": ["bm_default"], "methods": ["nj_raw"], "seeds": ["0", "3"],
               "compute": {"gpus": "true", "cpu_fallback": "false"}}  # what `--config` hands over
     config, _ = load_config(config, "--config", root=repo)
-    assert config["seeds"] == [0, 3] and config["compute"] == {"gpus": True, "cpu_fallback": False}
+    assert config["seeds"] == [0, 3] and config["compute"] == {"gpus": True, "cpu_fallback": False, "job_per_seed": False}
     with pytest.raises(ConfigError, match=r"compute\.gpus: 'yes' is not of type 'boolean'"):
         load_config({"datasets": ["bm_default"], "methods": ["nj_raw"], "compute": {"gpus": "yes"}}, "--config", root=repo)
 

@@ -46,7 +46,16 @@ def device_description() -> str:
 
 
 def peak_rss_mb() -> float:
-    # ru_maxrss is in KiB on Linux and in bytes on macOS
+    """Peak resident set of this process since it started or since ``reset_peak_rss``.
+
+    Linux: VmHWM of /proc/self/status. Not ru_maxrss, which also holds the parent's resident set at fork
+    (kept across exec: a job started by a 1 GB process would report at least 1 GB) and which a reset
+    does not clear. Elsewhere ru_maxrss (KiB on Linux, bytes on macOS).
+    """
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
