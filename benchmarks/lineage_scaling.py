@@ -165,7 +165,7 @@ def step_runner(x, params: dict, tree_distances: np.ndarray, naive: bool, seed: 
     from celldag.methods.celltreeqm.train import build_model, metric_loss, optimizer_for
 
     torch.manual_seed(seed)
-    model = build_model(x.shape[1], params)
+    model = build_model(x.shape[1], params).to(x.device)
     model.train()
     optimizer = optimizer_for(model, params)
     quartet_loss = metric_loss(params)
@@ -177,7 +177,7 @@ def step_runner(x, params: dict, tree_distances: np.ndarray, naive: bool, seed: 
     def step() -> dict[str, float]:
         clock = [time.perf_counter()]
         quartets, topology = supervised_quartets(tree_distances, params["quartets_per_step"], rng, allowed)
-        quartets, topology = torch.as_tensor(quartets), torch.as_tensor(topology)
+        quartets, topology = torch.as_tensor(quartets, device=x.device), torch.as_tensor(topology, device=x.device)
         optimizer.zero_grad(set_to_none=True)
         clock.append(time.perf_counter())
         target_distances = embedding_distances(x) / scale if naive else input_distances

@@ -22,6 +22,8 @@ from pathlib import Path
 from common import RESULTS, ROOT, fit_exponent, machine
 
 BENCHMARKS = ("lineage_scaling", "representation_scaling")
+# results that `make bench` reports when present but never runs: benchmarks/gpu.py needs a GPU machine
+DEVICE_BENCHMARKS = ("gpu",)
 DOC = ROOT / "docs" / "performance.md"
 FIGURE = ROOT / "docs" / "performance-scaling.png"
 
@@ -40,7 +42,8 @@ def run_benchmark(name: str, quick: bool) -> str | None:
 
 
 def load_results() -> list[dict]:
-    return [json.loads(path.read_text()) for name in BENCHMARKS if (path := RESULTS / f"{name}.json").exists()]
+    names = (*BENCHMARKS, *DEVICE_BENCHMARKS)
+    return [json.loads(path.read_text()) for name in names if (path := RESULTS / f"{name}.json").exists()]
 
 
 def scaling_figure(results: list[dict], path: Path) -> list[tuple[str, str, float]]:
@@ -139,6 +142,9 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="only rewrite the document from results/bench/")
     args = parser.parse_args()
     notes = [] if args.report_only else [note for name in BENCHMARKS if (note := run_benchmark(name, args.quick))]
+    notes += [f"`benchmarks/{name}.py`: no results yet; run it on a GPU machine (`PYTHONPATH=src python "
+              f"benchmarks/{name}.py`), then `benchmarks/run_all.py --report-only`."
+              for name in DEVICE_BENCHMARKS if not (RESULTS / f"{name}.json").exists()]  # fmt: skip
     results = load_results()
     quick = args.quick or any(result.get("quick") for result in results)
     exponents = scaling_figure(results, FIGURE)
