@@ -228,7 +228,9 @@ def _coordinates(children: list[list[int]], root: int, names: list[str], rank: d
 def new_figure(width: float, height: float) -> Figure:
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+    from celldag.report.figures import DPI
+
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
 
 
 def note_axes(ax: Axes, text: str) -> None:
