@@ -6,7 +6,7 @@ which run_all.py turns into docs/performance.md and docs/performance-scaling.png
     {
       "name": "<name>",                      # the script's name, e.g. "lineage_scaling"
       "quick": false,                        # true when run with --quick (shrunken sizes)
-      "load": [1.2, 0.9, 0.8],               # /proc/loadavg at the start (a busy machine shows here)
+      "load": [0.1, 1.2],                    # at the start: cores busy with other work, 1-minute load average
       "series": {                            # time against size; run_all plots every series with >= 2 sizes
         "<label>": {"size_name": "cells", "sizes": [...], "seconds": [...],
                     "peak_mb": [...],        # optional, may hold null
@@ -151,11 +151,25 @@ def target(text: str, measured: str, met: bool | None) -> dict:
     return {"target": text, "measured": measured, "met": None if met is None else bool(met)}
 
 
-def load_average() -> list[float]:
+def load_average(seconds: float = 2.0) -> list[float]:
+    """[cores busy over the next ``seconds`` while this process sleeps, /proc/loadavg's 1-minute value].
+
+    The first is what tells a busy machine: the load average also counts the benchmark that ran just
+    before (make bench runs its scripts back to back), and so called an idle machine busy.
+    """
+    def cpu_times() -> list[int]:
+        return [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+
     try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+        before = cpu_times()
+        time.sleep(seconds)
+        after = cpu_times()
+        load = float(Path("/proc/loadavg").read_text().split()[0])
     except OSError:
         return []
+    total = sum(after) - sum(before)
+    idle = (after[3] + after[4]) - (before[3] + before[4])  # idle + iowait
+    return [round(len(os.sched_getaffinity(0)) * (total - idle) / max(total, 1), 2), load]
 
 
 def write_results(name: str, quick: bool, series: dict, tables: list[str], targets: list[dict],

@@ -108,7 +108,7 @@ def document(results: list[dict], notes: list[str], exponents: list[tuple[str, s
     if quick:
         lines += ["", "**`--quick` run: shrunken sizes that check the scripts work; the numbers mean little.**"]
     if busy:
-        lines += ["", "**The machine was busy** (1-minute load average above half the cores at the start of: "
+        lines += ["", "**The machine was busy** (cores busy with other work above half the cores at the start of: "
                   + ", ".join(busy) + "): the times are higher and noisier than on an idle machine."]  # fmt: skip
     lines += ["", "## Targets", "", *targets_table(results), "", "## Machine", ""]
     lines += [f"- {key}: {value}" for key, value in facts.items()]
