@@ -79,7 +79,10 @@ def git_revision() -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
     revision = git("rev-parse", "--short", "HEAD") or "unknown"
-    return revision + (" with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    # this script's own outputs do not count: the figure is written before the document
+    changes = git("status", "--porcelain", "--untracked-files=no", "--", ".", f":!{DOC.relative_to(ROOT)}",
+                  f":!{FIGURE.relative_to(ROOT)}")  # fmt: skip
+    return revision + (" with uncommitted changes" if changes else "")
 
 
 def targets_table(results: list[dict]) -> list[str]:
