@@ -19,8 +19,9 @@ $(BIN)/.installed: requirements/lock.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
-# The default run's longest job is the pbmc68k_batched scoring (one process, ~3 min with scib-metrics'
-# compile): its chain goes first so that it overlaps lineage training instead of ending the run alone.
+# The default run's longest chain is pbmc68k_batched's: gene tables, 18 sciLaMA runs, then its scoring
+# (one process, ≈ 1.5 min with an empty JAX cache): it goes first so that lineage jobs fill the gaps
+# instead of the scoring ending the run alone.
 # results/default/ holds its scores: `default` is the name in config/config.yaml.
 run: $(BIN)/.installed
 	$(BIN)/snakemake --cores $(CORES) --prioritize results/default/scores/pbmc68k_batched.parquet
