@@ -34,7 +34,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from celldag.plan import PREPARED, RUN_DIR, RUN_OUTPUT, RUN_RECORD
+from celldag.plan import PREPARED, RUN_DIR, RUN_LOG, RUN_OUTPUT, RUN_RECORD
 from conftest import TRACKS, copy_workflow, dry_run_jobs, planned_run, run_snakemake
 
 pytestmark = pytest.mark.e2e
@@ -75,8 +75,6 @@ def planned_outputs(workdir: Path) -> dict[str, set[str]]:
             plans.setdefault(fields[5], set()).add(fields[0])
     return plans
 
-
-RUN_LOG = "results/logs/run_method/{dataset}/{method}/{variant}/{key}/seed{seed}.log"  # rule run_method's log
 
 # ---------------------------------------------------------------- CellTreeQM: resume + exactly the killed job
 

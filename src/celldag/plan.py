@@ -110,6 +110,10 @@ def job_seeds(config: dict, seed: str | None = None) -> list[int]:
     return [int(seed)] if config["compute"]["job_per_seed"] else list(config["seeds"])
 
 
+def seeds_per_job(config: dict) -> int:
+    return 1 if config["compute"]["job_per_seed"] else len(config["seeds"])
+
+
 def job_files(pattern: str, config: dict) -> list[str]:
     """A run_method job's files of ``pattern`` (RUN_OUTPUT, RUN_RECORD, RUN_LOG), as Snakemake patterns:
     ``pattern`` itself with a job per seed, else one path per seed with the other wildcards kept."""

@@ -19,7 +19,7 @@ rule run_method:
     threads: 1
     resources:
         mem_mb=per_attempt(4000),
-        runtime=per_attempt(60 * len(plan.job_seeds(config, seed="0"))),
+        runtime=per_attempt(60 * plan.seeds_per_job(config)),
         gpu=method_gpus,
     script:
         "../scripts/run_method.py"
