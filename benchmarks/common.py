@@ -40,6 +40,19 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "bench"
 
 
+def run_params(method: str, variant: str | None = None, preset: str | None = None) -> dict:
+    """A method's params as celldag's runs get them (``load_config``: schema defaults, then a config's
+    ``method_params``): of ``config/presets/<preset>`` or else config/config.yaml; with ``variant``, that
+    variant's params over them (``plan.method_params``), without it the method's shared params."""
+    from celldag.plan import method_params
+    from celldag.registry import load_config, read_yaml
+
+    path = ROOT / "config" / ("presets/" + preset if preset else "config.yaml")
+    _, registries = load_config(read_yaml(path), path.name, root=ROOT)
+    entry = registries.methods[method]
+    return dict(entry["params"]) if variant is None else method_params(entry, variant)
+
+
 def timed(fn: Callable[[], object], repeat: int = 3) -> float:
     """Best of ``repeat`` wall-clock seconds of ``fn()``."""
     return measure(fn, repeat)[0]
@@ -52,31 +65,17 @@ def measure(fn: Callable[[], object], repeat: int = 3) -> tuple[float, float]:
     (Linux: /proc/self/clear_refs resets the mark); nan where that is not available. Sizes are
     measured from small to large in one process, so memory freed earlier may hide a little of it.
     """
+    from celldag.provenance import reset_peak_rss, status_mb
+
     best, peak = float("inf"), float("nan")
     for _ in range(repeat):
-        before = _reset_peak_rss()
+        before = status_mb("VmRSS") if reset_peak_rss() else None
         start = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - start)
         if before is not None:
-            peak = np.nanmax([peak, (_status_kb("VmHWM") - before) / 1024])
+            peak = np.nanmax([peak, status_mb("VmHWM") - before])
     return best, float(peak)
-
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _reset_peak_rss() -> int | None:
-    """Reset the high-water mark to the current RSS and return that (kB), or None off Linux."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return _status_kb("VmRSS")
-    except (OSError, KeyError):
-        return None
 
 
 # Runs argv[2:] and writes "<seconds> <peak RSS kB>" to argv[1]. A process forked from this (large) one

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import subprocess
 import time
 
 import numpy as np
-import yaml
-from common import ROOT, Section, Table, target, write_results
+from common import Section, Table, run_params, target, write_results
 from lineage_scaling import celltreeqm_params, step_runner
+from run_all import git_revision
 from tree_metrics import random_newick
 
 SCILAMA_TARGET_S = 60  # issue 14: stepwise on 15k cells within a minute on one H200 (the paper: 759 s on an A100)
@@ -82,12 +81,9 @@ def scilama(device: str, quick: bool, table: Table, out: Section) -> None:
     import torch
 
     from celldag.methods.scilama.train import fit_scilama
-    from celldag.plan import method_params
 
     n_cells, n_genes = (300, 200) if quick else (15000, 13000)
-    methods = yaml.safe_load((ROOT / "config/methods.yaml").read_text())
-    preset = yaml.safe_load((ROOT / "config/presets/paper.yaml").read_text())["method_params"]["scilama"]
-    params = method_params(methods["scilama"], "text") | preset | {"device": device}
+    params = run_params("scilama", "text", "paper.yaml") | {"device": device}
     if quick:
         params |= {"max_epochs": 4, "kl_warmup_epochs": 1, "kl_ramp_epochs": 1}
     rng = np.random.default_rng(0)
@@ -119,9 +115,8 @@ def main() -> None:
 
     device = str(select_device(args.device))
     name = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
-    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     out = Section()
-    table = Table(f"On {name} ({device}), {datetime.datetime.now(datetime.UTC):%Y-%m-%d}, revision {revision.strip()}",
+    table = Table(f"On {name} ({device}), {datetime.datetime.now(datetime.UTC):%Y-%m-%d}, revision {git_revision()}",
                   ["model", "size", "work", "seconds", "per step / epoch", "peak GPU MB"])  # fmt: skip
     celltreeqm(device, args.quick, table, out)
     scilama(device, args.quick, table, out)

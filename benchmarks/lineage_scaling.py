@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from common import ROOT, Section, Table, measure, run_child, run_sections, series, target, timed
+from common import ROOT, Section, Table, measure, run_child, run_params, run_sections, series, target, timed
 from tree_metrics import random_newick
 
 from celldag.lineage.metrics import qdist_sampled, quartet_distance, robinson_foulds
@@ -148,12 +148,8 @@ def quartet_section(quick: bool, out: Section) -> None:
 
 
 def celltreeqm_params(paper: bool) -> dict:
-    registry = yaml.safe_load((ROOT / "config/methods.yaml").read_text())["celltreeqm"]
-    params = registry["params"] | registry["variants"]["supervised"] | {"device": "cpu"}
-    if paper:
-        preset = yaml.safe_load((ROOT / "config/presets/paper.yaml").read_text())
-        params |= preset["method_params"]["celltreeqm"] | {"device": "cpu"}
-    return params
+    """CellTreeQM/supervised at the CPU default sizes or the paper preset's, on the CPU."""
+    return run_params("celltreeqm", "supervised", "paper.yaml" if paper else None) | {"device": "cpu"}
 
 
 def step_runner(x, params: dict, tree_distances: np.ndarray, naive: bool, seed: int):

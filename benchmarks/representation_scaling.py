@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, Section, Table, run_child, run_sections, series, target
+from common import ROOT, Section, Table, run_child, run_params, run_sections, series, target
 
 SECTIONS = ("epochs", "scoring", "prepare")
 N_BATCHES, N_TYPES, LATENT, BATCH_SIZE = 3, 10, 20, 128
@@ -90,12 +90,6 @@ def split_mask(n_cells: int) -> np.ndarray:
 # ---------------------------------------------------------------- epochs: sciLaMA vs scVI
 
 
-def registry_params(method: str) -> dict:
-    import yaml
-
-    return dict(yaml.safe_load((ROOT / "config" / "methods.yaml").read_text())[method]["params"])
-
-
 class StopTiming(Exception):
     """Raised from inside a training loop once enough steps are timed."""
 
@@ -124,7 +118,7 @@ def scilama_epoch(spec: dict) -> dict:
     train_mask = split_mask(spec["cells"])
     gene_table = np.random.default_rng(2).normal(size=(spec["genes"], GENE_TABLE_DIM)).astype(np.float32)
     epochs, max_steps = spec["epochs"], spec["max_steps"]
-    params = registry_params("scilama") | {
+    params = run_params("scilama") | {
         "mode": "direct", "kl_warmup_epochs": 0, "kl_ramp_epochs": 1, "max_epochs": 1 + epochs,
         "patience": 1000, "checkpoint_every": 1000, "device": "cpu", "latent_dim": LATENT, "batch_size": BATCH_SIZE,
     }  # fmt: skip
@@ -196,7 +190,7 @@ def scvi_epoch(spec: dict) -> dict:
     def train_with_timer(self, *args, **kwargs):
         return original(self, *args, callbacks=[Timer()], **kwargs)
 
-    params = registry_params("scvi") | {"use_batch": True, "n_latent": LATENT, "batch_size": BATCH_SIZE,
+    params = run_params("scvi") | {"use_batch": True, "n_latent": LATENT, "batch_size": BATCH_SIZE,
                                         "max_epochs": 1 + epochs, "accelerator": "cpu"}  # fmt: skip
     inputs = RepresentationInput(names=tuple(str(i) for i in range(spec["cells"])), features=np.empty((0, 0)),
                                  gene_names=tuple(f"g{i}" for i in range(spec["genes"])),
@@ -235,7 +229,7 @@ def epochs_section(quick: bool, out: Section) -> None:
         out.series[label] = series("cells", sizes, [row["seconds"] for row in rows], [row["peak_mb"] for row in rows],
                                    peer=label.startswith("scVI"))  # fmt: skip
     threads = results["sciLaMA epoch"][0]["threads"]
-    scilama = registry_params("scilama")
+    scilama = run_params("scilama")
     out.notes.append(
         f"Epochs: CPU, {threads} torch threads, synthetic NB counts ({N_TYPES} types, {N_BATCHES} batches), 80 % "
         f"training cells. sciLaMA: celldag's default (CPU) sizes, hidden {scilama['hidden_dims']}, gene VAE "

@@ -45,6 +45,15 @@ def device_description() -> str:
     return f"cpu ({platform.machine()})"
 
 
+def status_mb(field: str) -> float | None:
+    """A memory field of /proc/self/status (``VmRSS``, ``VmHWM``) in MB; None where there is none (not Linux)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    return None
+
+
 def peak_rss_mb() -> float:
     """Peak resident set of this process since it started or since ``reset_peak_rss``.
 
@@ -52,19 +61,21 @@ def peak_rss_mb() -> float:
     (kept across exec: a job started by a 1 GB process would report at least 1 GB) and which a reset
     does not clear. Elsewhere ru_maxrss (KiB on Linux, bytes on macOS).
     """
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
+    peak = status_mb("VmHWM")
+    if peak is not None:
+        return peak
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
-def reset_peak_rss() -> None:
+def reset_peak_rss() -> bool:
     """Start the peak resident set over from the current one (Linux ≥ 4.0; elsewhere a no-op), so that the
-    second run of a job reports its own peak, not the first one's."""
-    with contextlib.suppress(OSError):
+    second run of a job reports its own peak, not the first one's. True when it was reset."""
+    try:
         Path("/proc/self/clear_refs").write_text("5")  # 5: reset the peak RSS (man 5 proc)
+    except OSError:
+        return False
+    return True
 
 
 class RunClock:
