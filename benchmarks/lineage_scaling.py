@@ -273,7 +273,7 @@ def celltreeqm_section(quick: bool, out: Section) -> None:
 
 def workflow_copy(workdir: Path) -> Path:
     """What a checkout holds of the workflow (as tests/conftest.py's copy_workflow)."""
-    for name in ("Snakefile", "workflow", "config", "envs", "profiles"):
+    for name in ("pyproject.toml", "workflow", "config", "envs", "profiles"):
         source = ROOT / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / name)
     return workdir

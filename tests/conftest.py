@@ -65,7 +65,7 @@ def registries() -> Registries:
 def copy_workflow(workdir: Path) -> Path:
     """Copy what a user's checkout holds of the workflow (not src/: celldag is installed) into workdir."""
     workdir.mkdir(parents=True, exist_ok=True)
-    for name in ("Snakefile", "workflow", "config", "envs", "profiles"):
+    for name in ("pyproject.toml", "workflow", "config", "envs", "profiles"):
         source = REPO / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / name)
     return workdir

@@ -60,7 +60,7 @@ def slurm_job(run: Run) -> tuple[str, str]:
 def local_rules(workdir: Path) -> set[str]:
     """Rules Snakemake runs itself: `localrule: True` ones and `all` (no action, never submitted)."""
     names = {"all"}
-    for path in [workdir / "Snakefile", *sorted((workdir / "workflow/rules").glob("*.smk"))]:
+    for path in [workdir / "workflow/Snakefile", *sorted((workdir / "workflow/rules").glob("*.smk"))]:
         for block in re.split(r"^(?=rule \w+:)", path.read_text(), flags=re.M):
             header = re.match(r"rule (\w+):", block)
             if header and re.search(r"^\s+localrule:\s*True", block, flags=re.M):

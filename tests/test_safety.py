@@ -57,7 +57,7 @@ def test_no_code_runs_on_load_and_no_shell(path):
 
 
 def test_rules_run_scripts_only():
-    rules = "\n".join(path.read_text() for path in [REPO / "Snakefile", *REPO.glob("workflow/rules/*.smk")])
+    rules = "\n".join(path.read_text() for path in [REPO / "workflow/Snakefile", *REPO.glob("workflow/rules/*.smk")])
     lines = [line.strip() for line in rules.splitlines()]
     assert not [line for line in lines if line.startswith(("shell:", "run:"))]
     assert sum(line.startswith("script:") for line in lines) >= 7

@@ -23,6 +23,9 @@ DOWNLOAD_PINS = "resources/{source}/checksums.json"
 KEY_DIGITS = 10  # hex digits of a settings key (40 bits): two settings of one run clash with odds ~1e-12
 KEY_PATTERN = f"[0-9a-f]{{{KEY_DIGITS}}}"
 PREPARED = "results/data/{dataset}/{data_key}/seed{seed}.h5ad"
+# `celldag validate`'s report of a dataset read from files, made before any of its preparations
+VALIDATION = "results/data/{dataset}/{data_key}/validation.txt"
+VALIDATION_INPUT = "celldag/validation"  # its name among prepare_dataset's inputs: never a file's name (no '/')
 DATASET_GENES = "results/data/{dataset}/{data_key}/genes.txt"
 # the table's folder is its embedding id: scoring finds a run's static table by it
 GENE_TABLE = "results/embeddings/{embedding}/{dataset}-{data_key}.parquet"
@@ -62,10 +65,15 @@ class Plan:
     figures: tuple[tuple[str, str, str], ...] = ()  # (rule, dataset, figure): each dataset's figures of its track
     figure_seed: int = 0  # the seed whose outputs figures draw (trees, UMAPs): the config's smallest
     job_per_seed: bool = False  # config compute.job_per_seed: a run_method job per seed, else per variant
+    file_datasets: frozenset[str] = frozenset()  # datasets read from files (url, local): validated before preparing
 
     @property
     def prepared(self) -> tuple[str, ...]:
         return tuple(sorted({run.path(PREPARED) for run in self.runs}))
+
+    @property
+    def validations(self) -> tuple[str, ...]:
+        return tuple(sorted({run.path(VALIDATION) for run in self.runs if run.dataset in self.file_datasets}))
 
     @property
     def dataset_scores(self) -> tuple[str, ...]:
@@ -80,6 +88,7 @@ class Plan:
         return +Counter(  # unary + drops rules with no job, as `snakemake -n` lists none
             {
                 "download_file": len(self.downloads),
+                "validate_dataset": len(self.validations),
                 "prepare_dataset": len(self.prepared),
                 "dataset_genes": len(tables_of),
                 "embed_genes": len(self.gene_tables),
@@ -190,8 +199,16 @@ def make_plan(config: dict, registries: Registries) -> Plan:
     for dataset in sorted({run.dataset for run in runs}):
         track_id = registries.datasets[dataset]["track"]
         figures += [(figure_rule(track_id, f.name), dataset, f.name) for f in registries.track(track_id).figures]
+    file_datasets = frozenset(run.dataset for run in runs if reads_files(registries.datasets[run.dataset]))
     return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)),
-                tuple(figures), figure_seed=min(config["seeds"]), job_per_seed=config["compute"]["job_per_seed"])  # fmt: skip
+                tuple(figures), figure_seed=min(config["seeds"]), job_per_seed=config["compute"]["job_per_seed"],
+                file_datasets=file_datasets)  # fmt: skip
+
+
+def reads_files(entry: dict) -> bool:
+    """A dataset read from files (downloaded or a lab's own, perhaps written by a rule of the lab's
+    workflow): its files are validated by a job of their own before any preparation reads them."""
+    return entry["source"] in ("url", "local")
 
 
 def dataset_files(dataset_id: str, entry: dict) -> dict[str, str]:

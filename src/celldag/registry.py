@@ -33,9 +33,14 @@ class Registries:
     methods: dict[str, dict]
     embeddings: dict[str, dict] = field(default_factory=dict)
     tracks: dict[str, dict] = field(default_factory=dict)
+    origins: dict[str, dict[str, str]] = field(default_factory=dict)  # kind → id → the registry file defining it
 
     def track(self, track_id: str) -> Track:
         return load_track(self.tracks[track_id]["definition"])
+
+    def origin(self, kind: str, entry_id: str) -> str:
+        """The registry file that defines an entry (error messages name it)."""
+        return self.origins.get(kind, {}).get(entry_id, f"{kind} registry")
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -93,38 +98,70 @@ def apply_schema(data: dict, schema_name: str, source: Source) -> dict:
     return data
 
 
-def load_config(config: dict, source: Source, root: str | Path = ".") -> tuple[dict, Registries]:
-    """Validate a run config (already parsed), load the registries it names and cross-check the ids."""
+KINDS = ("tracks", "datasets", "methods", "embeddings")
+
+
+def shipped_registry_files(root: str | Path) -> dict[str, str]:
+    """celldag's own registries in a workflow folder ``root`` (a checkout, a copy, a snakedeploy folder)."""
+    return {kind: str(Path(root) / "config" / f"{kind}.yaml") for kind in KINDS}
+
+
+def load_config(config: dict, source: Source, root: str | Path | dict[str, str] = ".") -> tuple[dict, Registries]:
+    """Validate a run config (already parsed), load the registries and cross-check the ids.
+
+    ``root`` is the celldag workflow folder whose ``config/`` holds the shipped registries, or those
+    files by kind (the Snakefile passes them through ``workflow.source_path``: a module finds its own).
+    The config's ``registries`` name the lab's files of each kind, relative to the working directory,
+    read with the same schemas and merged over the shipped ones.
+    """
     undo_command_line_strings(config)
     apply_schema(config, "config", source)
-    root = Path(root)
-    files = config["registries"]
-    registries = Registries(
-        **{kind: apply_schema(read_yaml(root / files[kind]), kind, files[kind])
-           for kind in ("datasets", "methods", "embeddings", "tracks")}
-    )  # fmt: skip
-    check_references(registries, files)
+    shipped = root if isinstance(root, dict) else shipped_registry_files(root)
+    registries = read_registries(shipped, config["registries"], source)
+    check_references(registries)
     check_config_ids(config, registries, source)
-    apply_method_params(config["method_params"], registries, source)
-    check_method_params(registries.methods, files["methods"], config["method_params"], source)
-    check_embedding_references(registries, files["methods"], files["embeddings"])
-    check_source_files(registries.datasets, files["datasets"])
-    check_source_files(registries.embeddings, files["embeddings"])
+    check_param_names(registries)
+    check_method_overrides(config, registries, source)
+    apply_method_params(config["method_params"], registries)
+    check_method_params(registries, config["method_params"], source)
+    check_embedding_references(registries)
+    check_source_files(registries, "datasets")
+    check_source_files(registries, "embeddings")
     return config, registries
 
 
-def check_references(registries: Registries, files: dict[str, str]) -> None:
+def read_registries(shipped: dict[str, str], overlays: dict[str, list[str]], source: Source) -> Registries:
+    """The shipped registry of each kind with the lab's files merged over it; an id defined twice is an error."""
+    entries: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}
+    origins: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
+    for kind in KINDS:
+        files = [str(shipped[kind])]
+        for index, path in enumerate(overlays[kind]):
+            if not Path(path).is_file():
+                raise ConfigError(f"{source_of(source, 'registries')}: registries.{kind}[{index}]: {path}: file not found "
+                                  "(paths are relative to the working directory)")  # fmt: skip
+            if Path(path).resolve() != Path(files[0]).resolve():  # the shipped file named again: nothing to add
+                files.append(path)
+        for path in files:
+            for entry_id, entry in apply_schema(read_yaml(path), kind, path).items():
+                if entry_id in entries[kind]:
+                    raise ConfigError(f"{path}: {entry_id}: {kind} id {entry_id!r} is defined twice, in "
+                                      f"{origins[kind][entry_id]} and in {path}")  # fmt: skip
+                entries[kind][entry_id], origins[kind][entry_id] = entry, path
+    return Registries(**entries, origins=origins)
+
+
+def check_references(registries: Registries) -> None:
     """Tracks, loaders, methods' run functions and providers exist; track ids and methods' needs are known."""
     for track_id, entry in registries.tracks.items():
         try:
-            check_track(track_id, entry, files["tracks"])
+            check_track(track_id, entry, registries.origin("tracks", track_id))
         except InputError as err:
             raise ConfigError(str(err)) from err
     known_tracks = ", ".join(sorted(registries.tracks))
-    code = {"datasets": "loader", "methods": "run", "embeddings": "provider"}
-    for kind, field_name in code.items():
+    for kind, field_name in CODE_FIELDS.items():
         for entry_id, entry in getattr(registries, kind).items():
-            where = f"{files[kind]}: {entry_id}"
+            where = f"{registries.origin(kind, entry_id)}: {entry_id}"
             try:
                 check_reference(entry[field_name], f"{where}.{field_name}")
             except InputError as err:
@@ -132,12 +169,13 @@ def check_references(registries: Registries, files: dict[str, str]) -> None:
             if "track" in entry and entry["track"] not in registries.tracks:
                 raise ConfigError(f"{where}.track: unknown track {entry['track']!r}; known: {known_tracks}")
     for method, entry in registries.methods.items():
+        methods_file = registries.origin("methods", method)
         unknown = sorted(set(entry["kind_by_variant"]) - set(entry["variants"]))
         if unknown:
-            raise ConfigError(f"{files['methods']}: {method}.kind_by_variant: {method!r} has no variant {unknown[0]!r}")
+            raise ConfigError(f"{methods_file}: {method}.kind_by_variant: {method!r} has no variant {unknown[0]!r}")
         inputs = registries.track(entry["track"]).inputs
         for variant, needs in {None: entry["needs"], **entry["needs_by_variant"]}.items():
-            where = f"{files['methods']}: {method}." + ("needs" if variant is None else f"needs_by_variant.{variant}")
+            where = f"{methods_file}: {method}." + ("needs" if variant is None else f"needs_by_variant.{variant}")
             if variant is not None and variant not in entry["variants"]:
                 raise ConfigError(f"{where}: {method!r} has no variant {variant!r}")
             for need in needs:
@@ -149,13 +187,13 @@ def check_references(registries: Registries, files: dict[str, str]) -> None:
 PIN_ON_FIRST_FETCH = "pin-on-first-fetch"  # a url's sha256 when the publisher gives none
 
 
-def check_source_files(entries: dict[str, dict], registry_file: str) -> None:
+def check_source_files(registries: Registries, kind: str) -> None:
     """A url must come with its sha256 (or an explicit ``pin-on-first-fetch``); a dataset's files must
     match its source (urls for ``url``, paths for ``local``); file names are unique per entry."""
-    for entry_id, entry in entries.items():
+    for entry_id, entry in getattr(registries, kind).items():
         names = set()
         for index, file in enumerate(entry.get("files", [])):
-            where = f"{registry_file}: {entry_id}.files[{index}]"
+            where = f"{registries.origin(kind, entry_id)}: {entry_id}.files[{index}]"
             if file["name"] in names:
                 raise ConfigError(f"{where}: file name {file['name']!r} given twice")
             names.add(file["name"])
@@ -168,18 +206,18 @@ def check_source_files(entries: dict[str, dict], registry_file: str) -> None:
                 raise ConfigError(f"{where}: a {source} source lists files by {wanted}")
 
 
-def check_embedding_references(registries: Registries, methods_file: str, embeddings_file: str) -> None:
+def check_embedding_references(registries: Registries) -> None:
     """Every ``embedding`` a method variant names, and every entry's ``of``, must exist."""
     known = registries.embeddings
     for method, entry in registries.methods.items():
         for variant, overrides in entry["variants"].items():
             name = {**entry["params"], **overrides}.get("embedding")
             if name is not None and name not in known:
-                raise ConfigError(f"{methods_file}: {method}.variants.{variant}: unknown embedding {name!r}; "
-                                  f"known: {', '.join(sorted(known)) or 'none'}")  # fmt: skip
+                raise ConfigError(f"{registries.origin('methods', method)}: {method}.variants.{variant}: unknown embedding "
+                                  f"{name!r}; known: {', '.join(sorted(known)) or 'none'}")  # fmt: skip
     for embedding, entry in known.items():
         if "of" in entry and entry["of"] not in known:
-            raise ConfigError(f"{embeddings_file}: {embedding}.of: unknown embedding {entry['of']!r}")
+            raise ConfigError(f"{registries.origin('embeddings', embedding)}: {embedding}.of: unknown embedding {entry['of']!r}")
 
 
 def undo_command_line_strings(config: dict) -> None:
@@ -193,24 +231,94 @@ def undo_command_line_strings(config: dict) -> None:
                              for key, value in config["compute"].items()}  # fmt: skip
 
 
-def apply_method_params(overrides: dict[str, dict], registries: Registries, source: Source) -> None:
-    """Replace registry parameters by the config's ``method_params`` (only parameters the method has)."""
+CODE_FIELDS = {"datasets": "loader", "methods": "run", "embeddings": "provider"}
+
+
+def declared_params(reference: str) -> tuple[frozenset[str] | None, dict[str, str]]:
+    """The parameter names a loader or run function accepts (its ``accepted_params``; None: undeclared)
+    and, for names it no longer takes, what they became (its ``renamed_params``).
+
+    Reading them imports the function's module: celldag's modules import their heavy libraries inside
+    functions, so this costs ~0.1 s for all of them; a lab's module should do the same.
+    """
+    from celldag.extensions import load
+
+    function = load(reference)
+    accepted = getattr(function, "accepted_params", None)
+    return (None if accepted is None else frozenset(accepted)), dict(getattr(function, "renamed_params", {}))
+
+
+def refuse_unknown(keys, accepted, renamed: dict[str, str], where: str) -> None:
+    """One line naming ``where``, the unknown keys (with what a renamed one became) and the accepted ones."""
+    unknown = sorted(set(keys) - set(accepted))
+    if not unknown:
+        return
+    hints = "".join(f"; {key} became {renamed[key]}" for key in unknown if key in renamed)
+    raise ConfigError(f"{where}: unknown {plural_keys(unknown)} {', '.join(map(repr, unknown))}{hints}; "
+                      f"accepted: {', '.join(sorted(accepted)) or 'none'}")  # fmt: skip
+
+
+def plural_keys(keys: list[str]) -> str:
+    return "key" if len(keys) == 1 else "keys"
+
+
+def check_param_names(registries: Registries) -> None:
+    """Every key of a dataset's params is one its loader accepts; every key of a method's params,
+    param_schema and variants one its run function accepts (undeclared: the entry's params and
+    param_schema are its declaration, and variants may set only those)."""
+    for dataset, entry in registries.datasets.items():
+        accepted, renamed = declared_params(entry["loader"])
+        if accepted is not None:
+            refuse_unknown(entry["params"], accepted, renamed, f"{registries.origin('datasets', dataset)}: {dataset}.params")
+    for method, entry in registries.methods.items():
+        where = f"{registries.origin('methods', method)}: {method}"
+        accepted, renamed = method_param_names(entry)
+        refuse_unknown(entry["params"], accepted, renamed, f"{where}.params")
+        refuse_unknown(entry["param_schema"], accepted, renamed, f"{where}.param_schema")
+        for variant, values in entry["variants"].items():
+            refuse_unknown(values, accepted, renamed, f"{where}.variants.{variant}")
+
+
+def method_param_names(entry: dict) -> tuple[frozenset[str], dict[str, str]]:
+    accepted, renamed = declared_params(entry["run"])
+    return (accepted if accepted is not None else frozenset(entry["params"]) | frozenset(entry["param_schema"])), renamed
+
+
+def check_method_overrides(config: dict, registries: Registries, source: Source) -> None:
+    """The config's ``method_params``: known methods, accepted keys, and no key that a selected variant
+    fixes itself (the variant's value would win and the override be dropped unseen)."""
+    where = source_of(source, "method_params")
+    overrides = config["method_params"]
     for method, params in overrides.items():
         if method not in registries.methods:
-            raise ConfigError(f"{source_of(source, 'method_params')}: method_params.{method}: unknown method id {method!r}")
-        unknown = sorted(set(params) - set(registries.methods[method]["params"]))
-        if unknown:
-            raise ConfigError(
-                f"{source_of(source, 'method_params')}: method_params.{method}: {method!r} has no parameter {unknown[0]!r}"
-            )
+            raise ConfigError(f"{where}: method_params.{method}: unknown method id {method!r}")
+        accepted, renamed = method_param_names(registries.methods[method])
+        refuse_unknown(params, accepted, renamed, f"{where}: method_params.{method}")
+    for selector in config["methods"]:
+        method, chosen = split_method_selector(selector)
+        variants = registries.methods[method]["variants"]
+        for variant in [chosen] if chosen else variants:
+            fixed = sorted(set(overrides.get(method, {})) & set(variants[variant]))
+            if fixed:
+                raise ConfigError(
+                    f"{where}: method_params.{method}.{fixed[0]}: the variant {method}/{variant} fixes {fixed[0]} itself "
+                    f"({fixed[0]}: {variants[variant][fixed[0]]!r}, {registries.origin('methods', method)}), so this "
+                    f"override would be dropped; select other variants or define a variant of your own"
+                )
+
+
+def apply_method_params(overrides: dict[str, dict], registries: Registries) -> None:
+    """Replace registry parameters by the config's ``method_params`` (checked by ``check_method_overrides``)."""
+    for method, params in overrides.items():
         registries.methods[method]["params"].update(params)
 
 
-def check_method_params(methods: dict[str, dict], methods_file: str, overrides: dict[str, dict], source: Source) -> None:
+def check_method_params(registries: Registries, overrides: dict[str, dict], source: Source) -> None:
     """Every variant's merged params against its method's ``param_schema``: ranges fail at parse time."""
     import jsonschema
 
-    for method, entry in methods.items():
+    for method, entry in registries.methods.items():
+        methods_file = registries.origin("methods", method)
         validator = jsonschema.Draft202012Validator({"type": "object", "properties": entry["param_schema"]})
         for variant, variant_params in entry["variants"].items():
             error = jsonschema.exceptions.best_match(validator.iter_errors({**entry["params"], **variant_params}))

@@ -9,6 +9,7 @@ the prepared-dataset contract, exactly as the pipeline's first job would.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,11 +50,8 @@ def validate_dataset(dataset_id: str, registries: Registries) -> Report:
     if dataset_id not in registries.datasets:
         raise InputError(f"unknown dataset id {dataset_id!r}; known ids: {', '.join(sorted(registries.datasets))}")
     entry = registries.datasets[dataset_id]
-    report = Report(dataset_id, entry["track"])
     files = plan.dataset_files(dataset_id, entry)
-    report.problems += _file_problems(dataset_id, entry, files)
-    if not report.problems:
-        _check_source(entry, files, report)
+    report = source_report(dataset_id, entry, files)
     if report.problems:
         return report
     from celldag import contracts
@@ -70,6 +68,29 @@ def validate_dataset(dataset_id: str, registries: Registries) -> Report:
     report.facts += _input_facts(prepared, entry["track"], track, registries)
     report.facts += _gene_table_facts(prepared, dataset_id, registries)
     return report
+
+
+def source_report(dataset_id: str, entry: dict, files: dict[str, str]) -> Report:
+    """The checks of a dataset's files, before anything is prepared from them: present, matching their
+    sha256 or pin, and (for loaders with a source check, such as a lab's h5ad) every problem of their content."""
+    report = Report(dataset_id, entry["track"])
+    report.problems += _file_problems(dataset_id, entry, files)
+    if not report.problems:
+        _check_source(entry, files, report)
+    return report
+
+
+def write_validation(dataset_id: str, entry: dict, files: dict[str, str], path: str) -> None:
+    """The validate_dataset job: the report of the dataset's files to ``path``, or an InputError (one line,
+    the first problem; the log lists them all) when they have problems, leaving no report behind."""
+    report = source_report(dataset_id, entry, files)
+    print(report.render(), file=sys.stderr)  # the job's log
+    if report.problems:
+        more = len(report.problems) - 1
+        extra = f" (and {more} more problem{'s' if more > 1 else ''}: `celldag validate {dataset_id}` lists them all)"
+        raise InputError(f"{report.problems[0]}{extra if more else ''}")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(report.render() + "\n")
 
 
 def _file_problems(dataset_id: str, entry: dict, files: dict[str, str]) -> list[str]:

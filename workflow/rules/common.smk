@@ -1,10 +1,30 @@
 # Loads and validates the config and registries, derives wildcard constraints from the registry ids,
 # and plans the run with celldag.plan. All helper functions of the rules live here.
+#
+# Files of the workflow itself (shipped registries, conda envs, pyproject.toml) are reached through
+# workflow.source_path, relative to this file: as a module (local path or github(...)), they are the
+# module's, never the outer workflow's. Results, logs and downloads are relative paths: they land in
+# the working directory, the outer workflow's.
 import re
+import tomllib
 from pathlib import Path
 
-from celldag import plan
-from celldag.registry import ConfigError, key_sources, load_config
+import celldag
+
+# The installed package must be the version of these workflow files (a module's rules come from a path
+# or a git tag, the package from pip: they can drift). Checked before anything else of celldag is
+# imported, with nothing an older or newer package may lack; cluster jobs parse this file again.
+with open(workflow.source_path("../../pyproject.toml"), "rb") as _pyproject:
+    WORKFLOW_VERSION = tomllib.load(_pyproject)["project"]["version"]
+if celldag.__version__ != WORKFLOW_VERSION:
+    raise WorkflowError(
+        f"celldag {celldag.__version__} is installed ({Path(celldag.__file__).parent}), but this workflow "
+        f"({workflow.source_path('../../pyproject.toml')}) is celldag {WORKFLOW_VERSION}: install that version "
+        f"(pip install 'celldag @ git+<celldag repository>@v{WORKFLOW_VERSION}', or pip install -e <its checkout>)"
+    )
+
+from celldag import plan  # noqa: E402
+from celldag.registry import KINDS, ConfigError, key_sources, load_config  # noqa: E402
 
 # --configfile files, then --config, override config/config.yaml key by key: errors name what set the key
 CONFIG_SOURCES = key_sources(
@@ -12,8 +32,9 @@ CONFIG_SOURCES = key_sources(
     + list(workflow.overwrite_configfiles)
 )
 CONFIG_SOURCES.update(dict.fromkeys(workflow.config_settings.config, "--config"))
+SHIPPED_REGISTRIES = {kind: workflow.source_path(f"../../config/{kind}.yaml") for kind in KINDS}
 try:
-    config, REGISTRIES = load_config(config, CONFIG_SOURCES, root=workflow.basedir)
+    config, REGISTRIES = load_config(config, CONFIG_SOURCES, root=SHIPPED_REGISTRIES)
     PLAN = plan.make_plan(config, REGISTRIES)
 except (ConfigError, ValueError) as err:
     raise WorkflowError(f"invalid configuration: {err}") from None
@@ -83,18 +104,25 @@ def method_track(wildcards):
 
 def dataset_env(wildcards):
     """Dataset preparation and evaluation run in their track's env (scanpy and scIB metrics on one)."""
-    return str(Path(workflow.basedir) / "envs" / f"{dataset_track(wildcards)['env']}.yaml")
+    return workflow.source_path(f"../../envs/{dataset_track(wildcards)['env']}.yaml")
 
 
 def method_env(wildcards):
-    env = REGISTRIES.methods[wildcards.method]["env"]
-    return str(Path(workflow.basedir) / "envs" / f"{env}.yaml")
+    return workflow.source_path(f"../../envs/{REGISTRIES.methods[wildcards.method]['env']}.yaml")
 
 
 def dataset_files(wildcards):
     """Local paths of a dataset's files by name: downloads of a url source, the given paths of a local one."""
     prepared_key(wildcards)  # a path of another entry's key is not made here
     return plan.dataset_files(wildcards.dataset, REGISTRIES.datasets[wildcards.dataset])
+
+
+def preparation_inputs(wildcards):
+    """prepare_dataset inputs: the dataset's files and, for files, their validation report."""
+    inputs = dataset_files(wildcards)
+    if plan.reads_files(REGISTRIES.datasets[wildcards.dataset]):
+        inputs[plan.VALIDATION_INPUT] = plan.VALIDATION.format(dataset=wildcards.dataset, data_key=wildcards.data_key)
+    return inputs
 
 
 def download_entry(wildcards):

@@ -18,9 +18,31 @@ rule download_file:
         "../scripts/download.py"
 
 
-rule prepare_dataset:
+# `celldag validate` as a job, between a dataset's files and every preparation of them: a lab's file
+# written by a rule of its own workflow is checked once it exists (never while the DAG is built), and
+# a bad one stops here with its one-line problem, before any seed is prepared or trained.
+rule validate_dataset:
     input:
         unpack(dataset_files),
+    output:
+        plan.VALIDATION,
+    params:
+        entry=dataset_entry,
+    log:
+        "results/logs/validate_dataset/{dataset}/{data_key}.log",
+    conda:
+        dataset_env
+    threads: 1
+    resources:
+        mem_mb=per_attempt(8000),
+        runtime=per_attempt(30),
+    script:
+        "../scripts/validate_dataset.py"
+
+
+rule prepare_dataset:
+    input:
+        unpack(preparation_inputs),
     output:
         plan.PREPARED,
     params:

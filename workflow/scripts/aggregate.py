@@ -1,10 +1,6 @@
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # celldag without installing it (conda envs)
-from celldag import joblog  # noqa: E402
-from celldag.report.leaderboard import aggregate  # noqa: E402
-from celldag.tracks import tracks_of  # noqa: E402
+from celldag import joblog
+from celldag.report.leaderboard import aggregate
+from celldag.tracks import tracks_of
 
 joblog.start(snakemake.log[0])
 aggregate(

@@ -1,9 +1,5 @@
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # celldag without installing it (conda envs)
-from celldag import joblog  # noqa: E402
-from celldag.embeddings.job import write_gene_table  # noqa: E402
+from celldag import joblog
+from celldag.embeddings.job import write_gene_table
 
 joblog.start(snakemake.log[0])
 write_gene_table(

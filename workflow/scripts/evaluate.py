@@ -1,10 +1,6 @@
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # celldag without installing it (conda envs)
-from celldag import joblog  # noqa: E402
-from celldag.scoring import score_dataset  # noqa: E402
-from celldag.tracks import load_track  # noqa: E402
+from celldag import joblog
+from celldag.scoring import score_dataset
+from celldag.tracks import load_track
 
 joblog.start(snakemake.log[0])
 score_dataset(

@@ -1,10 +1,6 @@
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # celldag without installing it (conda envs)
-from celldag import joblog  # noqa: E402
-from celldag.report.figures import draw_figure, figure_data  # noqa: E402
-from celldag.tracks import load_track  # noqa: E402
+from celldag import joblog
+from celldag.report.figures import draw_figure, figure_data
+from celldag.tracks import load_track
 
 joblog.start(snakemake.log[0])
 track = load_track(snakemake.params.track["definition"])

@@ -1,10 +1,6 @@
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1] / "src"))  # celldag without installing it (conda envs)
-from celldag import joblog  # noqa: E402
-from celldag.runner import run_method  # noqa: E402
-from celldag.tracks import load_track  # noqa: E402
+from celldag import joblog
+from celldag.runner import run_method
+from celldag.tracks import load_track
 
 track = load_track(snakemake.params.track["definition"])
 runs = zip(snakemake.params.seeds, snakemake.input.prepared, snakemake.output.outputs, snakemake.output.records,

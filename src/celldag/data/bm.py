@@ -197,3 +197,9 @@ def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mappin
     adata.uns["tree_newick"] = simulation.tree_newick
     adata.uns["spurious_tree_newick"] = simulation.spurious_tree_newick
     return adata
+
+
+# the entry params this loader reads: any other key is refused when the workflow is parsed
+prepare_bm_simulator.accepted_params = (
+    "depth", "n_signal", "n_noise", "n_spurious", "max_walk", "noise_std", "measurement_std", "standardize",
+)

@@ -186,3 +186,7 @@ def variable_profiles(log_expression: np.ndarray, genes: np.ndarray, n_top_genes
         columns = np.sort(columns[order[:n_top_genes]])
     kept = log_expression[:, columns]
     return ((kept - kept.mean(axis=0)) / kept.std(axis=0, ddof=1) if standardize else kept), columns
+
+
+# the entry params this loader reads: any other key is refused when the workflow is parsed
+prepare_cengen_neurons.accepted_params = ("threshold", "n_top_genes", "standardize")

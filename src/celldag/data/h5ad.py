@@ -24,6 +24,7 @@ from scipy import sparse
 from celldag.contracts import MIN_LEAVES, ContractError
 from celldag.data.leaf_profiles import given_halves, pseudo_bulk, rows_by_leaf, split_halves, standardise
 from celldag.errors import InputError
+from celldag.representation.preprocess import DEFAULTS as PREPROCESS_DEFAULTS
 from celldag.representation.preprocess import integer_counts, preprocess, split_params
 
 H5AD_PARAMS = {
@@ -528,3 +529,11 @@ def check_source(loader: str, params: Mapping, files: Mapping[str, str]) -> Sour
 # `celldag validate` calls a loader's check_source(params, files), when it has one, before preparing
 prepare_h5ad.check_source = partial(check_source, "h5ad")
 prepare_lineage_h5ad.check_source = partial(check_source, "lineage_h5ad")
+# the entry params each loader reads: any other key is refused when the workflow is parsed, and the
+# names earlier versions of the representation loader took say what they became
+prepare_h5ad.accepted_params = (*H5AD_PARAMS, *PREPROCESS_DEFAULTS)
+prepare_h5ad.renamed_params = {
+    "layer": "counts_layer (layer: counts is counts_layer: counts)",
+    "values": "lognorm_layer (values: lognorm is counts_layer: null, lognorm_layer: X)",
+}
+prepare_lineage_h5ad.accepted_params = tuple(LINEAGE_PARAMS)

@@ -194,3 +194,7 @@ def _open(path: str):
         is_gzip = raw.read(2) == b"\x1f\x8b"
     with (gzip.open(path, "rb") if is_gzip else open(path, "rb")) as handle:
         yield handle
+
+
+# the entry params this loader reads: any other key is refused when the workflow is parsed
+prepare_packer2019.accepted_params = PARAMS

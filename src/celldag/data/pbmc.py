@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from celldag.representation.preprocess import DEFAULTS as PREPROCESS_DEFAULTS
 from celldag.representation.preprocess import SYNTHETIC_BATCH_STREAM, integer_counts, preprocess, split_params
 
 PBMC68K_DEFAULTS = {
@@ -125,3 +126,8 @@ def prepare_pbmc3k(dataset_id: str, params: Mapping, seed: int, files: Mapping[s
     prepared = preprocess(adata, label_key=PBMC3K_LABEL_KEY, batch_key="batch", seed=seed, params=params)
     prepared.uns["label_join"] = join
     return prepared
+
+
+# the entry params this loader reads: any other key is refused when the workflow is parsed
+prepare_pbmc68k_batched.accepted_params = (*PBMC68K_DEFAULTS, *PREPROCESS_DEFAULTS)
+prepare_pbmc3k.accepted_params = tuple(PREPROCESS_DEFAULTS)

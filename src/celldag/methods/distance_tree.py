@@ -35,3 +35,7 @@ def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
         raise ValueError(f"params.features must be 'raw' or 'pca', got {params['features']!r}")
     tree = reconstruct(euclidean_distances(embedding), inputs.names, params["reconstruction"])
     return MethodResult(embedding=embedding, tree_newick=to_newick(tree))
+
+
+# the registry params this function reads: any other key is refused when the workflow is parsed
+run.accepted_params = ("features", "n_components", "reconstruction")

@@ -48,3 +48,7 @@ def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
         uns={"genes": {"n_modelled": len(columns), "n_without_embedding": n_missing},
              "n_cells_without_expression": n_empty},
     )  # fmt: skip
+
+
+# the registry params this function reads: any other key is refused when the workflow is parsed
+run.accepted_params = ("embedding", "normalize")

@@ -31,3 +31,7 @@ def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
         embedding=np.asarray(harmony.Z_corr, dtype=np.float32),
         uns={"n_components": pcs.shape[1], "harmony_rounds": len(harmony.kmeans_rounds)},
     )
+
+
+# the registry params this function reads: any other key is refused when the workflow is parsed
+run.accepted_params = ("n_components", "theta", "max_iter")

@@ -29,3 +29,7 @@ def pca_embedding(features: np.ndarray, train_mask: np.ndarray | None, n_compone
 def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     embedding = pca_embedding(inputs.features, inputs.train_mask, params["n_components"], seed)
     return MethodResult(embedding=embedding.astype(np.float32), uns={"n_components": embedding.shape[1]})
+
+
+# the registry params this function reads: any other key is refused when the workflow is parsed
+run.accepted_params = ("n_components",)

@@ -59,3 +59,8 @@ def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
         embedding=np.asarray(embedding, dtype=np.float32),
         uns={"training": {"epochs": len(model.history["elbo_train"]), "device": str(model.device)}},
     )
+
+
+# the registry params this function reads: any other key is refused when the workflow is parsed
+run.accepted_params = ("n_latent", "n_layers", "n_hidden", "max_epochs", "batch_size", "early_stopping", "accelerator",
+                       "use_batch")

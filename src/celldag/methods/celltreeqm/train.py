@@ -218,6 +218,16 @@ def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
     return MethodResult(embedding=embedding, tree_newick=to_newick(tree), uns=facts)
 
 
+# the registry params this function reads: any other key is refused when the workflow is parsed
+run.accepted_params = (
+    "setting", "loss", "proj_dim", "hidden_dim", "n_layers", "n_heads", "output_dim", "dropout_data", "dropout_metric",
+    "norm", "gate", "gate_penalty", "gate_penalty_kind", "gate_lr", "lr", "weight_decay", "steps", "quartets_per_step",
+    "w_distance", "w_additivity", "margin", "margin_sign", "select", "level", "known_fraction", "standardize_input",
+    "selection", "quartet_order", "leaf_order", "validation_fraction", "validation_quartets", "validate_every",
+    "patience", "checkpoint_every", "device", "reconstruction",
+)
+
+
 def quartet_rank(order: np.ndarray, params: dict, seed: int) -> np.ndarray | None:
     """Per canonical leaf, the rank ``quartet_order: sorted`` sorts quartet positions by: its given row
     index, or a seeded relabelling of it; None (random positions) for ``shuffled``."""
