@@ -279,13 +279,13 @@ CASES = {
         "run.yaml: seeds: '0,1,2' is not of type 'array'"),
     "dataset id with a path separator": (
         lambda d: load(d, {}, datasets={"../lab": lab_url_dataset({"name": "a.h5ad", "path": "a.h5ad"})["lab"]}),
-        "config/datasets.yaml: id '../lab': ids are lower-case letters, digits and '_', starting with a letter"),
+        "{d}/config/datasets.yaml: id '../lab': ids are lower-case letters, digits and '_', starting with a letter"),
     "dataset id with '..' given to validate": (
         lambda d: _validate_id(d, ".."),
         "'..' is not a dataset id: ids are lower-case letters, digits and '_', never a path"),
     "url source without checksum": (
         lambda d: load(d, {}, datasets=lab_url_dataset({"name": "lab.h5ad", "url": "https://lab.example/lab.h5ad"})),
-        "config/datasets.yaml: lab.files[0]: the url https://lab.example/lab.h5ad has no sha256; give the file's "
+        "{d}/config/datasets.yaml: lab.files[0]: the url https://lab.example/lab.h5ad has no sha256; give the file's "
         "digest, or 'pin-on-first-fetch' to trust the first download and pin it"),
     "out-of-range hyper-parameter": (
         lambda d: load(d, {"method_params": {"scilama": {"dropout": 1.5}}}),

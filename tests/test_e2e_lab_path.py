@@ -1,5 +1,6 @@
-"""Snakemake meets a lab dataset with a bad input, 3 seeds: each job shows its one-line error once, and
-Snakemake's retry (meant for jobs out of memory) exits at once instead of doing the work again."""
+"""Snakemake meets a lab dataset with a bad input, 3 seeds: the validate_dataset job before every preparation
+shows its one-line error once, Snakemake's retry (meant for jobs out of memory) exits at once instead of
+doing the work again, and no seed is prepared."""
 
 from __future__ import annotations
 
@@ -26,13 +27,13 @@ def test_an_input_error_shows_once_per_job_and_its_retry_redoes_nothing(tmp_path
     console = result.stdout + result.stderr
     line = (f"error: {workdir}/lab_lineage/cells.h5ad: X: negative counts (min {profiles.X.min():g}); "
             "set values: transformed for log-transformed or z-scored input")  # fmt: skip
-    assert console.count(line) == len(SEEDS)  # was twice per job per try (the job's stderr, show-failed-logs)
-    # Snakemake still retries each job, with twice the memory as for one killed for memory ...
-    assert console.count("Trying to restart job") == len(SEEDS)
-    assert console.count("mem_mb=16000") == len(SEEDS)
+    assert console.count(line) == 1  # one validation job for the 3 seeds (was a line per seed's preparation)
+    # Snakemake still retries the job, with twice the memory as for one killed for memory ...
+    assert console.count("Trying to restart job") == 1
+    assert console.count("mem_mb=16000") == 1
     # ... and the retry only writes the line to its log
     data_key = planned_run(workdir, "lab_lineage", "nj_raw", "default", 0).data_key
-    for seed in SEEDS:
-        log = workdir / f"results/logs/prepare_dataset/lab_lineage/{data_key}/seed{seed}.log"
-        assert log.read_text() == f"{line}\n{NOT_RETRIED}\n"
-    assert "rule run_method" not in console
+    log = workdir / f"results/logs/validate_dataset/lab_lineage/{data_key}.log"
+    assert log.read_text() == f"{line}\n{NOT_RETRIED}\n"
+    assert not (workdir / f"results/data/lab_lineage/{data_key}").exists()  # no report, no prepared seed
+    assert "rule prepare_dataset" not in console and "rule run_method" not in console

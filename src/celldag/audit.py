@@ -33,8 +33,8 @@ import numpy as np
 
 from celldag import plan as planning
 from celldag.errors import InputError
+from celldag.registry import DEFAULT_CONFIG, load_workflow_config
 
-DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's configfile: a --configfile overrides it key by key
 EVALUATE_THREADS = 1  # workflow/rules/evaluate.smk: the scoring job's threads
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # what Snakemake sets for a job  # fmt: skip
@@ -97,23 +97,6 @@ def used_by(runs: list[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ config
-
-
-def load_workflow_config(configfile: str) -> tuple[dict, object]:
-    """The config as Snakemake sees it: config/config.yaml, overridden key by key by ``configfile``."""
-    from snakemake.utils import update_config
-
-    from celldag.registry import key_sources, load_config, read_yaml
-
-    files = [configfile]
-    if Path(DEFAULT_CONFIG).is_file() and Path(configfile).resolve() != Path(DEFAULT_CONFIG).resolve():
-        files.insert(0, DEFAULT_CONFIG)
-    config: dict = {}
-    for path in files:
-        if not Path(path).is_file():
-            raise InputError(f"{path}: no such config file (run celldag audit in the workflow directory)")
-        update_config(config, read_yaml(path))
-    return load_config(config, key_sources(files))
 
 
 def named_runs(texts: list[str], runs: tuple[planning.Run, ...]) -> list[planning.Run]:
@@ -522,14 +505,15 @@ def judge(dataset: str, items: list[Rerun], context, scratch: Path, report: Repo
         verdict(item, None if now is None else len(run_scores(now, item.run)), report)
 
 
-def audit(configfile: str = DEFAULT_CONFIG, sample: int = 3, seed: int = 0, runs: list[str] | None = None) -> int:
+def audit(configfile: str = DEFAULT_CONFIG, sample: int = 3, seed: int = 0, runs: list[str] | None = None,
+          workflow: str = ".", config_key: str | None = None) -> int:
     """Print the audit of the configuration's results; 0 when everything matched, 1 otherwise.
 
     Config errors and unknown ``runs`` raise InputError (the CLI's exit status 2).
     """
     if sample < 0:
         raise InputError(f"--sample {sample}: must be 0 or more")
-    config, registries = load_workflow_config(configfile)
+    config, registries = load_workflow_config(configfile, workflow, config_key)
     try:
         plan = planning.make_plan(config, registries)
     except ValueError as err:  # e.g. no (dataset, method) pair of one track: what Snakemake's parse would say

@@ -16,8 +16,8 @@ import sys
 
 from celldag.errors import InputError
 from celldag.joblog import one_line
+from celldag.registry import DEFAULT_CONFIG
 
-DEFAULT_CONFIG = "config/config.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,17 +27,28 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("datasets", nargs="+", metavar="DATASET", help="dataset ids of the registry")
     validate.add_argument("--configfile", default=DEFAULT_CONFIG,
                           help=f"run config naming the registries (default {DEFAULT_CONFIG})")  # fmt: skip
+    _add_module_options(validate)
     _add_audit(commands)
     args = parser.parse_args(argv)
     try:
         if args.command == "audit":
             from celldag.audit import audit
 
-            return audit(args.configfile, args.sample, args.seed, args.run)
-        return _validate(args.datasets, args.configfile)
+            return audit(args.configfile, args.sample, args.seed, args.run, args.workflow, args.config_key)
+        return _validate(args.datasets, args.configfile, args.workflow, args.config_key)
     except InputError as err:
         print(one_line(err), file=sys.stderr)
         return 2
+
+
+def _add_module_options(command) -> None:
+    """Where celldag's own registries are, and which section of the config is celldag's, when a lab's
+    workflow uses celldag as a module (docs/using-as-a-module.md)."""
+    command.add_argument("--workflow", default=".", metavar="DIR",
+                         help="the celldag workflow folder whose config/ holds the shipped registries (default: the "
+                              "current directory; from a lab's outer workflow: a celldag checkout or snakedeploy folder)")
+    command.add_argument("--config-key", metavar="KEY",
+                         help="the config section the outer workflow hands to the celldag module (config: config[KEY])")
 
 
 def _add_audit(commands) -> None:
@@ -49,13 +60,14 @@ def _add_audit(commands) -> None:
     audit.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sample (default 0)")
     audit.add_argument("--run", nargs="+", action="extend", metavar="DATASET/METHOD/VARIANT/SEED",
                        help="re-run these runs instead of a sample")  # fmt: skip
+    _add_module_options(audit)
 
 
-def _validate(dataset_ids: list[str], configfile: str) -> int:
-    from celldag.registry import load_config, read_yaml
+def _validate(dataset_ids: list[str], configfile: str, workflow: str, config_key: str | None) -> int:
+    from celldag.registry import load_workflow_config
     from celldag.validate import validate_dataset
 
-    _, registries = load_config(read_yaml(configfile), configfile)
+    _, registries = load_workflow_config(configfile, workflow, config_key)
     reports, wrong_ids = [], False
     for dataset_id in dataset_ids:
         try:

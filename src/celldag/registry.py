@@ -21,6 +21,7 @@ from celldag.tracks import Track, check_track, load_track
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"  # package data: installed with celldag
 DEFAULT_VARIANT = "default"
+DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's configfile: a --configfile overrides it key by key
 
 
 class ConfigError(InputError):
@@ -106,6 +107,15 @@ def shipped_registry_files(root: str | Path) -> dict[str, str]:
     return {kind: str(Path(root) / "config" / f"{kind}.yaml") for kind in KINDS}
 
 
+def shipped_registries(workflow: str | Path) -> dict[str, str]:
+    """The shipped registries of the celldag workflow folder the CLI is pointed at (``--workflow``)."""
+    files = shipped_registry_files(workflow)
+    if not Path(files["tracks"]).is_file():
+        raise ConfigError(f"{files['tracks']}: not found: {Path(workflow).resolve()} is not a celldag workflow folder; "
+                          "run in one (a checkout, or a snakedeploy folder) or name it with --workflow")  # fmt: skip
+    return files
+
+
 def load_config(config: dict, source: Source, root: str | Path | dict[str, str] = ".") -> tuple[dict, Registries]:
     """Validate a run config (already parsed), load the registries and cross-check the ids.
 
@@ -130,12 +140,18 @@ def load_config(config: dict, source: Source, root: str | Path | dict[str, str] 
     return config, registries
 
 
+def shown_path(path: str | Path) -> str:
+    """A path as messages show it: relative to the working directory when inside it."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(Path.cwd())) if resolved.is_relative_to(Path.cwd()) else str(path)
+
+
 def read_registries(shipped: dict[str, str], overlays: dict[str, list[str]], source: Source) -> Registries:
     """The shipped registry of each kind with the lab's files merged over it; an id defined twice is an error."""
     entries: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}
     origins: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
     for kind in KINDS:
-        files = [str(shipped[kind])]
+        files = [shown_path(shipped[kind])]
         for index, path in enumerate(overlays[kind]):
             if not Path(path).is_file():
                 raise ConfigError(f"{source_of(source, 'registries')}: registries.{kind}[{index}]: {path}: file not found "
@@ -149,6 +165,27 @@ def read_registries(shipped: dict[str, str], overlays: dict[str, list[str]], sou
                                       f"{origins[kind][entry_id]} and in {path}")  # fmt: skip
                 entries[kind][entry_id], origins[kind][entry_id] = entry, path
     return Registries(**entries, origins=origins)
+
+
+def load_workflow_config(configfile: str, workflow: str = ".", config_key: str | None = None) -> tuple[dict, object]:
+    """The config as Snakemake sees it: config/config.yaml, overridden key by key by ``configfile``;
+    with ``config_key``, its section that an outer workflow hands to the celldag module (``config:
+    config["celldag"]``). ``workflow``: the celldag workflow folder whose config/ holds the shipped registries."""
+    from snakemake.utils import update_config
+
+    files = [configfile]
+    if Path(DEFAULT_CONFIG).is_file() and Path(configfile).resolve() != Path(DEFAULT_CONFIG).resolve():
+        files.insert(0, DEFAULT_CONFIG)
+    config: dict = {}
+    for path in files:
+        if not Path(path).is_file():
+            raise InputError(f"{path}: no such config file (run celldag audit in the workflow directory)")
+        update_config(config, read_yaml(path))
+    if config_key is not None:
+        if not isinstance(config.get(config_key), dict):
+            raise InputError(f"{', '.join(files)}: no section {config_key!r} (--config-key) holding celldag's config")
+        config = config[config_key]
+    return load_config(config, key_sources(files), root=shipped_registries(workflow))
 
 
 def check_references(registries: Registries) -> None:

@@ -5,21 +5,32 @@
 # workflow.source_path, relative to this file: as a module (local path or github(...)), they are the
 # module's, never the outer workflow's. Results, logs and downloads are relative paths: they land in
 # the working directory, the outer workflow's.
+import os
 import re
 import tomllib
 from pathlib import Path
 
 import celldag
 
+
+def workflow_file(relative):
+    """A file of the celldag workflow itself, relative to this file: a local module's file where it is,
+    a remote module's (github(...), a URL) through Snakemake's source cache."""
+    cached = workflow.source_path(relative)
+    original = cached.flags.get("sourcecache_entry")
+    return os.path.normpath(original) if original and Path(original).is_file() else str(cached)
+
+
 # The installed package must be the version of these workflow files (a module's rules come from a path
 # or a git tag, the package from pip: they can drift). Checked before anything else of celldag is
 # imported, with nothing an older or newer package may lack; cluster jobs parse this file again.
-with open(workflow.source_path("../../pyproject.toml"), "rb") as _pyproject:
+PYPROJECT = workflow_file("../../pyproject.toml")
+with open(PYPROJECT, "rb") as _pyproject:
     WORKFLOW_VERSION = tomllib.load(_pyproject)["project"]["version"]
 if celldag.__version__ != WORKFLOW_VERSION:
     raise WorkflowError(
         f"celldag {celldag.__version__} is installed ({Path(celldag.__file__).parent}), but this workflow "
-        f"({workflow.source_path('../../pyproject.toml')}) is celldag {WORKFLOW_VERSION}: install that version "
+        f"({PYPROJECT}) is celldag {WORKFLOW_VERSION}: install that version "
         f"(pip install 'celldag @ git+<celldag repository>@v{WORKFLOW_VERSION}', or pip install -e <its checkout>)"
     )
 
@@ -32,7 +43,7 @@ CONFIG_SOURCES = key_sources(
     + list(workflow.overwrite_configfiles)
 )
 CONFIG_SOURCES.update(dict.fromkeys(workflow.config_settings.config, "--config"))
-SHIPPED_REGISTRIES = {kind: workflow.source_path(f"../../config/{kind}.yaml") for kind in KINDS}
+SHIPPED_REGISTRIES = {kind: workflow_file(f"../../config/{kind}.yaml") for kind in KINDS}
 try:
     config, REGISTRIES = load_config(config, CONFIG_SOURCES, root=SHIPPED_REGISTRIES)
     PLAN = plan.make_plan(config, REGISTRIES)
@@ -104,11 +115,11 @@ def method_track(wildcards):
 
 def dataset_env(wildcards):
     """Dataset preparation and evaluation run in their track's env (scanpy and scIB metrics on one)."""
-    return workflow.source_path(f"../../envs/{dataset_track(wildcards)['env']}.yaml")
+    return workflow_file(f"../../envs/{dataset_track(wildcards)['env']}.yaml")
 
 
 def method_env(wildcards):
-    return workflow.source_path(f"../../envs/{REGISTRIES.methods[wildcards.method]['env']}.yaml")
+    return workflow_file(f"../../envs/{REGISTRIES.methods[wildcards.method]['env']}.yaml")
 
 
 def dataset_files(wildcards):
