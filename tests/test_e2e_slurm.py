@@ -167,3 +167,35 @@ def test_scores_equal_those_of_a_local_run(slurm_run, local_run):
     local = pd.read_parquet(local_run / "results/default/scores.parquet").sort_values(keys, ignore_index=True)
     assert len(on_slurm) > 0 and set(on_slurm["method"]) == {"nj_raw", "celltreeqm"}
     pd.testing.assert_frame_equal(on_slurm, local, check_exact=True)
+
+
+# ---------------------------------------------------------------- celldag as a module of a lab's workflow
+
+
+def test_a_labs_outer_workflow_runs_through_the_slurm_profile(cluster_env, tmp_path):
+    """The outer workflow of tests/lab_workflow.py (lineage part: its own rule, dataset, package) from its
+    own folder with celldag's profile: celldag's jobs are submitted under their module names, the lab's
+    localrule and celldag's runs where Snakemake runs, and the results land in the lab's folder."""
+    from lab_workflow import REPO, lab_env, write_lab_workflow
+
+    folder = write_lab_workflow(tmp_path / "pipeline")
+    (folder / "config/slurm.yaml").write_text(yaml.safe_dump({"celldag": {"datasets": ["lab_lineage"],
+                                                                          "methods": ["nj_raw", "lab_corr_nj"]}}))  # fmt: skip
+    env = {k: v for k, v in lab_env(folder).items() if not k.startswith(("SLURM_", "SBATCH_", "CELLDAG_SLURM_"))}
+    env |= cluster_env | {"CELLDAG_SLURM_PARTITION": PARTITION, "no_proxy": "127.0.0.1,localhost"}
+    command = [sys.executable, "-m", "snakemake", "--profile", str(REPO / "profiles/slurm"), "--configfile",
+               "config/config.yaml", "config/slurm.yaml", "--verbose", *FAST_POLLING]  # fmt: skip
+    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    log = sorted((folder / ".snakemake/log").glob("*.snakemake.log"))[-1].read_text()
+    calls, ids = submissions(log)
+    submitted = Counter(rule for rule, _ in calls)
+    assert submitted == {"celldag_validate_dataset": 1, "celldag_prepare_dataset": 1, "celldag_run_method": 2,
+                         "celldag_evaluate": 1, **{f"celldag_figure_lineage_{figure}": 1
+                                                    for figure in ("cost", "distances", "partition", "scores", "trees")}}
+    assert set(ids) == set(calls)  # every submission accepted
+    runs = pd.read_parquet(folder / "results/lab/runs.parquet")
+    assert set(zip(runs["method"], runs["status"])) == {("nj_raw", "ok"), ("lab_corr_nj", "ok")}
+    records = [json.loads(path.read_text()) for path in folder.glob("results/runs/lab_lineage/lab_corr_nj/**/run.json")]
+    assert len(records) == 1 and records[0]["environment"]["SLURM_JOB_ID"] in ids.values()
+    assert list((folder / "results/logs/slurm").glob("rule_celldag_run_method/*/*.log"))  # SLURM logs in the lab's folder
