@@ -145,3 +145,39 @@ def test_a_remote_module_reads_its_registries_envs_and_scripts_from_its_source(t
     asked = set(WorkflowFiles.requested)
     assert {"/pyproject.toml", "/config/datasets.yaml", "/config/methods.yaml", "/envs/lineage.yaml",
             "/workflow/rules/common.smk", "/workflow/scripts/run_method.py"} <= asked  # fmt: skip
+
+
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=celldag", "-c", "user.email=celldag@localhost", *args], cwd=cwd,
+                   check=True, capture_output=True)  # fmt: skip
+
+
+def test_snakedeploy_from_a_local_repository_and_tag_gives_a_working_folder(tmp_path):
+    """docs/using-as-a-module.md's commands: a checkout of the tag, snakedeploy, then the module's path set to
+    the checkout (snakedeploy writes "workflow/Snakefile" for a local source: the deployed folder's own)."""
+    version = re.search(r'^version = "(.+)"', (REPO / "pyproject.toml").read_text(), flags=re.M).group(1)
+    repository = tmp_path / "celldag"  # the working tree as a repository tagged v<version>
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True)
+    for name in listed.stdout.splitlines():
+        if (REPO / name).is_file():
+            (repository / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, repository / name)
+    git("init", "-q", cwd=repository)
+    git("add", "-A", cwd=repository)
+    git("commit", "-qm", "release", cwd=repository)
+    git("tag", f"v{version}", cwd=repository)
+    checkout = tmp_path / f"celldag-v{version}"
+    git("clone", "-q", "--branch", f"v{version}", str(repository), str(checkout), cwd=tmp_path)
+    deployed = tmp_path / "pipeline"
+    snakedeploy = Path(sys.executable).parent / "snakedeploy"
+    subprocess.run([str(snakedeploy), "deploy-workflow", str(checkout), str(deployed), "--tag", f"v{version}", "--name", "celldag"],
+                   check=True, capture_output=True)  # fmt: skip
+    snakefile = deployed / "workflow/Snakefile"
+    assert '"workflow/Snakefile"' in snakefile.read_text()  # the mis-written module path the docs correct
+    snakefile.write_text(snakefile.read_text().replace('"workflow/Snakefile"', f'"{checkout}/workflow/Snakefile"'))
+    assert (deployed / "config/datasets.yaml").is_file() and (deployed / "profiles/slurm/profile.yaml").is_file()
+    (deployed / "config/config.yaml").write_text("datasets: [bm_default]\nmethods: [nj_raw, upgma_raw]\nseeds: [0]\n")
+    run_lab(deployed)
+    assert (deployed / "results/default/index.html").is_file()
+    audit = subprocess.run([sys.executable, "-m", "celldag.cli", "audit"], cwd=deployed, capture_output=True, text=True)
+    assert audit.returncode == 0 and audit.stdout.rstrip().endswith("— OK"), audit.stdout + audit.stderr
