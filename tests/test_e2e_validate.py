@@ -86,18 +86,18 @@ def test_validating_a_broken_copy_lists_every_problem(broken_workflow):
     assert "4 problems:" in result.stdout
 
 
-def test_pipeline_stops_at_the_prepare_job_with_one_line(broken_workflow):
+def test_pipeline_stops_at_the_validate_job_with_one_line(broken_workflow):
     result = run_snakemake(broken_workflow, check=False)
     assert result.returncode != 0
     console = result.stdout + result.stderr
     assert ("error: lab.h5ad: obs_names: 1 duplicated cell ids (first: ['AAATTCGATGCACA-1']) "
-            "(and 3 more problems: `celldag validate` lists them all)") in console  # fmt: skip
+            "(and 3 more problems: `celldag validate lab_pbmc` lists them all)") in console  # fmt: skip
     assert "Traceback" not in console
-    assert "rule run_method" not in console  # no training job started
+    assert "rule prepare_dataset" not in console and "rule run_method" not in console  # nothing after validation
     assert not any(path.is_file() for path in (broken_workflow / "results/data/lab_pbmc").rglob("*"))
     data_key = planned_run(broken_workflow, "lab_pbmc", "pca", "default", 0).data_key
-    log = (broken_workflow / f"results/logs/prepare_dataset/lab_pbmc/{data_key}/seed0.log").read_text()
-    assert "error: lab.h5ad: obs_names: 1 duplicated cell ids" in log
+    log = (broken_workflow / f"results/logs/validate_dataset/lab_pbmc/{data_key}.log").read_text()
+    assert log.startswith("error: lab.h5ad: obs_names: 1 duplicated cell ids")
 
 
 def test_unknown_id_is_one_line_and_exit_2(broken_workflow):
