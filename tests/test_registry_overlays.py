@@ -117,9 +117,38 @@ def test_every_shipped_loader_and_method_declares_its_parameters():
 
     for kind, field in (("datasets", "loader"), ("methods", "run")):
         for entry_id, entry in read_yaml(REPO / f"config/{kind}.yaml").items():
-            accepted, _ = declared_params(entry[field])
+            accepted, _ = declared_params(entry[field], entry_id)
             assert accepted, f"{entry_id}: {entry[field]} declares no accepted_params"
             assert set(entry.get("params", {})) <= accepted, entry_id
+
+
+def test_declarations_are_read_from_source_without_importing_the_modules(repo):
+    """Parsing the workflow reads every declaration of the registries and imports none of the heavy libraries."""
+    heavy = ("torch", "anndata", "scanpy", "scvi", "skbio", "celldag.methods.celltreeqm.train", "celldag.data.h5ad")
+    code = ("import sys; from celldag.registry import load_config, read_yaml; "
+            "load_config(read_yaml('config/config.yaml'), 'c', root='.'); "
+            f"print([name for name in {heavy!r} if name in sys.modules])")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_a_declaration_that_is_not_literal_is_read_by_importing(tmp_path, monkeypatch):
+    from celldag.extensions import declared_attribute
+
+    (tmp_path / "labmod.py").write_text(
+        "NAMES = {'alpha': 1}\n"
+        "def literal(inputs, params, seed): ...\n"
+        "literal.accepted_params = (*NAMES, 'beta')\n"
+        "def computed(inputs, params, seed): ...\n"
+        "computed.accepted_params = tuple(sorted(['b', 'a']))\n"
+        "def undeclared(inputs, params, seed): ...\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert declared_attribute("labmod:literal", "accepted_params", "x") == ("alpha", "beta")
+    assert "labmod" not in sys.modules  # read from its source
+    assert declared_attribute("labmod:computed", "accepted_params", "x") == ("a", "b")  # imported to evaluate
+    assert declared_attribute("labmod:undeclared", "accepted_params", "x") is None
+    sys.modules.pop("labmod")
 
 
 def test_method_params_of_a_key_a_selected_variant_fixes_are_refused(tmp_path, monkeypatch):

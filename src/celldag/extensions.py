@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.machinery
 import importlib.util
 import re
 from functools import cache
@@ -34,19 +35,36 @@ def check_reference(reference: str, where: str) -> None:
         raise InputError(f"{where}: module {module!r} defines no {name!r} at its top level")
 
 
+def find_spec(module: str):
+    """A module's spec without importing it or its parent packages (``importlib.util.find_spec`` runs
+    the parents' ``__init__``, which may import torch); None when it is not on the path."""
+    parts = module.split(".")
+    spec = importlib.util.find_spec(parts[0])
+    for depth in range(2, len(parts) + 1):
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth]), list(spec.submodule_search_locations))
+    return spec
+
+
+@cache
+def module_source(module: str, where: str) -> ast.Module | None:
+    """The parsed source of a findable module; None for a compiled one (readable only by importing it)."""
+    spec = find_spec(module)
+    if spec is None or spec.origin is None:
+        raise InputError(f"{where}: no module {module!r} on the Python path")
+    if not spec.origin.endswith(".py"):
+        return None
+    with open(spec.origin, encoding="utf-8") as handle:
+        return ast.parse(handle.read(), spec.origin)
+
+
 @cache
 def top_level_names(module: str, where: str) -> frozenset[str]:
     """Names a module binds at its top level, read from its source (functions, classes, assignments, imports)."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except ModuleNotFoundError:  # a parent package is missing
-        spec = None
-    if spec is None or spec.origin is None:
-        raise InputError(f"{where}: no module {module!r} on the Python path")
-    if not spec.origin.endswith(".py"):  # a compiled module: its names are not readable without importing it
+    tree = module_source(module, where)
+    if tree is None:
         return frozenset(dir(importlib.import_module(module)))
-    with open(spec.origin, encoding="utf-8") as handle:
-        tree = ast.parse(handle.read(), spec.origin)
     names = set()
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -58,6 +76,96 @@ def top_level_names(module: str, where: str) -> frozenset[str]:
         elif isinstance(node, ast.Import | ast.ImportFrom):
             names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
     return frozenset(names)
+
+
+class Unreadable(Exception):
+    """A declaration that is not made of literals and names of literals: only importing can tell its value."""
+
+
+def declared_attribute(reference: str, attribute: str, where: str):
+    """The value a module assigns to ``<function>.<attribute>`` at its top level, read from the source
+    without importing it (the registries name dozens of functions; their modules import torch, anndata,
+    scvi: seconds at every parse of the workflow). None when the module makes no such assignment.
+
+    The value may hold literals, ``*`` unpackings, ``tuple()`` / ``list()`` of them and names of top-level
+    literals, also imported ones (``from pkg.mod import DEFAULTS``): a dict stands for its keys inside a
+    sequence. Anything else (a call, an expression) is read by importing the module after all.
+    """
+    module, name = split(reference)
+    try:
+        found = _assignment(module, name, attribute, where)
+        return None if found is None else _value(found[1], found[0], where)
+    except Unreadable:
+        return getattr(load(reference), attribute, None)
+
+
+def _assignment(module: str, name: str, attribute: str, where: str) -> tuple[str, ast.expr] | None:
+    """(module, value) of ``name.attribute = value`` in ``module`` or, when ``name`` is imported there, its origin."""
+    tree = module_source(module, where)
+    if tree is None:
+        raise Unreadable(module)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == attribute and isinstance(t.value, ast.Name) and t.value.id == name
+            for t in node.targets
+        ):
+            return module, node.value
+    origin = _imported(tree, module, name)
+    return None if origin is None else _assignment(*origin, attribute, where)
+
+
+def _imported(tree: ast.Module, module: str, name: str) -> tuple[str, str] | None:
+    """(module, original name) of a name that ``from … import`` binds at the top level of ``module``."""
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    base = module.rsplit(".", node.level)[0] if node.level else ""
+                    return ".".join(filter(None, [base, node.module])), alias.name
+    return None
+
+
+def _value(node: ast.expr, module: str, where: str):
+    """A literal (strings, numbers, tuples, lists, dicts) built of literals and names of top-level literals."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        return {_value(k, module, where): _value(v, module, where) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.Tuple | ast.List):
+        items = []
+        for element in node.elts:
+            if isinstance(element, ast.Starred):
+                items += list(_value(element.value, module, where))  # a dict unpacks to its keys
+            else:
+                items.append(_value(element, module, where))
+        return tuple(items) if isinstance(node, ast.Tuple) else items
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("tuple", "list"):
+        if len(node.args) == 1 and not node.keywords:
+            values = list(_value(node.args[0], module, where))
+            return tuple(values) if node.func.id == "tuple" else values
+    if isinstance(node, ast.Name):
+        home, value = _literal_of(module, node.id, where)
+        return _value(value, home, where)
+    raise Unreadable(ast.dump(node))
+
+
+def _literal_of(module: str, name: str, where: str) -> tuple[str, ast.expr]:
+    """(module, value) of the top-level assignment that ``name`` in ``module`` refers to, across imports."""
+    tree = module_source(module, where)
+    if tree is None:
+        raise Unreadable(module)
+    found = None
+    for node in tree.body:  # the last assignment is the one the module leaves
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            found = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            found = node.value
+    if found is not None:
+        return module, found
+    origin = _imported(tree, module, name)
+    if origin is None:
+        raise Unreadable(f"{module}.{name}")
+    return _literal_of(*origin, where)
 
 
 def load(reference: str):

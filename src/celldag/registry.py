@@ -271,18 +271,15 @@ def undo_command_line_strings(config: dict) -> None:
 CODE_FIELDS = {"datasets": "loader", "methods": "run", "embeddings": "provider"}
 
 
-def declared_params(reference: str) -> tuple[frozenset[str] | None, dict[str, str]]:
+def declared_params(reference: str, where: str) -> tuple[frozenset[str] | None, dict[str, str]]:
     """The parameter names a loader or run function accepts (its ``accepted_params``; None: undeclared)
-    and, for names it no longer takes, what they became (its ``renamed_params``).
+    and, for names it no longer takes, what they became (its ``renamed_params``). Read from the module's
+    source when the declaration is made of literals (celldag's are), so that parsing imports nothing."""
+    from celldag.extensions import declared_attribute
 
-    Reading them imports the function's module: celldag's modules import their heavy libraries inside
-    functions, so this costs ~0.1 s for all of them; a lab's module should do the same.
-    """
-    from celldag.extensions import load
-
-    function = load(reference)
-    accepted = getattr(function, "accepted_params", None)
-    return (None if accepted is None else frozenset(accepted)), dict(getattr(function, "renamed_params", {}))
+    accepted = declared_attribute(reference, "accepted_params", where)
+    renamed = declared_attribute(reference, "renamed_params", where) or {}
+    return (None if accepted is None else frozenset(accepted)), dict(renamed)
 
 
 def refuse_unknown(keys, accepted, renamed: dict[str, str], where: str) -> None:
@@ -304,9 +301,10 @@ def check_param_names(registries: Registries) -> None:
     param_schema and variants one its run function accepts (undeclared: the entry's params and
     param_schema are its declaration, and variants may set only those)."""
     for dataset, entry in registries.datasets.items():
-        accepted, renamed = declared_params(entry["loader"])
+        where = f"{registries.origin('datasets', dataset)}: {dataset}"
+        accepted, renamed = declared_params(entry["loader"], f"{where}.loader")
         if accepted is not None:
-            refuse_unknown(entry["params"], accepted, renamed, f"{registries.origin('datasets', dataset)}: {dataset}.params")
+            refuse_unknown(entry["params"], accepted, renamed, f"{where}.params")
     for method, entry in registries.methods.items():
         where = f"{registries.origin('methods', method)}: {method}"
         accepted, renamed = method_param_names(entry)
@@ -317,7 +315,7 @@ def check_param_names(registries: Registries) -> None:
 
 
 def method_param_names(entry: dict) -> tuple[frozenset[str], dict[str, str]]:
-    accepted, renamed = declared_params(entry["run"])
+    accepted, renamed = declared_params(entry["run"], f"{entry['run']}")
     return (accepted if accepted is not None else frozenset(entry["params"]) | frozenset(entry["param_schema"])), renamed
 
 
