@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 
 import anndata
@@ -212,7 +213,8 @@ def test_intact_results_audit_clean(results, capsys):
     assert status == 0, "\n".join(lines)
     assert len(reproduced) == 3  # the default sample
     assert all(line.endswith("(cpu; output and 3 scores bit-identical)") for line in reproduced)
-    assert lines[-1] == ("summary: 4 run records, 6 files, 1 scores table checked (0 changed, 0 missing, 0 errors); "
+    assert lines[-1] == ("summary: 4 run records, 6 files, 1 scores table, 3 aggregate files checked (0 changed, 0 missing, "
+                         "0 errors); "
                          "3 re-runs: 3 reproduced, 0 differ, 0 not re-run — OK")  # fmt: skip
 
 
@@ -250,6 +252,45 @@ def test_an_edited_score_is_named_by_both_checks(results, capsys):
     assert any(line.startswith(f"score changed: bm_small/nj_raw/default/0 rf in {path} (now {recorded + 0.01!r}; ")
                for line in lines)  # fmt: skip
     assert f"differs: bm_small/nj_raw/default/0 rf recorded {recorded + 0.01!r} now {recorded!r}" in lines
+
+
+@e2e
+def test_an_edited_aggregate_row_is_named_by_file_and_row(results, capsys):
+    path = "results/tiny/scores.parquet"  # the table behind leaderboard.md and index.html
+    table = pd.read_parquet(path)
+    row = (table["method"] == "nj_pca") & (table["seed"] == 1) & (table["metric"] == "quartet_dist")
+    recorded = float(table.loc[row, "value"].iloc[0])
+    table.loc[row, "value"] = recorded / 2
+    table.to_parquet(path, index=False)
+    status, lines = run_audit(capsys, "--sample", "0")
+    assert status == 1
+    assert (f"aggregate row changed: bm_small/nj_pca/default/1 quartet_dist in {path} (value now {recorded / 2!r}; "
+            f"the tables it is built from give {recorded!r})") in lines  # fmt: skip
+    assert lines[-1].endswith("— FAILED") and "(1 changed," in lines[-1]
+
+
+@e2e
+def test_a_removed_aggregate_row_is_named_by_file_and_row(results, capsys):
+    path = "results/tiny/scores.parquet"
+    table = pd.read_parquet(path)
+    keep = ~((table["method"] == "nj_raw") & (table["seed"] == 0) & (table["metric"] == "rf"))
+    table[keep].to_parquet(path, index=False)
+    status, lines = run_audit(capsys, "--sample", "0")
+    assert status == 1
+    assert f"aggregate row removed: bm_small/nj_raw/default/0 rf from {path}" in lines
+
+
+@e2e
+def test_an_edited_leaderboard_is_named_by_file_and_line(results, capsys):
+    path = results / "results/tiny/leaderboard.md"
+    lines_before = path.read_text().splitlines()
+    number = next(i for i, line in enumerate(lines_before) if line.startswith("| nj_pca | default | "))
+    edited = re.sub(r"^\| nj_pca \| default \| [0-9.]+", "| nj_pca | default | 0.000", lines_before[number])
+    path.write_text("\n".join([*lines_before[:number], edited, *lines_before[number + 1:]]) + "\n")
+    status, lines = run_audit(capsys, "--sample", "0")
+    assert status == 1
+    assert (f"leaderboard changed: results/tiny/leaderboard.md line {number + 1}: {edited!r}; the scores give "
+            f"{lines_before[number]!r} (1 differing line)") in lines  # fmt: skip
 
 
 @e2e

@@ -219,6 +219,80 @@ def check_scores_table(path: str, digest: Digests, report: Report) -> None:
         report.say(f"scores file changed: {path} (its rows are those evaluate wrote)", problem=True, kind="changed")
 
 
+AGGREGATE_KEYS = {"scores": ["dataset", "method", "variant", "seed", "metric"], "runs": ["dataset", "method", "variant", "seed"]}
+
+
+def check_aggregate(plan, config, registries, report: Report) -> None:
+    """The tables people read — results/<name>/scores.parquet, runs.parquet and leaderboard.md — against
+    what the per-dataset scores tables and run records give: the aggregate job is rebuilt in a scratch
+    folder from them (themselves checked above) and every row and line compared."""
+    from celldag.report.leaderboard import aggregate
+    from celldag.tracks import tracks_of
+
+    shown = {"scores": planning.SCORES, "runs": planning.RUNS, "leaderboard": planning.LEADERBOARD}
+    shown = {kind: pattern.format(name=plan.name) for kind, pattern in shown.items()}
+    records = [run.path(planning.RUN_RECORD) for run in plan.runs]
+    if not all(Path(path).is_file() for path in [*plan.dataset_scores, *records]):
+        report.say(f"not checked: {', '.join(shown.values())} (a scores table or run record they come from is missing)")
+        return
+    evaluation = config["evaluation"]
+    with tempfile.TemporaryDirectory(prefix="celldag-audit-") as scratch:
+        rebuilt = {kind: str(Path(scratch) / Path(path).name) for kind, path in shown.items()}
+        aggregate(score_paths=list(plan.dataset_scores), record_paths=records, scores_path=rebuilt["scores"],
+                  runs_path=rebuilt["runs"], leaderboard_path=rebuilt["leaderboard"], baseline=evaluation["delta_baseline"],
+                  paired=evaluation["paired"], notes=evaluation["notes"], tracks=tracks_of(registries.tracks))  # fmt: skip
+        for kind, path in shown.items():
+            report.counts["aggregate files"] += 1
+            if not Path(path).is_file():
+                report.say(f"missing: {path}", problem=True, kind="missing")
+            elif kind == "leaderboard":
+                compare_lines(path, rebuilt[kind], report)
+            else:
+                compare_rows(path, rebuilt[kind], AGGREGATE_KEYS[kind], report)
+
+
+def compare_rows(path: str, rebuilt_path: str, keys: list[str], report: Report) -> None:
+    """One line per row of ``path`` changed, removed or added against the rebuilt table."""
+    import pandas as pd
+
+    def rows(table_path: str) -> dict[tuple, dict]:
+        table = pd.read_parquet(table_path)
+        return {tuple(row[key] for key in keys): row for row in table.to_dict("records")}
+
+    now, expected = rows(path), rows(rebuilt_path)
+    for key in sorted(set(now) | set(expected), key=str):
+        name = "/".join(map(str, key[:4])) + (f" {key[4]}" if len(key) > 4 else "")
+        if key not in now:
+            report.say(f"aggregate row removed: {name} from {path}", problem=True, kind="changed")
+        elif key not in expected:
+            report.say(f"aggregate row added: {name} in {path} (no scores table or record has it)", problem=True, kind="changed")
+        else:
+            changed = [column for column in expected[key] if not same_value(now[key].get(column), expected[key][column])]
+            if changed:
+                column = changed[0]
+                report.say(f"aggregate row changed: {name} in {path} ({column} now {now[key].get(column)!r}; the tables it "
+                           f"is built from give {expected[key][column]!r})", problem=True, kind="changed")  # fmt: skip
+
+
+def same_value(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b) if not hasattr(a, "__len__") or isinstance(a, str) else list(a) == list(b)
+
+
+def compare_lines(path: str, rebuilt_path: str, report: Report) -> None:
+    """The first line of ``path`` that differs from the rebuilt leaderboard, and how many do."""
+    now, expected = Path(path).read_text().splitlines(), Path(rebuilt_path).read_text().splitlines()
+    if now == expected:
+        return
+    differing = [i for i in range(max(len(now), len(expected))) if i >= len(now) or i >= len(expected) or now[i] != expected[i]]
+    first = differing[0]
+    shown = now[first] if first < len(now) else "(no line)"
+    wanted = expected[first] if first < len(expected) else "(no line)"
+    report.say(f"leaderboard changed: {path} line {first + 1}: {shown!r}; the scores give {wanted!r} "
+               f"({plural(len(differing), 'differing line')})", problem=True, kind="changed")  # fmt: skip
+
+
 def edited_rows(recorded: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> list[tuple[str, str]]:
     """(run, metric) of every row changed, added or removed since the digests were written."""
     keys = {(run, metric) for table in (recorded, now) for run, metrics in table.items() for metric in metrics}
@@ -527,6 +601,7 @@ def audit(configfile: str = DEFAULT_CONFIG, sample: int = 3, seed: int = 0, runs
     damaged = check_files(records, digest, report)
     for path in plan.dataset_scores:
         check_scores_table(path, digest, report)
+    check_aggregate(plan, config, registries, report)
     chosen = chosen_by_name if chosen_by_name is not None else sample_runs(records, sample, seed)
     how = "named by --run" if chosen_by_name is not None else f"seeded sample (--sample {sample} --seed {seed})"
     report.say(f"re-running {plural(len(chosen), 'run')}, {how}: {', '.join(map(run_id, chosen)) or 'none'}")
@@ -547,7 +622,7 @@ def note_other_records(plan, report: Report) -> None:
 def summary(report: Report, n_records: int, n_chosen: int) -> str:
     counts = report.counts
     checked = (f"{plural(n_records, 'run record')}, {plural(counts['files'], 'file')}, "
-               f"{plural(counts['scores tables'], 'scores table')} checked "
+               f"{plural(counts['scores tables'], 'scores table')}, {plural(counts['aggregate files'], 'aggregate file')} checked "
                f"({counts['changed']} changed, {counts['missing']} missing, {plural(counts['error'], 'error')})")  # fmt: skip
     reran = (f"{plural(n_chosen, 're-run')}: {counts['reproduced']} reproduced, {counts['differ']} differ, "
              f"{counts['not re-run']} not re-run")  # fmt: skip
