@@ -60,6 +60,20 @@ def test_the_heatmap_marks_controls_and_baselines_and_is_deterministic():
     assert png(first) == png(figures.scores_heatmap(data))
 
 
+def test_a_control_better_than_every_method_stays_under_the_ranking_in_the_heatmap():
+    scores = scores_table()
+    control = scores["method"] == "celltreeqm"
+    scores.loc[control, "value"] = 0.01  # best on both metrics
+    figure = figures.scores_heatmap(figure_data(scores=scores))
+    axes = figure.axes[0]
+    labels = [text.get_text() for text in axes.get_yticklabels()]
+    assert labels[-1] == "celltreeqm/high_level_partition_relabelled (control)"
+    assert [line.get_ydata()[0] for line in axes.get_lines() if line.get_ydata()[0] == line.get_ydata()[1]] == [1.5]
+    cells = {(round(t.get_position()[0]), round(t.get_position()[1])): t.get_text() for t in axes.texts}
+    assert cells[(0, 2)] == "0.010" and (2, 2) not in cells  # its values shown, no mean rank
+    assert cells[(2, 0)] == "1.5" and cells[(2, 1)] == "1.5"  # ranks among the non-controls only
+
+
 def test_cost_plots_every_applicable_run_on_log_axes():
     runs = pd.DataFrame({"dataset": "bm", "method": ["nj_raw", "nj_raw", "scvi", "broken"], "variant": "default",
                          "seed": [0, 1, 0, 0], "status": ["ok", "ok", "not_applicable", "failed"],

@@ -24,3 +24,24 @@ def test_paired_differences_say_which_direction_is_better():
     assert "| scilama/text − scilama/random | total | -0.233 | [-0.377, -0.090] | 3 | ↑ |" in text
     assert "| scilama/text − scilama/random | marker_db | -0.233 | [-0.377, -0.090] | 3 | ↓ |" in text
     assert "↓: lower is better (e.g. marker_db), so a negative one does." in text
+
+
+def test_a_control_scoring_above_its_method_is_listed_under_the_ranking_not_in_it():
+    from celldag.report.html import render
+    from celldag.report.leaderboard import CONTROLS_NOTE, leaderboard_blocks, markdown
+
+    values = {("scilama", "text"): 0.4, ("scilama", "random"): 0.6, ("pca", "default"): 0.5}
+    rows = [{"dataset": "d", "track": "representation", "method": method, "variant": variant, "seed": seed,
+             "metric": "total", "value": value + seed / 100, "higher_is_better": True, "status": "ok"}
+            for (method, variant), value in values.items() for seed in range(3)]  # fmt: skip
+    kinds = {"scilama/text": "method", "scilama/random": "control", "pca/default": "baseline"}
+    text = markdown(leaderboard_blocks(pd.DataFrame(rows), TRACKS, kinds=kinds))
+    ranking, controls = text.split(CONTROLS_NOTE[0])
+    ranked = [line.split(" | ")[0].lstrip("| ") + "/" + line.split(" | ")[1] for line in ranking.splitlines()
+              if line.startswith("| ") and "---" not in line and not line.startswith("| method")]  # fmt: skip
+    assert ranked == ["pca/default", "scilama/text"]  # best first, without the control that scored highest
+    assert "| scilama | random | 0.610 ± 0.010 |" in controls
+    html = "\n".join(render(leaderboard_blocks(pd.DataFrame(rows), TRACKS, kinds=kinds), kinds))
+    assert html.index("scilama</td><td>text") < html.index(CONTROLS_NOTE[0].split(" (")[0]) < html.index("random")
+    # without kinds (a table of unknown kinds), every row is ranked as before
+    assert CONTROLS_NOTE[0] not in markdown(leaderboard_blocks(pd.DataFrame(rows), TRACKS))

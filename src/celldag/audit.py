@@ -240,7 +240,8 @@ def check_aggregate(plan, config, registries, report: Report) -> None:
         rebuilt = {kind: str(Path(scratch) / Path(path).name) for kind, path in shown.items()}
         aggregate(score_paths=list(plan.dataset_scores), record_paths=records, scores_path=rebuilt["scores"],
                   runs_path=rebuilt["runs"], leaderboard_path=rebuilt["leaderboard"], baseline=evaluation["delta_baseline"],
-                  paired=evaluation["paired"], notes=evaluation["notes"], tracks=tracks_of(registries.tracks))  # fmt: skip
+                  paired=evaluation["paired"], notes=evaluation["notes"], tracks=tracks_of(registries.tracks),
+                  kinds=planning.method_kinds(registries))  # fmt: skip
         for kind, path in shown.items():
             report.counts["aggregate files"] += 1
             if not Path(path).is_file():

@@ -241,6 +241,12 @@ def method_kind(method_entry: dict, variant: str) -> str:
     return method_entry.get("kind_by_variant", {}).get(variant, method_entry["kind"])
 
 
+def method_kinds(registries: Registries) -> dict[str, str]:
+    """"method/variant" → method | baseline | control, for every variant of the registry."""
+    return {f"{method}/{variant}": method_kind(entry, variant)
+            for method, entry in registries.methods.items() for variant in entry["variants"]}  # fmt: skip
+
+
 def method_needs(method_entry: dict, variant: str) -> list[str]:
     """The optional inputs of its track that one variant cannot do without."""
     return [*method_entry.get("needs", []), *method_entry.get("needs_by_variant", {}).get(variant, [])]

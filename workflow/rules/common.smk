@@ -229,8 +229,3 @@ def figure_inputs(needs):
 
     return inputs
 
-
-def method_kinds():
-    """"method/variant" → method | baseline | control, for every variant of the registry."""
-    return {f"{method}/{variant}": plan.method_kind(entry, variant)
-            for method, entry in REGISTRIES.methods.items() for variant in entry["variants"]}  # fmt: skip

@@ -26,7 +26,7 @@ for _track_id in REGISTRIES.tracks:
                 track=dataset_track,
                 seed=PLAN.figure_seed,
                 evaluation=config["evaluation"],
-                kinds=method_kinds(),
+                kinds=plan.method_kinds(REGISTRIES),
             wildcard_constraints:
                 dataset=_one_of(_datasets) if _datasets else "(?!)",
             log:

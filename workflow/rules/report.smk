@@ -11,6 +11,7 @@ rule aggregate:
         paired=config["evaluation"]["paired"],
         notes=config["evaluation"]["notes"],
         tracks=REGISTRIES.tracks,
+        kinds=plan.method_kinds(REGISTRIES),
     log:
         "results/logs/aggregate/{name}.log",
     conda:
@@ -48,7 +49,7 @@ rule report_html:
         paired=config["evaluation"]["paired"],
         notes=config["evaluation"]["notes"],
         tracks=REGISTRIES.tracks,
-        kinds=method_kinds(),
+        kinds=plan.method_kinds(REGISTRIES),
     log:
         "results/logs/report_html/{name}.log",
     conda:

@@ -13,4 +13,5 @@ aggregate(
     paired=snakemake.params.paired,
     notes=snakemake.params.notes,
     tracks=tracks_of(snakemake.params.tracks),
+    kinds=snakemake.params.kinds,
 )

@@ -51,20 +51,24 @@ def scores_heatmap(data: FigureData):
     """Methods × metrics, each column coloured from its worst (light) to its best (dark) value, with the
     mean over seeds written in each cell; the last column is the mean rank over the track's core metrics."""
     import numpy as np
+    import pandas as pd
     from matplotlib.figure import Figure as MplFigure
 
     table = mean_table(data.scores, data.track)
     if table.empty:
         return note_figure(f"{data.dataset}: no run with status ok")
-    ranks = column_ranks(table, data.track)
+    # controls are shown under the ranking, never in it: ranks and shading come from the other rows
+    control = np.array([data.kinds.get(key) == "control" for key in table.index], dtype=bool)
+    ranked, controls = table[~control], table[control].sort_index()
+    ranks = column_ranks(ranked, data.track)
     core = [metric for metric in data.track.core_metrics if metric in table.columns]
-    mean_rank = ranks[core].mean(axis=1)
-    order = mean_rank.sort_values(kind="stable").index
-    table, ranks, mean_rank = table.loc[order], ranks.loc[order], mean_rank.loc[order]
+    mean_rank = ranks[core].mean(axis=1).sort_values(kind="stable")
+    table = pd.concat([ranked.loc[mean_rank.index], controls])
+    ranks, mean_rank = ranks.reindex(table.index), mean_rank.reindex(table.index)
     # colour by rank within the column, scaled to [0, 1] (1 = best): comparable across metrics of any range
-    n_rows = len(table)
-    shade = ((n_rows - ranks) / max(n_rows - 1, 1)).to_numpy(dtype=float)
-    shade = np.column_stack([shade, ((n_rows - mean_rank.rank(method="min")) / max(n_rows - 1, 1)).to_numpy()])
+    n_rows, n_ranked = len(table), len(ranked)
+    shade = ((n_ranked - ranks) / max(n_ranked - 1, 1)).to_numpy(dtype=float)
+    shade = np.column_stack([shade, ((n_ranked - mean_rank.rank(method="min")) / max(n_ranked - 1, 1)).to_numpy()])
     columns = [*table.columns, "mean rank\n(core)"]
     figure = MplFigure(figsize=(1.2 + 0.75 * len(columns) + 2.2, 0.9 + 0.32 * n_rows), dpi=DPI, layout="constrained")
     axes = figure.add_subplot()
@@ -81,7 +85,10 @@ def scores_heatmap(data: FigureData):
     for text, key in zip(axes.get_yticklabels(), table.index):
         style_label(text, key, data.kinds)
     axes.axvline(len(columns) - 1.5, color="black", linewidth=1)
-    axes.set_title(f"{data.dataset}: mean over seeds (status ok); darker = better in its column", fontsize=9)
+    if len(controls) and n_ranked:
+        axes.axhline(n_ranked - 0.5, color="black", linewidth=1)  # the controls below: not ranked
+    axes.set_title(f"{data.dataset}: mean over seeds (status ok); darker = better in its column"
+                   + ("; controls (grey, below the line) not ranked" if len(controls) else ""), fontsize=9)
     return figure
 
 

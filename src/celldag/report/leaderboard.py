@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -83,10 +83,18 @@ class Table:
 Block = Heading | Paragraph | Table
 
 
+CONTROLS_NOTE = ("Controls — a method run without the knowledge under test (random or shuffled gene vectors, "
+                 "relabelled leaves); not ranked: compare each with the method it controls for.",)
+
+
 def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
-                       paired: Sequence[dict] = (), notes: Sequence[str] = ()) -> list[Block]:  # fmt: skip
+                       paired: Sequence[dict] = (), notes: Sequence[str] = (),
+                       kinds: Mapping[str, str] | None = None) -> list[Block]:  # fmt: skip
     """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first (rendered as
-    Markdown here and as HTML by ``celldag.report.html``: one content, two formats)."""
+    Markdown here and as HTML by ``celldag.report.html``: one content, two formats). ``kinds``
+    ("method/variant" → method, baseline or control): controls go to a table of their own under the
+    ranking, never into it."""
+    kinds = kinds or {}
     blocks: list[Block] = [
         Heading(1, "celldag leaderboard"),
         Paragraph(("Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
@@ -103,9 +111,12 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
         for index, (group, metrics) in enumerate(_metric_groups(table, tracks[track]).items()):
             rows = table[table["metric"].isin(metrics)]
             keys = rows[["method", "variant"]].drop_duplicates()
+            control = [kinds.get(f"{method}/{variant}") == "control" for method, variant in keys.itertuples(index=False)]
             if index:
                 blocks.append(Heading(3, group))
-            blocks.append(_table(rows, keys, metrics))
+            blocks.append(_table(rows, keys[[not c for c in control]], metrics))
+            if any(control):
+                blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics)]
         blocks += paired_sections.get(dataset, [])
     return blocks
 
@@ -127,8 +138,9 @@ def _markdown_row(cells: Sequence[str]) -> str:
 
 
 def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
-                         paired: Sequence[dict] = (), notes: Sequence[str] = ()) -> str:  # fmt: skip
-    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes))
+                         paired: Sequence[dict] = (), notes: Sequence[str] = (),
+                         kinds: Mapping[str, str] | None = None) -> str:  # fmt: skip
+    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds))
 
 
 def _metric_groups(table: pd.DataFrame, track: Track) -> dict[str, list[str]]:
@@ -219,12 +231,12 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> Table:
 
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
               leaderboard_path: str, baseline: str, tracks: dict[str, Track], paired: Sequence[dict] = (),
-              notes: Sequence[str] = ()) -> pd.DataFrame:  # fmt: skip
+              notes: Sequence[str] = (), kinds: Mapping[str, str] | None = None) -> pd.DataFrame:  # fmt: skip
     scores = add_deltas(collect_scores(score_paths), baseline, tracks)
     scores = scores.sort_values(["dataset", "method", "variant", "metric", "seed"]).reset_index(drop=True)
     contracts.check_scores(scores, scores_path)
     artifacts.write_parquet(scores, scores_path)
     artifacts.write_parquet(collect_runs(record_paths), runs_path)
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes))
+        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds))
     return scores
