@@ -45,3 +45,18 @@ def test_a_control_scoring_above_its_method_is_listed_under_the_ranking_not_in_i
     assert html.index("scilama</td><td>text") < html.index(CONTROLS_NOTE[0].split(" (")[0]) < html.index("random")
     # without kinds (a table of unknown kinds), every row is ranked as before
     assert CONTROLS_NOTE[0] not in markdown(leaderboard_blocks(pd.DataFrame(rows), TRACKS))
+
+
+def test_a_note_about_methods_shows_only_where_they_ran(repo):
+    from celldag.registry import load_config, read_yaml
+    from celldag.report.leaderboard import leaderboard_markdown
+
+    config, _ = load_config(read_yaml(repo / "config/config.yaml"), "config.yaml", root=repo)
+    notes = config["evaluation"]["notes"] + ["a plain note is always shown"]
+    rows = [{"dataset": "d", "track": "representation", "method": "pca", "variant": "default", "seed": 0,
+             "metric": "total", "value": 0.5, "higher_is_better": True, "status": "ok"}]  # fmt: skip
+    without = leaderboard_markdown(pd.DataFrame(rows), TRACKS, notes=notes)
+    assert "CPU smoke sizes" not in without and "- a plain note is always shown" in without
+    rows.append(rows[0] | {"track": "lineage", "method": "triplet", "variant": "supervised", "metric": "rf",
+                           "higher_is_better": False})  # fmt: skip
+    assert "- CPU smoke sizes: celltreeqm, triplet and quadruplet train" in leaderboard_markdown(pd.DataFrame(rows), TRACKS, notes=notes)

@@ -88,7 +88,7 @@ CONTROLS_NOTE = ("Controls — a method run without the knowledge under test (ra
 
 
 def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
-                       paired: Sequence[dict] = (), notes: Sequence[str] = (),
+                       paired: Sequence[dict] = (), notes: Sequence[str | Mapping] = (),
                        kinds: Mapping[str, str] | None = None) -> list[Block]:  # fmt: skip
     """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first (rendered as
     Markdown here and as HTML by ``celldag.report.html``: one content, two formats). ``kinds``
@@ -100,8 +100,9 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
         Paragraph(("Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
                    "Per-seed values: `scores.parquet` beside this file; run records: `runs.parquet`.")),  # fmt: skip
     ]
-    if notes:
-        blocks.append(Paragraph(tuple(notes), bullets=True))
+    shown_notes = notes_for(scores, notes)
+    if shown_notes:
+        blocks.append(Paragraph(shown_notes, bullets=True))
     paired_sections = {dataset: _paired_blocks(table, paired) for dataset, table in scores.groupby("dataset")}
     if baseline and scores["metric"].str.startswith(DELTA_PREFIX).any():
         blocks.append(Paragraph((f"Δ = relative reduction against `{baseline}` on the same dataset and seed: "
@@ -119,6 +120,13 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
                 blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics)]
         blocks += paired_sections.get(dataset, [])
     return blocks
+
+
+def notes_for(scores: pd.DataFrame, notes: Sequence[str | Mapping]) -> tuple[str, ...]:
+    """The config's notes that apply: plain ones always, ``{text, methods}`` ones when a method has scores."""
+    present = set(scores["method"])
+    return tuple(note if isinstance(note, str) else note["text"]
+                 for note in notes if isinstance(note, str) or present & set(note["methods"]))  # fmt: skip
 
 
 def markdown(blocks: Sequence[Block]) -> str:
