@@ -60,3 +60,42 @@ def test_a_note_about_methods_shows_only_where_they_ran(repo):
     rows.append(rows[0] | {"track": "lineage", "method": "triplet", "variant": "supervised", "metric": "rf",
                            "higher_is_better": False})  # fmt: skip
     assert "- CPU smoke sizes: celltreeqm, triplet and quadruplet train" in leaderboard_markdown(pd.DataFrame(rows), TRACKS, notes=notes)
+
+
+def clipped_and_count_scores() -> pd.DataFrame:
+    """pca's pcr_comparison clipped to 0 by scib-metrics in one seed of three; n_marker_genes a count."""
+    rows = []
+    for seed in range(3):
+        for method, total, pcr, n_markers in (("pca", 0.5, (0.0, 0.2, 0.1)[seed], 18.0), ("harmony", 0.6, 0.3, 18.0)):
+            for metric, value in (("total", total + seed / 100), ("pcr_comparison", pcr), ("n_marker_genes", n_markers)):
+                rows.append({"dataset": "d", "track": "representation", "method": method, "variant": "default",
+                             "seed": seed, "metric": metric, "value": value, "higher_is_better": True, "status": "ok"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_clipped_values_are_marked_and_counts_carry_no_direction():
+    from celldag.report.leaderboard import CLIPPED_NOTE, leaderboard_markdown
+
+    text = leaderboard_markdown(clipped_and_count_scores(), TRACKS)
+    assert "| pca | default | 0.100 ± 0.100 ‡1/3 | 3/3 |" in text
+    assert "| harmony | default | 0.300 ± 0.000 | 3/3 |" in text  # never clipped
+    assert CLIPPED_NOTE[0] in text
+    assert "n_marker_genes (count)" in text and "n_marker_genes ↑" not in text
+    assert "| pca | default | 18 | 3/3 |" in text
+
+
+def test_the_heatmap_marks_clipped_means_and_leaves_counts_unshaded():
+    from celldag.report import figures
+
+    data = figures.FigureData("d", {}, "representation", TRACKS["representation"], 0, {}, {},
+                              scores=clipped_and_count_scores())  # fmt: skip
+    figure = figures.scores_heatmap(data)
+    axes = figure.axes[0]
+    columns = [label.get_text() for label in axes.get_xticklabels()]
+    count_column, pcr_column = columns.index("n_marker_genes (count)"), columns.index("pcr_comparison ↑")
+    shading = axes.images[0].get_array()
+    assert shading.mask[:, count_column].all() and not shading.mask[:, pcr_column].any()
+    rows = [label.get_text() for label in axes.get_yticklabels()]
+    cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in axes.texts}
+    assert cells[rows.index("pca/default"), pcr_column] == "0.100‡"
+    assert cells[rows.index("harmony/default"), pcr_column] == "0.300"

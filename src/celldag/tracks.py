@@ -43,6 +43,8 @@ class Metric:
     higher_is_better: bool
     core: bool = False  # every run gets a row (NaN when the run is not ok): what "seeds ok" counts
     delta: bool = False  # the leaderboard adds delta_<name>, the relative reduction against the baseline method
+    count: bool = False  # a count (e.g. marker genes found), not a score: shown, never ranked or shaded
+    clipped_at: float | None = None  # the scoring library clips its raw score to this bound: values equal to it are marked
 
 
 @dataclass(frozen=True)

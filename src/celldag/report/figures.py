@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from celldag.report.leaderboard import clipped_runs, metric_heading
 from celldag.tracks import DELTA_PREFIX, Figure, FigureData, Track
 
 COMMON = (
@@ -68,17 +69,22 @@ def scores_heatmap(data: FigureData):
     # colour by rank within the column, scaled to [0, 1] (1 = best): comparable across metrics of any range
     n_rows, n_ranked = len(table), len(ranked)
     shade = ((n_ranked - ranks) / max(n_ranked - 1, 1)).to_numpy(dtype=float)
+    shade[:, [data.track.metrics[m].count for m in table.columns]] = np.nan  # a count is no score: not shaded
     shade = np.column_stack([shade, ((n_ranked - mean_rank.rank(method="min")) / max(n_ranked - 1, 1)).to_numpy()])
     columns = [*table.columns, "mean rank\n(core)"]
     figure = MplFigure(figsize=(1.2 + 0.75 * len(columns) + 2.2, 0.9 + 0.32 * n_rows), dpi=DPI, layout="constrained")
     axes = figure.add_subplot()
     axes.imshow(np.ma.masked_invalid(shade), cmap="Blues", vmin=-0.15, vmax=1.15, aspect="auto")
     values = np.column_stack([table.to_numpy(dtype=float), mean_rank.to_numpy(dtype=float)])
+    clipped = {f"{method}/{variant}/{metric}" for method, variant, metric in clipped_runs(data.scores, data.track)}
     for row in range(n_rows):
         for column in range(len(columns)):
             value = values[row, column]
             if np.isfinite(value):
-                axes.text(column, row, f"{value:.1f}" if column == len(columns) - 1 else f"{value:.3f}",
+                text = f"{value:.1f}" if column == len(columns) - 1 else f"{value:.3f}"
+                if column < len(table.columns) and f"{table.index[row]}/{table.columns[column]}" in clipped:
+                    text += "‡"  # a seed's raw value was clipped (the leaderboard says in how many)
+                axes.text(column, row, text,
                           ha="center", va="center", fontsize=7, color="white" if shade[row, column] > 0.6 else "black")  # fmt: skip
     axes.set_xticks(range(len(columns)), [arrowed(c, data.track) for c in columns], rotation=45, ha="right", fontsize=7)
     axes.set_yticks(range(n_rows), [label(key, data.kinds) for key in table.index], fontsize=7)
@@ -95,7 +101,7 @@ def scores_heatmap(data: FigureData):
 def arrowed(metric: str, track: Track) -> str:
     if metric not in track.metrics:
         return metric
-    return f"{metric} {'↑' if track.higher_is_better(metric) else '↓'}"
+    return metric_heading(metric, "↑" if track.higher_is_better(metric) else "↓", track)
 
 
 def cost(data: FigureData):

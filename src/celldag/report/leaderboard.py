@@ -52,11 +52,14 @@ def _number(value: float) -> str:
     return "0.000" if text == "-0.000" else text  # a rounding artefact, not a sign worth reading
 
 
-def _cell(values: pd.Series, statuses: pd.Series) -> str:
+def _cell(values: pd.Series, statuses: pd.Series, count: bool = False) -> str:
     ok = values[statuses == "ok"]
     if ok.empty:
         return ", ".join(sorted(set(statuses)))
-    text = f"{_number(ok.mean())} ± {ok.std(ddof=1):.3f}" if len(ok) > 1 else _number(ok.iloc[0])
+    if count:  # a count reads as one: 18, or its mean and range over seeds when they differ
+        text = f"{ok.mean():g}" if ok.nunique() == 1 else f"{ok.mean():.1f} ({ok.min():g}–{ok.max():g})"
+    else:
+        text = f"{_number(ok.mean())} ± {ok.std(ddof=1):.3f}" if len(ok) > 1 else _number(ok.iloc[0])
     missing = len(values) - len(ok)
     return text + (f" ({missing} not ok)" if missing else "")
 
@@ -83,6 +86,9 @@ class Table:
 Block = Heading | Paragraph | Table
 
 
+CLIPPED_NOTE = ("‡k/n: in k of the n seeds the scoring library clipped the raw value to its bound (scib-metrics sets a "
+                "negative pcr_comparison, batch variance explained rising after integration, to 0); the mean includes "
+                "the clipped values.",)
 CONTROLS_NOTE = ("Controls — a method run without the knowledge under test (random or shuffled gene vectors, "
                  "relabelled leaves); not ranked: compare each with the method it controls for.",)
 
@@ -115,9 +121,11 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
             control = [kinds.get(f"{method}/{variant}") == "control" for method, variant in keys.itertuples(index=False)]
             if index:
                 blocks.append(Heading(3, group))
-            blocks.append(_table(rows, keys[[not c for c in control]], metrics))
+            blocks.append(_table(rows, keys[[not c for c in control]], metrics, tracks[track]))
             if any(control):
-                blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics)]
+                blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics, tracks[track])]
+            if clipped_runs(rows, tracks[track]):
+                blocks.append(Paragraph(CLIPPED_NOTE))
         blocks += paired_sections.get(dataset, [])
     return blocks
 
@@ -219,21 +227,47 @@ def _arrow(scores: pd.DataFrame, metric: str) -> str:
     return "↑" if scores.loc[scores["metric"] == metric, "higher_is_better"].iloc[0] else "↓"
 
 
-def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str]) -> Table:
+def clipped_runs(rows: pd.DataFrame, track: Track) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """(method, variant, metric) → (seeds whose value is the metric's clipping bound, seeds ok), where any is."""
+    clipped = {}
+    for metric, declared in track.metrics.items():
+        if declared.clipped_at is None:
+            continue
+        ok = rows[(rows["metric"] == metric) & (rows["status"] == "ok")]
+        for (method, variant), values in ok.groupby(["method", "variant"])["value"]:
+            if (values == declared.clipped_at).any():
+                clipped[method, variant, metric] = (int((values == declared.clipped_at).sum()), len(values))
+    return clipped
+
+
+def metric_is_count(metric: str, track: Track) -> bool:
+    return metric in track.metrics and track.metrics[metric].count
+
+
+def metric_heading(metric: str, arrow: str, track: Track) -> str:
+    """A column's name: the metric and its direction, or "(count)" for a count, which has none."""
+    return f"{metric} (count)" if metric_is_count(metric, track) else f"{metric} {arrow}"
+
+
+def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Track) -> Table:
     arrows = {metric: _arrow(rows, metric) for metric in metrics}
+    clipped = clipped_runs(rows, track)
     body = []
     for method, variant in keys.itertuples(index=False):
         runs = rows[(rows["method"] == method) & (rows["variant"] == variant)]
         cells = []
         for metric in metrics:
             of_metric = runs[runs["metric"] == metric]
-            cells.append(_cell(of_metric["value"], of_metric["status"]) if len(of_metric) else "–")
+            cell = _cell(of_metric["value"], of_metric["status"], metric_is_count(metric, track)) if len(of_metric) else "–"
+            if (method, variant, metric) in clipped:
+                cell += " ‡{}/{}".format(*clipped[method, variant, metric])
+            cells.append(cell)
         first = runs[runs["metric"] == metrics[0]]
         mean = first.loc[first["status"] == "ok", "value"].mean()
         sort_key = -mean if arrows[metrics[0]] == "↑" else mean
         seeds = runs.groupby("seed")["status"].first()
         body.append(((pd.isna(sort_key), sort_key, method, variant), (method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}")))
-    header = ("method", "variant", *(f"{m} {arrows[m]}" for m in metrics), "seeds ok")
+    header = ("method", "variant", *(metric_heading(m, arrows[m], track) for m in metrics), "seeds ok")
     return Table(header, tuple(cells for _, cells in sorted(body)))
 
 
