@@ -167,3 +167,60 @@ def test_markers_static_beside_contextual_with_the_scorers_davies_bouldin(tmp_pa
 def test_markers_without_a_gene_embedding_is_a_note(tmp_path):
     figure = figures.markers(figure_data(tmp_path, {"pca/default": output("pca", "default")}))
     assert not figure.axes and "no run returned a gene embedding" in figure.texts[0].get_text()
+
+
+def legend_colours(figure) -> dict[str, tuple]:
+    """Legend entry → its marker's RGB, of every legend of the figure (headings have no marker)."""
+    colours = {}
+    for legend in figure.legends:
+        for handle, text in zip(legend.legend_handles, legend.get_texts()):
+            if handle.get_marker() not in ("", "None", None):
+                colours[text.get_text()] = tuple(np.round(matplotlib_rgb(handle.get_color()), 6))
+    return colours
+
+
+def matplotlib_rgb(colour) -> tuple:
+    import matplotlib.colors
+
+    return matplotlib.colors.to_rgb(colour)
+
+
+@pytest.mark.parametrize("n_labels", [3, 12, 25])  # tab10, tab20, evenly spaced hues
+def test_no_batch_shares_a_colour_with_a_cell_type_and_one_legend_holds_both(n_labels):
+    labels = pd.Series(pd.Categorical([f"type{i:02d}" for i in range(n_labels)] * 2))
+    types = figures.label_colours(labels)
+    batches = figures.palette([f"b{i}" for i in range(12)], figures.BATCH_COLOURS, avoid=list(types.values()))
+    rounded = {tuple(np.round(colour[:3], 6)) for colour in types.values()}
+    assert len(batches) == 12 and not rounded & {tuple(np.round(colour[:3], 6)) for colour in batches.values()}
+    assert len(set(batches.values())) == 12
+
+
+def test_the_umap_legend_lists_batches_under_the_cell_types_in_colours_of_their_own(tmp_path):
+    figure = figures.umap(figure_data(tmp_path, {"pca/default": output("pca", "default")}, n_batches=3))
+    (legend,) = figure.legends
+    names = [text.get_text() for text in legend.get_texts()]
+    assert names == ["— cell type —", "B", "Mono", "T", "— batch —", "b0", "b1", "b2"]
+    colours = legend_colours(figure)
+    assert not {colours[t] for t in ("B", "Mono", "T")} & {colours[b] for b in ("b0", "b1", "b2")}
+
+
+def test_the_marker_figure_names_and_colours_cell_types_as_the_umap(tmp_path):
+    outputs = {"scilama/text": output("scilama", "text", gene_embedding=True), "pca/default": output("pca", "default")}
+    data = figure_data(tmp_path, outputs)
+    data = FigureData(**{**vars(data), "dataset_entry": {"markers": MARKERS, "marker_labels": {"T": "T", "Mono": "Mono"}}})
+    umap_colours = legend_colours(figures.umap(data))
+    marker_colours = legend_colours(figures.markers(data))
+    # B has no marker_labels entry here but is a label too: it keeps its name, hence its UMAP colour
+    assert set(marker_colours) == {"T", "B", "Mono"}
+    assert all(marker_colours[name] == umap_colours[name] for name in marker_colours)
+
+
+def test_a_marker_type_without_a_label_gets_a_colour_no_label_has():
+    labels = pd.Series(pd.Categorical(["CD19+ B", "CD14+ Monocyte", "Dendritic"]))
+    types, colours = figures.named_as_labels({"MS4A1": "B", "LYZ": "CD14 Mono", "PPBP": "Megakaryocyte"},
+                                             {"B": [], "CD14 Mono": [], "Megakaryocyte": []},
+                                             {"B": "CD19+ B", "CD14 Mono": "CD14+ Monocyte"}, labels)  # fmt: skip
+    assert types == {"MS4A1": "CD19+ B", "LYZ": "CD14+ Monocyte", "PPBP": "Megakaryocyte"}
+    label_colours = figures.label_colours(labels)
+    assert colours["CD19+ B"] == label_colours["CD19+ B"]
+    assert colours["Megakaryocyte"] not in label_colours.values()

@@ -9,6 +9,7 @@ module can name these functions without importing matplotlib or scanpy.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -27,22 +28,33 @@ METHODS_PER_ROW = 3  # UMAP grid: methods side by side before wrapping to the ne
 POINT_SIZE = 3.0  # UMAP points (700 to a few thousand cells per panel)
 
 
-def palette(categories: list[str], qualitative: tuple[str, ...] = ("tab10", "tab20")) -> dict[str, tuple]:
-    """A colour per category, in the order given: the first qualitative colour map long enough, else
-    evenly spaced hues."""
+def palette(categories: list[str], qualitative: tuple[str, ...] = ("tab10", "tab20"),
+            avoid: Collection[tuple] = ()) -> dict[str, tuple]:  # fmt: skip
+    """A colour per category, in the order given: the first qualitative colour map with enough colours
+    not in ``avoid`` (another colouring's, in the same figure), else evenly spaced hues that avoid them."""
     import matplotlib
     import numpy as np
 
-    n = len(categories)
-    fitting = [name for name in qualitative if len(matplotlib.colormaps[name].colors) >= n]
+    n, avoid = len(categories), {tuple(np.round(colour[:3], 6)) for colour in avoid}
+
+    def usable(colours) -> list[tuple]:
+        return [tuple(colour) for colour in colours if tuple(np.round(colour[:3], 6)) not in avoid]
+
+    fitting = [usable(matplotlib.colormaps[name].colors) for name in qualitative]
+    fitting = [colours for colours in fitting if len(colours) >= n]
     if fitting:
-        colours = matplotlib.colormaps[fitting[0]].colors[:n]
+        colours = fitting[0][:n]
     else:
-        colours = matplotlib.colormaps["turbo"](np.linspace(0.05, 0.95, n))
+        colours = usable(matplotlib.colormaps["turbo"](np.linspace(0.05, 0.95, n + len(avoid))))[:n]
     return {category: tuple(colour) for category, colour in zip(categories, colours)}
 
 
-BATCH_COLOURS = ("Dark2", "tab20b")  # not the cell types' tab10: a batch never looks like a cell type
+BATCH_COLOURS = ("Dark2", "tab20b")  # not the cell types' tab10/tab20, and never one of their colours
+
+
+def label_colours(labels: pd.Series) -> dict[str, tuple]:
+    """The dataset's cell types → colours: one palette for every figure of the dataset (UMAP, markers)."""
+    return palette(categories_of(labels))
 
 
 def categories_of(values: pd.Series) -> list[str]:
@@ -52,13 +64,21 @@ def categories_of(values: pd.Series) -> list[str]:
     return sorted(set(values.astype(str)))
 
 
-def add_legend(figure: Figure, title: str, colours: dict[str, tuple], where: str = "right upper",
-               ncols: int = 1) -> None:  # fmt: skip
-    """One legend per colouring, outside the panels (they share it); constrained layout makes room."""
+def add_legends(figure: Figure, colourings: dict[str, dict[str, tuple]], where: str = "right upper",
+                ncols: int = 1) -> None:  # fmt: skip
+    """One legend outside the panels (they share it) holding every colouring, each under its own heading,
+    so that the batches' colours sit right under the cell types'; constrained layout makes room."""
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], marker="o", linestyle="", color=colour, markersize=5) for colour in colours.values()]
-    figure.legend(handles, list(colours), title=title, loc=f"outside {where}", ncols=ncols, frameon=False,
+    handles, names = [], []
+    for title, colours in colourings.items():
+        if len(colourings) > 1:  # a heading: an entry without a marker
+            handles.append(Line2D([], [], linestyle="", marker=""))
+            names.append(f"— {title} —")
+        handles += [Line2D([], [], marker="o", linestyle="", color=colour, markersize=5) for colour in colours.values()]
+        names += list(colours)
+    title = next(iter(colourings)) if len(colourings) == 1 else None
+    figure.legend(handles, names, title=title, loc=f"outside {where}", ncols=ncols, frameon=False,
                   fontsize="small", title_fontsize="small")  # fmt: skip
 
 
@@ -111,8 +131,9 @@ def umap(data: FigureData) -> Figure:
     colourings = {"cell type": obs["label"]}
     if "batch" in obs and obs["batch"].nunique() > 1:  # one batch (pbmc3k): nothing to see in a batch panel
         colourings["batch"] = obs["batch"]
-    colours = {name: palette(categories_of(values), BATCH_COLOURS if name == "batch" else ("tab10", "tab20"))
-               for name, values in colourings.items()}
+    colours = {"cell type": label_colours(obs["label"])}
+    if "batch" in colourings:
+        colours["batch"] = palette(categories_of(obs["batch"]), BATCH_COLOURS, avoid=list(colours["cell type"].values()))
     order = np.random.default_rng(0).permutation(len(obs))
 
     per_method = len(colourings)
@@ -135,8 +156,7 @@ def umap(data: FigureData) -> Figure:
                 axes.set_yticks([])
                 continue
             scatter_panel(axes, coordinates, values.astype(str).to_numpy(), colours[name], order)
-    for name, where in zip(colourings, ("right upper", "right lower")):
-        add_legend(figure, name, colours[name], where)
+    add_legends(figure, colours)  # one legend, the batches right under the cell types
     figure.suptitle(f"{data.dataset}: UMAP of each cell embedding (seed {data.seed}, {len(obs)} cells)")
     return figure
 
@@ -187,6 +207,20 @@ def marker_panel(axes, title: str, genes: list[str], vectors: np.ndarray, types:
     axes.set_ylabel("PC 2", fontsize="x-small")
 
 
+def named_as_labels(types: dict[str, str], marker_lists: dict, marker_labels: dict[str, str],
+                    labels: pd.Series) -> tuple[dict[str, str], dict[str, tuple]]:  # fmt: skip
+    """Marker gene → the name its cell type has in the figures, and name → colour: a marker type the
+    registry maps to a label of the dataset (``marker_labels``) takes that label's name and UMAP colour;
+    the others keep their marker name and get colours no label has."""
+    label_colour = label_colours(labels)
+    named = {cell_type: marker_labels.get(cell_type, cell_type) for cell_type in marker_lists}
+    shown = [named[cell_type] for cell_type in marker_lists if cell_type in set(types.values())]
+    unlabelled = [name for name in shown if name not in label_colour]
+    others = palette(unlabelled, BATCH_COLOURS, avoid=list(label_colour.values()))
+    colours = {name: label_colour.get(name) or others[name] for name in shown}
+    return {gene: named[cell_type] for gene, cell_type in types.items()}, colours
+
+
 def markers(data: FigureData) -> Figure:
     """Each ok run with a contextual gene embedding: its marker genes in the static space it started
     from (left) and in its contextual gene embedding (right), coloured by the cell type they mark."""
@@ -205,7 +239,7 @@ def markers(data: FigureData) -> Figure:
     read_table_cached = cache(read_table)  # most runs read the same static table: read it once
     present = set(next(iter(with_genes.values())).var_names)  # outputs share the genes
     types = {gene: next(iter(of)) for gene, of in marker_types(marker_lists).items() if gene in present and len(of) == 1}
-    colours = palette([cell_type for cell_type in marker_lists if cell_type in set(types.values())])
+    types, colours = named_as_labels(types, marker_lists, data.dataset_entry.get("marker_labels", {}), data.prepared.obs["label"])
     figure = Figure(figsize=(2 * PANEL_INCHES + 0.4, (PANEL_INCHES + 0.3) * len(with_genes) + 0.4),
                     layout="constrained")  # fmt: skip
     grid = figure.subplots(len(with_genes), 2, squeeze=False)
@@ -225,7 +259,7 @@ def markers(data: FigureData) -> Figure:
         marker_panel(grid[row, 1], f"{key}\ncontextual", list(output.var_names), contextual, types, colours,
                      marker_lists)  # fmt: skip
     if colours:
-        add_legend(figure, "marked cell type", colours, "lower center", ncols=min(4, len(colours)))
+        add_legends(figure, {"marked cell type": colours}, "lower center", ncols=min(4, len(colours)))
     figure.suptitle(f"{data.dataset}: marker genes in gene-embedding space\n(seed {data.seed})", fontsize="medium")
     return figure
 
