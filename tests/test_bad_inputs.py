@@ -272,7 +272,7 @@ CASES = {
         "celegans_packer2019, cengen_neurons, pbmc3k, pbmc68k_batched, scib_immune_human, scib_pancreas"),
     "unknown method id": (
         lambda d: load(d, {"methods": ["scilamma"]}),
-        "run.yaml: methods[0]: unknown method id 'scilamma'; known ids: celltreeqm, genept_w, harmony, nj_pca, "
+        "run.yaml: methods[0]: unknown method id 'scilamma'; known ids: bonsai, celltreeqm, genept_w, harmony, nj_pca, "
         "nj_raw, pca, quadruplet, scilama, scvi, triplet, upgma_raw"),
     "wrong config types": (
         lambda d: load(d, {"seeds": "0,1,2"}),

@@ -172,8 +172,9 @@ def test_snakemake_dry_run_refuses_an_unknown_param_in_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=workdir, capture_output=True, text=True)
     assert result.returncode != 0
     console = result.stdout + result.stderr
-    assert ("invalid configuration: config/datasets.yaml: bm_default.params: unknown key 'dept'; accepted: depth, "
-            "max_walk, measurement_std, n_noise, n_signal, n_spurious, noise_std, standardize") in console
+    assert ("invalid configuration: config/datasets.yaml: bm_default.params: unknown key 'dept'; accepted: "
+            "count_depth, count_scale, depth, max_walk, measurement_std, n_noise, n_signal, n_spurious, noise_std, "
+            "standardize") in console
 
 
 def test_celldag_validate_says_an_unknown_param_in_one_line(tmp_path, monkeypatch, capsys):

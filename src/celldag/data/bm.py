@@ -165,6 +165,20 @@ def _newick(children: np.ndarray, lengths: np.ndarray, leaf_names: tuple[str, ..
     return subtree(2 * n_leaves - 2) + ";"
 
 
+COUNT_STREAM = 0xC0C0  # its own random stream: emitting counts changes no feature of the simulation
+
+
+def emit_counts(profiles: np.ndarray, depth: float, scale: float, seed: int) -> np.ndarray:
+    """UMI-like counts of each leaf: Poisson with rates ``depth`` · softmax(``scale`` · profile) over the
+    features, i.e. a library of ``depth`` counts on average whose log-expression follows the profile."""
+    if not (np.isfinite(depth) and depth > 0 and np.isfinite(scale) and scale > 0):
+        raise ValueError(f"count_depth and count_scale must be positive numbers, got {depth!r} and {scale!r}")
+    logits = scale * profiles
+    rates = np.exp(logits - logits.max(axis=1, keepdims=True))
+    rates *= depth / rates.sum(axis=1, keepdims=True)
+    return np.random.default_rng([seed, COUNT_STREAM]).poisson(rates).astype(np.float64)
+
+
 def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
     """Loader: simulated lineage: leaves × features, the two replicates as layers, the true tree in ``uns``.
 
@@ -176,11 +190,14 @@ def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mappin
 
     params = dict(params)
     standardize = params.pop("standardize", False)
+    count_depth, count_scale = params.pop("count_depth", None), params.pop("count_scale", 0.25)
     import anndata
     import pandas as pd
 
     simulation = simulate_bm(seed=seed, **params)
     train, test, kind = simulation.train, simulation.test, np.asarray(simulation.feature_kind)
+    varies = np.ones(len(kind), dtype=bool)
+    counts = None if count_depth is None else emit_counts(test, count_depth, count_scale, seed)
     if standardize:
         (train, test), varies = standardise(train, test)
         kind = kind[varies]
@@ -193,6 +210,9 @@ def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mappin
         ),
         layers={"train": train, "test": test},
     )
+    if counts is not None:  # the test replicate as counts: the input of count models (Bonsai)
+        adata.layers["counts"], adata.obs["count_total"] = counts[:, varies], counts.sum(axis=1)
+        adata.uns["counts"] = {"depth": count_depth, "scale": count_scale}
     adata.uns["standardized"] = bool(standardize)
     adata.uns["tree_newick"] = simulation.tree_newick
     adata.uns["spurious_tree_newick"] = simulation.spurious_tree_newick
@@ -202,4 +222,5 @@ def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mappin
 # the entry params this loader reads: any other key is refused when the workflow is parsed
 prepare_bm_simulator.accepted_params = (
     "depth", "n_signal", "n_noise", "n_spurious", "max_walk", "noise_std", "measurement_std", "standardize",
+    "count_depth", "count_scale",  # count_depth (null: none) emits the test replicate as counts, layers['counts']
 )

@@ -22,7 +22,7 @@ import pandas as pd
 from scipy import sparse
 
 from celldag.contracts import MIN_LEAVES, ContractError
-from celldag.data.leaf_profiles import given_halves, pseudo_bulk, rows_by_leaf, split_halves, standardise
+from celldag.data.leaf_profiles import given_halves, leaf_counts, pseudo_bulk, rows_by_leaf, split_halves, standardise
 from celldag.errors import InputError
 from celldag.representation.preprocess import DEFAULTS as PREPROCESS_DEFAULTS
 from celldag.representation.preprocess import integer_counts, preprocess, split_params
@@ -268,11 +268,15 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
         raise InputError(f"{path}: {matrix_field(own['layer'])}: no feature varies across the {len(leaves)} leaves")
     matrices = scaled if own["standardize"] else [values[:, varies] for values in profiles]
     n_cells = pd.Series(leaf_of_row).value_counts().reindex(leaves).to_numpy()
+    layers = dict(zip(("train", "test"), matrices)) if len(matrices) == 2 else {}
+    obs = pd.DataFrame({"n_cells": n_cells}, index=pd.Index(leaves, name="leaf"))
+    if own["values"] == "counts" and _integer_valued(features_by_cell):  # raw counts: count models can read them
+        layers["counts"], obs["count_total"] = leaf_counts(features_by_cell, groups[-1], np.flatnonzero(varies))
     prepared = anndata.AnnData(
         X=(matrices[0] + matrices[1]) / 2 if len(matrices) == 2 else matrices[0],
-        obs=pd.DataFrame({"n_cells": n_cells}, index=pd.Index(leaves, name="leaf")),
+        obs=obs,
         var=pd.DataFrame(index=pd.Index(adata.var_names[varies].astype(str), name="feature")),
-        layers=dict(zip(("train", "test"), matrices)) if len(matrices) == 2 else {},
+        layers=layers,
     )
     prepared.uns["tree_newick"] = to_newick(tree)
     prepared.uns["feature_filter"] = {"features": int(adata.n_vars), "kept": int(varies.sum())}
@@ -437,6 +441,11 @@ def _source_matrix(adata, layer: str | None):
 
 def _stored_values(matrix) -> np.ndarray:
     return matrix.data if sparse.issparse(matrix) else np.asarray(matrix).ravel()
+
+
+def _integer_valued(matrix) -> bool:
+    values = _stored_values(matrix)
+    return bool(np.all(values == np.round(values)))
 
 
 def _all_constant(matrix) -> bool:

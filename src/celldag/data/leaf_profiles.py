@@ -38,17 +38,28 @@ def given_halves(leaf_of_cell, replicate_of_cell, leaves: list[str]) -> tuple[li
                  for value in np.unique(replicate_of_cell))  # fmt: skip
 
 
-def pseudo_bulk(counts: sparse.sparray, groups: list[np.ndarray]) -> np.ndarray:
-    """(groups × genes) mean raw counts of the genes × cells ``counts`` over each group of cell indices.
+def pseudo_bulk(counts: sparse.sparray, groups: list[np.ndarray], summed: bool = False) -> np.ndarray:
+    """(groups × genes) mean (``summed``: total) raw counts of the genes × cells ``counts`` over each group
+    of cell indices.
 
-    One sparse product with a cells × groups matrix of 1/group-size weights: no dense cells × genes copy.
+    One sparse product with a cells × groups matrix of 1/group-size weights (or ones): no dense cells ×
+    genes copy.
     """
     sizes = np.array([g.size for g in groups])
     weights = sparse.csr_array(
-        (np.repeat(1.0 / sizes, sizes), (np.concatenate(groups), np.repeat(np.arange(len(groups)), sizes))),
+        (np.repeat(np.ones(len(groups)) if summed else 1.0 / sizes, sizes),
+         (np.concatenate(groups), np.repeat(np.arange(len(groups)), sizes))),
         shape=(counts.shape[1], len(groups)),
-    )
+    )  # fmt: skip
     return (counts @ weights).toarray().T
+
+
+def leaf_counts(counts: sparse.sparray, scored: list[np.ndarray], kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The optional lineage input ``counts``: per leaf, the raw counts of the scored replicate's cells
+    summed over the ``kept`` features (integers), and each leaf's total over all features (what count
+    models such as Bonsai need besides the kept genes)."""
+    sums = np.rint(pseudo_bulk(counts, scored, summed=True))
+    return sums[:, kept], sums.sum(axis=1)
 
 
 def standardise(train: np.ndarray, *others: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:

@@ -20,7 +20,7 @@ import pandas as pd
 from scipy import io as sio
 from scipy import sparse
 
-from celldag.data.leaf_profiles import pseudo_bulk, split_halves, standardise
+from celldag.data.leaf_profiles import leaf_counts, pseudo_bulk, split_halves, standardise
 from celldag.artifacts import sha256_file
 from celldag.lineage.celegans import expand_pattern, lineage_path, tree_from_paths
 from celldag.lineage.tree import to_newick
@@ -72,18 +72,20 @@ def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[
     if not standardize:
         train, test = log_train[:, varies], log_test[:, varies]
     kept_genes = genes[passed_counts][varies]
+    scored_counts, count_total = leaf_counts(counts, test_cells, np.flatnonzero(passed_counts)[varies])
 
     adata = anndata.AnnData(
         X=(train + test) / 2,
         obs=pd.DataFrame(
-            {"n_cells_train": [len(c) for c in train_cells], "n_cells_test": [len(c) for c in test_cells]},
+            {"n_cells_train": [len(c) for c in train_cells], "n_cells_test": [len(c) for c in test_cells],
+             "count_total": count_total},
             index=pd.Index(leaves, name="leaf"),
         ),
         var=pd.DataFrame(
             {"gene_id": kept_genes["id"].to_numpy(dtype=str)},
             index=_unique_gene_names(kept_genes),
         ),
-        layers={"train": train, "test": test},
+        layers={"train": train, "test": test, "counts": scored_counts},
     )
     adata.uns["tree_newick"] = to_newick(tree_from_paths({leaf: leaf_paths[leaf] for leaf in leaves}))
     adata.uns["cell_assignment"] = assignment

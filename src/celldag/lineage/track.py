@@ -21,7 +21,8 @@ TRACK = Track(
     check_prepared="celldag.lineage.track:check_prepared",
     check_output="celldag.lineage.track:check_output",
     method_input="celldag.lineage.track:method_input",
-    inputs={"replicates": "an independent train/test replicate pair (layers 'train' and 'test')"},
+    inputs={"replicates": "an independent train/test replicate pair (layers 'train' and 'test')",
+            "counts": "raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total'])"},
     scorer="celldag.lineage.scoring:score_seed",
     metric_groups=(
         MetricGroup("all runs", (
@@ -65,10 +66,14 @@ class LineageInput:
     tree_newick: str  # the true tree: a method may use only what its supervision setting reveals
     #                   (celldag.lineage.supervision)
     work_dir: str | None = None  # the run's directory: checkpoints live here, so a killed job resumes
+    counts: np.ndarray | None = None  # (n, p) integer counts of the scored replicate's cells summed per leaf
+    count_total: np.ndarray | None = None  # (n,) each leaf's total count over all genes, kept or not
 
     def unmet(self, need: str) -> str | None:
         if need == "replicates" and self.train_features is None:
             return "needs a train/test replicate pair; this dataset has one profile per leaf"
+        if need == "counts" and self.counts is None:
+            return "needs raw counts per leaf; this dataset has transformed values only"
         return None
 
 
@@ -86,13 +91,15 @@ def scored_features(prepared) -> np.ndarray:
 
 def method_input(prepared, work_dir: str | None, gene_table=None) -> LineageInput:
     del gene_table  # lineage methods read no gene embedding
-    has_replicates = "train" in prepared.layers
+    has_replicates, has_counts = "train" in prepared.layers, "counts" in prepared.layers
     return LineageInput(
         names=tuple(prepared.obs_names),
         features=scored_features(prepared),
         train_features=np.asarray(prepared.layers["train"], dtype=np.float64) if has_replicates else None,
         tree_newick=prepared.uns["tree_newick"],
         work_dir=work_dir,
+        counts=np.asarray(prepared.layers["counts"], dtype=np.float64) if has_counts else None,
+        count_total=prepared.obs["count_total"].to_numpy(dtype=np.float64) if has_counts else None,
     )
 
 
@@ -111,6 +118,13 @@ def check_prepared(adata, path: str) -> None:
         require_finite_matrix(layer, path, f"layers['{name}']", adata.n_obs)
     if ("train" in adata.layers) != ("test" in adata.layers):
         raise ContractError(path, "layers", "replicates come in pairs: both 'train' and 'test' or neither")
+    if "counts" in adata.layers:
+        counts = np.asarray(adata.layers["counts"])
+        if (counts < 0).any() or (counts != np.round(counts)).any():
+            raise ContractError(path, "layers['counts']", "raw counts per leaf must be non-negative integers")
+        total = adata.obs.get("count_total")
+        if total is None or not (np.asarray(total) >= counts.sum(axis=1) - 1e-6).all():
+            raise ContractError(path, "obs['count_total']", "each leaf's total count, at least its layers['counts'] row sum, is needed")
     if "tree_newick" not in adata.uns:
         raise ContractError(path, "uns['tree_newick']", "missing (the true lineage tree over the leaves)")
     tree_leaves = tree_leaf_names(adata.uns["tree_newick"], path)
@@ -139,4 +153,5 @@ def dataset_facts(prepared, entry: dict) -> list[tuple[str, str]]:
         ("leaves", f"{prepared.n_obs} (tree over the same leaves)"),
         ("features", str(prepared.n_vars)),
         ("replicate pair", "yes (train/test layers)" if "train" in prepared.layers else "no (one profile per leaf)"),
+        ("raw counts", "yes (layers['counts'])" if "counts" in prepared.layers else "no (count models not applicable)"),
     ]
