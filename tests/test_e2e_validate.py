@@ -40,7 +40,9 @@ def test_shipped_datasets_validate_with_their_reports():
                  "leaves:                101 (tree over the same leaves)",
                  "features:              2000",
                  "replicate pair:        no (one profile per leaf)",
-                 "methods:               not_applicable: celltreeqm/supervised, quadruplet/supervised, triplet/supervised"):  # fmt: skip
+                 "input counts:          no (raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total']))",
+                 "methods:               not_applicable: bonsai/default, celltreeqm/supervised, quadruplet/supervised, "
+                 "triplet/supervised"):  # fmt: skip
         assert line in report
     assert report.count("no problems found") == 2
 

@@ -153,5 +153,4 @@ def dataset_facts(prepared, entry: dict) -> list[tuple[str, str]]:
         ("leaves", f"{prepared.n_obs} (tree over the same leaves)"),
         ("features", str(prepared.n_vars)),
         ("replicate pair", "yes (train/test layers)" if "train" in prepared.layers else "no (one profile per leaf)"),
-        ("raw counts", "yes (layers['counts'])" if "counts" in prepared.layers else "no (count models not applicable)"),
     ]
