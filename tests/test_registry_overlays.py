@@ -124,7 +124,7 @@ def test_every_shipped_loader_and_method_declares_its_parameters():
 
 def test_declarations_are_read_from_source_without_importing_the_modules(repo):
     """Parsing the workflow reads every declaration of the registries and imports none of the heavy libraries."""
-    heavy = ("torch", "anndata", "scanpy", "scvi", "skbio", "celldag.methods.celltreeqm.train", "celldag.data.h5ad")
+    heavy = ("torch", "anndata", "scanpy", "scvi", "skbio", "pandas", "celldag.methods.celltreeqm.train", "celldag.data.h5ad")
     code = ("import sys; from celldag.registry import load_config, read_yaml; "
             "load_config(read_yaml('config/config.yaml'), 'c', root='.'); "
             f"print([name for name in {heavy!r} if name in sys.modules])")  # fmt: skip

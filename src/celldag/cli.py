@@ -19,7 +19,6 @@ from celldag.joblog import one_line
 from celldag.registry import DEFAULT_CONFIG
 
 
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="celldag", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)

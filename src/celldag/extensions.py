@@ -93,25 +93,36 @@ def declared_attribute(reference: str, attribute: str, where: str):
     """
     module, name = split(reference)
     try:
-        found = _assignment(module, name, attribute, where)
+        found = _assigned(module, name, attribute, where)
         return None if found is None else _value(found[1], found[0], where)
     except Unreadable:
         return getattr(load(reference), attribute, None)
 
 
-def _assignment(module: str, name: str, attribute: str, where: str) -> tuple[str, ast.expr] | None:
-    """(module, value) of ``name.attribute = value`` in ``module`` or, when ``name`` is imported there, its origin."""
+def _assigned(module: str, name: str, attribute: str | None, where: str) -> tuple[str, ast.expr] | None:
+    """(module, value) of the last top-level ``name = value`` of ``module`` — ``name.attribute = value``
+    with an ``attribute`` — or, when ``name`` is imported there, of its origin; None where there is none."""
     tree = module_source(module, where)
     if tree is None:
         raise Unreadable(module)
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Attribute) and t.attr == attribute and isinstance(t.value, ast.Name) and t.value.id == name
-            for t in node.targets
-        ):
-            return module, node.value
+    found = None
+    for node in tree.body:  # the last assignment is the one the module leaves
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_names(target, name, attribute) for target in targets):
+                found = node.value
+    if found is not None:
+        return module, found
     origin = _imported(tree, module, name)
-    return None if origin is None else _assignment(*origin, attribute, where)
+    return None if origin is None else _assigned(origin[0], origin[1], attribute, where)
+
+
+def _names(target: ast.expr, name: str, attribute: str | None) -> bool:
+    """Whether an assignment's target is ``name`` (``name.attribute`` with an ``attribute``)."""
+    if attribute is None:
+        return isinstance(target, ast.Name) and target.id == name
+    return isinstance(target, ast.Attribute) and target.attr == attribute and isinstance(target.value, ast.Name) \
+        and target.value.id == name  # fmt: skip
 
 
 def _imported(tree: ast.Module, module: str, name: str) -> tuple[str, str] | None:
@@ -144,28 +155,11 @@ def _value(node: ast.expr, module: str, where: str):
             values = list(_value(node.args[0], module, where))
             return tuple(values) if node.func.id == "tuple" else values
     if isinstance(node, ast.Name):
-        home, value = _literal_of(module, node.id, where)
-        return _value(value, home, where)
+        found = _assigned(module, node.id, None, where)
+        if found is None:
+            raise Unreadable(f"{module}.{node.id}")
+        return _value(found[1], found[0], where)
     raise Unreadable(ast.dump(node))
-
-
-def _literal_of(module: str, name: str, where: str) -> tuple[str, ast.expr]:
-    """(module, value) of the top-level assignment that ``name`` in ``module`` refers to, across imports."""
-    tree = module_source(module, where)
-    if tree is None:
-        raise Unreadable(module)
-    found = None
-    for node in tree.body:  # the last assignment is the one the module leaves
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            found = node.value
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
-            found = node.value
-    if found is not None:
-        return module, found
-    origin = _imported(tree, module, name)
-    if origin is None:
-        raise Unreadable(f"{module}.{name}")
-    return _literal_of(*origin, where)
 
 
 def load(reference: str):

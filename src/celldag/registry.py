@@ -167,7 +167,7 @@ def read_registries(shipped: dict[str, str], overlays: dict[str, list[str]], sou
     return Registries(**entries, origins=origins)
 
 
-def load_workflow_config(configfile: str, workflow: str = ".", config_key: str | None = None) -> tuple[dict, object]:
+def load_workflow_config(configfile: str, workflow: str = ".", config_key: str | None = None) -> tuple[dict, Registries]:
     """The config as Snakemake sees it: config/config.yaml, overridden key by key by ``configfile``;
     with ``config_key``, its section that an outer workflow hands to the celldag module (``config:
     config["celldag"]``). ``workflow``: the celldag workflow folder whose config/ holds the shipped registries."""
@@ -179,7 +179,7 @@ def load_workflow_config(configfile: str, workflow: str = ".", config_key: str |
     config: dict = {}
     for path in files:
         if not Path(path).is_file():
-            raise InputError(f"{path}: no such config file (run celldag audit in the workflow directory)")
+            raise InputError(f"{path}: no such config file (run celldag in the workflow directory)")
         update_config(config, read_yaml(path))
     if config_key is not None:
         if not isinstance(config.get(config_key), dict):

@@ -89,8 +89,10 @@ def write_validation(dataset_id: str, entry: dict, files: dict[str, str], path: 
         more = len(report.problems) - 1
         extra = f" (and {more} more problem{'s' if more > 1 else ''}: `celldag validate {dataset_id}` lists them all)"
         raise InputError(f"{report.problems[0]}{extra if more else ''}")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(report.render() + "\n")
+    from celldag.artifacts import atomic_path
+
+    with atomic_path(path) as tmp:
+        tmp.write_text(report.render() + "\n")
 
 
 def _file_problems(dataset_id: str, entry: dict, files: dict[str, str]) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from celldag.report.leaderboard import clipped_runs, metric_heading
 from celldag.tracks import DELTA_PREFIX, Figure, FigureData, Track
 
 COMMON = (
@@ -54,6 +53,8 @@ def scores_heatmap(data: FigureData):
     import numpy as np
     import pandas as pd
     from matplotlib.figure import Figure as MplFigure
+
+    from celldag.report.leaderboard import clipped_runs
 
     table = mean_table(data.scores, data.track)
     if table.empty:
@@ -99,6 +100,8 @@ def scores_heatmap(data: FigureData):
 
 
 def arrowed(metric: str, track: Track) -> str:
+    from celldag.report.leaderboard import metric_heading  # pandas: not at import, which every parse pays
+
     if metric not in track.metrics:
         return metric
     return metric_heading(metric, "↑" if track.higher_is_better(metric) else "↓", track)

@@ -121,10 +121,11 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
             control = [kinds.get(f"{method}/{variant}") == "control" for method, variant in keys.itertuples(index=False)]
             if index:
                 blocks.append(Heading(3, group))
-            blocks.append(_table(rows, keys[[not c for c in control]], metrics, tracks[track]))
+            clipped = clipped_runs(rows, tracks[track])
+            blocks.append(_table(rows, keys[[not c for c in control]], metrics, tracks[track], clipped))
             if any(control):
-                blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics, tracks[track])]
-            if clipped_runs(rows, tracks[track]):
+                blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics, tracks[track], clipped)]
+            if clipped:
                 blocks.append(Paragraph(CLIPPED_NOTE))
         blocks += paired_sections.get(dataset, [])
     return blocks
@@ -235,8 +236,9 @@ def clipped_runs(rows: pd.DataFrame, track: Track) -> dict[tuple[str, str, str],
             continue
         ok = rows[(rows["metric"] == metric) & (rows["status"] == "ok")]
         for (method, variant), values in ok.groupby(["method", "variant"])["value"]:
-            if (values == declared.clipped_at).any():
-                clipped[method, variant, metric] = (int((values == declared.clipped_at).sum()), len(values))
+            n_clipped = int((values == declared.clipped_at).sum())
+            if n_clipped:
+                clipped[method, variant, metric] = (n_clipped, len(values))
     return clipped
 
 
@@ -249,9 +251,10 @@ def metric_heading(metric: str, arrow: str, track: Track) -> str:
     return f"{metric} (count)" if metric_is_count(metric, track) else f"{metric} {arrow}"
 
 
-def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Track) -> Table:
+def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Track,
+           clipped: Mapping[tuple[str, str, str], tuple[int, int]]) -> Table:  # fmt: skip
+    """``clipped``: ``clipped_runs`` of ``rows``, marked in their cells."""
     arrows = {metric: _arrow(rows, metric) for metric in metrics}
-    clipped = clipped_runs(rows, track)
     body = []
     for method, variant in keys.itertuples(index=False):
         runs = rows[(rows["method"] == method) & (rows["variant"] == variant)]
