@@ -1,22 +1,23 @@
 """celldag's CellTreeQM beside the official code's learning curves on ../shared/fidelity/bm_reference.npz.
 
 The reference (``../shared/fidelity/README.md``) ran the authors' model and losses at fixed sizes and
-step counts; this runs celldag's ``run`` at the same settings (model 256/256/4 layers/2 heads/128,
-AdamW 1e-4, 2,048 quartets, 0.1·L_D + 20·L_P with the code's margin sign and "mismatched" selection
-(`select: ordered_mismatch`), input z-scored with the
-training replicate) and scores the test replicate the same way (NJ on embedding distances, RF,
-QDist on the file's 20,000 evaluation quartets, K-/U-QDist by the level-2 partition):
+step counts; this runs celldag's ``run`` and scores the test replicate the same way (NJ on embedding
+distances, RF, QDist on the file's 20,000 evaluation quartets, K-/U-QDist by the level-2 partition):
 
-- HLP level 2, 4,399 steps, the last step's model (the official reports no selection): with the
-  official quartet ordering (``quartet_order: sorted``) and celldag's default (``shuffled``), each on
-  the leaves as given (numbered in tree order) and relabelled by a seeded random permutation;
-- supervised, 3,296 steps budget, celldag's own model selection (step count chosen on held-out
-  leaves, then trained on all leaves), mean over 3 seeds.
+- HLP level 2, 4,399 steps, at the authors' protocol (``AUTHORS_PROTOCOL``: model 256/256/4 layers/2
+  heads/128, AdamW 1e-4, 2,048 quartets, 0.1·L_D + 20·L_P, the code's margin sign and "mismatched"
+  selection), the last step's model (the official reports no selection): with the official quartet
+  ordering (``quartet_order: sorted``) and celldag's default (``shuffled``), each on the leaves as given
+  (numbered in tree order) and relabelled by a seeded random permutation;
+- supervised, a budget of 3,296 steps, at the authors' sizes ("paper") and at the registry's defaults
+  ("default": config/methods.yaml, only the step budget raised), each with the three model selections:
+  ``validation_replicate`` (a third replicate: the file's noise-free profile plus fresh N(0, 1)
+  measurement noise, as its two replicates were made), ``holdout_refit`` and ``none``; 3 seeds each.
 
   .venv/bin/python benchmarks/celltreeqm_fidelity.py [--reference PATH] [--scale 1.0] [--jobs 2] [--only supervised]
 
 ``--scale 0.05`` runs 5 % of the steps (a smoke test of the script). Each run uses one thread;
-``--jobs`` runs that many side by side. Prints one table; times are per run, on this machine.
+``--jobs`` runs that many side by side. Prints one table per part; times are per run, on this machine.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from celldag.methods.celltreeqm.train import AUTHORS_PROTOCOL, AUTHORS_STEPS
+
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT.parent / "shared" / "fidelity" / "bm_reference.npz"
 OFFICIAL = {  # ../shared/fidelity/README.md, last step of each curve (seed 42) and the z-scored input
@@ -36,22 +39,27 @@ OFFICIAL = {  # ../shared/fidelity/README.md, last step of each curve (seed 42) 
     "supervised": {"QDist": 0.0262, "RF": 0.448},
     "input": {"RF": 0.976, "QDist": 0.5520, "K-QDist": 0.5524, "U-QDist": 0.5499},
 }
-OFFICIAL_SIZES = {"proj_dim": 256, "hidden_dim": 256, "n_layers": 4, "n_heads": 2, "output_dim": 128,
-                  "dropout_data": 0.1, "dropout_metric": 0.1, "norm": "batch_norm", "gate": "none", "lr": 1e-4,
-                  "weight_decay": 0.01, "quartets_per_step": 2048, "w_distance": 0.1, "w_additivity": 20.0,
-                  "margin": 0.1, "margin_sign": "code", "select": "ordered_mismatch", "loss": "additivity",
-                  "standardize_input": True, "device": "cpu", "reconstruction": "nj", "checkpoint_every": 10**6,
-                  "level": 2, "validate_every": 100}  # fmt: skip
-HLP_STEPS, SUPERVISED_STEPS, SEEDS = 4399, 3296, (42, 43, 44)
+SIZES = {"paper": AUTHORS_PROTOCOL, "default": {}}  # default: the registry's own sizes, lr and loss settings
+COMMON = {"standardize_input": True, "device": "cpu", "reconstruction": "nj", "checkpoint_every": 10**6}
+HLP = {"setting": "high_level_partition", "level": 2, "selection": "none", "steps": AUTHORS_STEPS, "validate_every": 100}
+SUPERVISED_STEPS, SEEDS = 3296, (42, 43, 44)
+SELECTIONS = ("validation_replicate", "holdout_refit", "none")
+VALIDATION_NOISE_SEED = 0x7A11
 
 
 def runs(scale: float) -> list[tuple[str, dict, int]]:
-    hlp = {"setting": "high_level_partition", "selection": "none", "steps": max(1, round(HLP_STEPS * scale))}
-    supervised = {"setting": "supervised", "selection": "holdout_refit", "steps": max(2, round(SUPERVISED_STEPS * scale))}
+    """(name, params, seed) of every run, the longest first (holdout_refit trains twice)."""
+    hlp = AUTHORS_PROTOCOL | HLP | {"steps": max(1, round(AUTHORS_STEPS * scale))}
     table = [(f"HLP {order}, leaves {leaves}", hlp | {"quartet_order": order, "leaf_order": leaves}, 42)
              for order in ("sorted", "shuffled") for leaves in ("given", "relabelled")]  # fmt: skip
-    return table + [(f"supervised, seed {seed}", supervised | {"quartet_order": "shuffled", "leaf_order": "given"}, seed)
-                    for seed in SEEDS]  # fmt: skip
+    steps = max(2, round(SUPERVISED_STEPS * scale))
+    for sizes in SIZES:
+        for selection in SELECTIONS:
+            params = SIZES[sizes] | {"setting": "supervised", "selection": selection, "steps": steps, "leaf_order": "given",
+                                     "quartet_order": "shuffled"}  # fmt: skip
+            table += [(f"supervised, {sizes} sizes, {selection}, seed {seed}", params, seed) for seed in SEEDS]
+    cost = {"HLP": 3, "paper sizes, holdout": 4, "paper": 2, "default sizes, holdout": 1}
+    return sorted(table, key=lambda job: -next((c for key, c in cost.items() if all(k in job[0] for k in key.split(", "))), 0))
 
 
 def one_run(job: tuple[str, dict, int], reference: str) -> dict:
@@ -64,9 +72,12 @@ def one_run(job: tuple[str, dict, int], reference: str) -> dict:
 
     data = np.load(reference)
     name, overrides, seed = job
-    params = read_yaml(ROOT / "config/methods.yaml")["celltreeqm"]["params"] | OFFICIAL_SIZES | overrides
+    params = read_yaml(ROOT / "config/methods.yaml")["celltreeqm"]["params"] | COMMON | overrides
+    clean = data["features_clean"].astype(np.float64)
+    validation = clean + np.random.default_rng(VALIDATION_NOISE_SEED).normal(0.0, 1.0, size=clean.shape)
     inputs = LineageInput(names=tuple(str(n) for n in data["leaf_names"]), features=data["features_test"].astype(np.float64),
-                          train_features=data["features_train"].astype(np.float64), tree_newick=str(data["newick"]))  # fmt: skip
+                          train_features=data["features_train"].astype(np.float64), tree_newick=str(data["newick"]),
+                          validation_features=validation, validation_leaves=np.ones(len(clean), dtype=bool))  # fmt: skip
     started = time.perf_counter()
     result = run(inputs, params, seed)
     seconds = time.perf_counter() - started
@@ -105,20 +116,25 @@ def main() -> None:
     print(f"reference {args.reference}; steps × {args.scale}; one thread per run, {args.jobs} side by side\n")
     print("| run | steps | RF | QDist | K-QDist | U-QDist | s |")
     print("|---|---|---|---|---|---|---|")
-    for row in results:
-        steps = row["training"]["steps"]
-        print(f"| {row['name']} | {steps} | {row['RF']:.3f} | {row['QDist']:.4f} | {row['K-QDist']:.4f} | "
-              f"{row['U-QDist']:.4f} | {row['seconds']:.0f} |")  # fmt: skip
-    supervised = [row for row in results if row["name"].startswith("supervised")]
-    print(f"| supervised, mean of {len(supervised)} seeds | – | {np.mean([r['RF'] for r in supervised]):.3f} | "
-          f"{np.mean([r['QDist'] for r in supervised]):.4f} | – | – | – |")  # fmt: skip
-    official = OFFICIAL
-    print(f"| official HLP sorted, leaves given (seed 42) | {HLP_STEPS} | {official['hlp']['RF']:.3f} | – | "
-          f"{official['hlp']['K-QDist']:.4f} | {official['hlp']['U-QDist']:.4f} | – |")  # fmt: skip
-    print(f"| official supervised (seed 42, last step) | {SUPERVISED_STEPS} | {official['supervised']['RF']:.3f} | "
-          f"{official['supervised']['QDist']:.4f} | – | – | – |")  # fmt: skip
-    print(f"| z-scored input, NJ | – | {official['input']['RF']:.3f} | {official['input']['QDist']:.4f} | "
-          f"{official['input']['K-QDist']:.4f} | {official['input']['U-QDist']:.4f} | – |")  # fmt: skip
+    for row in (r for r in results if r["name"].startswith("HLP")):
+        print(f"| {row['name']} | {row['training']['steps']} | {row['RF']:.3f} | {row['QDist']:.4f} | "
+              f"{row['K-QDist']:.4f} | {row['U-QDist']:.4f} | {row['seconds']:.0f} |")  # fmt: skip
+    print(f"| official HLP sorted, leaves given (seed 42) | {AUTHORS_STEPS} | {OFFICIAL['hlp']['RF']:.3f} | – | "
+          f"{OFFICIAL['hlp']['K-QDist']:.4f} | {OFFICIAL['hlp']['U-QDist']:.4f} | – |\n")  # fmt: skip
+    print("| supervised | selection | steps (per seed) | RF mean ± sd | QDist mean ± sd | s per run |")
+    print("|---|---|---|---|---|---|")
+    groups: dict[str, list[dict]] = {}
+    for row in (r for r in results if r["name"].startswith("supervised")):
+        groups.setdefault(row["name"].rsplit(", seed", 1)[0], []).append(row)
+    for name, rows in groups.items():
+        rf, qdist = [r["RF"] for r in rows], [r["QDist"] for r in rows]
+        spread = (lambda values: np.std(values, ddof=1) if len(values) > 1 else float("nan"))
+        print(f"| {name.split(', ')[1]} | {name.split(', ')[2]} | {' / '.join(str(r['training']['steps']) for r in rows)} | "
+              f"{np.mean(rf):.3f} ± {spread(rf):.3f} | {np.mean(qdist):.4f} ± {spread(qdist):.4f} | "
+              f"{np.mean([r['seconds'] for r in rows]):.0f} |")  # fmt: skip
+    print(f"| official (seed 42, last step) | – | {SUPERVISED_STEPS} | {OFFICIAL['supervised']['RF']:.3f} | "
+          f"{OFFICIAL['supervised']['QDist']:.4f} | – |")  # fmt: skip
+    print(f"| z-scored input, NJ | – | – | {OFFICIAL['input']['RF']:.3f} | {OFFICIAL['input']['QDist']:.4f} | – |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
 

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from celldag.data.bm import BMSimulation, simulate_bm
+from celldag.data.bm import BMSimulation, prepare_bm_simulator, simulate_bm
 
 LEAF_NAME = re.compile(r"[(,]([^:(),;]+):")
 BRANCH_LENGTH = re.compile(r":([^:(),;]+)")
@@ -172,3 +172,18 @@ def test_largest_tree_is_fast():
     sim = simulate(depth=12, n_signal=50, n_noise=25, n_spurious=25)
     assert time.perf_counter() - start < 2.0
     assert sim.train.shape == (4096, 100)
+
+
+def test_the_simulators_validation_replicate_is_a_third_measurement_and_changes_no_other():
+    params = {"depth": 3, "n_signal": 4, "n_noise": 2, "n_spurious": 0, "max_walk": 3.0, "noise_std": 1.0,
+              "measurement_std": 0.5}  # fmt: skip
+    with_validation = prepare_bm_simulator("bm", params, 5, {})
+    without = prepare_bm_simulator("bm", params | {"validation_replicate": False}, 5, {})
+    assert "validation" not in without.layers
+    for layer in ("train", "test"):
+        np.testing.assert_array_equal(with_validation.layers[layer], without.layers[layer])
+    validation, train = with_validation.layers["validation"], with_validation.layers["train"]
+    # the same profile under fresh noise: validation − train is the difference of two N(0, 0.5²) draws
+    difference = validation - train
+    assert not np.allclose(validation, with_validation.layers["test"])
+    assert abs(difference.std() - 0.5 * 2**0.5) < 0.15 and abs(difference.mean()) < 0.2

@@ -84,3 +84,4 @@ def test_bonsai_is_not_applicable_without_counts(tmp_path):
     assert status == "not_applicable"
     reason = json.loads((tmp_path / "run/run.json").read_text())["status_reason"]
     assert reason == "bonsai/default needs raw counts per leaf; this dataset has transformed values only"
+

@@ -1,3 +1,4 @@
+from dataclasses import replace
 from itertools import combinations
 
 import numpy as np
@@ -413,3 +414,63 @@ def test_the_refit_gives_each_leaf_as_many_quartet_draws_within_the_budget():
     assert ctqm_train.refit_steps(800, n_known=100, n_held_out=20, budget=3000) == 1000  # 100/80 × 800
     assert ctqm_train.refit_steps(2800, n_known=100, n_held_out=20, budget=3000) == 3000  # never past `steps`
     assert ctqm_train.refit_steps(1, n_known=16, n_held_out=4, budget=6) == 1
+
+
+def with_validation(sim, measured=None) -> LineageInput:
+    validation = sim.profile + np.random.default_rng(9).normal(0.0, 0.5, size=sim.profile.shape)
+    measured = np.ones(len(sim.leaf_names), dtype=bool) if measured is None else measured
+    return replace(inputs_of(sim), validation_features=validation, validation_leaves=measured)
+
+
+def test_selection_on_the_validation_replicate_keeps_the_best_validated_step_without_a_refit(sim, monkeypatch):
+    measured = np.ones(16, dtype=bool)
+    measured[[0, 5, 9]] = False  # leaves without validation cells: in no validation quartet
+    inputs = with_validation(sim, measured)
+    validated, excluded_per_draw = [], []
+    qdist_of, sampler = ctqm_train.qdist_of, ctqm_train.supervised_quartets
+
+    def spy_qdist(model, features, quartets, topology):
+        validated.append((features.cpu().numpy(), quartets))
+        return qdist_of(model, features, quartets, topology)
+
+    def spy_sampler(distances, count, rng, allowed_leaves, rank=None):
+        excluded_per_draw.append(np.flatnonzero(~allowed_leaves).tolist())
+        return sampler(distances, count, rng, allowed_leaves, rank)
+
+    monkeypatch.setattr(ctqm_train, "qdist_of", spy_qdist)
+    monkeypatch.setattr(ctqm_train, "supervised_quartets", spy_sampler)
+    params = PARAMS | {"selection": "auto", "steps": 8, "validate_every": 2}
+    result = run(inputs, params, seed=0)
+    training = result.uns["training"]
+    assert training["selection"] == "validation_replicate" and "note" not in result.uns
+    assert training["steps_run"] == 8 and training["validation_leaves"] == 13
+    # one validation set, on the validation replicate z-scored with the training replicate's statistics
+    (features, quartets), = validated
+    _, expected = ctqm_train.standardized(sim.train, inputs.validation_features)
+    np.testing.assert_allclose(features, expected.astype(np.float32))
+    assert not np.isin(quartets, [0, 5, 9]).any()
+    assert excluded_per_draw[0] == [0, 5, 9] and all(not e for e in excluded_per_draw[1:])  # training: every leaf
+    # the kept model is the one of the best validated step: a run stopped there gives the same embedding
+    stopped = run(inputs, params | {"selection": "none", "steps": training["steps"]}, seed=0)
+    np.testing.assert_allclose(result.embedding, stopped.embedding, rtol=1e-6)
+
+
+def test_without_a_validation_replicate_auto_falls_back_to_held_out_leaves_and_says_so(sim):
+    result = run(inputs_of(sim), PARAMS | {"selection": "auto"}, seed=0)
+    assert result.uns["training"]["selection"] == "holdout_refit"
+    assert result.uns["note"] == ctqm_train.FALLBACK_NOTE
+    asked = run(inputs_of(sim), PARAMS, seed=0)  # holdout_refit asked for: no note
+    assert asked.uns["training"]["selection"] == "holdout_refit" and "note" not in asked.uns
+    with pytest.raises(ValueError, match="selection: validation_replicate needs a validation replicate"):
+        run(inputs_of(sim), PARAMS | {"selection": "validation_replicate"}, seed=0)
+    assert "validation replicate" in inputs_of(sim).unmet("validation") and with_validation(sim).unmet("validation") is None
+
+
+def test_sorted_quartets_say_when_they_cannot_reproduce_the_authors_curve():
+    small = PARAMS | {"quartet_order": "sorted", "select": "ordered_mismatch"}
+    assert ctqm_train.ordering_note(PARAMS) is None  # shuffled: nothing to say
+    assert "changes nothing here" in ctqm_train.ordering_note(PARAMS | {"quartet_order": "sorted"})
+    assert ctqm_train.ordering_note(small).startswith("smoke-sized for the official ordering (hidden_dim, lr, ")
+    authors = small | ctqm_train.AUTHORS_PROTOCOL | {"steps": ctqm_train.AUTHORS_STEPS}
+    assert ctqm_train.ordering_note(authors) is None
+    assert ctqm_train.ordering_note(authors | {"steps": 4000}).startswith("smoke-sized for the official ordering (steps ")

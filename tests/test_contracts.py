@@ -27,7 +27,7 @@ def prepared():
 def test_prepared_dataset_passes_its_contract(prepared):
     check_prepared(prepared, "p.h5ad")
     assert prepared.shape == (8, 9)
-    assert set(prepared.layers) == {"train", "test"}
+    assert set(prepared.layers) == {"train", "test", "validation"}
     assert prepared.uns["dataset_id"] == "bm_tiny"
     assert list(prepared.var["feature_kind"].value_counts().sort_index()) == [2, 5, 2]  # noise, signal, spurious
 
@@ -43,6 +43,7 @@ def test_prepared_dataset_passes_its_contract(prepared):
         (lambda a: a.layers["test"].__setitem__((2, 3), np.nan), "layers['test']"),
         (lambda a: a.X.__setitem__((0, 0), np.inf), "X"),
         (lambda a: a.layers.pop("train"), "layers"),
+        (lambda a: [a.layers.pop("train"), a.layers.pop("test")], "layers['validation']"),
     ],
 )
 def test_violations_name_file_and_field(prepared, break_it, field):

@@ -107,8 +107,9 @@ def test_killed_training_resumes_to_identical_scores_and_only_the_killed_job_rer
     nj_raw = planned_run(killed, "bm_small", "nj_raw", "default", 0)
     finished_first, prepared = nj_raw.path(RUN_OUTPUT), nj_raw.path(PREPARED)
     run_dir = killed / celltreeqm.path(RUN_DIR)
-    # killed in the refit on all leaves, after the step count was selected on held-out leaves
-    checkpoint = run_dir / "checkpoint" / "refit" / "checkpoint.pt"
+    # killed while training with validation on the simulator's validation replicate (the best step's weights,
+    # the validation quartets' stream and the step stream all come back from the checkpoint)
+    checkpoint = run_dir / "checkpoint" / "checkpoint.pt"
     # one core, nj_raw first: it has finished (and Snakemake recorded it) before CellTreeQM starts training
     start_then_kill(killed, checkpoint, "--prioritize", finished_first, settle=0.5)
     assert not (run_dir / "output.h5ad").exists() and (killed / finished_first).exists()

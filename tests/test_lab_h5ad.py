@@ -215,3 +215,48 @@ def test_validate_reports_missing_and_changed_downloads(tmp_path, monkeypatch):
     pins.write_text(json.dumps({"human_pancreas_norm_complexBatch.h5ad": "0" * 64}))
     (problem,) = validate_dataset("scib_pancreas", registries).problems
     assert problem.startswith(f"checksum mismatch for {target}: pinned sha256 {'0' * 64} in {pins.relative_to(tmp_path)}")
+
+
+def test_validation_cells_come_out_of_the_train_cells_and_leave_the_test_replicate_as_it_was(tmp_path):
+    # leaf A has 2 cells (one train cell: no validation cells), the others 8 (4 train → 1 validation, 3 train)
+    adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=8)
+    adata = adata[~adata.obs_names.isin([f"c{i}" for i in range(2, 8)])].copy()
+    plain, _ = lineage_entry(tmp_path, adata.copy(), "(((A,B),C),(D,E));", leaf_key="clone", replicates=True)
+    entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True,
+                                 validation_cells=0.25)  # fmt: skip
+    without = prepare_dataset("lab", plain, TRACKS["lineage"], 0, files)[list("ABCDE")]
+    prepared = prepare_dataset("lab", entry, TRACKS["lineage"], 0, files)[list("ABCDE")]
+    check_prepared(prepared, "prepared")
+    np.testing.assert_array_equal(prepared.layers["test"], without.layers["test"])  # the test replicate untouched
+    assert list(prepared.obs["n_cells_validation"]) == [0, 1, 1, 1, 1]
+    # feature 1..: per-cell Poisson values; the validation cell of B is one of B's train cells of before: its
+    # profile differs from the new train profile, and A (no validation cells) repeats its train row
+    np.testing.assert_array_equal(prepared.layers["validation"][0], prepared.layers["train"][0])
+    assert not np.array_equal(prepared.layers["train"][1:], without.layers["train"][1:])
+    b_cells = np.log1p(np.asarray(adata[adata.obs["clone"] == "B"].X, dtype=np.float64))
+    assert any(np.allclose(prepared.layers["validation"][1], row) for row in b_cells)  # one cell: its own profile
+    from celldag.lineage.track import method_input
+
+    inputs = method_input(prepared, None)
+    np.testing.assert_array_equal(inputs.validation_leaves, [False, True, True, True, True])
+
+
+def test_validation_cells_need_a_replicate_pair(tmp_path):
+    adata = cells_by_leaf(["A", "B", "C", "D"])
+    entry, files = lineage_entry(tmp_path, adata, "((A,B),(C,D));", leaf_key="clone", validation_cells=0.2)
+    with pytest.raises(InputError, match="validation_cells takes a share of each leaf's train cells"):
+        prepare_dataset("lab", entry, TRACKS["lineage"], 0, files)
+
+
+def test_validation_cells_are_a_disjoint_share_of_each_leafs_train_cells():
+    from celldag.data.leaf_profiles import replicate_cells
+
+    train, test = [np.arange(0, 10), np.array([10]), np.arange(11, 14)], [np.arange(20, 30), np.array([30]), np.arange(31, 34)]
+    split = replicate_cells(train, test, 0.2, seed=3)
+    for leaf in range(3):
+        kept, held = split["train"][leaf], split["validation"][leaf]
+        assert not set(kept) & set(held) and sorted([*kept, *held]) == list(train[leaf]) and kept.size
+    assert [cells.size for cells in split["validation"]] == [2, 0, 1]  # round(0.2·n), ≥ 1, never every train cell
+    assert split["test"] is test
+    plain = replicate_cells(train, test, 0.0, seed=3)
+    assert plain["train"] is train and "validation" not in plain

@@ -221,6 +221,19 @@ def test_seed_changes_the_split_only(geo, tmp_path):
     np.testing.assert_array_equal(again.layers["test"], adata.layers["test"])  # same seed, same split
 
 
+def test_validation_cells_leave_the_test_half_as_it_was(geo, tmp_path):
+    files = fetch(geo, tmp_path)
+    without = prepare_packer2019("celegans_packer2019", PARAMS | {"standardize": False}, 0, files)
+    adata = prepare_packer2019("celegans_packer2019", PARAMS | {"standardize": False, "validation_cells": 0.5}, 0, files)
+    np.testing.assert_array_equal(adata.layers["test"], without.layers["test"])
+    np.testing.assert_array_equal(adata.layers["counts"], without.layers["counts"])
+    assert adata.obs["n_cells_train"].tolist() == [1, 1, 1, 1, 1]  # the last leaf's 2 train cells: 1 + 1 validation
+    assert adata.obs["n_cells_validation"].tolist() == [0, 0, 0, 0, 1]
+    np.testing.assert_array_equal(adata.layers["validation"][:4], adata.layers["train"][:4])  # no cells: the train row
+    np.testing.assert_allclose(np.expm1(adata.layers["train"][4]) + np.expm1(adata.layers["validation"][4]),
+                               2 * np.expm1(without.layers["train"][4]))  # the two cells' counts, split
+
+
 def test_gzip_files_read_directly(geo, tmp_path):
     url, checksums, _ = geo
     files = {}
@@ -266,6 +279,7 @@ def test_pseudo_bulk_means():
         ({"min_cells_per_leaf": 1, "min_gene_counts": 10}, "min_cells_per_leaf must be an integer >= 2"),
         ({"min_cells_per_leaf": 2}, r"missing \['min_gene_counts'\]"),
         ({**PARAMS, "ambiguous": "spread"}, r"unknown \['ambiguous'\]"),
+        ({**PARAMS, "validation_cells": 1.0}, r"validation_cells must be a fraction in \[0, 1\), got 1.0"),
     ],
 )
 def test_bad_params(params, message):

@@ -71,7 +71,7 @@ def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
          "file, label_key, lognorm_layer, min_cells, min_genes, n_top_genes, split_key, val_fraction"),
         ({"lab_tree": LAB_LINEAGE | {"params": LAB_LINEAGE["params"] | {"standardise": True, "replicate": True}}}, None, {},
          "lab/datasets.yaml: lab_tree.params: unknown keys 'replicate', 'standardise'; accepted: file, layer, leaf_key, "
-         "lineage_key, newick, newick_key, replicate_key, replicates, standardize, values"),
+         "lineage_key, newick, newick_key, replicate_key, replicates, standardize, validation_cells, values"),
         # the representation loader's earlier names say what they became
         ({"lab_rna": LAB_RNA | {"params": LAB_RNA["params"] | {"layer": "counts", "values": "lognorm"}}}, None, {},
          "lab/datasets.yaml: lab_rna.params: unknown keys 'layer', 'values'; layer became counts_layer (layer: counts is "

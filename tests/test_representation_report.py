@@ -62,6 +62,28 @@ def test_a_note_about_methods_shows_only_where_they_ran(repo):
     assert "- CPU smoke sizes: celltreeqm, triplet and quadruplet train" in leaderboard_markdown(pd.DataFrame(rows), TRACKS, notes=notes)
 
 
+def test_a_methods_note_on_its_runs_shows_under_its_dataset_with_the_seeds(tmp_path):
+    import json
+
+    from celldag.report.leaderboard import collect_runs, leaderboard_markdown
+
+    paths = []
+    for seed, note in enumerate(["no validation replicate here", "no validation replicate here", None]):
+        record = {"dataset_id": "lab", "method_id": "celltreeqm", "variant": "supervised", "seed": seed, "status": "ok",
+                  "status_reason": None, "wall_time_s": 1.0, "peak_rss_mb": 1.0, "device": "cpu", "config_hash": "x",
+                  "method_facts": {"training": {}} | ({"note": note} if note else {})}  # fmt: skip
+        paths.append(tmp_path / f"{seed}.json")
+        paths[-1].write_text(json.dumps(record))
+    runs = collect_runs(paths)
+    assert runs["note"].tolist() == ["no validation replicate here", "no validation replicate here", ""]
+    rows = [{"dataset": "lab", "track": "lineage", "method": "celltreeqm", "variant": "supervised", "seed": seed,
+             "metric": "rf", "value": 0.5, "higher_is_better": False, "status": "ok"} for seed in range(3)]  # fmt: skip
+    text = leaderboard_markdown(pd.DataFrame(rows), TRACKS, runs=runs)
+    assert text.count("no validation replicate") == 1
+    assert text.index("## lab (lineage)") < text.index("- `celltreeqm/supervised` (seeds 0, 1): no validation replicate here")
+    assert "validation" not in leaderboard_markdown(pd.DataFrame(rows), TRACKS, runs=runs.assign(note=""))
+
+
 def clipped_and_count_scores() -> pd.DataFrame:
     """pca's pcr_comparison clipped to 0 by scib-metrics in one seed of three; n_marker_genes a count."""
     rows = []

@@ -88,7 +88,7 @@ def test_a_need_the_dataset_cannot_meet_is_not_applicable_without_calling_the_me
     paired = tmp_path / "paired.h5ad"
     write_prepared_dataset("bm_t", DATASET, TRACKS["lineage"], 0, str(paired))
     single = anndata.read_h5ad(paired)
-    del single.layers["train"], single.layers["test"]  # one profile per leaf
+    del single.layers["train"], single.layers["test"], single.layers["validation"]  # one profile per leaf
     artifacts.write_h5ad(single, tmp_path / "single.h5ad")
     status = run_method(
         prepared_path=str(tmp_path / "single.h5ad"), output_path=str(tmp_path / "run/output.h5ad"),

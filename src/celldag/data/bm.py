@@ -18,6 +18,7 @@ MIN_DEPTH, MAX_DEPTH = 2, 12
 class BMSimulation:
     train: np.ndarray  # (n_leaves, n_features) float64, replicate 1
     test: np.ndarray  # (n_leaves, n_features) float64, replicate 2
+    profile: np.ndarray  # (n_leaves, n_features) float64, the noise-free profile both replicates measure
     leaf_names: tuple[str, ...]  # "L000", "L001", ... zero-padded to the width of n_leaves-1
     tree_newick: str  # the true tree, with branch lengths
     spurious_tree_newick: str  # tree the spurious block evolved on ("" if n_spurious == 0)
@@ -66,6 +67,7 @@ def simulate_bm(*, depth: int, n_signal: int, n_noise: int, n_spurious: int, max
     return BMSimulation(
         train=train,
         test=test,
+        profile=profile,
         leaf_names=leaf_names,
         tree_newick=_newick(tree_children, tree_lengths, leaf_names),
         spurious_tree_newick=spurious_newick,
@@ -166,6 +168,14 @@ def _newick(children: np.ndarray, lengths: np.ndarray, leaf_names: tuple[str, ..
 
 
 COUNT_STREAM = 0xC0C0  # its own random stream: emitting counts changes no feature of the simulation
+VALIDATION_STREAM = 0x7A11  # likewise for the validation replicate
+
+
+def validation_replicate(simulation: BMSimulation, measurement_std: float, seed: int) -> np.ndarray:
+    """A third replicate of the same leaves (the profile plus fresh measurement noise), from its own
+    stream: supervised model selection scores on it, and train and test are the same with or without it."""
+    noise = np.random.default_rng([seed, VALIDATION_STREAM]).normal(0.0, measurement_std, size=simulation.profile.shape)
+    return simulation.profile + noise
 
 
 def emit_counts(profiles: np.ndarray, depth: float, scale: float, seed: int) -> np.ndarray:
@@ -183,7 +193,8 @@ def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mappin
     """Loader: simulated lineage: leaves × features, the two replicates as layers, the true tree in ``uns``.
 
     ``standardize`` (default false, as for every lineage loader): z-score each feature with the
-    training replicate's statistics; the other params are ``simulate_bm``'s.
+    training replicate's statistics; ``validation_replicate`` (default true): a third replicate, layer
+    ``validation``, for supervised model selection; the other params are ``simulate_bm``'s.
     """
     del dataset_id, files  # generated: no files
     from celldag.data.leaf_profiles import standardise
@@ -191,24 +202,28 @@ def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mappin
     params = dict(params)
     standardize = params.pop("standardize", False)
     count_depth, count_scale = params.pop("count_depth", None), params.pop("count_scale", 0.25)
+    with_validation = params.pop("validation_replicate", True)
     import anndata
     import pandas as pd
 
     simulation = simulate_bm(seed=seed, **params)
-    train, test, kind = simulation.train, simulation.test, np.asarray(simulation.feature_kind)
+    replicates = {"train": simulation.train, "test": simulation.test}
+    if with_validation:
+        replicates["validation"] = validation_replicate(simulation, params["measurement_std"], seed)
+    kind = np.asarray(simulation.feature_kind)
     varies = np.ones(len(kind), dtype=bool)
-    counts = None if count_depth is None else emit_counts(test, count_depth, count_scale, seed)
+    counts = None if count_depth is None else emit_counts(simulation.test, count_depth, count_scale, seed)
     if standardize:
-        (train, test), varies = standardise(train, test)
-        kind = kind[varies]
+        scaled, varies = standardise(*replicates.values())
+        replicates, kind = dict(zip(replicates, scaled)), kind[varies]
     adata = anndata.AnnData(
-        X=(train + test) / 2,
+        X=(replicates["train"] + replicates["test"]) / 2,
         obs=pd.DataFrame(index=pd.Index(simulation.leaf_names, name="leaf")),
         var=pd.DataFrame(
             {"feature_kind": pd.Categorical(kind)},
             index=pd.Index([f"f{i:04d}" for i in range(len(kind))], name="feature"),
         ),
-        layers={"train": train, "test": test},
+        layers=replicates,
     )
     if counts is not None:  # the test replicate as counts: the input of count models (Bonsai)
         adata.layers["counts"], adata.obs["count_total"] = counts[:, varies], counts.sum(axis=1)
@@ -223,4 +238,5 @@ def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mappin
 prepare_bm_simulator.accepted_params = (
     "depth", "n_signal", "n_noise", "n_spurious", "max_walk", "noise_std", "measurement_std", "standardize",
     "count_depth", "count_scale",  # count_depth (null: none) emits the test replicate as counts, layers['counts']
+    "validation_replicate",
 )

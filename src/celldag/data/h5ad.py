@@ -22,7 +22,15 @@ import pandas as pd
 from scipy import sparse
 
 from celldag.contracts import MIN_LEAVES, ContractError
-from celldag.data.leaf_profiles import given_halves, leaf_counts, pseudo_bulk, rows_by_leaf, split_halves, standardise
+from celldag.data.leaf_profiles import (
+    given_halves,
+    leaf_counts,
+    replicate_cells,
+    replicate_profiles,
+    rows_by_leaf,
+    split_halves,
+    standardise,
+)
 from celldag.errors import InputError
 from celldag.representation.preprocess import DEFAULTS as PREPROCESS_DEFAULTS
 from celldag.representation.preprocess import integer_counts, preprocess, split_params
@@ -45,6 +53,8 @@ LINEAGE_PARAMS = {
     "values": "counts",   # counts (or TPM, >= 0): leaf means get log1p; transformed: used as they are
     "replicates": False,  # split each leaf's cells in two seeded halves (train/test layers); needs 2+ cells per leaf
     "replicate_key": None,  # or: obs column of each row's replicate, two values: train = the first in sorted order
+    "validation_cells": 0.0,  # share of each leaf's train cells moved to a third replicate (layer validation) on
+    #                           which supervised model selection scores; needs replicates or replicate_key
     "standardize": False,   # z-score each feature with the train profiles' statistics; false: values as measured
 }
 
@@ -116,6 +126,12 @@ def _check_lineage_params(own: Mapping) -> None:
     if own["replicates"] and own["replicate_key"] is not None:
         raise InputError("lineage_h5ad params: replicates: true (seeded cell halves) and replicate_key (the file's own "
                          "pairs) exclude each other; give one")  # fmt: skip
+    fraction = own["validation_cells"]
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+        raise InputError(f"lineage_h5ad params: validation_cells must be a fraction in [0, 1), got {fraction!r}")
+    if fraction and not own["replicates"] and own["replicate_key"] is None:
+        raise InputError("lineage_h5ad params: validation_cells takes a share of each leaf's train cells, so it needs "
+                         "a replicate pair: replicates: true or replicate_key")  # fmt: skip
 
 
 def read_matrices(own: Mapping) -> dict[str, str | None]:
@@ -252,28 +268,30 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
     leaves = list(tree.leaf_names)
     features_by_cell = sparse.csc_array(_source_matrix(adata, own["layer"]), dtype=np.float64).T
     if own["replicates"]:
-        groups = split_halves(leaf_of_row, leaves, seed)
+        replicates = replicate_cells(*split_halves(leaf_of_row, leaves, seed), own["validation_cells"], seed)
     elif own["replicate_key"] is not None:
-        groups = given_halves(leaf_of_row, adata.obs[own["replicate_key"]].astype(str).to_numpy(), leaves)
+        pair = given_halves(leaf_of_row, adata.obs[own["replicate_key"]].astype(str).to_numpy(), leaves)
+        replicates = replicate_cells(*pair, own["validation_cells"], seed)
     else:
-        groups = (rows_by_leaf(leaf_of_row, leaves),)
-    # row-major like every other loader's matrices: numpy sums a column of a transposed array in another
-    # order, and the z-scores of one matrix would differ between loaders in the last bits
-    profiles = [np.ascontiguousarray(pseudo_bulk(features_by_cell, members)) for members in groups]
+        replicates = {"X": rows_by_leaf(leaf_of_row, leaves)}
+    profiles = replicate_profiles(features_by_cell, replicates)
     if own["values"] == "counts":
-        profiles = [np.log1p(means) for means in profiles]
+        profiles = {name: np.log1p(means) for name, means in profiles.items()}
     # features constant over the train profiles are dropped either way: they have no z-score and carry nothing
-    scaled, varies = standardise(*profiles)  # the train profiles' statistics when there are replicates
+    scaled, varies = standardise(*profiles.values())  # the train profiles' statistics when there are replicates
     if not varies.any():
         raise InputError(f"{path}: {matrix_field(own['layer'])}: no feature varies across the {len(leaves)} leaves")
-    matrices = scaled if own["standardize"] else [values[:, varies] for values in profiles]
-    n_cells = pd.Series(leaf_of_row).value_counts().reindex(leaves).to_numpy()
-    layers = dict(zip(("train", "test"), matrices)) if len(matrices) == 2 else {}
-    obs = pd.DataFrame({"n_cells": n_cells}, index=pd.Index(leaves, name="leaf"))
+    matrices = dict(zip(profiles, scaled if own["standardize"] else [values[:, varies] for values in profiles.values()]))
+    obs = pd.DataFrame({"n_cells": pd.Series(leaf_of_row).value_counts().reindex(leaves).to_numpy()},
+                       index=pd.Index(leaves, name="leaf"))  # fmt: skip
+    if "validation" in replicates:
+        obs["n_cells_validation"] = [members.size for members in replicates["validation"]]
+    layers = {name: values for name, values in matrices.items() if name != "X"}
     if own["values"] == "counts" and _integer_valued(features_by_cell):  # raw counts: count models can read them
-        layers["counts"], obs["count_total"] = leaf_counts(features_by_cell, groups[-1], np.flatnonzero(varies))
+        scored = replicates["test" if "test" in replicates else "X"]
+        layers["counts"], obs["count_total"] = leaf_counts(features_by_cell, scored, np.flatnonzero(varies))
     prepared = anndata.AnnData(
-        X=(matrices[0] + matrices[1]) / 2 if len(matrices) == 2 else matrices[0],
+        X=matrices["X"] if "X" in matrices else (matrices["train"] + matrices["test"]) / 2,
         obs=obs,
         var=pd.DataFrame(index=pd.Index(adata.var_names[varies].astype(str), name="feature")),
         layers=layers,

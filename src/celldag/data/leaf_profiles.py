@@ -27,6 +27,42 @@ def split_halves(leaf_of_cell, leaves: list[str], seed: int) -> tuple[list[np.nd
     return train, test
 
 
+VALIDATION_STREAM = 0x7A11  # its own random stream: the train/test split is the same with or without validation cells
+
+
+def replicate_cells(train: list[np.ndarray], test: list[np.ndarray], validation_fraction: float,
+                    seed: int) -> dict[str, list[np.ndarray]]:
+    """{"train", "test"[, "validation"]}: per leaf, the indices of its cells in each replicate.
+
+    With a ``validation_fraction`` > 0, a seeded share of each leaf's training cells (at least one,
+    never all) becomes the validation replicate, on which supervised model selection scores; the test
+    replicate is left as it is, so scores stay comparable with and without one. A leaf with a single
+    training cell keeps it and has no validation cells: see ``replicate_profiles``.
+    """
+    if not validation_fraction:
+        return {"train": train, "test": test}
+    if not 0 < validation_fraction < 1:
+        raise ValueError(f"validation_cells must be a fraction in [0, 1), got {validation_fraction!r}")
+    rng = np.random.default_rng([seed, VALIDATION_STREAM])
+    kept, validation = [], []
+    for cells in train:
+        shuffled = rng.permutation(cells)
+        size = 0 if cells.size < 2 else min(cells.size - 1, max(1, round(validation_fraction * cells.size)))
+        kept.append(np.sort(shuffled[size:]))
+        validation.append(np.sort(shuffled[:size]))
+    return {"train": kept, "test": test, "validation": validation}
+
+
+def replicate_profiles(counts: sparse.sparray, cells: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+    """Each replicate's mean profiles (``pseudo_bulk``). A leaf without validation cells gets its training
+    profile as its validation row (``obs['n_cells_validation']`` = 0 says so, and model selection skips it)."""
+    profiles = {name: np.ascontiguousarray(pseudo_bulk(counts, members)) for name, members in cells.items()}
+    if "validation" in profiles:
+        has_cells = np.array([members.size > 0 for members in cells["validation"]])
+        profiles["validation"] = np.where(has_cells[:, None], profiles["validation"], profiles["train"])
+    return profiles
+
+
 def given_halves(leaf_of_cell, replicate_of_cell, leaves: list[str]) -> tuple[list[np.ndarray], ...]:
     """Per replicate value in sorted order (train first, then test), per leaf, the indices of its cells there.
 
@@ -47,7 +83,7 @@ def pseudo_bulk(counts: sparse.sparray, groups: list[np.ndarray], summed: bool =
     """
     sizes = np.array([g.size for g in groups])
     weights = sparse.csr_array(
-        (np.repeat(np.ones(len(groups)) if summed else 1.0 / sizes, sizes),
+        (np.repeat(np.ones(len(groups)) if summed else 1.0 / np.maximum(sizes, 1), sizes),
          (np.concatenate(groups), np.repeat(np.arange(len(groups)), sizes))),
         shape=(counts.shape[1], len(groups)),
     )  # fmt: skip

@@ -20,7 +20,7 @@ import pandas as pd
 from scipy import io as sio
 from scipy import sparse
 
-from celldag.data.leaf_profiles import leaf_counts, pseudo_bulk, split_halves, standardise
+from celldag.data.leaf_profiles import leaf_counts, replicate_cells, replicate_profiles, split_halves, standardise
 from celldag.artifacts import sha256_file
 from celldag.lineage.celegans import expand_pattern, lineage_path, tree_from_paths
 from celldag.lineage.tree import to_newick
@@ -29,7 +29,7 @@ MATRIX = "GSE126954_gene_by_cell_count_matrix.txt.gz"  # MatrixMarket, genes × 
 CELL_ANNOTATION = "GSE126954_cell_annotation.csv.gz"  # one row per matrix column
 GENE_ANNOTATION = "GSE126954_gene_annotation.csv.gz"  # one row per matrix row: id, gene_short_name
 QC_COLUMN = "passed_initial_QC_or_later_whitelisted"
-PARAMS = ("min_cells_per_leaf", "min_gene_counts", "standardize")
+PARAMS = ("min_cells_per_leaf", "min_gene_counts", "standardize", "validation_cells")
 
 
 def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[str, str]):
@@ -41,8 +41,11 @@ def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[
     ``standardize`` (default false, as for every lineage loader) they are z-scored with the train
     half's statistics. ``X`` is the mean of the two replicates, as for the simulated datasets; ``seed``
     changes only the split of each leaf's cells (and so, rarely, which genes vary across the train half).
+    ``validation_cells`` (a fraction, default 0: none) moves that share of each leaf's train-half cells
+    into a third replicate, layer ``validation``, on which supervised model selection scores
+    (``leaf_profiles.replicate_cells``); the test half is the same with or without it.
     """
-    min_cells, min_gene_counts, standardize = _check_params(params)
+    min_cells, min_gene_counts, standardize, validation_cells = _check_params(params)
     paths = _check_files(files)
     source_files = {Path(path).name: sha256_file(path) for path in paths.values()}
     with _open(paths[MATRIX]) as handle:
@@ -61,31 +64,30 @@ def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[
     if not leaf_paths:
         raise ValueError(f"no lineage leaf has {min_cells} or more cells in {CELL_ANNOTATION}: {assignment}")
     leaves = sorted(leaf_paths)
-    train_cells, test_cells = split_halves(leaf_of_cell, leaves, seed)
-    train, test = pseudo_bulk(counts, train_cells), pseudo_bulk(counts, test_cells)
+    replicates = replicate_cells(*split_halves(leaf_of_cell, leaves, seed), validation_cells, seed)
+    profiles = replicate_profiles(counts, replicates)
 
-    used = np.concatenate(train_cells + test_cells)
+    used = np.concatenate([members for replicate in replicates.values() for members in replicate])
     totals = counts[:, used].sum(axis=1)
     passed_counts = totals >= min_gene_counts
-    log_train, log_test = np.log1p(train[:, passed_counts]), np.log1p(test[:, passed_counts])
-    (train, test), varies = standardise(log_train, log_test)
-    if not standardize:
-        train, test = log_train[:, varies], log_test[:, varies]
+    logged = [np.log1p(profile[:, passed_counts]) for profile in profiles.values()]
+    scaled, varies = standardise(*logged)  # the train half's statistics
+    layers = dict(zip(profiles, scaled if standardize else [values[:, varies] for values in logged]))
+    train, test = layers["train"], layers["test"]
     kept_genes = genes[passed_counts][varies]
-    scored_counts, count_total = leaf_counts(counts, test_cells, np.flatnonzero(passed_counts)[varies])
+    scored_counts, count_total = leaf_counts(counts, replicates["test"], np.flatnonzero(passed_counts)[varies])
 
     adata = anndata.AnnData(
         X=(train + test) / 2,
         obs=pd.DataFrame(
-            {"n_cells_train": [len(c) for c in train_cells], "n_cells_test": [len(c) for c in test_cells],
-             "count_total": count_total},
+            {f"n_cells_{name}": [len(c) for c in members] for name, members in replicates.items()} | {"count_total": count_total},
             index=pd.Index(leaves, name="leaf"),
         ),
         var=pd.DataFrame(
             {"gene_id": kept_genes["id"].to_numpy(dtype=str)},
             index=_unique_gene_names(kept_genes),
         ),
-        layers={"train": train, "test": test, "counts": scored_counts},
+        layers=layers | {"counts": scored_counts},
     )
     adata.uns["tree_newick"] = to_newick(tree_from_paths({leaf: leaf_paths[leaf] for leaf in leaves}))
     adata.uns["cell_assignment"] = assignment
@@ -168,8 +170,8 @@ def _unique_gene_names(genes: pd.DataFrame) -> pd.Index:
     return anndata.utils.make_index_unique(pd.Index(names, name="gene"))
 
 
-def _check_params(params: dict) -> tuple[int, int, bool]:
-    params = {"standardize": False} | params
+def _check_params(params: dict) -> tuple[int, int, bool, float]:
+    params = {"standardize": False, "validation_cells": 0.0} | params
     missing, unknown = sorted(set(PARAMS) - set(params)), sorted(set(params) - set(PARAMS))
     if missing or unknown:
         raise ValueError(f"celegans_packer2019 params: missing {missing}, unknown {unknown}; expected {list(PARAMS)}")
@@ -179,7 +181,10 @@ def _check_params(params: dict) -> tuple[int, int, bool]:
         raise ValueError(f"min_cells_per_leaf must be an integer >= 2, got {min_cells!r}")
     if isinstance(min_gene_counts, bool) or not isinstance(min_gene_counts, int) or min_gene_counts < 0:
         raise ValueError(f"min_gene_counts must be an integer >= 0, got {min_gene_counts!r}")
-    return min_cells, min_gene_counts, bool(params["standardize"])
+    validation_cells = params["validation_cells"]
+    if isinstance(validation_cells, bool) or not isinstance(validation_cells, (int, float)) or not 0 <= validation_cells < 1:
+        raise ValueError(f"validation_cells must be a fraction in [0, 1), got {validation_cells!r}")
+    return min_cells, min_gene_counts, bool(params["standardize"]), float(validation_cells)
 
 
 def _check_files(files: Mapping[str, str]) -> dict[str, str]:

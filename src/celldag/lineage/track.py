@@ -2,7 +2,8 @@
 
 Prepared dataset: one row per leaf, ``uns['tree_newick']`` the true tree over ``obs_names``, and
 optionally an independent replicate pair (layers ``train`` / ``test``): methods train on ``train``
-and are scored on ``test``. Scores: RF and quartet distances against the truth, plus the metrics that
+and are scored on ``test``; with a pair, optionally a third replicate (layer ``validation``) on which
+supervised methods select their model, never on the test replicate. Scores: RF and quartet distances against the truth, plus the metrics that
 split quartets by what a weak supervision setting revealed (``celldag.lineage.scoring``).
 """
 
@@ -22,6 +23,8 @@ TRACK = Track(
     check_output="celldag.lineage.track:check_output",
     method_input="celldag.lineage.track:method_input",
     inputs={"replicates": "an independent train/test replicate pair (layers 'train' and 'test')",
+            "validation": "a third replicate for model selection (layers['validation']; obs['n_cells_validation'] = 0 marks "
+                          "leaves without one)",
             "counts": "raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total'])"},
     scorer="celldag.lineage.scoring:score_seed",
     metric_groups=(
@@ -68,12 +71,17 @@ class LineageInput:
     work_dir: str | None = None  # the run's directory: checkpoints live here, so a killed job resumes
     counts: np.ndarray | None = None  # (n, p) integer counts of the scored replicate's cells summed per leaf
     count_total: np.ndarray | None = None  # (n,) each leaf's total count over all genes, kept or not
+    validation_features: np.ndarray | None = None  # (n, p) a third replicate for model selection, never scored
+    validation_leaves: np.ndarray | None = None  # (n,) bool: leaves whose validation row is measured (a leaf
+    #                                              without validation cells repeats its training row there)
 
     def unmet(self, need: str) -> str | None:
         if need == "replicates" and self.train_features is None:
             return "needs a train/test replicate pair; this dataset has one profile per leaf"
         if need == "counts" and self.counts is None:
             return "needs raw counts per leaf; this dataset has transformed values only"
+        if need == "validation" and self.validation_features is None:
+            return "needs a validation replicate; this dataset has none"
         return None
 
 
@@ -92,6 +100,8 @@ def scored_features(prepared) -> np.ndarray:
 def method_input(prepared, work_dir: str | None, gene_table=None) -> LineageInput:
     del gene_table  # lineage methods read no gene embedding
     has_replicates, has_counts = "train" in prepared.layers, "counts" in prepared.layers
+    has_validation = "validation" in prepared.layers
+    validation_cells = prepared.obs.get("n_cells_validation")
     return LineageInput(
         names=tuple(prepared.obs_names),
         features=scored_features(prepared),
@@ -100,6 +110,9 @@ def method_input(prepared, work_dir: str | None, gene_table=None) -> LineageInpu
         work_dir=work_dir,
         counts=np.asarray(prepared.layers["counts"], dtype=np.float64) if has_counts else None,
         count_total=prepared.obs["count_total"].to_numpy(dtype=np.float64) if has_counts else None,
+        validation_features=np.asarray(prepared.layers["validation"], dtype=np.float64) if has_validation else None,
+        validation_leaves=None if not has_validation else (
+            np.ones(prepared.n_obs, dtype=bool) if validation_cells is None else validation_cells.to_numpy() > 0),
     )
 
 
@@ -118,6 +131,8 @@ def check_prepared(adata, path: str) -> None:
         require_finite_matrix(layer, path, f"layers['{name}']", adata.n_obs)
     if ("train" in adata.layers) != ("test" in adata.layers):
         raise ContractError(path, "layers", "replicates come in pairs: both 'train' and 'test' or neither")
+    if "validation" in adata.layers and "train" not in adata.layers:
+        raise ContractError(path, "layers['validation']", "a validation replicate needs the train/test pair beside it")
     if "counts" in adata.layers:
         counts = np.asarray(adata.layers["counts"])
         if (counts < 0).any() or (counts != np.round(counts)).any():
@@ -147,10 +162,19 @@ def check_output(adata, path: str) -> None:
         raise ContractError(path, "uns['tree_newick']", "leaves differ from obs_names")
 
 
+def validation_fact(prepared) -> str:
+    if "validation" not in prepared.layers:
+        return "no (supervised selection falls back to held-out leaves)"
+    measured = prepared.obs.get("n_cells_validation")
+    leaves = prepared.n_obs if measured is None else int((measured > 0).sum())
+    return f"yes, {leaves} of {prepared.n_obs} leaves (layer validation)"
+
+
 def dataset_facts(prepared, entry: dict) -> list[tuple[str, str]]:
     del entry  # nothing of a lineage entry beyond the prepared data is worth reporting
     return [
         ("leaves", f"{prepared.n_obs} (tree over the same leaves)"),
         ("features", str(prepared.n_vars)),
         ("replicate pair", "yes (train/test layers)" if "train" in prepared.layers else "no (one profile per leaf)"),
+        ("validation replicate", validation_fact(prepared)),
     ]

@@ -108,7 +108,7 @@ def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Tr
                notes: Sequence[str] = (), links: Sequence[str] = ()) -> str:  # fmt: skip
     """The index: each dataset's leaderboard tables followed by its figures, then the runs not ok."""
     index_dir = os.path.dirname(index_path) or "."
-    blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds)
+    blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs)
     datasets = [block.dataset for block in blocks if isinstance(block, Heading) and block.dataset]
     nav = " ".join(f'<a href="#{html.escape(d)}">{html.escape(d)}</a>' for d in datasets)
     files = " ".join(f'<a href="{html.escape(os.path.relpath(path, index_dir))}">{html.escape(os.path.basename(path))}</a>'
@@ -141,4 +141,4 @@ def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str]
         tmp.write_text(index_page(scores=scores, runs=runs, tracks=tracks, figures=figures, index_path=index_path,
                                   kinds=kinds, baseline=baseline, paired=paired, notes=notes, links=links))  # fmt: skip
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(page("celldag leaderboard", render(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds), kinds)))
+        tmp.write_text(page("celldag leaderboard", render(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs), kinds)))

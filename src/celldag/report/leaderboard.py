@@ -13,7 +13,7 @@ from celldag.scoring import relative_reduction
 from celldag.tracks import DELTA_PREFIX, Track
 
 RUN_COLUMNS = ["dataset", "method", "variant", "seed", "status", "status_reason", "wall_time_s", "peak_rss_mb",
-               "device", "config_hash", "record"]  # fmt: skip
+               "device", "config_hash", "note", "record"]  # fmt: skip
 
 
 def collect_scores(paths: Sequence[str]) -> pd.DataFrame:
@@ -25,7 +25,10 @@ def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
     for path in paths:
         with open(path) as handle:
             record = json.load(handle)
-        records.append({"dataset": record["dataset_id"], "method": record["method_id"], **record, "record": str(path)})
+        # a method's note for readers (uns["note"]: e.g. CellTreeQM's selection fallback) reaches the leaderboard
+        note = (record.get("method_facts") or {}).get("note", "")
+        records.append({"dataset": record["dataset_id"], "method": record["method_id"], **record, "note": note,
+                        "record": str(path)})  # fmt: skip
     return pd.DataFrame(records)[RUN_COLUMNS].sort_values(["dataset", "method", "variant", "seed"])
 
 
@@ -95,11 +98,11 @@ CONTROLS_NOTE = ("Controls — a method run without the knowledge under test (ra
 
 def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
                        paired: Sequence[dict] = (), notes: Sequence[str | Mapping] = (),
-                       kinds: Mapping[str, str] | None = None) -> list[Block]:  # fmt: skip
+                       kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None) -> list[Block]:  # fmt: skip
     """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first (rendered as
     Markdown here and as HTML by ``celldag.report.html``: one content, two formats). ``kinds``
     ("method/variant" → method, baseline or control): controls go to a table of their own under the
-    ranking, never into it."""
+    ranking, never into it. ``runs`` (``collect_runs``): the methods' notes, under their dataset."""
     kinds = kinds or {}
     blocks: list[Block] = [
         Heading(1, "celldag leaderboard"),
@@ -127,8 +130,19 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
                 blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics, tracks[track], clipped)]
             if clipped:
                 blocks.append(Paragraph(CLIPPED_NOTE))
+        blocks += run_notes(runs, dataset)
         blocks += paired_sections.get(dataset, [])
     return blocks
+
+
+def run_notes(runs: pd.DataFrame | None, dataset: str) -> list[Block]:
+    """The notes the dataset's runs left (``collect_runs``), one bullet per run and distinct note, with its seeds."""
+    if runs is None or "note" not in runs:
+        return []
+    noted = runs[(runs["dataset"] == dataset) & runs["note"].fillna("").ne("")]
+    lines = tuple(f"`{method}/{variant}` (seeds {', '.join(map(str, sorted(group['seed'])))}): {note}"
+                  for (method, variant, note), group in noted.groupby(["method", "variant", "note"], sort=True))  # fmt: skip
+    return [Paragraph(lines, bullets=True)] if lines else []
 
 
 def notes_for(scores: pd.DataFrame, notes: Sequence[str | Mapping]) -> tuple[str, ...]:
@@ -156,8 +170,8 @@ def _markdown_row(cells: Sequence[str]) -> str:
 
 def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
                          paired: Sequence[dict] = (), notes: Sequence[str] = (),
-                         kinds: Mapping[str, str] | None = None) -> str:  # fmt: skip
-    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds))
+                         kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None) -> str:  # fmt: skip
+    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs))
 
 
 def _metric_groups(table: pd.DataFrame, track: Track) -> dict[str, list[str]]:
@@ -281,7 +295,8 @@ def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores
     scores = scores.sort_values(["dataset", "method", "variant", "metric", "seed"]).reset_index(drop=True)
     contracts.check_scores(scores, scores_path)
     artifacts.write_parquet(scores, scores_path)
-    artifacts.write_parquet(collect_runs(record_paths), runs_path)
+    runs = collect_runs(record_paths)
+    artifacts.write_parquet(runs, runs_path)
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds))
+        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds, runs))
     return scores

@@ -125,32 +125,50 @@ def build_model(n_features: int, params: dict) -> CellTreeQMEncoder:
     )
 
 
+@dataclass(frozen=True)
+class Validation:
+    """What model selection scores: fixed known quartets on one matrix of the leaves."""
+
+    features: np.ndarray  # (n, p) the matrix validated on: the training replicate or a validation replicate
+    draw: Callable[[np.random.Generator], tuple[np.ndarray, np.ndarray]]  # rng → (quartets, topology), drawn once
+    excluded: np.ndarray  # (n,) leaves no training quartet may hold (the held-out ones; none for a replicate)
+
+
 def hold_out(supervision: Supervision, n_leaves: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
     """Validation leaves: a ``fraction`` of the leaves with a known place, never in a training quartet.
 
-    Model selection uses these, i.e. training information only; the official code selected on the
-    test replicate's RF (B7). None are held out when label-free: there is nothing to validate against.
+    The fallback without a validation replicate: model selection uses these, i.e. training information
+    only; the official code selected on the test replicate's RF (B7).
     """
     held_out = np.zeros(n_leaves, dtype=bool)
-    if supervision.known_leaves is not None:
-        known = np.flatnonzero(supervision.known_leaves)
-        held_out[rng.choice(known, size=int(known.size * fraction), replace=False)] = True
+    known = np.flatnonzero(supervision.known_leaves)
+    held_out[rng.choice(known, size=int(known.size * fraction), replace=False)] = True
     return held_out
 
 
-def validation_quartets(
-    supervision: Supervision, held_out: np.ndarray, count: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """A fixed set of ``count`` known quartets, each holding at least one held-out leaf."""
+def held_out_validation(supervision: Supervision, train_x: np.ndarray, held_out: np.ndarray, count: int) -> Validation:
+    """Selection on held-out leaves: ``count`` known quartets of the training replicate, each holding at
+    least one held-out leaf."""
     nothing_excluded = np.zeros_like(held_out)
-    quartets, topologies, have = [], [], 0
-    while have < count:
-        drawn, topology = supervision.sample(count, rng, nothing_excluded)
-        holds = held_out[drawn].any(axis=1)
-        quartets.append(drawn[holds])
-        topologies.append(topology[holds])
-        have += int(holds.sum())
-    return np.concatenate(quartets)[:count], np.concatenate(topologies)[:count]
+
+    def draw(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        quartets, topologies, have = [], [], 0
+        while have < count:
+            drawn, topology = supervision.sample(count, rng, nothing_excluded)
+            holds = held_out[drawn].any(axis=1)
+            quartets.append(drawn[holds])
+            topologies.append(topology[holds])
+            have += int(holds.sum())
+        return np.concatenate(quartets)[:count], np.concatenate(topologies)[:count]
+
+    return Validation(train_x, draw, held_out)
+
+
+def replicate_validation(supervision: Supervision, validation_x: np.ndarray, measured: np.ndarray,
+                         count: int) -> Validation:  # fmt: skip
+    """Selection on a validation replicate: ``count`` known quartets of its measured leaves, scored on
+    that replicate: what the test measures (the same leaves, new cells), never the test replicate itself."""
+    return Validation(validation_x, lambda rng: supervision.sample(count, rng, ~measured), np.zeros_like(measured))
 
 
 def qdist_of(model: CellTreeQMEncoder, features: torch.Tensor, quartets: np.ndarray, topology: np.ndarray):
@@ -185,7 +203,8 @@ def optimizer_for(model: CellTreeQMEncoder, params: dict) -> torch.optim.Optimiz
     return torch.optim.AdamW(groups, lr=params["lr"], weight_decay=params["weight_decay"])
 
 
-SELECTIONS = ("holdout_refit", "none")
+# auto: the validation replicate where the dataset has one, else held-out leaves (selection_used)
+SELECTIONS = ("auto", "validation_replicate", "holdout_refit", "none")
 QUARTET_ORDERS = ("shuffled", "sorted")
 LEAF_ORDERS = ("given", "relabelled")
 
@@ -210,8 +229,13 @@ def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
         train_features=None if inputs.train_features is None else inputs.train_features[order],
         tree_newick=inputs.tree_newick,
         work_dir=inputs.work_dir,
+        validation_features=None if inputs.validation_features is None else inputs.validation_features[order],
+        validation_leaves=None if inputs.validation_leaves is None else inputs.validation_leaves[order],
     )
     embedded, facts = fit_and_embed(canonical, params, seed, quartet_rank(order, params, seed))
+    notes = [note for note in (facts.pop("note", None), ordering_note(params)) if note]
+    if notes:
+        facts["note"] = "; ".join(notes)
     embedding = np.empty_like(embedded)
     embedding[order] = embedded
     tree = reconstruct(euclidean_distances(embedding), inputs.names, params["reconstruction"])
@@ -226,6 +250,28 @@ run.accepted_params = (
     "selection", "quartet_order", "leaf_order", "validation_fraction", "validation_quartets", "validate_every",
     "patience", "checkpoint_every", "device", "reconstruction",
 )
+
+
+# the official code's settings behind its published high-level-partition curve (../shared/fidelity/README.md)
+AUTHORS_PROTOCOL = {"proj_dim": 256, "hidden_dim": 256, "n_layers": 4, "n_heads": 2, "output_dim": 128, "lr": 1e-4,
+                    "weight_decay": 0.01, "quartets_per_step": 2048, "w_distance": 0.1, "w_additivity": 20.0,
+                    "margin_sign": "code", "select": "ordered_mismatch"}  # fmt: skip
+AUTHORS_STEPS = 4399
+
+
+def ordering_note(params: dict) -> str | None:
+    """What a reader of ``quartet_order: sorted`` results must know: the official ordering acts only with
+    the "mismatched" rule, and reproduces the authors' curve only at their sizes and step budget."""
+    if params["quartet_order"] != "sorted":
+        return None
+    if params["select"] != "ordered_mismatch":
+        return "quartet_order: sorted without select: ordered_mismatch: the ordering changes nothing here"
+    differs = sorted(key for key, value in AUTHORS_PROTOCOL.items() if params[key] != value)
+    if differs or params["steps"] < AUTHORS_STEPS:
+        return (f"smoke-sized for the official ordering ({', '.join(differs + ['steps'] * (params['steps'] < AUTHORS_STEPS))} "
+                f"differ from the authors' run): their high-level-partition curve is reproduced only at their sizes "
+                f"and {AUTHORS_STEPS:,} steps (docs/celltreeqm.md)")
+    return None
 
 
 def quartet_rank(order: np.ndarray, params: dict, seed: int) -> np.ndarray | None:
@@ -245,37 +291,77 @@ def standardized(train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
     return [(matrix - mean) / sd for matrix in (train, *others)]
 
 
+def selection_used(inputs: LineageInput, supervision: Supervision, params: dict) -> str:
+    """The model selection a run can have: none without known leaves (label-free: nothing to validate
+    against) or too few to hold any out; ``auto`` takes the validation replicate where the dataset has
+    one, else held-out leaves."""
+    requested = params["selection"]
+    if requested == "none" or supervision.known_leaves is None:
+        return "none"
+    measured = None if inputs.validation_features is None else inputs.validation_leaves & supervision.known_leaves
+    has_replicate = measured is not None and int(measured.sum()) >= 4
+    if requested == "validation_replicate" and not has_replicate:
+        raise ValueError("selection: validation_replicate needs a validation replicate of 4 or more known leaves "
+                         "(prepared layer 'validation'); this dataset has none: use auto or holdout_refit")  # fmt: skip
+    if requested == "auto" and has_replicate:
+        return "validation_replicate"
+    if requested in ("auto", "holdout_refit") and int(supervision.known_leaves.sum() * params["validation_fraction"]) == 0:
+        return "none"
+    return "holdout_refit" if requested == "auto" else requested
+
+
+FALLBACK_NOTE = ("no validation replicate in this dataset: steps chosen on held-out leaves of the training replicate, "
+                 "then retrained on all leaves (selection holdout_refit)")
+
+
 def fit_and_embed(inputs: LineageInput, params: dict, seed: int, rank: np.ndarray | None) -> tuple[np.ndarray, dict]:
-    """Select the number of steps on held-out leaves, train on all leaves for that many, embed the scored replicate."""
+    """Train with the selection the data allow (``selection_used``), embed the scored replicate.
+
+    validation_replicate: train on all known leaves, keep the weights of the step with the lowest QDist
+    on the validation replicate (no refit). holdout_refit: choose the step count on held-out leaves,
+    then train on all leaves for that many steps. none: train ``steps`` steps on all leaves.
+    """
     training.seed_everything(seed)
     device = training.select_device(params["device"])
     supervision = reveal(inputs, params, seed, rank)
     train_x = inputs.features if inputs.train_features is None else inputs.train_features
-    scored_x = inputs.features
+    scored_x, validation_x = inputs.features, inputs.validation_features
     if params["standardize_input"]:
-        train_x, scored_x = standardized(train_x, scored_x)
+        train_x, scored_x, *rest = standardized(train_x, scored_x, *([] if validation_x is None else [validation_x]))
+        validation_x = rest[0] if rest else None
     checkpoints = None if inputs.work_dir is None else Path(inputs.work_dir) / "checkpoint"
-    held_out = hold_out(supervision, len(inputs.names), params["validation_fraction"], np.random.default_rng(seed))
-    if params["selection"] == "none" or not held_out.any():  # label-free: nothing to validate against
-        selection = {"selection": "none", "steps": params["steps"]}
-        model, result = train_encoder(train_x, supervision, params, seed, device, params["steps"], None, checkpoints)
+    used, count = selection_used(inputs, supervision, params), params["validation_quartets"]
+    facts = {"selection": used}
+    if used == "none":
+        model, result = train_encoder(train_x, supervision, params, seed, device, params["steps"], checkpoints)
+        facts["steps"] = params["steps"]
+    elif used == "validation_replicate":
+        measured = inputs.validation_leaves & supervision.known_leaves
+        validation = replicate_validation(supervision, validation_x, measured, count)
+        model, result = train_encoder(train_x, supervision, params, seed, device, params["steps"], checkpoints, validation)
+        facts |= {"steps": result.best_step, "validation_qdist": result.best_value, "validation_leaves": int(measured.sum()),
+                  "validated_steps_run": result.steps_run, "stopped_early": result.stopped_early}  # fmt: skip
     else:
-        _, chosen = train_encoder(train_x, supervision, params, seed, device, params["steps"], held_out,
-                                  checkpoints and checkpoints / "selection")  # fmt: skip
-        validated = chosen_steps(chosen.history, params["validation_quartets"])
+        held_out = hold_out(supervision, len(inputs.names), params["validation_fraction"], np.random.default_rng(seed))
+        validation = held_out_validation(supervision, train_x, held_out, count)
+        _, chosen = train_encoder(train_x, supervision, params, seed, device, params["steps"],
+                                  checkpoints and checkpoints / "selection", validation)  # fmt: skip
+        validated = chosen_steps(chosen.history, count)
         steps = refit_steps(validated, int(supervision.known_leaves.sum()), int(held_out.sum()), params["steps"])
-        selection = {"selection": "holdout_refit", "steps": steps, "chosen_steps": validated,
-                     "validation_qdist": chosen.best_value,
-                     "best_validated_step": chosen.best_step, "validated_steps_run": chosen.steps_run,
-                     "stopped_early": chosen.stopped_early}  # fmt: skip
-        model, result = train_encoder(train_x, supervision, params, seed, device, steps, None,
+        facts |= {"steps": steps, "chosen_steps": validated, "validation_qdist": chosen.best_value,
+                  "best_validated_step": chosen.best_step, "validated_steps_run": chosen.steps_run,
+                  "stopped_early": chosen.stopped_early}  # fmt: skip
+        model, result = train_encoder(train_x, supervision, params, seed, device, steps,
                                       checkpoints and checkpoints / "refit")  # fmt: skip
     model.eval()
     with torch.no_grad(), training.autocast(device):  # the scored replicate, all leaves embedded jointly
         features = torch.as_tensor(np.asarray(scored_x, dtype=np.float32), device=device)
         embedding = model(features).float().cpu().numpy().astype(np.float64)
-    facts = {"steps_run": result.steps_run, "resumed_from": result.resumed_from, "device": str(device)}
-    return embedding, {"supervision": supervision.uns, "training": selection | facts}
+    facts |= {"steps_run": result.steps_run, "resumed_from": result.resumed_from, "device": str(device)}
+    uns = {"supervision": supervision.uns, "training": facts}
+    if used == "holdout_refit" and params["selection"] == "auto":
+        uns["note"] = FALLBACK_NOTE
+    return embedding, uns
 
 
 def chosen_steps(history: list[dict], n_quartets: int) -> int:
@@ -304,8 +390,8 @@ def refit_steps(chosen: int, n_known: int, n_held_out: int, budget: int) -> int:
 
 
 def train_encoder(train_x: np.ndarray, supervision: Supervision, params: dict, seed: int, device: torch.device,
-                  steps: int, held_out: np.ndarray | None, checkpoint_dir: Path | None):  # fmt: skip
-    """A fresh encoder trained for ``steps``; with ``held_out`` leaves, validated on quartets that hold them."""
+                  steps: int, checkpoint_dir: Path | None, validation: Validation | None = None):  # fmt: skip
+    """A fresh encoder trained for ``steps``; with ``validation``, it ends with the weights of its best validated step."""
     training.seed_everything(seed)  # the same initial weights in the selection and the refit
     # setup draws (validation set) and step draws come from separate streams, so the checkpointed step
     # stream is the only state a resumed run must restore
@@ -316,11 +402,11 @@ def train_encoder(train_x: np.ndarray, supervision: Supervision, params: dict, s
     model = build_model(n_features, params).to(device)
     optimizer = optimizer_for(model, params)
     quartet_loss = metric_loss(params)
-    excluded = np.zeros(n_leaves, dtype=bool) if held_out is None else held_out
+    excluded = np.zeros(n_leaves, dtype=bool) if validation is None else validation.excluded
     validate_fn = None
-    if held_out is not None:
-        quartets, topology = validation_quartets(supervision, held_out, params["validation_quartets"], setup_rng)
-        validate_fn = qdist_of(model, x, quartets, topology)
+    if validation is not None:
+        validated_x = torch.as_tensor(np.asarray(validation.features, dtype=np.float32), device=device)
+        validate_fn = qdist_of(model, validated_x, *validation.draw(setup_rng))
 
     def draw_quartets() -> tuple[torch.Tensor, torch.Tensor | None]:
         """Fresh uniform quartets every step (the official trainer reused one fixed set, B1)."""
