@@ -1,11 +1,15 @@
 """Speed of the lineage metrics against named peers, on random binary trees.
 
-  exact quartet distance (celldag, O(n^3 log n))  vs  enumerating all C(n,4) quartets with the
-                                                      four-point condition (numpy; what the paper code
+  exact quartet distance (celldag; binary trees      vs  enumerating all C(n,4) quartets with the
+  go to the O(n^2) algorithm, others O(n^3 log n))       four-point condition (numpy; what the paper code
                                                       does on distance matrices, O(n^4))
   Robinson-Foulds (celldag)                        vs  DendroPy treecompare.symmetric_difference
 
-Run: .venv/bin/python benchmarks/tree_metrics.py [n ...]   (default n = 32 64 128)
+  --binary: the O(n^2) binary quartet distance alone at large n (seconds, peak MB), against the
+  general O(n^3 log n) algorithm where that takes under a minute (n <= 1000)
+
+Run: .venv/bin/python benchmarks/tree_metrics.py [n ...]            (default n = 32 64 128)
+     .venv/bin/python benchmarks/tree_metrics.py --binary [n ...]   (default n = 1000 2000 5000 10000)
 Prints seconds per call and the peer/celldag ratio (> 1: celldag is faster).
 """
 
@@ -15,8 +19,11 @@ import sys
 import time
 
 import numpy as np
+from common import measure
 
+from celldag.lineage import metrics
 from celldag.lineage.metrics import qdist_sampled, quartet_distance, robinson_foulds
+from celldag.lineage.quartets import binary_quartet_distance
 from celldag.lineage.tree import parse_newick, path_distances
 
 
@@ -62,5 +69,31 @@ def main(sizes: list[int]) -> None:
               f"{rf:>9.4f} {peer_rf:>11.4f} {peer_rf / rf:>7.1f}")  # fmt: skip
 
 
+def general_quartet_distance(a, b) -> float:
+    """metrics.quartet_distance with the dispatch to the binary algorithm switched off."""
+    from unittest import mock
+
+    with mock.patch.object(metrics, "is_binary", lambda tree: False):
+        return quartet_distance(a, b)
+
+
+def binary_rows(sizes: list[int], general_up_to: int = 1000) -> None:
+    rng = np.random.default_rng(0)
+    print(f"{'n':>6} {'binary s':>9} {'peak MB':>8} {'general s':>10} {'ratio':>7}")
+    for n in sizes:
+        a, b = parse_newick(random_newick(n, rng)), parse_newick(random_newick(n, rng))
+        ours, peak = measure(lambda: binary_quartet_distance(a, b), repeat=3 if n <= 2000 else 1)
+        general, ratio = "–", "–"
+        if n <= general_up_to:
+            start = time.perf_counter()
+            assert general_quartet_distance(a, b) == binary_quartet_distance(a, b)  # bit for bit
+            seconds_general = time.perf_counter() - start
+            general, ratio = f"{seconds_general:.2f}", f"{seconds_general / ours:.0f}"
+        print(f"{n:>6} {ours:>9.3f} {peak:>8.0f} {general:>10} {ratio:>7}", flush=True)
+
+
 if __name__ == "__main__":
-    main([int(arg) for arg in sys.argv[1:]] or [32, 64, 128])
+    if sys.argv[1:2] == ["--binary"]:
+        binary_rows([int(arg) for arg in sys.argv[2:]] or [1000, 2000, 5000, 10000])
+    else:
+        main([int(arg) for arg in sys.argv[1:]] or [32, 64, 128])

@@ -10,6 +10,7 @@ from itertools import chain, combinations, islice
 import numpy as np
 
 from celldag.errors import InputError
+from celldag.lineage.quartets import binary_quartet_distance, is_binary
 from celldag.lineage.tree import Tree
 
 QUARTET_SAMPLE_DEFAULT = 100_000
@@ -100,11 +101,14 @@ def quartet_distance(a: Tree, b: Tree) -> float:
     resolved that way iff x and y share a component, and is a star iff they share the vertex
     but not the component. Counting such pairs {x, y} for every pair {p, q} sees each resolved
     quartet twice (once from each side), so per-quartet counts follow in O(n³ log n).
+    Two binary trees go to ``quartets.binary_quartet_distance`` instead: O(n²), the same value.
     """
     order = _shared_leaf_order(a, b)
     n = len(order)
     if n < 4:
         raise InputError(f"the quartet distance needs at least 4 leaves, got {n}")
+    if is_binary(a) and is_binary(b):
+        return binary_quartet_distance(a, b)
     view_a, view_b = _PathComponents(a, order), _PathComponents(b, order)
     # labels and vertices lie in [0, 2N); x = p and x = q get the unique values 2N and 2N + 1
     sentinel = 2 * max(a.n_nodes, b.n_nodes)
