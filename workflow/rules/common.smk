@@ -34,8 +34,8 @@ if celldag.__version__ != WORKFLOW_VERSION:
         f"(pip install 'celldag @ git+<celldag repository>@v{WORKFLOW_VERSION}', or pip install -e <its checkout>)"
     )
 
-from celldag import plan  # noqa: E402
-from celldag.registry import KINDS, ConfigError, key_sources, load_config  # noqa: E402
+from celldag import plan, resources  # noqa: E402
+from celldag.registry import KINDS, ConfigError, key_sources, load_config, read_yaml  # noqa: E402
 
 # --configfile files, then --config, override config/config.yaml key by key: errors name what set the key
 CONFIG_SOURCES = key_sources(
@@ -102,6 +102,22 @@ def per_attempt(base):
         return base * attempt
 
     return resource
+
+
+RESOURCE_MODELS = read_yaml(workflow_file("../../config/resources.yaml"))
+
+
+def sized(rule_name, resource, repeats):
+    """A resource that follows the size of the job's prepared data (celldag.resources, config/resources.yaml),
+    × the attempt; ``repeats(wildcards, input)``: the passes the job makes (seeds run, outputs scored)."""
+
+    def value(wildcards, input, attempt):
+        track = REGISTRIES.datasets[wildcards.dataset]["track"]
+        model = RESOURCE_MODELS.get(track, RESOURCE_MODELS["default"])
+        rows = resources.largest(input.prepared)
+        return resources.request(model, rule_name, rows, attempt, repeats(wildcards, input))[resource]
+
+    return value
 
 
 def dataset_track(wildcards):

@@ -17,7 +17,7 @@ rule evaluate:
     priority: 10  # the longest single job: start it as soon as its dataset's runs are done
     threads: 1
     resources:
-        mem_mb=per_attempt(4000),
-        runtime=per_attempt(60),
+        mem_mb=sized("evaluate", "mem_mb", lambda wildcards, input: len(input.outputs)),
+        runtime=sized("evaluate", "runtime", lambda wildcards, input: len(input.outputs)),
     script:
         "../scripts/evaluate.py"

@@ -18,8 +18,8 @@ rule run_method:
         method_env
     threads: 1
     resources:
-        mem_mb=per_attempt(4000),
-        runtime=per_attempt(60 * plan.seeds_per_job(config)),
+        mem_mb=sized("run_method", "mem_mb", lambda wildcards, input: len(input.prepared)),
+        runtime=sized("run_method", "runtime", lambda wildcards, input: len(input.prepared)),
         gpu=method_gpus,
     script:
         "../scripts/run_method.py"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MIN_DEPTH, MAX_DEPTH = 2, 12
+MIN_DEPTH, MAX_DEPTH = 2, 14
 
 
 @dataclass(frozen=True)

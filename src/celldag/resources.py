@@ -1,0 +1,54 @@
+"""What a job asks of the cluster, from the size of the data it reads.
+
+A job of a 100,000-cell dataset needs gigabytes and an hour where a 700-cell one needs a few hundred MB
+and a minute; one fixed request either starves the first or holds a large allocation for the second.
+``config/resources.yaml`` gives, per track and rule, memory and runtime as base + slope × size, size in
+the track's unit (leaves² for lineage jobs, whose distance matrices and attention grow so; cells for
+representation jobs, whose genes preprocessing caps), fitted to measured peak RSS and wall time
+(docs/performance.md). The size is read from the prepared file's header when the job is scheduled:
+no data are loaded.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+from collections.abc import Mapping, Sequence
+
+UNITS = {
+    "leaves_squared": lambda n_obs: n_obs**2,
+    "cells": lambda n_obs: n_obs,
+}
+
+
+def prepared_rows(path: str) -> int:
+    """Rows (leaves or cells) of a prepared h5ad, from its X header (dense dataset or sparse group).
+
+    A file not made yet raises FileNotFoundError naming it: Snakemake then shows the resource as <TBD>
+    and evaluates it again once the job's inputs exist (before it is submitted).
+    """
+    import h5py
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, "not made yet", path)
+    with h5py.File(path, "r") as handle:
+        matrix = handle["X"]
+        shape = matrix.attrs["shape"] if isinstance(matrix, h5py.Group) else matrix.shape
+    return int(shape[0])
+
+
+def request(model: Mapping, rule: str, rows: int, attempt: int, repeats: int = 1) -> dict[str, int]:
+    """{"mem_mb", "runtime"} (minutes) for ``rule`` on data of ``rows`` rows: memory for one pass, runtime
+    for ``repeats`` of them (the seeds of a job, the outputs an evaluation scores), × ``attempt``."""
+    size = UNITS[model["unit"]](rows)
+    memory, runtime = model[rule]["mem_mb"], model[rule]["runtime"]
+    return {
+        "mem_mb": math.ceil((memory[0] + memory[1] * size) * attempt),
+        "runtime": math.ceil((runtime[0] + runtime[1] * size * repeats) * attempt),
+    }
+
+
+def largest(paths: Sequence[str]) -> int:
+    """The most rows among prepared files (one per seed: a job is sized for its largest)."""
+    return max(prepared_rows(path) for path in paths)

@@ -1,0 +1,71 @@
+"""Cluster requests follow the data: memory and runtime from the prepared file's size (celldag.resources)."""
+
+from __future__ import annotations
+
+import anndata
+import numpy as np
+import pytest
+import yaml
+from scipy import sparse
+
+from celldag import resources
+from conftest import REPO, copy_workflow, run_snakemake
+
+MODELS = yaml.safe_load((REPO / "config/resources.yaml").read_text())
+
+
+def test_a_request_is_base_plus_slope_times_size_per_attempt_and_pass():
+    lineage = MODELS["lineage"]
+    assert resources.request(lineage, "run_method", 8192, attempt=1) == {"mem_mb": 7711, "runtime": 78}
+    # 1000 + 1e-4 · 8192² = 7710.9 MB; 10 + 1e-6 · 8192² = 77.1 min; a retry doubles both, three seeds triple the slope
+    assert resources.request(lineage, "run_method", 8192, attempt=2) == {"mem_mb": 15422, "runtime": 155}
+    assert resources.request(lineage, "run_method", 8192, attempt=1, repeats=3)["runtime"] == 212
+    # the default run's jobs ask for far less than the fixed 4,000 MB of before; a 100,000-cell one for more
+    assert resources.request(lineage, "run_method", 64, attempt=1)["mem_mb"] == 1001
+    assert resources.request(MODELS["representation"], "run_method", 700, 1)["mem_mb"] == 1528
+    assert resources.request(MODELS["representation"], "run_method", 100_000, 1)["mem_mb"] == 5500
+
+
+def test_every_shipped_track_has_a_model_for_each_sized_rule():
+    tracks = yaml.safe_load((REPO / "config/tracks.yaml").read_text())
+    for track in [*tracks, "default"]:
+        model = MODELS[track]
+        assert model["unit"] in resources.UNITS
+        for rule in ("run_method", "evaluate"):
+            assert set(model[rule]) == {"mem_mb", "runtime"} and all(len(pair) == 2 for pair in model[rule].values())
+
+
+def test_rows_come_from_the_header_of_dense_and_sparse_files_and_a_missing_file_is_named(tmp_path):
+    anndata.AnnData(X=np.zeros((12, 3))).write_h5ad(tmp_path / "dense.h5ad")
+    anndata.AnnData(X=sparse.random(40, 5, density=0.2, format="csr")).write_h5ad(tmp_path / "sparse.h5ad")
+    assert resources.prepared_rows(str(tmp_path / "dense.h5ad")) == 12
+    assert resources.largest([str(tmp_path / "dense.h5ad"), str(tmp_path / "sparse.h5ad")]) == 40
+    # Snakemake shows <TBD> for a resource whose input does not exist yet, if the error names that file
+    with pytest.raises(FileNotFoundError) as missing:
+        resources.prepared_rows(str(tmp_path / "later.h5ad"))
+    assert missing.value.filename == str(tmp_path / "later.h5ad")
+
+
+def job_resources(log: str, rule: str) -> list[dict[str, str]]:
+    """The resources line of every job of ``rule`` in Snakemake's log."""
+    found, lines = [], log.splitlines()
+    for index, line in enumerate(lines):
+        if line.strip() in (f"rule {rule}:", f"localrule {rule}:"):
+            block = next(text for text in lines[index + 1 :] if text.strip().startswith("resources:"))
+            found.append(dict(item.split("=") for item in block.split(":", 1)[1].strip().split(", ")))
+    return found
+
+
+def test_the_jobs_of_a_larger_dataset_ask_for_more(tmp_path):
+    workdir = copy_workflow(tmp_path / "run")
+    datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
+    small = {**datasets["bm_default"]["params"], "depth": 4, "count_depth": None}
+    datasets |= {"bm_16": datasets["bm_default"] | {"params": small},
+                 "bm_512": datasets["bm_default"] | {"params": small | {"depth": 9}}}  # fmt: skip
+    (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
+    config = {"datasets": ["bm_16", "bm_512"], "methods": ["nj_raw"], "seeds": [0]}
+    (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
+    log = run_snakemake(workdir, "results/default/scores.parquet").stderr
+    requested = sorted((int(r["mem_mb"]), int(r["runtime"])) for r in job_resources(log, "run_method"))
+    assert requested == [(1001, 11), (1027, 11)]  # 1000 + 1e-4 · 16² and · 512²; 10 + 1e-6 · n² minutes
+    assert sorted(int(r["mem_mb"]) for r in job_resources(log, "evaluate")) == [1001, 1008]
