@@ -1,7 +1,8 @@
 """Lineage-track speed against named peers, written to results/bench/lineage_scaling.json.
 
-  nj         tree from a distance matrix: celldag's reconstruct(…, "nj") (scikit-bio)  vs  Biopython's
-             DistanceTreeConstructor().nj (the official CellTreeQM's), random Euclidean points
+  nj         tree from a distance matrix: celldag's reconstruct(…, "nj") (scikit-bio; fast_nj from 2,000
+             leaves)  vs  Biopython's DistanceTreeConstructor().nj (the official CellTreeQM's), random
+             Euclidean points; at 2,000–10,000 leaves celldag's fast_nj  vs  scikit-bio's nj
   quartet    exact quartet distance (celldag)  vs  enumerating all quartets (tree_metrics.py's peer);
              Robinson–Foulds (celldag)  vs  DendroPy
   celltreeqm one CellTreeQM training step (input distances D_X/√C computed once)  vs  the same step
@@ -30,7 +31,8 @@ from common import ROOT, Section, Table, measure, run_child, run_params, run_sec
 from tree_metrics import random_newick
 
 from celldag.lineage.metrics import qdist_sampled, quartet_distance, robinson_foulds
-from celldag.lineage.reconstruct import euclidean_distances, reconstruct
+from celldag.lineage import fast_nj
+from celldag.lineage.reconstruct import FAST_NJ_FROM, euclidean_distances, reconstruct, skbio_neighbor_joining
 from celldag.lineage.tree import parse_newick, path_distances
 
 SECTIONS = ("nj", "quartet", "celltreeqm", "plan")
@@ -60,7 +62,7 @@ def same_topology(ours, peer_tree) -> bool:
 
 
 def nj_section(quick: bool, out: Section) -> None:
-    peer_sizes, own_sizes, largest = ([30, 60], [100, 200], 400) if quick else ([100, 300], [1000, 2000], 5000)
+    peer_sizes, own_sizes = ([30, 60], [100, 200]) if quick else ([100, 300], [1000, 2000])
     rng = np.random.default_rng(0)
     reconstruct(euclidean_distances(rng.normal(size=(8, 5))), [f"c{i}" for i in range(8)], "nj")  # imports
     table = Table("Neighbour joining: distance matrix → tree (random Euclidean points, 10 dimensions)",
@@ -86,21 +88,62 @@ def nj_section(quick: bool, out: Section) -> None:
         record(n, with_peer=True, repeat=3)
     for n in own_sizes:
         record(n, with_peer=False, repeat=3 if n <= 1000 else 2)
-    estimate = seconds[-1] * (largest / sizes[-1]) ** 3
-    if estimate <= 60:
-        record(largest, with_peer=False, repeat=1)
-    else:
-        out.notes.append(f"NJ at {largest:,} leaves skipped: ~{estimate:.0f} s estimated (n³) from {sizes[-1]:,} "
-                         "leaves, over the 60 s limit")
     out.tables.append(table.show())
-    out.notes.append("NJ: celldag's time is the best of 2–3 runs (one at 5,000 leaves), Biopython's one run; "
-                     "peak MB: the rise of the resident set during celldag's call.")  # fmt: skip
-    out.series["NJ (celldag, scikit-bio)"] = series("leaves", sizes, seconds, peaks)
+    out.notes.append(f"NJ: celldag's time is the best of 2–3 runs, Biopython's one run; celldag uses scikit-bio's nj "
+                     f"below {FAST_NJ_FROM:,} leaves and fast_nj from there; peak MB: the rise of the resident set "
+                     "during celldag's call.")  # fmt: skip
+    out.series["NJ (celldag)"] = series("leaves", sizes, seconds, peaks)
     out.series["NJ (Biopython)"] = series("leaves", peer_sizes, peer_seconds, peer=True)
     ratio = peer_seconds[-1] / seconds[len(peer_sizes) - 1]
     at_2000 = dict(zip(sizes, seconds)).get(own_sizes[-1], float("nan"))
     out.targets.append(target(f"NJ vs Biopython at {peer_sizes[-1]} leaves >= 500x", f"{ratio:,.0f}x", ratio >= 500))
     out.targets.append(target(f"NJ at {own_sizes[-1]:,} leaves <= 1 s", f"{at_2000:.2f} s", at_2000 <= 1))
+    nj_scale(quick, rng, out)
+
+
+def same_tree(ours, theirs) -> str:
+    """'identical' (node for node, lengths allclose), 'same topology' (RF 0) or 'NO'."""
+    if robinson_foulds(ours, theirs).distance != 0:
+        return "NO"
+    identical = ours.names == theirs.names and np.array_equal(ours.parent, theirs.parent) and np.allclose(
+        ours.length, theirs.length, rtol=1e-12, atol=1e-12, equal_nan=True)  # fmt: skip
+    return "identical" if identical else "same topology"
+
+
+def nj_scale(quick: bool, rng: np.random.Generator, out: Section) -> None:
+    """fast_nj against scikit-bio's nj (celldag's wrapper) on the matrix as reconstruct passes it (rows in
+    name order); scikit-bio only while its n³ estimate stays under 60 s."""
+    sizes = [300, 600, 1200] if quick else [2000, 5000, 10000]
+    table = Table("Neighbour joining at scale: celldag's fast_nj vs scikit-bio's nj (random Euclidean points, "
+                  "10 dimensions)", ["leaves", "fast_nj s", "fast_nj peak MB", "scikit-bio s",
+                                     "scikit-bio peak MB", "ratio", "same tree"])  # fmt: skip
+    fast_seconds, fast_peaks, skbio_sizes, skbio_seconds, skbio_peaks = [], [], [], [], []
+    for n in sizes:
+        names = sorted(f"c{i}" for i in range(n))
+        distances = euclidean_distances(rng.normal(size=(n, 10)))
+        fast, fast_peak = measure(lambda: fast_nj.neighbor_joining(distances, names), repeat=2 if n <= 5000 else 1)
+        fast_seconds.append(fast), fast_peaks.append(fast_peak)
+        estimate = skbio_seconds[-1] * (n / skbio_sizes[-1]) ** 3 if skbio_seconds else 0.0
+        peer, peer_peak, same = float("nan"), float("nan"), "–"
+        if estimate <= 60:
+            peer, peer_peak = measure(lambda: skbio_neighbor_joining(distances, names), repeat=1)
+            skbio_sizes.append(n), skbio_seconds.append(peer), skbio_peaks.append(peer_peak)
+            same = same_tree(fast_nj.neighbor_joining(distances, names), skbio_neighbor_joining(distances, names))
+        else:
+            out.notes.append(f"scikit-bio's nj at {n:,} leaves skipped: ~{estimate:.0f} s estimated (n³) from "
+                             f"{skbio_sizes[-1]:,} leaves, over the 60 s limit")  # fmt: skip
+        table.add(n, fast, fast_peak, peer, peer_peak, peer / fast, same)
+        print(f"  NJ at {n:,} leaves: fast_nj {fast:.2f} s, scikit-bio {peer:.2f} s", flush=True)
+    out.tables.append(table.show())
+    out.notes.append("NJ at scale: fast_nj's time is the best of 2 runs (one at 10,000 leaves), scikit-bio's one "
+                     "run; both take the matrix with its rows in name order, as reconstruct passes it (reconstruct "
+                     "adds that reordering, one copy of the matrix). Peak MB: the rise of the resident set during "
+                     "the call; the matrix itself (8·n² bytes) is made before it.")  # fmt: skip
+    out.series["NJ (fast_nj)"] = series("leaves", sizes, fast_seconds, fast_peaks)
+    out.series["NJ (scikit-bio)"] = series("leaves", skbio_sizes, skbio_seconds, skbio_peaks, peer=True)
+    for n, limit in zip(sizes[1:], (3, 15)):
+        at = dict(zip(sizes, fast_seconds))[n]
+        out.targets.append(target(f"NJ at {n:,} leaves <= {limit} s", f"{at:.2f} s", at <= limit))
 
 
 # ---------------------------------------------------------------- quartet distance and RF
