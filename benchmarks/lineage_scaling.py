@@ -3,8 +3,8 @@
   nj         tree from a distance matrix: celldag's reconstruct(…, "nj") (scikit-bio; fast_nj from 2,000
              leaves)  vs  Biopython's DistanceTreeConstructor().nj (the official CellTreeQM's), random
              Euclidean points; at 2,000–10,000 leaves celldag's fast_nj  vs  scikit-bio's nj
-  quartet    exact quartet distance (celldag)  vs  enumerating all quartets (tree_metrics.py's peer);
-             Robinson–Foulds (celldag)  vs  DendroPy
+  quartet    exact quartet distance (celldag: O(n²) on binary trees, up to 10,000 leaves)  vs  its general
+             algorithm and enumerating all quartets (tree_metrics.py's peer); Robinson–Foulds (celldag)  vs  DendroPy
   celltreeqm one CellTreeQM training step (input distances D_X/√C computed once)  vs  the same step
              recomputing D_X/√C every step, as the official trainer does
   plan       `snakemake -n` on a generated grid of ~2,000 run_method jobs, and celldag.plan.make_plan alone
@@ -16,6 +16,7 @@ Run: .venv/bin/python benchmarks/lineage_scaling.py [--quick] [--only nj quartet
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import io
 import shutil
@@ -30,7 +31,9 @@ import yaml
 from common import ROOT, Section, Table, measure, run_child, run_params, run_sections, series, target, timed
 from tree_metrics import random_newick
 
+from celldag.lineage import metrics
 from celldag.lineage.metrics import qdist_sampled, quartet_distance, robinson_foulds
+from celldag.lineage.quartets import binary_quartet_distance
 from celldag.lineage import fast_nj
 from celldag.lineage.reconstruct import FAST_NJ_FROM, euclidean_distances, reconstruct, skbio_neighbor_joining
 from celldag.lineage.tree import parse_newick, path_distances
@@ -153,17 +156,26 @@ def quartet_section(quick: bool, out: Section) -> None:
     import dendropy
     from dendropy.calculate import treecompare
 
-    sizes, enumerated = ([16, 32, 64, 128], {16, 32}) if quick else ([64, 128, 256, 512, 1000], {64, 128})
+    # binary trees: the O(n²) algorithm (celldag.lineage.quartets); general: metrics.quartet_distance's own
+    sizes, enumerated = ([16, 32, 64, 128], {16, 32}) if quick else ([64, 128, 256, 512, 1000, 2000, 5000, 10000], {64, 128})
+    general_up_to = 64 if quick else 512
     rng = np.random.default_rng(0)
     table = Table("Exact quartet distance and Robinson–Foulds on two random binary trees",
-                  ["leaves", "quartet s", "enumerate all s", "ratio", "RF s", "DendroPy RF s", "ratio"])  # fmt: skip
-    quartet_seconds, peer_sizes, peer_seconds, rf_seconds, dendropy_seconds = [], [], [], [], []
+                  ["leaves", "quartet s", "quartet peak MB", "general algorithm s", "enumerate all s", "ratio",
+                   "RF s", "DendroPy RF s", "ratio"])  # fmt: skip
+    quartet_seconds, peaks, general_sizes, general_seconds, peer_sizes, peer_seconds = [], [], [], [], [], []
+    rf_seconds, dendropy_seconds = [], []
     for n in sizes:
         first, second = random_newick(n, rng), random_newick(n, rng)
         a, b = parse_newick(first), parse_newick(second)
-        ours = timed(lambda: quartet_distance(a, b), repeat=3 if n <= 256 else 1)
-        quartet_seconds.append(ours)
-        peer = float("nan")
+        ours, peak = measure(lambda: quartet_distance(a, b), repeat=3 if n <= 2000 else 1)
+        quartet_seconds.append(ours), peaks.append(peak)
+        general = peer = float("nan")
+        if n <= general_up_to:
+            with binary_dispatch_off():
+                general = timed(lambda: quartet_distance(a, b), repeat=1)
+                assert quartet_distance(a, b) == binary_quartet_distance(a, b)  # the same float
+            general_sizes.append(n), general_seconds.append(general)
         if n in enumerated:
             names = list(a.leaf_names)
             dist_a, dist_b = (path_distances(t, names, topology_only=True) for t in (a, b))
@@ -176,15 +188,32 @@ def quartet_section(quick: bool, out: Section) -> None:
         rf = timed(lambda: robinson_foulds(a, b))
         peer_rf = timed(lambda: treecompare.symmetric_difference(tree_a, tree_b))
         rf_seconds.append(rf), dendropy_seconds.append(peer_rf)
-        table.add(n, ours, peer, peer / ours, rf, peer_rf, peer_rf / rf)
+        table.add(n, ours, peak, general, peer, peer / ours, rf, peer_rf, peer_rf / rf)
     out.tables.append(table.show())
-    out.series["quartet distance (celldag)"] = series("leaves", sizes, quartet_seconds)
+    out.series["quartet distance, binary (celldag)"] = series("leaves", sizes, quartet_seconds, peaks)
+    out.series["quartet distance, general (celldag)"] = series("leaves", general_sizes, general_seconds)
     out.series["quartet distance (enumerate all)"] = series("leaves", peer_sizes, peer_seconds, peer=True)
     out.series["RF (celldag)"] = series("leaves", sizes, rf_seconds)
     out.series["RF (DendroPy)"] = series("leaves", sizes, dendropy_seconds, peer=True)
-    n = 128 if quick else 256
-    at = dict(zip(sizes, quartet_seconds))[n]
-    out.targets.append(target(f"exact quartet distance at {n} leaves <= 2 s", f"{at:.2f} s", at <= 2))
+    at = dict(zip(sizes, zip(quartet_seconds, peaks)))
+    for n, limit in ((128, 2), (256, 2)) if quick else ((2000, 1), (10000, 20)):
+        if n in at:
+            out.targets.append(target(f"exact quartet distance at {n:,} leaves <= {limit} s", f"{at[n][0]:.2f} s",
+                                      at[n][0] <= limit))  # fmt: skip
+    if not quick:
+        out.targets.append(target("exact quartet distance at 10,000 leaves: peak memory <= 4 GB",
+                                  f"{at[10000][1]:,.0f} MB", at[10000][1] <= 4096))  # fmt: skip
+
+
+@contextlib.contextmanager
+def binary_dispatch_off():
+    """quartet_distance with its general algorithm for binary trees too (the peer of the O(n²) one)."""
+    original = metrics.is_binary
+    metrics.is_binary = lambda tree: False
+    try:
+        yield
+    finally:
+        metrics.is_binary = original
 
 
 # ---------------------------------------------------------------- CellTreeQM training step
@@ -308,7 +337,37 @@ def celltreeqm_section(quick: bool, out: Section) -> None:
                      "timed steps (seconds per step on a CPU). `celldag + D_X`: celldag's step time plus the "
                      "recompute step's D_X/√C phase, an estimate of the ratio less exposed to load changes. Steps use "
                      "torch's default thread count: on a loaded machine its threads contend, and step times jump.")  # fmt: skip
-    out.tables += [table.show(), breakdown.show()]
+    out.tables += [table.show(), breakdown.show(), celltreeqm_at_scale(quick, out)]
+
+
+def celltreeqm_at_scale(quick: bool, out: Section) -> str:
+    """Steps per second and peak memory of supervised CellTreeQM (CPU default sizes) on simulated trees of
+    2,048 and 8,192 leaves: the tree's path distances (quartet sampling), D_X, the attention over all
+    leaves and the n × n embedding distances with their gradients."""
+    import torch
+
+    from celldag.data.bm import simulate_bm
+
+    table = Table("CellTreeQM at scale: CPU default sizes, bm_default's features (105), supervised",
+                  ["leaves", "s/step", "steps/s", "peak MB (setup + 3 steps)"])  # fmt: skip
+    params = celltreeqm_params(False)
+    for depth in (8, 9) if quick else (11, 13):
+        simulation = simulate_bm(depth=depth, n_signal=45, n_noise=40, n_spurious=20, max_walk=3.0, noise_std=1.0,
+                                 measurement_std=1.0, seed=0)  # fmt: skip
+        step_seconds = []
+
+        def setup_and_steps() -> None:
+            tree = parse_newick(simulation.tree_newick)
+            distances = path_distances(tree, list(simulation.leaf_names), topology_only=True)
+            step = step_runner(torch.as_tensor(simulation.train, dtype=torch.float32), params, distances, False, 0)
+            step_seconds.extend(sum(step().values()) for _ in range(3))
+
+        _, peak = measure(setup_and_steps, repeat=1)
+        per_step = statistics.median(step_seconds[1:])  # the first step warms up
+        table.add(2**depth, per_step, 1 / per_step, peak)
+    if not quick:
+        out.targets.append(target("CellTreeQM at 8,192 leaves: peak memory <= 8 GB", f"{peak:,.0f} MB", peak <= 8192))
+    return table.show()
 
 
 # ---------------------------------------------------------------- planning
