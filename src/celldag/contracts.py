@@ -33,6 +33,13 @@ SCORE_COLUMNS = {
     "higher_is_better": "bool",
     "status": "string",
 }
+# optional columns: facts of how a run was scored, which a scorer returns beside its metrics (one value per
+# run) — the cells of a scoring subsample (representation: evaluation.score_cells) and its seed. A table
+# gathered from datasets scored without them holds NaN there (float).
+SCORE_FACTS = {
+    "scored_cells": "integer",
+    "subsample_seed": "integer",
+}
 
 
 class ContractError(InputError):
@@ -111,6 +118,13 @@ def check_scores(table: pd.DataFrame, path: str) -> None:
         }[kind]
         if not type_ok:
             raise ContractError(path, f"column '{column}'", f"must be {kind}, got {series.dtype}")
+    for column in (column for column in SCORE_FACTS if column in table.columns):  # optional
+        values = table[column]
+        numbers = values.dropna().to_numpy()
+        if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values) \
+                or (numbers < 0).any() or (numbers != np.round(numbers)).any():  # fmt: skip
+            raise ContractError(path, f"column '{column}'", f"must hold whole numbers >= 0 (or NaN in rows it does "
+                                                            f"not describe), got dtype {values.dtype}")  # fmt: skip
     bad_status = set(table["status"]) - set(RUN_STATUSES)
     if bad_status:
         raise ContractError(path, "column 'status'", f"unknown values {sorted(bad_status)}")

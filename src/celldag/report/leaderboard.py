@@ -131,8 +131,24 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
             if clipped:
                 blocks.append(Paragraph(CLIPPED_NOTE))
         blocks += run_notes(runs, dataset)
+        blocks += subsample_notes(table)
         blocks += paired_sections.get(dataset, [])
     return blocks
+
+
+def subsample_notes(scores: pd.DataFrame) -> list[Block]:
+    """Where a dataset's scores come from a subsample of its cells (``contracts.SCORE_FACTS`` columns): its
+    size, seed and the dataset seeds it applies to; nothing for datasets scored on every cell."""
+    if "scored_cells" not in scores:
+        return []
+    rows = scores[scores["scored_cells"].notna()]
+    lines = []
+    for (cells, seed), group in rows.groupby(["scored_cells", "subsample_seed"], sort=True):
+        seeds = ", ".join(map(str, sorted(set(group["seed"]))))
+        lines.append(f"Scores from a stratified subsample of {int(cells):,} cells (by label × batch; "
+                     f"`evaluation.score_cells` seed {int(seed)} with the dataset seed: seeds {seeds}), the same "
+                     "cells for every method of a seed; every cell was embedded.")  # fmt: skip
+    return [Paragraph(tuple(lines))] if lines else []
 
 
 def run_notes(runs: pd.DataFrame | None, dataset: str) -> list[Block]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 PANEL_INCHES = 2.6  # side of one scatter panel
 METHODS_PER_ROW = 3  # UMAP grid: methods side by side before wrapping to the next row
 POINT_SIZE = 3.0  # UMAP points (700 to a few thousand cells per panel)
+UMAP_MAX_CELLS = 20_000  # larger datasets: the UMAPs show a seeded stratified subsample of this many cells
 
 
 def palette(categories: list[str], qualitative: tuple[str, ...] = ("tab10", "tab20"),
@@ -119,21 +120,38 @@ def scatter_panel(axes, coordinates: np.ndarray, values: np.ndarray, colours: di
     axes.set_aspect("equal", adjustable="datalim")
 
 
+def umap_rows(data: FigureData, max_cells: int = UMAP_MAX_CELLS) -> np.ndarray | None:
+    """The cells a UMAP shows: None for every cell (``max_cells`` or fewer), else the scorer's stratified
+    subsample (``stratified_subsample``: label × batch) of ``max_cells`` cells, drawn with the seed of
+    ``evaluation.score_cells`` (0 without one) and the figure's dataset seed."""
+    from celldag.representation.scoring import stratified_subsample
+
+    obs = data.prepared.obs
+    if len(obs) <= max_cells:
+        return None
+    option = (data.evaluation or {}).get("score_cells") or {}
+    batch = obs["batch"] if "batch" in obs else ["one"] * len(obs)
+    return stratified_subsample(obs["label"], batch, max_cells, int(option.get("seed", 0)), data.seed)
+
+
 def umap(data: FigureData) -> Figure:
-    """UMAP of each ok run's cell embedding (all cells of the prepared dataset), coloured by label and batch."""
+    """UMAP of each ok run's cell embedding, coloured by label and batch: every cell of the prepared dataset,
+    or above ``UMAP_MAX_CELLS`` cells a stratified subsample of that many (``umap_rows``; the title says so)."""
     import numpy as np
     from matplotlib.figure import Figure
 
     outputs = ok_outputs(data.outputs)
     if not outputs:
         return report_figures.note_figure(f"{data.dataset}, seed {data.seed}: no run returned a cell embedding")
-    obs = data.prepared.obs
+    rows = umap_rows(data, UMAP_MAX_CELLS)
+    every = data.prepared.obs  # the palettes: those of the dataset's other figures
+    obs = every if rows is None else every.iloc[rows]
     colourings = {"cell type": obs["label"]}
     if "batch" in obs and obs["batch"].nunique() > 1:  # one batch (pbmc3k): nothing to see in a batch panel
         colourings["batch"] = obs["batch"]
-    colours = {"cell type": label_colours(obs["label"])}
+    colours = {"cell type": label_colours(every["label"])}
     if "batch" in colourings:
-        colours["batch"] = palette(categories_of(obs["batch"]), BATCH_COLOURS, avoid=list(colours["cell type"].values()))
+        colours["batch"] = palette(categories_of(every["batch"]), BATCH_COLOURS, avoid=list(colours["cell type"].values()))
     order = np.random.default_rng(0).permutation(len(obs))
 
     per_method = len(colourings)
@@ -145,6 +163,8 @@ def umap(data: FigureData) -> Figure:
         axes.set_axis_off()  # panels past the last method stay blank
     for index, (key, output) in enumerate(outputs.items()):
         embedding = np.asarray(output.obsm["X_emb"])
+        if rows is not None:
+            embedding = embedding[rows]
         coordinates = umap_coordinates(embedding) if np.isfinite(embedding).all() else None
         for offset, (name, values) in enumerate(colourings.items()):
             axes = grid[index // METHODS_PER_ROW, (index % METHODS_PER_ROW) * per_method + offset]
@@ -157,7 +177,11 @@ def umap(data: FigureData) -> Figure:
                 continue
             scatter_panel(axes, coordinates, values.astype(str).to_numpy(), colours[name], order)
     add_legends(figure, colours)  # one legend, the batches right under the cell types
-    figure.suptitle(f"{data.dataset}: UMAP of each cell embedding (seed {data.seed}, {len(obs)} cells)")
+    if rows is None:
+        figure.suptitle(f"{data.dataset}: UMAP of each cell embedding (seed {data.seed}, {len(obs)} cells)")
+    else:
+        figure.suptitle(f"{data.dataset}: UMAP of each cell embedding (seed {data.seed}; a stratified subsample of "
+                        f"{len(rows):,} of its {len(every):,} cells, by label × batch)")  # fmt: skip
     return figure
 
 

@@ -7,6 +7,12 @@ same marker genes on both sides, so the two numbers are paired).
 
 JAX's compiled kernels are kept on disk between jobs (``enable_jax_cache``, ``CELLDAG_JAX_CACHE``), and
 umap-learn's graph kernels by numba (``celldag.representation.numba_cache``).
+
+Large datasets: with ``evaluation.score_cells: {max_cells, seed}`` a dataset of more than ``max_cells``
+cells is scored on a stratified subsample of ``max_cells`` of them (``stratified_subsample``: by label ×
+batch, seeded by ``seed`` and the dataset seed), the same cells for every method of a seed; each run's
+scores then carry ``scored_cells`` and ``subsample_seed`` (``contracts.SCORE_FACTS``), which the
+scores table keeps as columns and the leaderboard notes under the dataset.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import numpy as np
 from celldag.tracks import ScoringContext
 
 CONTROLS = ("random", "shuffled")  # sciLaMA's gene inputs drawn from a static table with the run's seed
+SUBSAMPLE_STREAM = 3  # random stream of scoring subsamples (preprocess: 1 the split, 2 synthetic batches)
 JAX_CACHE_ENV = "CELLDAG_JAX_CACHE"  # a directory for JAX's compiled kernels, or "off"
 
 
@@ -156,27 +163,101 @@ def enable_jax_cache() -> Path | None:
     return path
 
 
+def allocate(size: int, counts: np.ndarray) -> np.ndarray:
+    """Cells per stratum: ``size`` in all, proportional to the strata's ``counts`` (Hamilton's largest
+    remainder), and at least one per stratum when there are no more strata than ``size``.
+
+    A stratum whose share is under one cell gets one, and the rest of ``size`` is shared proportionally
+    among the others, again until no share is under one; so each of those keeps its proportion of the
+    cells left to share within rounding. No stratum gets more cells than it has.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    fixed = np.zeros(counts.size, dtype=bool)  # strata held at one cell
+    while counts.size <= size:
+        free = np.flatnonzero(~fixed)
+        under = (size - fixed.sum()) * counts[free] < counts[free].sum()  # share of the rest under one cell
+        if not under.any():
+            break
+        fixed[free[under]] = True
+    free = ~fixed
+    budget = size - int(fixed.sum())
+    quota = budget * counts[free] / counts[free].sum()
+    alloc = np.ones(counts.size, dtype=np.int64)
+    shares = np.floor(quota).astype(np.int64)
+    shares[np.argsort(-(quota - shares), kind="stable")[: budget - int(shares.sum())]] += 1
+    alloc[free] = shares
+    return alloc
+
+
+def stratified_subsample(labels, batch, size: int, seed: int, dataset_seed: int) -> np.ndarray:
+    """Sorted row indices of a seeded subsample of ``size`` cells, stratified by label × batch.
+
+    Every non-empty (label, batch) stratum is represented while there are no more of them than ``size``,
+    and each keeps its share of the cells within rounding (``allocate``). Strata are visited in sorted
+    order and their cells drawn without replacement from one generator seeded by ``seed`` and
+    ``dataset_seed``: the same labels, batches and seeds give the same cells. ``size`` at or above the
+    number of cells: every row.
+    """
+    import pandas as pd
+
+    labels, batch = np.asarray(labels).astype(str), np.asarray(batch).astype(str)
+    n_cells = labels.size
+    if size >= n_cells:
+        return np.arange(n_cells)
+    if size < 1:
+        raise ValueError(f"a subsample needs at least one cell, got size {size}")
+    strata = pd.DataFrame({"label": labels, "batch": batch}).groupby(["label", "batch"], sort=True).ngroup()
+    codes = strata.to_numpy()
+    counts = np.bincount(codes)
+    alloc = allocate(size, counts)
+    members = np.split(np.argsort(codes, kind="stable"), np.cumsum(counts)[:-1])
+    rng = np.random.default_rng([SUBSAMPLE_STREAM, seed, dataset_seed])
+    chosen = [rng.choice(rows, size=k, replace=False) for rows, k in zip(members, alloc)]
+    return np.sort(np.concatenate(chosen))
+
+
+def score_subsample(prepared, context: ScoringContext) -> np.ndarray | None:
+    """The rows the metrics score (the cells they use are all cells of the prepared dataset): None for
+    every cell — no ``evaluation.score_cells``, or no more cells than its ``max_cells`` — else the
+    stratified subsample of ``max_cells`` cells drawn with its ``seed`` and the dataset seed."""
+    option = context.evaluation.get("score_cells")
+    if not option or prepared.n_obs <= int(option["max_cells"]):
+        return None
+    return stratified_subsample(prepared.obs["label"], prepared.obs["batch"], int(option["max_cells"]),
+                                int(option.get("seed", 0)), context.seed)  # fmt: skip
+
+
 def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[str, float]]:
-    """One {metric: value} per output of one seed (empty for runs that are not ``ok``)."""
+    """One {metric: value} per output of one seed (empty for runs that are not ``ok``).
+
+    On a subsample (``score_subsample``) every output's dict also holds the score facts ``scored_cells``
+    and ``subsample_seed`` (``contracts.SCORE_FACTS``), which become columns of its rows.
+    """
     from celldag.representation.metrics import scib_scores
     from celldag.representation.numba_cache import cache_umap_graph_kernels
 
     markers, table_paths = context.dataset.get("markers", {}), list(context.table_paths)
     ok = [i for i, output in enumerate(outputs) if output.uns["status"] == "ok"]
-    scores: list[dict[str, float]] = [{} for _ in outputs]
+    rows = score_subsample(prepared, context)
+    facts = {} if rows is None else {"scored_cells": int(rows.size),
+                                     "subsample_seed": int(context.evaluation["score_cells"].get("seed", 0))}
+    scores: list[dict[str, float]] = [dict(facts) for _ in outputs]
     if not ok:
         return scores
-    x = np.asarray(prepared.X.toarray() if hasattr(prepared.X, "toarray") else prepared.X, dtype=np.float32)
-    batch = prepared.obs["batch"].astype(str).to_numpy()
+    matrix, obs = (prepared.X, prepared.obs) if rows is None else (prepared.X[rows], prepared.obs.iloc[rows])
+    x = np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix, dtype=np.float32)
+    batch = obs["batch"].astype(str).to_numpy()
     batch_metrics = len(np.unique(batch)) > 1  # one batch (pbmc3k): bio conservation only
     pre_integration = unintegrated_reference(x) if batch_metrics else None
     embeddings = {str(i): np.asarray(outputs[i].obsm["X_emb"], dtype=np.float32) for i in ok}
+    if rows is not None:
+        embeddings = {key: embedding[rows] for key, embedding in embeddings.items()}
     enable_jax_cache()
     cache_umap_graph_kernels()  # scib-metrics' connectivities run umap-learn's graph kernels
-    scib = scib_scores(embeddings, prepared.obs["label"].astype(str).to_numpy(), batch, pre_integration,
+    scib = scib_scores(embeddings, obs["label"].astype(str).to_numpy(), batch, pre_integration,
                        batch_metrics=batch_metrics)  # fmt: skip
     for i in ok:
-        scores[i] = {metric: value for metric, value in scib[str(i)].items() if np.isfinite(value)}
+        scores[i] |= {metric: value for metric, value in scib[str(i)].items() if np.isfinite(value)}
         if markers and "X_gene_emb" in outputs[i].varm:
             scores[i] |= marker_scores(outputs[i], markers, table_paths)
     return scores
