@@ -17,8 +17,21 @@ from celldag.tracks import FigureData
 TRUTH = "(((A,B),C),(D,(E,F)));"  # splits AB|CDEF, ABC|DEF, EF|ABCD (the root's two edges make one)
 
 
+ORDER = "ABCDEF"  # the truth's leaf order: bit i of a split is ORDER[i]
+
+
 def split(side: str, other: str):
-    return figures.bipartition(side, other)
+    assert set(side) | set(other) == set(ORDER) and not set(side) & set(other)
+    return figures.bipartition(side, ORDER)
+
+
+def mask(leaves: str) -> int:
+    return sum(1 << ORDER.index(leaf) for leaf in leaves)
+
+
+def test_a_split_is_the_same_from_either_side_and_is_the_side_without_the_first_leaf():
+    assert split("AB", "CDEF") == split("CDEF", "AB") == mask("CDEF")
+    assert figures.split_of(mask("AB"), 6) == figures.split_of(mask("CDEF"), 6) == 0b111100
 
 
 def test_wrong_splits_are_the_estimates_bipartitions_missing_from_the_truth():
@@ -41,15 +54,15 @@ def test_the_layout_re_roots_an_estimate_on_the_true_root_split_and_marks_its_wr
     truth = parse_newick(TRUTH)
     order = truth.leaf_names
     root_clade = figures._first_root_clade(truth)
-    assert root_clade == frozenset("ABC")
+    assert "".join(order) == ORDER and root_clade == mask("ABC")
     correct = figures.cladogram(parse_newick("(A,B,(C,(D,(E,F))));"), order, root_clade)
-    assert correct.clade[correct.root] == frozenset(order)
-    assert {correct.clade[kid] for kid in correct.children[correct.root]} == {frozenset("ABC"), frozenset("DEF")}
+    assert correct.clade[correct.root] == mask(ORDER)
+    assert {correct.clade[kid] for kid in correct.children[correct.root]} == {mask("ABC"), mask("DEF")}
     # drawn in the true order without crossings: every clade takes a contiguous run of rows
     for clade in correct.clade:
-        rows = sorted(order.index(name) for name in clade)
+        rows = [i for i in range(6) if clade >> i & 1]
         assert not rows or rows == list(range(rows[0], rows[-1] + 1))
-    assert [correct.y[node] for node in range(len(correct.y)) if len(correct.clade[node]) == 1] == [0, 1, 2, 3, 4, 5]
+    assert [correct.y[node] for node in range(len(correct.y)) if correct.clade[node].bit_count() == 1] == [0, 1, 2, 3, 4, 5]
 
     estimate = parse_newick("((A,C),B,(D,(E,F)));")
     wrong = figures.wrong_splits(estimate, truth)

@@ -5,7 +5,8 @@ without pyplot (no global state, any backend). Nothing random or time-dependent 
 inputs give the same PNG. Heavy imports (matplotlib, numpy, pandas) happen inside the functions, so
 the track module can name these functions without importing them.
 
-Trees are unrooted for RF: a split is an unordered pair of leaf sets, ``frozenset({side, other_side})``.
+Trees are unrooted for RF: a split is an unordered pair of leaf sets, kept as a bitmask over the true
+leaf order (``Split``).
 An estimated tree is drawn re-rooted on the edge that best matches the true tree's root split, its
 children ordered by the true leaf order, so a correct tree draws without crossings in that order.
 """
@@ -32,29 +33,43 @@ WRONG_COLOUR = "#d62728"
 CONTROL_COLOUR = "0.5"  # hollow dots of controls; their labels follow celldag.report.figures.KIND_STYLE
 SEED_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
-Split = frozenset  # of two frozensets of leaf names: the two sides of an unrooted bipartition
+# A split (unrooted bipartition) is a bitmask over the leaf order (bit i: leaf_order[i]) of the side
+# without leaf_order[0]: an int of n bits, so that 8,192-leaf trees keep their n − 3 splits in megabytes
+# (sets of leaf names took gigabytes on unbalanced trees).
+Split = int
 
 
 # ---------------------------------------------------------------- splits and the best run
 
 
-def bipartition(side: Iterable[str], other: Iterable[str]) -> Split:
-    return frozenset({frozenset(side), frozenset(other)})
+def split_of(side: int, n_leaves: int) -> Split:
+    """The split one side (a bitmask of ``n_leaves`` bits) makes, in canonical form."""
+    return side ^ ((1 << n_leaves) - 1) if side & 1 else side
 
 
-def tree_splits(tree: Tree) -> set[Split]:
-    """The non-trivial splits of the unrooted tree (``celldag.lineage.tree.splits``) as leaf-name pairs."""
+def bipartition(side: Iterable[str], leaf_order: Sequence[str]) -> Split:
+    """The split between the leaves ``side`` and the rest of ``leaf_order``."""
+    rank = {name: position for position, name in enumerate(leaf_order)}
+    return split_of(sum(1 << rank[name] for name in set(side)), len(leaf_order))
+
+
+def tree_splits(tree: Tree, leaf_order: Sequence[str] | None = None) -> set[Split]:
+    """The non-trivial splits of the unrooted tree (``celldag.lineage.tree.splits``) over ``leaf_order``
+    (default: the tree's own)."""
     import numpy as np
 
     from celldag.lineage.tree import splits
 
-    names = np.asarray(tree.leaf_names)
-    return {bipartition(names[row].tolist(), names[~row].tolist()) for row in splits(tree, tree.leaf_names)}
+    order = tree.leaf_names if leaf_order is None else leaf_order
+    rows = splits(tree, order)
+    packed = np.packbits(rows, axis=1, bitorder="little")
+    return {split_of(int.from_bytes(row.tobytes(), "little"), len(order)) for row in packed}
 
 
 def wrong_splits(estimate: Tree, truth: Tree) -> set[Split]:
-    """Splits of ``estimate`` that the true tree lacks: the estimate's half of the RF distance."""
-    return tree_splits(estimate) - tree_splits(truth)
+    """Splits of ``estimate`` that the true tree lacks (over the truth's leaf order): the estimate's half
+    of the RF distance."""
+    return tree_splits(estimate, truth.leaf_names) - tree_splits(truth)
 
 
 def run_key(method: str, variant: str) -> str:
@@ -92,10 +107,10 @@ class Cladogram:
 
     root: int
     children: tuple[tuple[int, ...], ...]  # in drawing order (top to bottom)
-    clade: tuple[frozenset[str], ...]  # the leaves below each node
+    clade: tuple[int, ...]  # the leaves below each node, a bitmask over the leaf order
     x: tuple[float, ...]  # depth in edges from the root
     y: tuple[float, ...]  # leaves: rank in the leaf order; internal nodes: middle of their children
-    all_leaves: frozenset[str]
+    n_leaves: int
 
     def edges(self) -> Iterable[tuple[int, int]]:
         """(parent, child) for every edge, in preorder."""
@@ -108,31 +123,31 @@ class Cladogram:
 
     def split_above(self, node: int) -> Split | None:
         """The split the edge above ``node`` makes; None when one side has fewer than 2 leaves."""
-        below = self.clade[node]
-        if min(len(below), len(self.all_leaves) - len(below)) < 2:
+        below = self.clade[node].bit_count()
+        if min(below, self.n_leaves - below) < 2:
             return None
-        return bipartition(below, self.all_leaves - below)
+        return split_of(self.clade[node], self.n_leaves)
 
 
-def cladogram(tree: Tree, leaf_order: Sequence[str], root_clade: frozenset[str] | None = None) -> Cladogram:
+def cladogram(tree: Tree, leaf_order: Sequence[str], root_clade: int | None = None) -> Cladogram:
     """Lay ``tree`` out with its leaves at their rank in ``leaf_order``.
 
-    ``root_clade`` None: drawn as rooted. Otherwise the tree is taken unrooted and re-rooted in the
-    middle of the edge whose split is closest to (``root_clade`` | the rest), so that an estimate that
-    recovers the true root split is drawn the way the truth is.
+    ``root_clade`` None: drawn as rooted. Otherwise (a bitmask over ``leaf_order``) the tree is taken
+    unrooted and re-rooted in the middle of the edge whose split is closest to (``root_clade`` | the
+    rest), so that an estimate that recovers the true root split is drawn the way the truth is.
     """
+    rank = {name: position for position, name in enumerate(leaf_order)}
     neighbours = _adjacency(tree, unrooted=root_clade is not None)
     root = 0
     if root_clade is not None:
-        root = _root_on_edge(neighbours, _closest_edge(neighbours, tree, root_clade))
+        root = _root_on_edge(neighbours, _closest_edge(neighbours, tree, root_clade, rank))
     children = _children_from(neighbours, root)
     names = list(tree.names) + [""] * (len(neighbours) - tree.n_nodes)
-    clade = _clades(children, root, names)
-    rank = {name: position for position, name in enumerate(leaf_order)}
+    clade, rank_sum = _clades(children, root, names, rank)
     # children top to bottom by the mean rank of their leaves: a tree that matches the order draws uncrossed
-    children = [sorted(kids, key=lambda kid: sum(rank[n] for n in clade[kid]) / len(clade[kid])) for kids in children]
+    children = [sorted(kids, key=lambda kid: rank_sum[kid] / clade[kid].bit_count()) for kids in children]
     x, y = _coordinates(children, root, names, rank)
-    return Cladogram(root, tuple(map(tuple, children)), tuple(clade), tuple(x), tuple(y), frozenset(leaf_order))
+    return Cladogram(root, tuple(map(tuple, children)), tuple(clade), tuple(x), tuple(y), len(leaf_order))
 
 
 def _adjacency(tree: Tree, unrooted: bool) -> list[list[int]]:
@@ -176,24 +191,30 @@ def _postorder(children: Sequence[Sequence[int]], root: int) -> list[int]:
     return order[::-1]
 
 
-def _clades(children: list[list[int]], root: int, names: list[str]) -> list[frozenset[str]]:
-    clade: list[frozenset[str]] = [frozenset()] * len(children)
+def _clades(children: list[list[int]], root: int, names: list[str], rank: dict[str, int]) -> tuple[list[int], list[int]]:
+    """Per node, its leaves as a bitmask over ``rank`` and the sum of their ranks."""
+    clade, rank_sum = [0] * len(children), [0] * len(children)
     for node in _postorder(children, root):
         kids = children[node]
-        clade[node] = frozenset().union(*(clade[kid] for kid in kids)) if kids else frozenset({names[node]})
-    return clade
+        if kids:
+            for kid in kids:
+                clade[node] |= clade[kid]
+                rank_sum[node] += rank_sum[kid]
+        else:
+            clade[node], rank_sum[node] = 1 << rank[names[node]], rank[names[node]]
+    return clade, rank_sum
 
 
-def _closest_edge(neighbours: list[list[int]], tree: Tree, target: frozenset[str]) -> tuple[int, int]:
+def _closest_edge(neighbours: list[list[int]], tree: Tree, target: int, rank: dict[str, int]) -> tuple[int, int]:
     """The edge (a, b) whose split differs least from (target | rest): fewest leaves to move across it."""
     start = int(tree.leaves[0])  # any leaf: every edge then lies below some node
     children = _children_from(neighbours, start)
-    clade = _clades(children, start, list(tree.names))
+    clade, _ = _clades(children, start, list(tree.names), rank)
     n_leaves = tree.leaves.size
     best, best_cost = None, None
     for parent in _postorder(children, start)[::-1]:  # parents first: ties go to the edge met first
         for child in children[parent]:
-            moved = len(clade[child] ^ target)
+            moved = (clade[child] ^ target).bit_count()
             cost = min(moved, n_leaves - moved)
             if best_cost is None or cost < best_cost:
                 best, best_cost = (parent, child), cost
@@ -272,7 +293,7 @@ def trees(data: FigureData) -> Figure:
         raise ValueError("the trees figure needs the prepared dataset (FigureData.prepared)")
     truth = parse_newick(data.prepared.uns["tree_newick"])
     order = truth.leaf_names
-    root_clade = _first_root_clade(truth)
+    root_clade = _first_root_clade(truth)  # a bitmask over the truth's leaf order
     truth_splits = tree_splits(truth)
     panels = _tree_panels(data)
     fig = new_figure(4.0 * (1 + len(panels)), _tree_figure_height(len(order)))
@@ -309,11 +330,12 @@ def _wrong_split_legend(fig: Figure) -> None:
     fig.legend(handles=[marked], loc="outside lower center", fontsize=8, frameon=False)
 
 
-def _first_root_clade(truth: Tree) -> frozenset[str]:
-    """The leaves below the true root's first child: one side of the true root split, at the top of the order."""
+def _first_root_clade(truth: Tree) -> int:
+    """The leaves below the true root's first child (a bitmask over the truth's leaf order): one side of
+    the true root split, at the top of the order."""
     first_child = truth.children[0][0]
     start, stop = truth.leaf_span
-    return frozenset(truth.leaf_names[start[first_child] : stop[first_child]])
+    return ((1 << int(stop[first_child])) - 1) ^ ((1 << int(start[first_child])) - 1)
 
 
 def _tree_panels(data: FigureData) -> list[tuple[str, str]]:
