@@ -157,7 +157,7 @@ def test_replicates_differ_only_by_measurement_noise():
 
 
 @pytest.mark.parametrize("name, value", [
-    ("depth", 1), ("depth", 13), ("depth", 4.0),
+    ("depth", 1), ("depth", 15), ("depth", 4.0),
     ("n_signal", 0), ("n_noise", -1), ("n_spurious", -1), ("n_signal", 2.5),
     ("max_walk", 0.5), ("max_walk", float("nan")), ("max_walk", float("inf")),
     ("noise_std", -0.1), ("noise_std", float("nan")), ("measurement_std", -1.0),
