@@ -12,8 +12,11 @@
            pbmc68k_batched (700 cells: the evaluate job of the default config) and synthetic cells.
   prepare  ``celldag.representation.preprocess.preprocess`` (what every representation loader calls)
            on a sparse counts matrix, in a child process: time, peak RSS, the matrix types step by step.
+  subsample  scores on a stratified subsample (``evaluation.score_cells``)  vs  scores of every cell, on
+           the builtin synthetic_20k (PCA and Harmony through celldag's runner): every aggregate's
+           difference, against the target of 0.01.
 
-Run: .venv/bin/python benchmarks/representation_scaling.py [--quick] [--only epochs scoring prepare]
+Run: .venv/bin/python benchmarks/representation_scaling.py [--quick] [--only epochs scoring prepare subsample]
 (about 6 min on 2 idle cores; --quick shrinks every size to check that the script works; --only reruns
 some sections and keeps the others' last results).
 """
@@ -32,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from common import ROOT, Section, Table, run_child, run_params, run_sections, series, target
 
-SECTIONS = ("epochs", "scoring", "prepare")
+SECTIONS = ("epochs", "scoring", "prepare", "subsample")
 N_BATCHES, N_TYPES, LATENT, BATCH_SIZE = 3, 10, 20, 128
 GENE_TABLE_DIM = 384  # go_text's width (all-MiniLM-L6-v2)
 
@@ -495,6 +498,65 @@ CHILDREN = {"scilama_epoch": scilama_epoch, "scvi_epoch": scvi_epoch, "scoring_r
             "prepare_run": prepare_run}  # fmt: skip
 
 
+# ---------------------------------------------------------------- scoring on a subsample
+
+
+AGGREGATES = ("total", "bio_conservation", "batch_correction")
+
+
+def subsample_section(quick: bool, out: Section) -> None:
+    """PCA and Harmony on synthetic data scored with every cell and on stratified subsamples of it."""
+    from celldag import artifacts
+    from celldag.prepare import prepare_dataset
+    from celldag.registry import read_yaml
+    from celldag.runner import run_method
+    from celldag.scoring import score_dataset
+    from celldag.tracks import tracks_of
+
+    cells, sizes, seeds = (2000, [1000], [0]) if quick else (20000, [10000], [0, 1, 2])
+    track = tracks_of(read_yaml(ROOT / "config/tracks.yaml"))["representation"]
+    entry = read_yaml(ROOT / "config/datasets.yaml")["synthetic_20k"]
+    entry = entry | {"params": entry["params"] | {"n_cells": cells}}
+    methods = read_yaml(ROOT / "config/methods.yaml")
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        prepared = work / "prepared.h5ad"
+        artifacts.write_h5ad(prepare_dataset("synthetic", entry, track, 0), prepared)
+        outputs = []
+        for method in ("pca", "harmony"):
+            run_dir = work / method
+            run_method(prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"),
+                       record_path=str(run_dir / "run.json"), dataset_id="synthetic", dataset_entry=entry,
+                       method_id=method, method_entry={"variants": {"default": {}}} | methods[method],
+                       variant="default", seed=0, track=track)  # fmt: skip
+            outputs.append(str(run_dir / "output.h5ad"))
+
+        def aggregates(evaluation: dict) -> tuple[dict[tuple[str, str], float], float]:
+            path = work / f"scores-{time.monotonic_ns()}.parquet"
+            start = time.perf_counter()
+            score_dataset(prepared_paths=[str(prepared)], output_paths=outputs, table_paths=[], scores_path=str(path),
+                          track_id="representation", track=track, dataset=entry, evaluation=evaluation)  # fmt: skip
+            table = artifacts.read_scores(path)
+            table = table[table["metric"].isin(AGGREGATES)]
+            return {(row.method, row.metric): float(row.value) for row in table.itertuples()}, time.perf_counter() - start
+
+        full, full_seconds = aggregates({})
+        runs = []
+        for size in sizes:
+            for seed in seeds:
+                scores, seconds = aggregates({"score_cells": {"max_cells": size, "seed": seed}})
+                runs.append((size, seed, seconds, {key: scores[key] - full[key] for key in full}))
+    table = Table(f"Scores on a stratified subsample vs every cell: synthetic, {cells:,} cells (Δ = subsample − every cell)",
+                  ["method", "aggregate", "every cell", *(f"{size:,}, seed {seed}: Δ" for size, seed, *_ in runs)])  # fmt: skip
+    for (method, metric), value in sorted(full.items()):
+        table.add(method, metric, value, *(f"{differences[(method, metric)]:+.4f}" for *_, differences in runs))
+    table.add("scoring s", "", full_seconds, *(seconds for _, _, seconds, _ in runs))
+    out.tables.append(table.show())
+    worst = max(abs(d) for *_, differences in runs for d in differences.values())
+    out.targets.append(target(f"scores on a {sizes[0]:,}-cell stratified subsample of {cells:,} within 0.01 of every "
+                              f"cell's, every aggregate", f"largest |Δ| {worst:.3f}", worst <= 0.01))  # fmt: skip
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         kind, spec, path = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
@@ -508,7 +570,7 @@ def main() -> None:
     args = parser.parse_args()
     run = {"epochs": epochs_section,  # in SECTIONS' order: the order of the tables
            "scoring": lambda quick, section: scoring_section(quick, section, args.scoring_cells),
-           "prepare": prepare_section}  # fmt: skip
+           "prepare": prepare_section, "subsample": subsample_section}  # fmt: skip
     run_sections("representation_scaling", run, args.only, args.quick)
 
 
