@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import anndata
 import numpy as np
 import pytest
@@ -69,3 +72,14 @@ def test_the_jobs_of_a_larger_dataset_ask_for_more(tmp_path):
     requested = sorted((int(r["mem_mb"]), int(r["runtime"])) for r in job_resources(log, "run_method"))
     assert requested == [(1001, 11), (1027, 11)]  # 1000 + 1e-4 · 16² and · 512²; 10 + 1e-6 · n² minutes
     assert sorted(int(r["mem_mb"]) for r in job_resources(log, "evaluate")) == [1001, 1008]
+    # every heavy job leaves Snakemake's benchmark beside its log: `celldag resources` sets use beside request
+    jobs = resources.measured(str(workdir / "results"), MODELS)
+    assert sorted((job["rule"], job["dataset"], job["rows"], job["requested_mb"]) for job in jobs) == [
+        ("evaluate", "bm_16", 16, 1001), ("evaluate", "bm_512", 512, 1008),
+        ("prepare_dataset", "bm_16", 16, None), ("prepare_dataset", "bm_512", 512, None),
+        ("run_method", "bm_16", 16, 1001), ("run_method", "bm_512", 512, 1027),
+    ]
+    assert all(0 < job["max_rss_mb"] < job["requested_mb"] for job in jobs if job["requested_mb"])
+    printed = subprocess.run([sys.executable, "-m", "celldag.cli", "resources", "--workflow", str(workdir)], cwd=workdir,
+                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "| run_method | bm_512/nj_raw/default/" in printed and "| 512 |" in printed

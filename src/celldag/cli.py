@@ -7,6 +7,9 @@ other named datasets are still checked and reported).
 ``celldag audit`` checks a finished results directory against itself (docs/audit.md): recorded
 checksums, and a seeded sample of runs re-run and re-scored. Exit status 0 when everything matched,
 1 when something changed or differs, 2 when the config or an argument is invalid.
+
+``celldag resources`` lists what each benchmarked job (prepare_dataset, run_method, evaluate) used —
+wall time and peak RSS from Snakemake's benchmark files — beside the memory it asks of the cluster.
 """
 
 from __future__ import annotations
@@ -28,12 +31,18 @@ def main(argv: list[str] | None = None) -> int:
                           help=f"run config naming the registries (default {DEFAULT_CONFIG})")  # fmt: skip
     _add_module_options(validate)
     _add_audit(commands)
+    resources = commands.add_parser("resources", help="what each benchmarked job used (wall s, peak RSS) beside what it "
+                                                      "asks of the cluster (config/resources.yaml)")  # fmt: skip
+    resources.add_argument("--results", default="results", help="the results directory (default results)")
+    _add_module_options(resources)
     args = parser.parse_args(argv)
     try:
         if args.command == "audit":
             from celldag.audit import audit
 
             return audit(args.configfile, args.sample, args.seed, args.run, args.workflow, args.config_key)
+        if args.command == "resources":
+            return _resources(args.results, args.workflow)
         return _validate(args.datasets, args.configfile, args.workflow, args.config_key)
     except InputError as err:
         print(one_line(err), file=sys.stderr)
@@ -60,6 +69,20 @@ def _add_audit(commands) -> None:
     audit.add_argument("--run", nargs="+", action="extend", metavar="DATASET/METHOD/VARIANT/SEED",
                        help="re-run these runs instead of a sample")  # fmt: skip
     _add_module_options(audit)
+
+
+def _resources(results: str, workflow: str) -> int:
+    import os
+
+    from celldag.registry import read_yaml
+    from celldag.resources import measured
+
+    jobs = measured(results, read_yaml(os.path.join(workflow, "config", "resources.yaml")))
+    print("| rule | job | rows | wall s | peak RSS MB | requested MB |\n|---|---|---|---|---|---|")
+    for job in jobs:
+        print(f"| {job['rule']} | {job['job']} | {job['rows'] or '–'} | {job['wall_s']:.1f} | {job['max_rss_mb']:.0f} | "
+              f"{job['requested_mb'] or '–'} |")  # fmt: skip
+    return 0
 
 
 def _validate(dataset_ids: list[str], configfile: str, workflow: str, config_key: str | None) -> int:

@@ -132,6 +132,19 @@ def job_files(pattern: str, config: dict) -> list[str]:
     return [escaped.format(seed=seed) for seed in config["seeds"]]
 
 
+# Snakemake's benchmark of each heavy job (wall s, max RSS MB, …, a TSV row): what config/resources.yaml's
+# requests are fitted to, in every run of every lab
+PREPARE_BENCHMARK = "results/logs/prepare_dataset/{dataset}/{data_key}/seed{seed}.benchmark.tsv"
+EVALUATE_BENCHMARK = "results/logs/evaluate/{name}/{dataset}.benchmark.tsv"
+
+
+def run_benchmark(config: dict) -> str:
+    """The run_method job's benchmark file: one per job (per seed with ``compute.job_per_seed``)."""
+    if config["compute"]["job_per_seed"]:
+        return RUN_LOG.replace(".log", ".benchmark.tsv")
+    return RUN_LOG.replace("/seed{seed}.log", "/benchmark.tsv")
+
+
 def figure_rule(track_id: str, figure: str) -> str:
     """The rule drawing one figure of a track (a rule per figure: each has its own caption in the report)."""
     return f"figure_{track_id}_{figure}"

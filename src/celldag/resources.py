@@ -52,3 +52,35 @@ def request(model: Mapping, rule: str, rows: int, attempt: int, repeats: int = 1
 def largest(paths: Sequence[str]) -> int:
     """The most rows among prepared files (one per seed: a job is sized for its largest)."""
     return max(prepared_rows(path) for path in paths)
+
+
+def measured(results: str, models: Mapping) -> list[dict]:
+    """Every benchmarked job under ``results`` (Snakemake's benchmark TSVs of prepare_dataset, run_method and
+    evaluate): its rule, dataset, rows, wall seconds and peak RSS, beside what ``models`` would request."""
+    import csv
+    import glob
+
+    import h5py
+
+    rows_of: dict[str, tuple[int, str]] = {}  # dataset → (rows, track), from any of its prepared files
+    for path in sorted(glob.glob(os.path.join(results, "data", "*", "*", "seed*.h5ad"))):
+        dataset = path.split(os.sep)[-3]
+        if dataset not in rows_of:
+            with h5py.File(path, "r") as handle:
+                track = handle["uns"]["track"][()]
+            rows_of[dataset] = (prepared_rows(path), track.decode() if isinstance(track, bytes) else str(track))
+    found = []
+    for rule in ("prepare_dataset", "run_method", "evaluate"):
+        for path in sorted(glob.glob(os.path.join(results, "logs", rule, "**", "*benchmark.tsv"), recursive=True)):
+            parts = os.path.relpath(path, os.path.join(results, "logs", rule)).split(os.sep)
+            if rule == "evaluate":  # evaluate/{name}/{dataset}.benchmark.tsv
+                parts = [parts[0], parts[1].removesuffix(".benchmark.tsv"), ""]
+            dataset = parts[1] if rule == "evaluate" else parts[0]
+            with open(path) as handle:
+                row = next(csv.DictReader(handle, delimiter="\t"))
+            rows, track = rows_of.get(dataset, (None, None))
+            model = models.get(track, models["default"]) if track else None
+            asked = request(model, rule, rows, 1)["mem_mb"] if model and rule in model and rows else None
+            found.append({"rule": rule, "dataset": dataset, "job": "/".join(parts[:-1]), "rows": rows,
+                          "wall_s": float(row["s"]), "max_rss_mb": float(row["max_rss"]), "requested_mb": asked})  # fmt: skip
+    return found

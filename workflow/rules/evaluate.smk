@@ -12,6 +12,8 @@ rule evaluate:
         evaluation=config["evaluation"],
     log:
         "results/logs/evaluate/{name}/{dataset}.log",
+    benchmark:
+        plan.EVALUATE_BENCHMARK
     conda:
         dataset_env
     priority: 10  # the longest single job: start it as soon as its dataset's runs are done

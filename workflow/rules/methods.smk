@@ -14,6 +14,8 @@ rule run_method:
         seeds=run_seeds,
     log:
         plan.job_files(plan.RUN_LOG, config),
+    benchmark:
+        plan.run_benchmark(config)
     conda:
         method_env
     threads: 1

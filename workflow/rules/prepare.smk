@@ -50,6 +50,8 @@ rule prepare_dataset:
         track=dataset_track,
     log:
         "results/logs/prepare_dataset/{dataset}/{data_key}/seed{seed}.log",
+    benchmark:
+        plan.PREPARE_BENCHMARK
     conda:
         dataset_env
     threads: 1
