@@ -115,7 +115,9 @@ def document(results: list[dict], notes: list[str], exponents: list[tuple[str, s
                   + ", ".join(busy) + "): the times are higher and noisier than on an idle machine."]  # fmt: skip
     lines += ["", "## Targets", "", *targets_table(results), "", "## Machine", ""]
     lines += [f"- {key}: {value}" for key, value in facts.items()]
-    lines += ["", "## Scaling", "", f"![time against size, log–log]({FIGURE.name})", "",
+    lines += ["", "## Scaling", "", "The whole pipeline on 8,192-leaf trees and 100,000 cells (`config/presets/scale.yaml`: "
+              "wall time and peak memory per rule, and what to expect at 10^6 cells): [scale.md](scale.md).", "",
+              f"![time against size, log–log]({FIGURE.name})", "",
               "| series | size | fitted exponent |", "| --- | --- | --- |"]  # fmt: skip
     lines += [f"| {label} | {unit} | {k:.2f} |" for label, unit, k in exponents]
     for result in results:
