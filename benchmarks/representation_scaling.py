@@ -554,7 +554,7 @@ def subsample_section(quick: bool, out: Section) -> None:
     out.tables.append(table.show())
     worst = max(abs(d) for *_, differences in runs for d in differences.values())
     out.targets.append(target(f"scores on a {sizes[0]:,}-cell stratified subsample of {cells:,} within 0.01 of every "
-                              f"cell's, every aggregate", f"largest |Δ| {worst:.3f}", worst <= 0.01))  # fmt: skip
+                              f"cell's, every aggregate", f"largest difference {worst:.3f}", worst <= 0.01))  # fmt: skip
 
 
 def main() -> None:
