@@ -147,7 +147,9 @@ def subsample_notes(scores: pd.DataFrame) -> list[Block]:
         seeds = ", ".join(map(str, sorted(set(group["seed"]))))
         lines.append(f"Scores from a stratified subsample of {int(cells):,} cells (by label × batch; "
                      f"`evaluation.score_cells` seed {int(seed)} with the dataset seed: seeds {seeds}), the same "
-                     "cells for every method of a seed; every cell was embedded.")  # fmt: skip
+                     "cells for every method of a seed; every cell was embedded. Compare these scores with each "
+                     "other, not with scores of every cell: the neighbourhood metrics shift with the cells scored "
+                     "(up to 0.045 on an aggregate at half the cells, docs/performance.md).")  # fmt: skip
     return [Paragraph(tuple(lines))] if lines else []
 
 
