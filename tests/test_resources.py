@@ -80,6 +80,10 @@ def test_the_jobs_of_a_larger_dataset_ask_for_more(tmp_path):
         ("run_method", "bm_16", 16, 1001), ("run_method", "bm_512", 512, 1027),
     ]
     assert all(0 < job["max_rss_mb"] < job["requested_mb"] for job in jobs if job["requested_mb"])
+    # exact peaks: run records for training jobs, the log's last line (VmHWM) for the others
+    assert all(job["exact_peak"] for job in jobs)
+    evaluate_log = (workdir / "results/logs/evaluate/default/bm_512.log").read_text().splitlines()
+    assert evaluate_log[-1].startswith("job ended: wall ") and evaluate_log[-1].endswith(" MB")
     printed = subprocess.run([sys.executable, "-m", "celldag.cli", "resources", "--workflow", str(workdir)], cwd=workdir,
                              capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert "| run_method | bm_512/nj_raw/default/" in printed and "| 512 |" in printed

@@ -80,7 +80,8 @@ def _resources(results: str, workflow: str) -> int:
     jobs = measured(results, read_yaml(os.path.join(workflow, "config", "resources.yaml")))
     print("| rule | job | rows | wall s | peak RSS MB | requested MB |\n|---|---|---|---|---|---|")
     for job in jobs:
-        print(f"| {job['rule']} | {job['job']} | {job['rows'] or '–'} | {job['wall_s']:.1f} | {job['max_rss_mb']:.0f} | "
+        peak = f"{job['max_rss_mb']:.0f}" + ("" if job["exact_peak"] else " (sampled)")
+        print(f"| {job['rule']} | {job['job']} | {job['rows'] or '–'} | {job['wall_s']:.1f} | {peak} | "
               f"{job['requested_mb'] or '–'} |")  # fmt: skip
     return 0
 

@@ -16,10 +16,13 @@ the same resources is a new try, not a retry: it runs, and so shows the error ag
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
+import re
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -33,9 +36,23 @@ NOT_RETRIED = ("not retried: the previous try of this job failed on the same inp
                "(a retry only helps a job out of memory or time)")
 
 
+# the last line of every job's log: its exact peak (VmHWM), which Snakemake's benchmark samples only every
+# 30 s after the first 15 s (celldag.resources.measured reads it)
+ENDED = "job ended: wall {wall:.1f} s, peak RSS {peak:.0f} MB"
+ENDED_PATTERN = re.compile(r"job ended: wall ([0-9.]+) s, peak RSS ([0-9]+) MB")
+
+
+def _log_end(started: float) -> None:
+    from celldag.provenance import peak_rss_mb
+
+    print(ENDED.format(wall=time.perf_counter() - started, peak=peak_rss_mb()), file=sys.stderr, flush=True)
+
+
 def start(log_path: str) -> None:
     """Log to ``log_path`` from now on; a job running several runs calls it again for each run's log."""
     global _console, _log
+    if _log is None:
+        atexit.register(_log_end, time.perf_counter())
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     if _log is not None and sys.stderr is _log:  # the job's previous run logged there: back to the console
         _log.close()

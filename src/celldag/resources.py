@@ -56,11 +56,19 @@ def largest(paths: Sequence[str]) -> int:
 
 def measured(results: str, models: Mapping) -> list[dict]:
     """Every benchmarked job under ``results`` (Snakemake's benchmark TSVs of prepare_dataset, run_method and
-    evaluate): its rule, dataset, rows, wall seconds and peak RSS, beside what ``models`` would request."""
+    evaluate): its rule, dataset, rows, wall seconds and peak RSS, beside what ``models`` would request.
+
+    The peak is exact where celldag measured it: the highest ``peak_rss_mb`` of a run_method job's run
+    records, the ``job ended`` line of a prepare or evaluate job's log (``celldag.joblog``); else the
+    benchmark's, which Snakemake samples (every 0.5 s for 15 s, then every 30 s) and so may miss a peak.
+    """
     import csv
     import glob
+    import json
 
     import h5py
+
+    from celldag.joblog import ENDED_PATTERN
 
     rows_of: dict[str, tuple[int, str]] = {}  # dataset → (rows, track), from any of its prepared files
     for path in sorted(glob.glob(os.path.join(results, "data", "*", "*", "seed*.h5ad"))):
@@ -69,6 +77,16 @@ def measured(results: str, models: Mapping) -> list[dict]:
             with h5py.File(path, "r") as handle:
                 track = handle["uns"]["track"][()]
             rows_of[dataset] = (prepared_rows(path), track.decode() if isinstance(track, bytes) else str(track))
+
+    def exact_peak(rule: str, benchmark: str, job: list[str]) -> float | None:
+        if rule == "run_method":  # logs/run_method/{dataset}/{method}/{variant}/{key}[/seed{seed}].benchmark.tsv
+            records = glob.glob(os.path.join(results, "runs", *job[:4], "seed*", "run.json"))
+            peaks = [json.loads(open(path).read()).get("peak_rss_mb") for path in records]
+            return max((p for p in peaks if p is not None), default=None)
+        with open(benchmark.replace(".benchmark.tsv", ".log")) as handle:
+            ended = ENDED_PATTERN.findall(handle.read())
+        return float(ended[-1][1]) if ended else None
+
     found = []
     for rule in ("prepare_dataset", "run_method", "evaluate"):
         for path in sorted(glob.glob(os.path.join(results, "logs", rule, "**", "*benchmark.tsv"), recursive=True)):
@@ -81,6 +99,11 @@ def measured(results: str, models: Mapping) -> list[dict]:
             rows, track = rows_of.get(dataset, (None, None))
             model = models.get(track, models["default"]) if track else None
             asked = request(model, rule, rows, 1)["mem_mb"] if model and rule in model and rows else None
+            try:
+                peak = exact_peak(rule, path, parts[:-1])
+            except OSError:
+                peak = None
             found.append({"rule": rule, "dataset": dataset, "job": "/".join(parts[:-1]), "rows": rows,
-                          "wall_s": float(row["s"]), "max_rss_mb": float(row["max_rss"]), "requested_mb": asked})  # fmt: skip
+                          "wall_s": float(row["s"]), "max_rss_mb": float(row["max_rss"]) if peak is None else peak,
+                          "exact_peak": peak is not None, "requested_mb": asked})  # fmt: skip
     return found
