@@ -25,8 +25,8 @@ def test_a_request_is_base_plus_slope_times_size_per_attempt_and_pass():
     assert resources.request(lineage, "run_method", 8192, attempt=1, repeats=3)["runtime"] == 212
     # the default run's jobs ask for far less than the fixed 4,000 MB of before; a 100,000-cell one for more
     assert resources.request(lineage, "run_method", 64, attempt=1)["mem_mb"] == 1001
-    assert resources.request(MODELS["representation"], "run_method", 700, 1)["mem_mb"] == 1528
-    assert resources.request(MODELS["representation"], "run_method", 100_000, 1)["mem_mb"] == 5500
+    assert resources.request(MODELS["representation"], "run_method", 700, 1)["mem_mb"] == 2028
+    assert resources.request(MODELS["representation"], "run_method", 100_000, 1)["mem_mb"] == 6000
 
 
 def test_every_shipped_track_has_a_model_for_each_sized_rule():
