@@ -224,3 +224,14 @@ def test_a_marker_type_without_a_label_gets_a_colour_no_label_has():
     label_colours = figures.label_colours(labels)
     assert colours["CD19+ B"] == label_colours["CD19+ B"]
     assert colours["Megakaryocyte"] not in label_colours.values()
+
+
+def test_umap_coordinates_above_scanpys_exact_neighbour_size_are_computed_and_repeat():
+    # above 4,096 cells scanpy's approximate neighbours fail on scipy sparse arrays (scanpy 1.11): exact ones
+    from celldag.representation.figures import SCANPY_EXACT_NEIGHBOURS_UP_TO, umap_coordinates
+
+    points = np.random.default_rng(0).normal(size=(SCANPY_EXACT_NEIGHBOURS_UP_TO + 100, 4)).astype(np.float32)
+    points[: len(points) // 2] += 6.0  # two groups
+    first = umap_coordinates(points)
+    assert first.shape == (len(points), 2) and np.isfinite(first).all()
+    np.testing.assert_array_equal(first, umap_coordinates(points))

@@ -91,11 +91,16 @@ def ok_outputs(outputs) -> dict:
     return {key: output for key, output in outputs.items() if output.uns.get("status") == "ok"}
 
 
+SCANPY_EXACT_NEIGHBOURS_UP_TO = 4096  # scanpy's own switch to approximate neighbours
+
+
 def umap_coordinates(embedding: np.ndarray) -> np.ndarray:
     """2-D UMAP of one cell embedding: scanpy's neighbour graph and UMAP, both with random_state 0.
 
-    Below 4,096 cells scanpy's neighbours are exact, and a seeded UMAP runs single-threaded, so the
-    same embedding gives the same coordinates.
+    Below 4,096 cells scanpy's neighbours are exact; above, its default (pynndescent) is approximate and,
+    with scipy's sparse arrays, fails inside scanpy 1.11 (`csr_array` has no `getnnz`), so there the
+    exact neighbours of scikit-learn's transformer are asked for. A seeded UMAP runs single-threaded:
+    the same embedding gives the same coordinates at every size.
     """
     import anndata
     import numpy as np
@@ -104,7 +109,8 @@ def umap_coordinates(embedding: np.ndarray) -> np.ndarray:
     cache_umap_graph_kernels()
     adata = anndata.AnnData(np.zeros((len(embedding), 0), dtype=np.float32))
     adata.obsm["X_emb"] = np.asarray(embedding, dtype=np.float32)
-    sc.pp.neighbors(adata, use_rep="X_emb", random_state=0)
+    exact = {"transformer": "sklearn"} if len(embedding) > SCANPY_EXACT_NEIGHBOURS_UP_TO else {}
+    sc.pp.neighbors(adata, use_rep="X_emb", random_state=0, **exact)
     sc.tl.umap(adata, random_state=0)
     return np.asarray(adata.obsm["X_umap"])
 
