@@ -51,8 +51,7 @@ def _log_end(started: float) -> None:
 def start(log_path: str) -> None:
     """Log to ``log_path`` from now on; a job running several runs calls it again for each run's log."""
     global _console, _log
-    if _log is None:
-        atexit.register(_log_end, time.perf_counter())
+    first_run = _log is None
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     if _log is not None and sys.stderr is _log:  # the job's previous run logged there: back to the console
         _log.close()
@@ -67,6 +66,8 @@ def start(log_path: str) -> None:
     if previous:  # Snakemake's retry of a try that failed on an input error: it would fail alike
         print(f"{previous}\n{NOT_RETRIED}", file=sys.stderr)
         sys.exit(1)
+    if first_run:  # a job that did work: its wall time and peak end its log
+        atexit.register(_log_end, time.perf_counter())
 
     def report(kind, error, trace) -> None:
         if isinstance(error, InputError) and not os.environ.get("CELLDAG_TRACEBACK"):
