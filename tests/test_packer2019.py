@@ -279,7 +279,7 @@ def test_pseudo_bulk_means():
         ({"min_cells_per_leaf": 1, "min_gene_counts": 10}, "min_cells_per_leaf must be an integer >= 2"),
         ({"min_cells_per_leaf": 2}, r"missing \['min_gene_counts'\]"),
         ({**PARAMS, "ambiguous": "spread"}, r"unknown \['ambiguous'\]"),
-        ({**PARAMS, "validation_cells": 1.0}, r"validation_cells must be a fraction in \[0, 1\), got 1.0"),
+        ({**PARAMS, "validation_cells": 1.0}, r"celegans_packer2019 params: validation_cells must be a fraction in \[0, 1\), got 1.0"),
     ],
 )
 def test_bad_params(params, message):

@@ -30,6 +30,7 @@ from celldag.data.leaf_profiles import (
     rows_by_leaf,
     split_halves,
     standardise,
+    validation_fraction,
 )
 from celldag.errors import InputError
 from celldag.representation.preprocess import DEFAULTS as PREPROCESS_DEFAULTS
@@ -126,10 +127,8 @@ def _check_lineage_params(own: Mapping) -> None:
     if own["replicates"] and own["replicate_key"] is not None:
         raise InputError("lineage_h5ad params: replicates: true (seeded cell halves) and replicate_key (the file's own "
                          "pairs) exclude each other; give one")  # fmt: skip
-    fraction = own["validation_cells"]
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
-        raise InputError(f"lineage_h5ad params: validation_cells must be a fraction in [0, 1), got {fraction!r}")
-    if fraction and not own["replicates"] and own["replicate_key"] is None:
+    has_pair = own["replicates"] or own["replicate_key"] is not None
+    if validation_fraction(own["validation_cells"], "lineage_h5ad") and not has_pair:
         raise InputError("lineage_h5ad params: validation_cells takes a share of each leaf's train cells, so it needs "
                          "a replicate pair: replicates: true or replicate_key")  # fmt: skip
 
@@ -267,10 +266,9 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
     raise_first(problems)
     leaves = list(tree.leaf_names)
     features_by_cell = sparse.csc_array(_source_matrix(adata, own["layer"]), dtype=np.float64).T
-    if own["replicates"]:
-        replicates = replicate_cells(*split_halves(leaf_of_row, leaves, seed), own["validation_cells"], seed)
-    elif own["replicate_key"] is not None:
-        pair = given_halves(leaf_of_row, adata.obs[own["replicate_key"]].astype(str).to_numpy(), leaves)
+    if own["replicates"] or own["replicate_key"] is not None:
+        pair = (split_halves(leaf_of_row, leaves, seed) if own["replicates"]
+                else given_halves(leaf_of_row, adata.obs[own["replicate_key"]].astype(str).to_numpy(), leaves))  # fmt: skip
         replicates = replicate_cells(*pair, own["validation_cells"], seed)
     else:
         replicates = {"X": rows_by_leaf(leaf_of_row, leaves)}

@@ -30,24 +30,31 @@ def split_halves(leaf_of_cell, leaves: list[str], seed: int) -> tuple[list[np.nd
 VALIDATION_STREAM = 0x7A11  # its own random stream: the train/test split is the same with or without validation cells
 
 
-def replicate_cells(train: list[np.ndarray], test: list[np.ndarray], validation_fraction: float,
+def validation_fraction(value, loader: str) -> float:
+    """A loader's ``validation_cells`` param, checked: a fraction in [0, 1) (0: no validation replicate)."""
+    from celldag.errors import InputError
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise InputError(f"{loader} params: validation_cells must be a fraction in [0, 1), got {value!r}")
+    return float(value)
+
+
+def replicate_cells(train: list[np.ndarray], test: list[np.ndarray], fraction: float,
                     seed: int) -> dict[str, list[np.ndarray]]:
     """{"train", "test"[, "validation"]}: per leaf, the indices of its cells in each replicate.
 
-    With a ``validation_fraction`` > 0, a seeded share of each leaf's training cells (at least one,
-    never all) becomes the validation replicate, on which supervised model selection scores; the test
+    With a validation ``fraction`` > 0 (checked by ``validation_fraction``), a seeded share of each leaf's
+    training cells (at least one, never all) becomes the validation replicate, on which supervised model selection scores; the test
     replicate is left as it is, so scores stay comparable with and without one. A leaf with a single
     training cell keeps it and has no validation cells: see ``replicate_profiles``.
     """
-    if not validation_fraction:
+    if not fraction:
         return {"train": train, "test": test}
-    if not 0 < validation_fraction < 1:
-        raise ValueError(f"validation_cells must be a fraction in [0, 1), got {validation_fraction!r}")
     rng = np.random.default_rng([seed, VALIDATION_STREAM])
     kept, validation = [], []
     for cells in train:
         shuffled = rng.permutation(cells)
-        size = 0 if cells.size < 2 else min(cells.size - 1, max(1, round(validation_fraction * cells.size)))
+        size = 0 if cells.size < 2 else min(cells.size - 1, max(1, round(fraction * cells.size)))
         kept.append(np.sort(shuffled[size:]))
         validation.append(np.sort(shuffled[:size]))
     return {"train": kept, "test": test, "validation": validation}

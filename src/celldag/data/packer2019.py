@@ -20,7 +20,14 @@ import pandas as pd
 from scipy import io as sio
 from scipy import sparse
 
-from celldag.data.leaf_profiles import leaf_counts, replicate_cells, replicate_profiles, split_halves, standardise
+from celldag.data.leaf_profiles import (
+    leaf_counts,
+    replicate_cells,
+    replicate_profiles,
+    split_halves,
+    standardise,
+    validation_fraction,
+)
 from celldag.artifacts import sha256_file
 from celldag.lineage.celegans import expand_pattern, lineage_path, tree_from_paths
 from celldag.lineage.tree import to_newick
@@ -181,10 +188,8 @@ def _check_params(params: dict) -> tuple[int, int, bool, float]:
         raise ValueError(f"min_cells_per_leaf must be an integer >= 2, got {min_cells!r}")
     if isinstance(min_gene_counts, bool) or not isinstance(min_gene_counts, int) or min_gene_counts < 0:
         raise ValueError(f"min_gene_counts must be an integer >= 0, got {min_gene_counts!r}")
-    validation_cells = params["validation_cells"]
-    if isinstance(validation_cells, bool) or not isinstance(validation_cells, (int, float)) or not 0 <= validation_cells < 1:
-        raise ValueError(f"validation_cells must be a fraction in [0, 1), got {validation_cells!r}")
-    return min_cells, min_gene_counts, bool(params["standardize"]), float(validation_cells)
+    validation_cells = validation_fraction(params["validation_cells"], "celegans_packer2019")
+    return min_cells, min_gene_counts, bool(params["standardize"]), validation_cells
 
 
 def _check_files(files: Mapping[str, str]) -> dict[str, str]:
