@@ -133,7 +133,7 @@ def test_every_dataset_gets_its_track_figures_drawn_from_the_smallest_seed(repo)
     for dataset, track_id in (("bm_default", "lineage"), ("pbmc68k_batched", "representation")):
         names = [figure.name for figure in registries.track(track_id).figures]
         assert "scores" in names and "cost" in names
-        assert [(rule, f) for rule, d, f in planned.figures if d == dataset] == [(figure_rule(track_id, n), n) for n in names]
+        assert [(rule, f) for rule, d, f, _ in planned.figures if d == dataset] == [(figure_rule(track_id, n), n) for n in names]
         assert f"results/default/figures/{dataset}/scores.png" in planned.figure_paths
 
 
@@ -178,3 +178,33 @@ def test_url_datasets_add_one_download_job_per_file(registries):
     assert counts["download_file"] == 3  # shared by both seeds
     assert counts["prepare_dataset"] == 4 and counts["run_method"] == 2
     assert "download_file" not in plan_for(registries, datasets=["bm_default"], methods=["nj_raw"]).jobs_per_rule()
+
+
+def test_chained_track_runs_every_classifier_on_every_representation_run(registries):
+    """annotation chains on representation: a classifier × every run on a dataset that lists it under
+    `chained`; one task and one scoring job per dataset, one run job per representation job."""
+    from celldag.plan import CHAINED_OUTPUT, CHAINED_SCORES, chained_kinds
+
+    plan = plan_for(registries, datasets=["pbmc68k_batched"], seeds=[0, 1],
+                    methods=["pca", "expression", "scilama/random", "knn", "logistic"])  # fmt: skip
+    assert len(plan.runs) == 3 * 2  # the annotation methods add no run of their own
+    assert sorted({(r.chained_method, r.label) for r in plan.chained}) == [
+        (classifier, upstream) for classifier in ("knn", "logistic")
+        for upstream in ("expression/default", "pca/default", "scilama/random")]  # fmt: skip
+    counts = plan.jobs_per_rule()
+    assert (counts["annotation_task"], counts["run_annotation"], counts["evaluate_annotation"]) == (1, 3, 1)
+    figures = {f"figure_annotation_{figure.name}": 1 for figure in registries.track("annotation").figures}
+    assert figures.items() <= counts.items()
+    run = next(r for r in plan.chained if r.chained_method == "knn" and r.label == "pca/default" and r.seed == 1)
+    assert run.path(CHAINED_OUTPUT).startswith(run.upstream.path(RUN_DIR) + "/annotation-")
+    assert plan.chained_scores == (CHAINED_SCORES.format(name="default", dataset="pbmc68k_batched", track="annotation"),)
+    # a representation control carries through to the annotation on it
+    kinds = chained_kinds(plan.chained, registries)
+    assert kinds["knn/scilama/random"] == "control" and kinds["knn/pca/default"] == "baseline"
+
+
+def test_chained_methods_without_their_dataset_or_upstream_run_nothing(registries):
+    lineage = plan_for(registries, datasets=["bm_default"], methods=["nj_raw", "knn"], seeds=[0])
+    assert lineage.chained == () and "run_annotation" not in lineage.jobs_per_rule()
+    no_classifier = plan_for(registries, datasets=["pbmc68k_batched"], methods=["pca"], seeds=[0])
+    assert no_classifier.chained == ()

@@ -107,7 +107,7 @@ def registry_tree(tmp_path, **changes) -> dict:
     ("changes", "message"),
     [
         ({"datasets": {"bm_default": {"track": "lineages"}}},
-         "config/datasets.yaml: bm_default.track: unknown track 'lineages'; known: lineage, representation"),
+         "config/datasets.yaml: bm_default.track: unknown track 'lineages'; known: annotation, lineage, representation"),
         ({"datasets": {"bm_default": {"loader": "celldag.data.bm:prepare_bm"}}},
          "config/datasets.yaml: bm_default.loader: module 'celldag.data.bm' defines no 'prepare_bm'"),
         ({"methods": {"nj_raw": {"run": "celldag.methods.distance_tree"}}},

@@ -12,6 +12,7 @@ the leaderboard belong to a configuration: they sit under its ``name``.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from celldag.provenance import config_hash
@@ -41,6 +42,15 @@ LEADERBOARD = "results/{name}/leaderboard.md"
 FIGURE = "results/{name}/figures/{dataset}/{figure}.png"  # a figure of its track (celldag.tracks.Figure)
 INDEX = "results/{name}/index.html"  # leaderboards, figures and failed runs on one static page
 LEADERBOARD_HTML = "results/{name}/leaderboard.html"
+# a chained track (celldag.tracks.Track.upstream): its task per dataset seed (labels, splits, groups), then
+# per run of the upstream track one job running the chained track's methods on that run's output
+CHAIN_TASK = "results/data/{dataset}/{data_key}/{track}-{chain_key}/seed{seed}.h5ad"
+CHAINED_DIR = RUN_DIR + "/{track}-{chain_key}"  # inside the upstream run's directory
+CHAINED_INPUT = CHAINED_DIR + "/input.h5ad"  # the task with the upstream output's cell embedding as X
+CHAINED_OUTPUT = CHAINED_DIR + "/{chained_method}/output.h5ad"
+CHAINED_RECORD = CHAINED_DIR + "/{chained_method}/run.json"
+CHAINED_LOG = "results/logs/run_chained/{dataset}/{method}/{variant}/{key}/{track}-{chain_key}.log"
+CHAINED_SCORES = "results/{name}/scores/{dataset}.{track}.parquet"
 
 
 @dataclass(frozen=True, order=True)
@@ -56,16 +66,47 @@ class Run:
         return pattern.format(**asdict(self), **fields)
 
 
+@dataclass(frozen=True, order=True)
+class ChainedRun:
+    """A method of a chained track run on the output of one upstream run (e.g. kNN on scVI's embedding).
+
+    Its rows in the scores are named (``chained_method``, ``label``): the method, and the upstream run's
+    method/variant in the variant column."""
+
+    upstream: Run
+    track: str
+    chained_method: str
+    chain_key: str  # chain_key(): the task params and the track's selected methods determine its files
+
+    @property
+    def dataset(self) -> str:
+        return self.upstream.dataset
+
+    @property
+    def seed(self) -> int:
+        return self.upstream.seed
+
+    @property
+    def label(self) -> str:
+        return f"{self.upstream.method}/{self.upstream.variant}"
+
+    def path(self, pattern: str, **fields: str) -> str:
+        return self.upstream.path(pattern, track=self.track, chained_method=self.chained_method,
+                                  chain_key=self.chain_key, **fields)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Plan:
     name: str  # the configuration's: its scores and leaderboard go to results/{name}/
     runs: tuple[Run, ...]
     downloads: tuple[str, ...] = ()  # resources/… files of the url datasets and gene embeddings the runs use
     gene_tables: tuple[str, ...] = ()  # results/embeddings/… tables the runs (and shuffled controls) read
-    figures: tuple[tuple[str, str, str], ...] = ()  # (rule, dataset, figure): each dataset's figures of its track
+    figures: tuple[tuple[str, str, str, str], ...] = ()  # (rule, dataset, figure, track): each dataset's figures of
+    #                                                       its track and of the tracks chained on it
     figure_seed: int = 0  # the seed whose outputs figures draw (trees, UMAPs): the config's smallest
     job_per_seed: bool = False  # config compute.job_per_seed: a run_method job per seed, else per variant
     file_datasets: frozenset[str] = frozenset()  # datasets read from files (url, local): validated before preparing
+    chained: tuple[ChainedRun, ...] = ()  # runs of chained tracks on the outputs of `runs`
 
     @property
     def prepared(self) -> tuple[str, ...]:
@@ -82,6 +123,17 @@ class Plan:
     def runs_on(self, dataset: str) -> list[Run]:
         return [run for run in self.runs if run.dataset == dataset]
 
+    def chained_on(self, dataset: str, track: str) -> list[ChainedRun]:
+        return [run for run in self.chained if run.dataset == dataset and run.track == track]
+
+    @property
+    def chained_scores(self) -> tuple[str, ...]:
+        return tuple(sorted({run.path(CHAINED_SCORES, name=self.name) for run in self.chained}))
+
+    @property
+    def chain_tasks(self) -> tuple[str, ...]:
+        return tuple(sorted({run.path(CHAIN_TASK) for run in self.chained}))
+
     def jobs_per_rule(self) -> Counter:
         """How many jobs of each rule a fresh run of this plan executes (what `snakemake -n` lists)."""
         tables_of = {table.rsplit("/", 1)[1] for table in self.gene_tables}  # one gene list per dataset
@@ -94,12 +146,22 @@ class Plan:
                 "embed_genes": len(self.gene_tables),
                 "run_method": len({self.job_of(run) for run in self.runs}),
                 "evaluate": len(self.dataset_scores),
+                **self.chained_jobs(),
                 "aggregate": 1,
-                **Counter(rule for rule, _, _ in self.figures),
+                **Counter(rule for rule, *_ in self.figures),
                 "report_html": 1,
                 "all": 1,
             }
         )
+
+    def chained_jobs(self) -> Counter:
+        """Jobs of the chained tracks' rules: a task per dataset, a run per upstream job, an evaluate per dataset."""
+        jobs = set()
+        for r in self.chained:
+            up = r.upstream
+            jobs |= {("task", r.track, r.dataset, r.chain_key), ("evaluate", r.track, r.dataset),
+                     ("run", r.track, r.dataset, up.method, up.variant, up.key)}  # fmt: skip
+        return Counter(chained_rule(step, track) for step, track, *_ in jobs)
 
     def job_of(self, run: Run) -> tuple:
         """What names a run's run_method job: the run itself, or with the seeds in one job its variant."""
@@ -107,7 +169,7 @@ class Plan:
 
     @property
     def figure_paths(self) -> list[str]:
-        return [FIGURE.format(name=self.name, dataset=dataset, figure=figure) for _, dataset, figure in self.figures]
+        return [FIGURE.format(name=self.name, dataset=dataset, figure=figure) for _, dataset, figure, _ in self.figures]
 
     @property
     def final_targets(self) -> list[str]:
@@ -128,8 +190,17 @@ def job_files(pattern: str, config: dict) -> list[str]:
     ``pattern`` itself with a job per seed, else one path per seed with the other wildcards kept."""
     if config["compute"]["job_per_seed"]:
         return [pattern]
-    escaped = pattern.replace("{", "{{").replace("}", "}}").replace("{{seed}}", "{seed}")
-    return [escaped.format(seed=seed) for seed in config["seeds"]]
+    return [fill(pattern, seed=seed) for seed in config["seeds"]]
+
+
+class _Wildcards(dict):
+    def __missing__(self, field: str) -> str:
+        return "{" + field + "}"
+
+
+def fill(pattern: str, **values) -> str:
+    """``pattern`` with the fields of ``values`` filled in and the others left as Snakemake wildcards."""
+    return pattern.format_map(_Wildcards(values))
 
 
 # Snakemake's benchmark of each heavy job (wall s, max RSS MB, …, a TSV row): what config/resources.yaml's
@@ -143,6 +214,11 @@ def run_benchmark(config: dict) -> str:
     if config["compute"]["job_per_seed"]:
         return RUN_LOG.replace(".log", ".benchmark.tsv")
     return RUN_LOG.replace("/seed{seed}.log", "/benchmark.tsv")
+
+
+def chained_rule(step: str, track_id: str) -> str:
+    """The rules of a chained track: ``annotation_task``, ``run_annotation``, ``evaluate_annotation``."""
+    return f"{track_id}_task" if step == "task" else f"{step}_{track_id}"
 
 
 def figure_rule(track_id: str, figure: str) -> str:
@@ -211,11 +287,45 @@ def make_plan(config: dict, registries: Registries) -> Plan:
     figures = []
     for dataset in sorted({run.dataset for run in runs}):
         track_id = registries.datasets[dataset]["track"]
-        figures += [(figure_rule(track_id, f.name), dataset, f.name) for f in registries.track(track_id).figures]
+        figures += [(figure_rule(track_id, f.name), dataset, f.name, track_id) for f in registries.track(track_id).figures]
     file_datasets = frozenset(run.dataset for run in runs if reads_files(registries.datasets[run.dataset]))
+    chained = chained_runs(config, registries, runs)
+    for dataset, track_id in sorted({(run.dataset, run.track) for run in chained}):
+        figures += [(figure_rule(track_id, f.name), dataset, f.name, track_id) for f in registries.track(track_id).figures]
     return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)),
                 tuple(figures), figure_seed=min(config["seeds"]), job_per_seed=config["compute"]["job_per_seed"],
-                file_datasets=file_datasets)  # fmt: skip
+                file_datasets=file_datasets, chained=tuple(sorted(chained)))  # fmt: skip
+
+
+def chained_runs(config: dict, registries: Registries, runs: set[Run]) -> list[ChainedRun]:
+    """Every selected method of a chained track × every run of its upstream track on a dataset that lists
+    the chained track under ``chained`` (a run that is not ok gives its chained runs that status)."""
+    selected = [method for selector in config["methods"] for method, _ in method_variants(selector, registries.methods)]
+    chained = []
+    for run in runs:
+        entry = registries.datasets[run.dataset]
+        for track_id, task in entry["chained"].items():
+            methods = sorted({m for m in selected if registries.methods[m]["track"] == track_id})
+            key = chain_key(task, {method: registries.methods[method] for method in methods})
+            chained += [ChainedRun(run, track_id, method, key) for method in methods]
+    return chained
+
+
+def chain_key(task: dict, methods: dict[str, dict]) -> str:
+    """The key of a chained track's files on a dataset: its task params and the entries of the methods run
+    on each upstream output (one job runs them all, so a change to one reruns that job)."""
+    return settings_key({"task": task, "methods": methods})
+
+
+def chained_kinds(chained: Sequence[ChainedRun], registries: Registries) -> dict[str, str]:
+    """"method/variant" → kind of each chained run's rows: a control where its upstream run is a control
+    (a representation control carries through to the annotation on it), else its own method's kind."""
+    kinds = {}
+    for run in chained:
+        upstream = method_kind(registries.methods[run.upstream.method], run.upstream.variant)
+        own = registries.methods[run.chained_method]["kind"]
+        kinds[f"{run.chained_method}/{run.label}"] = "control" if "control" in (upstream, own) else own
+    return kinds
 
 
 def reads_files(entry: dict) -> bool:

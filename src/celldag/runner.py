@@ -51,6 +51,14 @@ def unmet_need(inputs, needs: list[str]) -> str | None:
     return next((reason for need in needs if (reason := inputs.unmet(need))), None)
 
 
+def unmet_upstream(uns) -> str | None:
+    """A chained run's input names the run it chains on (``celldag.chained``): not ok, nothing to run on."""
+    status = uns.get("upstream_status", "ok")
+    if status == "ok":
+        return None
+    return f"chains on run {uns['upstream']}, which is {status}: {uns.get('upstream_reason', '')}".rstrip(": ")
+
+
 def call_method(reference: str, inputs, params: dict, seed: int, threads: int = 1) -> tuple[MethodResult, str, str]:
     """(result, status, reason) — exceptions become a status so one failure never stops the DAG."""
     from threadpoolctl import threadpool_limits
@@ -96,6 +104,8 @@ def output_anndata(prepared, result: MethodResult, ids: dict, status: str, reaso
         adata.varm["X_gene_emb"] = _rows(result.gene_embedding, len(genes), path, "varm['X_gene_emb']", "gene id")
     if result.embedding is not None:
         adata.obsm["X_emb"] = _rows(result.embedding, prepared.n_obs, path, "obsm['X_emb']", "cell of the dataset")
+    for key, values in result.obsm.items():
+        adata.obsm[key] = _rows(values, prepared.n_obs, path, f"obsm['{key}']", "cell of the dataset")
     if result.tree_newick is not None:
         adata.uns["tree_newick"] = result.tree_newick
     adata.uns.update(without_none(result.uns))
@@ -178,7 +188,7 @@ def run_method(
     input_checksums = {path: artifacts.sha256_file(path) for path in (prepared_path, gene_table_path) if path}
     keep_only_matching_checkpoints(work_dir / CHECKPOINT_DIR, {"params": params, "seed": seed, "inputs": input_checksums})
     inputs = track.call("method_input", prepared, str(work_dir), gene_table)
-    unmet = unmet_need(inputs, method_needs(method_entry, variant))
+    unmet = unmet_upstream(prepared.uns) or unmet_need(inputs, method_needs(method_entry, variant))
     if unmet is None:
         result, status, reason = call_method(method_entry["run"], inputs, params, seed, threads)
     else:

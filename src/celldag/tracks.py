@@ -118,6 +118,11 @@ class Track:
     dataset_facts: str  # (prepared, registry entry) -> [(what, value)]: what `celldag validate` reports of a prepared dataset
     figures: tuple[Figure, ...] = field(default=())  # the report's figures of each dataset of the track
     arrange: str | None = None  # (adata, seed) -> adata: the rows of a prepared dataset in the order methods get
+    # a chained track runs on the outputs of another track's runs (annotation on representation embeddings)
+    upstream: str | None = None  # that track's id; the datasets listing this track under `chained` feed it
+    chain_task: str | None = None  # (upstream prepared, task params, seed) -> adata: the task of one dataset seed
+    chain_input: str | None = None  # (task, upstream output, upstream record) -> adata: a method's prepared input
+    row_labels: tuple[str, str] = ("method", "variant")  # the leaderboard's names of a run's two id columns
 
     def figure(self, name: str) -> Figure:
         return next(figure for figure in self.figures if figure.name == name)
@@ -164,8 +169,11 @@ def check_declaration(track: Track, where: str) -> None:
     """Every reference names a definition; metric names are unique, not Δ names; one or more core metrics."""
     for role in REFERENCE_ROLES:
         extensions.check_reference(getattr(track, role), f"{where}: {role}")
-    if track.arrange is not None:
-        extensions.check_reference(track.arrange, f"{where}: arrange")
+    for role in ("arrange", "chain_task", "chain_input"):
+        if getattr(track, role) is not None:
+            extensions.check_reference(getattr(track, role), f"{where}: {role}")
+    if track.upstream is not None and (track.chain_task is None or track.chain_input is None):
+        raise InputError(f"{where}: a chained track (upstream {track.upstream!r}) declares chain_task and chain_input")
     for figure in track.figures:
         extensions.check_reference(figure.draw, f"{where}: figures {figure.name!r}")
         if not figure.caption_path().is_file():

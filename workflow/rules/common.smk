@@ -107,12 +107,13 @@ def per_attempt(base):
 RESOURCE_MODELS = read_yaml(workflow_file("../../config/resources.yaml"))
 
 
-def sized(rule_name, resource, repeats):
+def sized(rule_name, resource, repeats, track_id=None):
     """A resource that follows the size of the job's prepared data (celldag.resources, config/resources.yaml),
-    × the attempt; ``repeats(wildcards, input)``: the passes the job makes (seeds run, outputs scored)."""
+    × the attempt; ``repeats(wildcards, input)``: the passes the job makes (seeds run, outputs scored).
+    ``track_id``: a chained track's own model (else the dataset's track's)."""
 
     def value(wildcards, input, attempt):
-        track = REGISTRIES.datasets[wildcards.dataset]["track"]
+        track = track_id or REGISTRIES.datasets[wildcards.dataset]["track"]
         model = RESOURCE_MODELS.get(track, RESOURCE_MODELS["default"])
         rows = resources.largest(input.prepared)
         return resources.request(model, rule_name, rows, attempt, repeats(wildcards, input))[resource]
@@ -224,24 +225,86 @@ def genes_source(wildcards):
     return plan.PREPARED.format(dataset=wildcards.dataset, data_key=prepared_key(wildcards), seed=min(config["seeds"]))
 
 
-def figure_inputs(needs):
-    """Input function of a figure's rule: the files its ``needs`` name, for one dataset."""
+def figure_inputs(needs, track_id):
+    """Input function of a figure's rule: the files its ``needs`` name, for one dataset and track (a chained
+    track's figures read its own scores, records, task and outputs)."""
 
     def inputs(wildcards):
-        runs = PLAN.runs_on(wildcards.dataset)
+        chained = REGISTRIES.datasets[wildcards.dataset]["track"] != track_id
+        if chained:
+            runs = PLAN.chained_on(wildcards.dataset, track_id)
+            scores, record, output, prepared = plan.CHAINED_SCORES, plan.CHAINED_RECORD, plan.CHAINED_OUTPUT, plan.CHAIN_TASK
+        else:
+            runs = PLAN.runs_on(wildcards.dataset)
+            scores, record, output, prepared = plan.DATASET_SCORES, plan.RUN_RECORD, plan.RUN_OUTPUT, plan.PREPARED
         shown = [run for run in runs if run.seed == PLAN.figure_seed]
         paths = {}
         if "scores" in needs:
-            paths["scores"] = plan.DATASET_SCORES.format(name=wildcards.name, dataset=wildcards.dataset)
+            paths["scores"] = scores.format(name=wildcards.name, dataset=wildcards.dataset, track=track_id)
         if "runs" in needs:
-            paths["records"] = [run.path(plan.RUN_RECORD) for run in runs]
+            paths["records"] = [run.path(record) for run in runs]
         if "outputs" in needs or "tables" in needs:
-            paths["prepared"] = shown[0].path(plan.PREPARED)
-            paths["outputs"] = [run.path(plan.RUN_OUTPUT) for run in shown]
-        if "tables" in needs:
+            paths["prepared"] = shown[0].path(prepared)
+            paths["outputs"] = [run.path(output) for run in shown]
+        if "tables" in needs and not chained:
             tables = {run.path(plan.GENE_TABLE, embedding=e) for run in shown if (e := plan.run_embedding(run, REGISTRIES))}
             paths["tables"] = sorted(tables)
         return paths
 
     return inputs
 
+
+# ---- chained tracks (workflow/rules/chained.smk)
+CHAINED_TRACKS = sorted({run.track for run in PLAN.chained})
+KINDS_OF_ROWS = plan.method_kinds(REGISTRIES) | plan.chained_kinds(PLAN.chained, REGISTRIES)
+
+
+def chained_methods(track_id):
+    return sorted({run.chained_method for run in PLAN.chained if run.track == track_id})
+
+
+def chained_runs_of(wildcards, track_id):
+    """The planned chained runs a job's wildcards name; a chain key of other settings is refused."""
+    runs = PLAN.chained_on(wildcards.dataset, track_id)
+    current_key(wildcards.chain_key, runs[0].chain_key if runs else None, f"{track_id} on {wildcards.dataset}")
+    return runs
+
+
+def chained_prepared(wildcards):
+    """A chained task's inputs: the upstream dataset's prepared file of every seed."""
+    key = prepared_key(wildcards)
+    return [plan.PREPARED.format(dataset=wildcards.dataset, data_key=key, seed=seed) for seed in config["seeds"]]
+
+
+def chained_inputs(track_id):
+    """Inputs of one run job of a chained track: the task of every seed and the upstream run's output and record."""
+
+    def inputs(wildcards):
+        runs = [run for run in chained_runs_of(wildcards, track_id)
+                if (run.upstream.method, run.upstream.variant, run.upstream.key)
+                == (wildcards.method, wildcards.variant, wildcards.key)]  # fmt: skip
+        if not runs:
+            raise WorkflowError(f"no planned run {wildcards.dataset}/{wildcards.method}/{wildcards.variant} "
+                                f"with key {wildcards.key} for {track_id} to chain on")  # fmt: skip
+        by_seed = {run.seed: run for run in runs}
+        return {
+            "prepared": [by_seed[seed].path(plan.CHAIN_TASK) for seed in config["seeds"]],
+            "upstream_outputs": [by_seed[seed].upstream.path(plan.RUN_OUTPUT) for seed in config["seeds"]],
+            "upstream_records": [by_seed[seed].upstream.path(plan.RUN_RECORD) for seed in config["seeds"]],
+        }
+
+    return inputs
+
+
+def chained_evaluation_inputs(track_id):
+    """Inputs of a chained track's scoring on one dataset: its task of every seed and every chained output."""
+
+    def inputs(wildcards):
+        runs = PLAN.chained_on(wildcards.dataset, track_id)
+        return {
+            "prepared": sorted({run.path(plan.CHAIN_TASK) for run in runs}),
+            "outputs": [run.path(plan.CHAINED_OUTPUT) for run in runs],
+            "tables": [],
+        }
+
+    return inputs

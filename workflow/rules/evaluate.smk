@@ -8,6 +8,7 @@ rule evaluate:
         checksums=plan.DATASET_SCORES.replace(".parquet", ".sha256.json"),  # per-row digests for celldag audit
     params:
         dataset=dataset_entry,
+        track_id=lambda wildcards: REGISTRIES.datasets[wildcards.dataset]["track"],
         track=dataset_track,
         evaluation=config["evaluation"],
     log:

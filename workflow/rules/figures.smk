@@ -4,14 +4,14 @@
 
 
 for _track_id in REGISTRIES.tracks:
-    _datasets = [d for d, entry in REGISTRIES.datasets.items() if entry["track"] == _track_id]
+    _datasets = [d for d, entry in REGISTRIES.datasets.items() if _track_id in (entry["track"], *entry["chained"])]
     for _figure in REGISTRIES.track(_track_id).figures:
 
         rule:
             name:
                 plan.figure_rule(_track_id, _figure.name)
             input:
-                unpack(figure_inputs(_figure.needs)),
+                unpack(figure_inputs(_figure.needs, _track_id)),
             output:
                 report(
                     plan.FIGURE.replace("{figure}", _figure.name),
@@ -23,10 +23,11 @@ for _track_id in REGISTRIES.tracks:
             params:
                 figure=_figure.name,
                 dataset=dataset_entry,
-                track=dataset_track,
+                track_id=_track_id,
+                track=REGISTRIES.tracks[_track_id],
                 seed=PLAN.figure_seed,
                 evaluation=config["evaluation"],
-                kinds=plan.method_kinds(REGISTRIES),
+                kinds=KINDS_OF_ROWS,
             wildcard_constraints:
                 dataset=_one_of(_datasets) if _datasets else "(?!)",
             log:

@@ -1,7 +1,7 @@
 rule aggregate:
     input:
-        scores=PLAN.dataset_scores,
-        records=all_run_files(plan.RUN_RECORD),
+        scores=[*PLAN.dataset_scores, *PLAN.chained_scores],
+        records=all_run_files(plan.RUN_RECORD) + [run.path(plan.CHAINED_RECORD) for run in PLAN.chained],
     output:
         scores=plan.SCORES,
         runs=plan.RUNS,
@@ -11,7 +11,7 @@ rule aggregate:
         paired=config["evaluation"]["paired"],
         notes=config["evaluation"]["notes"],
         tracks=REGISTRIES.tracks,
-        kinds=plan.method_kinds(REGISTRIES),
+        kinds=KINDS_OF_ROWS,
     log:
         "results/logs/aggregate/{name}.log",
     conda:
@@ -42,14 +42,14 @@ rule report_html:
         ),
     params:
         captions=[
-            str(REGISTRIES.track(REGISTRIES.datasets[d]["track"]).figure(f).caption_path())
-            for _, d, f in PLAN.figures
+            str(REGISTRIES.track(track_id).figure(f).caption_path())
+            for _, _, f, track_id in PLAN.figures
         ],
         baseline=config["evaluation"]["delta_baseline"],
         paired=config["evaluation"]["paired"],
         notes=config["evaluation"]["notes"],
         tracks=REGISTRIES.tracks,
-        kinds=plan.method_kinds(REGISTRIES),
+        kinds=KINDS_OF_ROWS,
     log:
         "results/logs/report_html/{name}.log",
     conda:

@@ -8,7 +8,7 @@ score_dataset(
     output_paths=list(snakemake.input.outputs),
     table_paths=list(snakemake.input.tables),
     scores_path=snakemake.output.scores,
-    track_id=snakemake.params.dataset["track"],
+    track_id=snakemake.params.track_id,
     track=load_track(snakemake.params.track["definition"]),
     dataset=snakemake.params.dataset,
     evaluation=snakemake.params.evaluation,

@@ -24,5 +24,7 @@ class MethodResult:
     tree_newick: str | None = None       # lineage methods: the reconstructed tree over `names`
     gene_embedding: np.ndarray | None = None  # (genes, k) contextual gene embedding, rows = `gene_ids`
     gene_ids: tuple[str, ...] | None = None   # the genes the method modelled (e.g. those with a static embedding)
+    obsm: dict = field(default_factory=dict)  # per-cell matrices a track's contract names (annotation: class
+                                              # probabilities), written to the output's obsm
     uns: dict = field(default_factory=dict)  # extra JSON-able facts stored in the output's uns, e.g.
                                              # {"supervision": {...}} that evaluation needs

@@ -67,7 +67,7 @@ def table_html(table: Table, kinds: dict[str, str]) -> str:
     head = "".join(f"<th>{inline(cell)}</th>" for cell in table.header)
     rows = []
     for row in table.rows:
-        is_control = table.header[:2] == ("method", "variant") and kinds.get(f"{row[0]}/{row[1]}") == "control"
+        is_control = kinds.get(f"{row[0]}/{row[1]}") == "control"  # a run's row: its two id columns name its kind
         opening = '<tr class="control">' if is_control else "<tr>"
         rows.append(opening + "".join(f"<td>{inline(cell)}</td>" for cell in row) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

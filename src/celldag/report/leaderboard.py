@@ -302,7 +302,7 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Tr
         sort_key = -mean if arrows[metrics[0]] == "↑" else mean
         seeds = runs.groupby("seed")["status"].first()
         body.append(((pd.isna(sort_key), sort_key, method, variant), (method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}")))
-    header = ("method", "variant", *(metric_heading(m, arrows[m], track) for m in metrics), "seeds ok")
+    header = (*track.row_labels, *(metric_heading(m, arrows[m], track) for m in metrics), "seeds ok")
     return Table(header, tuple(cells for _, cells in sorted(body)))
 
 

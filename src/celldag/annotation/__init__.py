@@ -1,0 +1,1 @@
+"""The annotation track: calibrated cell-type annotation on cell embeddings."""

@@ -1,0 +1,97 @@
+"""The annotation track's figures: coverage of every group against 1 − α, and set size against worst-group coverage."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from celldag.tracks import FigureData
+
+GROUP_STYLE = {"batch": ("tab:blue", "o", 28), "type": ("tab:orange", "s", 18), "batch × type": ("0.6", ".", 10)}
+PROCEDURE_STYLE = {"kandinsky": ("tab:red", "*"), "split_lac": ("0.3", "o"), "split_aps": ("0.6", "v"),
+                   "class_conditional": ("tab:green", "s"), "mondrian_batch": ("tab:blue", "D")}  # fmt: skip
+
+
+def alpha_of(data: FigureData) -> float:
+    from celldag.annotation.track import SCORING_DEFAULTS
+
+    return float((data.evaluation.get("annotation") or {}).get("alpha", SCORING_DEFAULTS["alpha"]))
+
+
+def coverage_by_group(data: FigureData):
+    """Per procedure (panel) and run (row): the query coverage of each batch, cell type and batch × type
+    of the figure's seed (groups of at least ``min_group_cells`` query cells), the marginal coverage (|)
+    and the 1 − α line."""
+    from matplotlib.figure import Figure as MplFigure
+
+    from celldag.annotation.metrics import group_coverage
+    from celldag.annotation.scoring import random_split
+    from celldag.annotation.track import PROCEDURES, SCORING_DEFAULTS
+    from celldag.report.figures import DPI, label, note_figure, style_label
+
+    alpha = alpha_of(data)
+    min_cells = int((data.evaluation.get("annotation") or {}).get("min_group_cells", SCORING_DEFAULTS["min_group_cells"]))
+    ok = {key: output for key, output in sorted(data.outputs.items()) if output.uns["status"] == "ok"}
+    if not ok:
+        return note_figure("no annotation run finished with status ok")
+    task = data.prepared
+    figure = MplFigure(figsize=(3.0 * len(PROCEDURES) + 2.5, 1.2 + 0.28 * len(ok)), dpi=DPI, layout="constrained")
+    panels = figure.subplots(1, len(PROCEDURES), sharey=True, squeeze=False)[0]
+    rows = list(ok)
+    for key, output in ok.items():
+        sets, truth, query = random_split(task, output, alpha)
+        batch = task.obs["batch"].astype(str).to_numpy()[query]
+        cell_type = task.obs["label"].astype(str).to_numpy()[query]
+        groupings = {"batch": batch, "type": cell_type, "batch × type": np.char.add(np.char.add(batch, " × "), cell_type)}
+        y = rows.index(key)
+        for axes, procedure in zip(panels, PROCEDURES):
+            for kind, groups in groupings.items():
+                table = group_coverage(sets[procedure], truth, groups)
+                table = table[table["n"] >= min_cells]
+                colour, marker, size = GROUP_STYLE[kind]
+                axes.scatter(table["coverage"], np.full(len(table), y), c=colour, marker=marker, s=size, alpha=0.8,
+                             label=kind if y == 0 else None, zorder=2)  # fmt: skip
+            marginal = sets[procedure][np.arange(len(truth)), truth].mean()
+            axes.scatter([marginal], [y], marker="|", c="black", s=150, zorder=3, label="every query cell" if y == 0 else None)
+    for axes, procedure in zip(panels, PROCEDURES):
+        axes.axvline(1 - alpha, color="tab:red", lw=1, ls="--", zorder=1)
+        axes.set_title(PROCEDURES[procedure], fontsize=9)
+        axes.set_xlabel("coverage of the query cells")
+        axes.set_xlim(min(0.5, axes.get_xlim()[0]), 1.02)
+        axes.grid(axis="x", alpha=0.3)
+    panels[0].set_yticks(range(len(rows)), [label(key, data.kinds) for key in rows], fontsize=8)
+    for text, key in zip(panels[0].get_yticklabels(), rows):
+        style_label(text, key, data.kinds)
+    panels[0].invert_yaxis()
+    panels[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    figure.suptitle(f"{data.dataset}: coverage per group, seed {data.seed} (dashed: 1 − α = {1 - alpha:g}; rows: "
+                    "classifier/embedding)", fontsize=10)  # fmt: skip
+    return figure
+
+
+def set_size_vs_coverage(data: FigureData):
+    """Mean set size against the worst batch or cell-type coverage, one point per run and procedure (mean
+    over seeds): the better runs sit near the 1 − α line at the left."""
+    from matplotlib.figure import Figure as MplFigure
+
+    from celldag.annotation.track import PROCEDURES
+    from celldag.report.figures import DPI, note_figure
+
+    alpha = alpha_of(data)
+    scores = data.scores[data.scores["status"] == "ok"]
+    if scores.empty:
+        return note_figure("no annotation run finished with status ok")
+    means = scores.pivot_table(index=["method", "variant"], columns="metric", values="value", aggfunc="mean")
+    figure = MplFigure(figsize=(8, 5.5), dpi=DPI, layout="constrained")
+    axes = figure.subplots()
+    for procedure, title in PROCEDURES.items():
+        worst = means[[f"{procedure}_worst_batch", f"{procedure}_worst_type"]].min(axis=1)
+        colour, marker = PROCEDURE_STYLE[procedure]
+        axes.scatter(means[f"{procedure}_set_size"], worst, c=colour, marker=marker, s=36, alpha=0.75, label=title)
+    axes.axhline(1 - alpha, color="tab:red", lw=1, ls="--")
+    axes.set_xlabel("mean set size (query cells)")
+    axes.set_ylabel("worst coverage of a batch or a cell type")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, frameon=False, loc="lower right")
+    axes.set_title(f"{data.dataset}: one point per classifier/embedding and procedure, mean over seeds "
+                   f"(dashed: 1 − α = {1 - alpha:g})", fontsize=10)  # fmt: skip
+    return figure

@@ -1,0 +1,158 @@
+"""The annotation task: which cells train, calibrate and are queried, and on which cells each fit trains.
+
+Every function is a pure function of its arguments and seed — the splits draw from one
+``np.random.default_rng([stream, seed])`` per call, strata visited in sorted order; PCA and the mixture
+take ``random_state=seed`` — so the same inputs give the same outputs in any process.
+
+- ``split_cells``: train / calibration / query, stratified by batch × label.
+- ``labelled_in_new_batch``: the cells a lab would label in a new sample (per batch, stratified by label).
+- ``principal_components``: the covariates (the expression's first 20 principal components).
+- ``soft_groups``: fractional group memberships on covariates (a Gaussian mixture on principal components),
+  the groups of group-conditional coverage that need no labels.
+- ``fit_masks``: the training cells of each fit: a random split of all batches, and one fit per held-out batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import sparse
+
+SPLITS = ("train", "calibration", "query")
+# random streams of this module; the representation track uses 1-3 (split, synthetic batches, scoring subsamples)
+STREAM, LABELLED_STREAM = 4, 5
+MAX_COMPONENTS = 20  # principal components the mixture of ``soft_groups`` is fitted on
+
+
+def split_cells(labels, batch, fractions: tuple[float, float, float], seed: int) -> np.ndarray:
+    """(n,) str: each cell's part, one of ``SPLITS``, stratified by batch × label.
+
+    ``fractions`` are those of train, calibration and query (positive, summing to 1). Within each
+    (batch, label) stratum of n cells — strata in sorted order, all shuffled by one generator seeded
+    with ``[STREAM, seed]`` — the counts are the largest-remainder rounding of ``fractions · n`` (ties
+    to the earlier part in ``SPLITS``); a stratum of >= 3 cells then has any empty part filled with one
+    cell taken from the largest part (the earlier on ties), so that every part holds >= 1 cell of it:
+    group-conditional coverage needs calibration cells of every group. So no part gets more than
+    ``ceil(fraction · n)`` cells, and a stratum whose every ``fraction · n`` is >= 1 is rounded exactly.
+
+    Strata of 1–2 cells cannot reach all three parts: a single cell goes to calibration; of two cells,
+    one (drawn at random) goes to calibration and the other to train. Such strata have no query cells.
+    """
+    labels, batch = _cell_vectors(labels, batch)
+    shares = _fractions(fractions)
+    rng = np.random.default_rng([STREAM, seed])
+    split = np.empty(labels.size, dtype=object)
+    for members in _strata(labels, batch):
+        counts = _part_counts(members.size, shares)
+        shuffled = rng.permutation(members)
+        split[shuffled] = np.repeat(np.array(SPLITS, dtype=object), counts)
+    return split.astype(str)
+
+
+def _part_counts(n: int, shares: np.ndarray) -> np.ndarray:
+    """Cells per part of a stratum of ``n`` cells (see ``split_cells``)."""
+    if n == 1:
+        return np.array([0, 1, 0])
+    if n == 2:
+        return np.array([1, 1, 0])
+    quotas = np.round(shares * n, 9)  # 0.7 · 10 must count as 7, not 7.000000000000001
+    counts = np.floor(quotas).astype(int)
+    remainders = quotas - counts
+    counts[np.argsort(-remainders, kind="stable")[: n - counts.sum()]] += 1
+    for part in np.flatnonzero(counts == 0):  # n >= 3: the largest part holds >= 2 cells while one is empty
+        counts[np.argmax(counts)] -= 1
+        counts[part] += 1
+    return counts
+
+
+def labelled_in_new_batch(labels, batch, fraction: float, seed: int) -> np.ndarray:
+    """(n,) bool: the cells a lab would label in a new sample, drawn in every batch.
+
+    Per (batch, label) stratum of m cells (sorted order, one generator seeded with
+    ``[LABELLED_STREAM, seed]``): a random ``round(fraction · m)`` cells (half up), at least one when
+    m >= 2 and never all m — a stratum of one cell is never labelled. Used for the batch that a fit
+    holds out; the draw does not depend on ``split_cells``, so a caller intersects it with the split
+    it needs.
+    """
+    labels, batch = _cell_vectors(labels, batch)
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction!r}")
+    rng = np.random.default_rng([LABELLED_STREAM, seed])
+    labelled = np.zeros(labels.size, dtype=bool)
+    for members in _strata(labels, batch):
+        m = members.size
+        n_labelled = 0 if m < 2 else min(max(int(np.round(fraction * m, 9) + 0.5), 1), m - 1)
+        labelled[rng.permutation(members)[:n_labelled]] = True
+    return labelled
+
+
+def principal_components(expression, seed: int) -> np.ndarray:
+    """(n, k) float64: the scores of ``expression`` (cells × features, dense or sparse) on its first
+    k = min(20, n − 1, features) principal components (sklearn PCA, randomized SVD with
+    ``random_state=seed``: deterministic for a seed; signs fixed by sklearn's ``svd_flip``)."""
+    from sklearn.decomposition import PCA
+
+    matrix = expression.toarray() if sparse.issparse(expression) else np.asarray(expression)
+    if matrix.ndim != 2 or min(MAX_COMPONENTS, matrix.shape[0] - 1, matrix.shape[1]) < 1:
+        raise ValueError(f"principal components need a matrix of 2+ cells and 1+ features, got shape {matrix.shape}")
+    if not np.isfinite(matrix).all():
+        raise ValueError("expression has non-finite values")
+    n_components = min(MAX_COMPONENTS, matrix.shape[0] - 1, matrix.shape[1])
+    scores = PCA(n_components=n_components, svd_solver="randomized", random_state=seed).fit_transform(matrix)
+    return scores.astype(np.float64, copy=False)
+
+
+def soft_groups(expression, n_groups: int, seed: int) -> np.ndarray:
+    """(n, n_groups) float64: each cell's membership of ``n_groups`` groups defined on covariates alone.
+
+    A Gaussian mixture (diagonal covariances, ``random_state=seed``, one initialisation) on
+    ``principal_components(expression, seed)`` — given those components themselves, it fits on the same
+    space again (their principal components are themselves, up to sign) — whose posterior probabilities
+    are the memberships (rows sum to 1). The columns are ordered by the components' means on the first
+    principal component, so that group j is comparable across seeds. Deterministic for a seed.
+    """
+    from sklearn.mixture import GaussianMixture
+
+    if not 1 <= n_groups <= np.shape(expression)[0]:
+        raise ValueError(f"soft_groups needs 1 <= n_groups <= cells ({np.shape(expression)[0]}), got {n_groups}")
+    scores = principal_components(expression, seed)
+    mixture = GaussianMixture(n_components=n_groups, covariance_type="diag", random_state=seed, n_init=1).fit(scores)
+    memberships = mixture.predict_proba(scores)[:, np.argsort(mixture.means_[:, 0], kind="stable")]
+    return memberships / memberships.sum(axis=1, keepdims=True)
+
+
+def fit_masks(split, batch) -> dict[str, np.ndarray]:
+    """Training cells of each fit: ``random`` (every train cell) and ``without_i`` (the train cells
+    outside batch i, i indexing the sorted unique batches): a fit that has never seen that batch."""
+    split, batch = _cell_vectors(split, batch)
+    train = split == "train"
+    masks = {"random": train}
+    for i, held_out in enumerate(np.unique(batch)):
+        masks[f"without_{i}"] = train & (batch != held_out)
+    return masks
+
+
+def _cell_vectors(first, second) -> tuple[np.ndarray, np.ndarray]:
+    """Two per-cell vectors as 1-D str arrays of one length."""
+    first, second = np.asarray(first).astype(str), np.asarray(second).astype(str)
+    if first.ndim != 1 or first.shape != second.shape:
+        raise ValueError(f"per-cell vectors must be 1-D of one length, got shapes {first.shape} and {second.shape}")
+    return first, second
+
+
+def _fractions(fractions) -> np.ndarray:
+    shares = np.asarray(fractions, dtype=np.float64)
+    if shares.shape != (len(SPLITS),) or not np.isfinite(shares).all() or (shares <= 0).any() \
+            or abs(shares.sum() - 1.0) > 1e-6:  # fmt: skip
+        raise ValueError(f"fractions must be {len(SPLITS)} positive numbers ({', '.join(SPLITS)}) summing to 1, "
+                         f"got {fractions!r}")
+    return shares / shares.sum()
+
+
+def _strata(labels: np.ndarray, batch: np.ndarray):
+    """Cell indices (ascending) of each (batch, label) stratum, strata in sorted (batch, label) order."""
+    _, batch_codes = np.unique(batch, return_inverse=True)
+    label_values, label_codes = np.unique(labels, return_inverse=True)
+    codes = batch_codes.ravel() * label_values.size + label_codes.ravel()
+    order = np.argsort(codes, kind="stable")
+    boundaries = np.flatnonzero(np.diff(codes[order])) + 1
+    return np.split(order, boundaries) if order.size else []

@@ -1,0 +1,173 @@
+"""The annotation track: cell-type labels transferred on a cell embedding, with calibrated prediction sets.
+
+Chained on representation (``upstream``): a dataset listing ``annotation`` under ``chained`` gives every
+representation run's embedding to every selected classifier. Per dataset seed one task
+(``chain_task``): cells split by batch × label into train / calibration / query, a labelled share of
+each batch (used when that batch is the new one), and soft groups — a Gaussian mixture's
+memberships on the expression's principal components, the same for every embedding so worst-group
+numbers compare. The classifiers return class probabilities for every fit (``AnnotationInput.fits``:
+the random split, and one per held-out batch); the scorer builds conformal sets from them
+(``celldag.annotation.scoring``). docs/annotation.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from celldag.contracts import ContractError
+from celldag.tracks import Figure, Metric, MetricGroup, Track
+
+PROCEDURES = {  # id → what the leaderboard calls it; every one scores LAC = 1 − p(y|x) except split_aps
+    "kandinsky": "Kandinsky (batch, type, soft groups)",
+    "split_lac": "split conformal, LAC",
+    "split_aps": "split conformal, APS (non-randomised)",
+    "class_conditional": "class-conditional",
+    "mondrian_batch": "Mondrian by batch",
+}
+SET_METRICS = ("coverage", "worst_batch", "worst_type", "worst_batch_type", "max_shortfall", "set_size",
+               "singletons", "empty")  # fmt: skip
+LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty")  # metric-name endings
+NEW_BATCH_METRICS = ("new_batch_coverage", "new_batch_worst", "new_batch_set_size")
+TASK_DEFAULTS = {"split": [0.5, 0.25, 0.25], "labelled_fraction": 0.1, "soft_groups": 4}
+SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10}
+
+
+def _metric(name: str) -> Metric:
+    return Metric(name, higher_is_better=not name.endswith(LOWER_IS_BETTER))
+
+
+def _procedure_metrics(procedure: str) -> tuple[Metric, ...]:
+    return tuple(_metric(f"{procedure}_{name}") for name in SET_METRICS)
+
+
+TRACK = Track(
+    x_dtype="float32",
+    check_prepared="celldag.annotation.track:check_prepared",
+    check_output="celldag.annotation.track:check_output",
+    method_input="celldag.annotation.track:method_input",
+    inputs={},
+    scorer="celldag.annotation.scoring:score_seed",
+    metric_groups=(
+        MetricGroup("point labels and Kandinsky sets", (
+            Metric("accuracy", higher_is_better=True, core=True), Metric("macro_f1", higher_is_better=True, core=True),
+            *_procedure_metrics("kandinsky"))),
+        *(MetricGroup(title, _procedure_metrics(procedure)) for procedure, title in PROCEDURES.items()
+          if procedure != "kandinsky"),
+        MetricGroup("new batch: classifier trained on the other batches, 10 % of the new one labelled", (
+            Metric("accuracy_new_batch", higher_is_better=True), Metric("macro_f1_new_batch", higher_is_better=True),
+            *(_metric(f"{procedure}_{name}") for procedure in PROCEDURES for name in NEW_BATCH_METRICS))),
+        MetricGroup("control: split conformal (LAC) calibrated on permuted labels", (
+            Metric("permuted_coverage", higher_is_better=True), Metric("permuted_set_size", higher_is_better=False))),
+    ),  # fmt: skip
+    dataset_facts="celldag.annotation.track:dataset_facts",
+    figures=(
+        Figure("coverage", "celldag.annotation.figures:coverage_by_group", "captions/coverage.rst",
+               needs=("outputs",)),
+        Figure("set_size", "celldag.annotation.figures:set_size_vs_coverage", "captions/sets.rst",
+               needs=("scores",)),
+    ),
+    upstream="representation",
+    chain_task="celldag.annotation.track:chain_task",
+    chain_input="celldag.annotation.track:chain_input",
+    row_labels=("classifier", "embedding"),
+)
+
+
+@dataclass(frozen=True)
+class AnnotationInput:
+    """What a classifier's ``run`` receives: an embedding, labels and the cells each fit may train on."""
+
+    features: np.ndarray  # (n, d) float32: the cell embedding (or the prepared expression)
+    labels: np.ndarray  # (n,) str cell types (a fit reads only the rows of its mask)
+    batch: np.ndarray  # (n,) str
+    classes: tuple[str, ...]  # sorted unique labels of the dataset: probability columns in this order
+    fits: dict[str, np.ndarray]  # fit name → bool (n,) mask of the cells it trains on (task.fit_masks)
+
+    def unmet(self, need: str) -> str | None:
+        return None
+
+
+def method_input(prepared, work_dir: str | None, gene_table=None) -> AnnotationInput:
+    from celldag.annotation.task import fit_masks
+
+    labels = prepared.obs["label"].astype(str).to_numpy()
+    batch = prepared.obs["batch"].astype(str).to_numpy()
+    return AnnotationInput(features=np.asarray(prepared.X, dtype=np.float32), labels=labels, batch=batch,
+                           classes=tuple(sorted(set(labels))),
+                           fits=fit_masks(prepared.obs["split"].astype(str).to_numpy(), batch))  # fmt: skip
+
+
+def chain_task(prepared, params: dict, seed: int):
+    """The annotation task of one upstream dataset seed: X = the expression's principal components (the
+    covariates the soft groups are fitted on), obs label / batch / split / new_batch_labelled, obsm
+    soft_groups. A function of the prepared dataset, the params and the seed only."""
+    import anndata
+    import pandas as pd
+
+    from celldag.annotation.task import labelled_in_new_batch, principal_components, soft_groups, split_cells
+
+    params = TASK_DEFAULTS | params
+    labels = prepared.obs["label"].astype(str).to_numpy()
+    batch = prepared.obs["batch"].astype(str).to_numpy()
+    expression = np.asarray(prepared.X.toarray() if hasattr(prepared.X, "toarray") else prepared.X, dtype=np.float32)
+    components = principal_components(expression, seed)
+    obs = pd.DataFrame({
+        "label": pd.Categorical(labels), "batch": pd.Categorical(batch),
+        "split": pd.Categorical(split_cells(labels, batch, tuple(params["split"]), seed)),
+        "new_batch_labelled": labelled_in_new_batch(labels, batch, params["labelled_fraction"], seed),
+    }, index=prepared.obs_names.copy())  # fmt: skip
+    task = anndata.AnnData(X=components.astype(np.float32), obs=obs)
+    task.obsm["soft_groups"] = soft_groups(components, int(params["soft_groups"]), seed)
+    task.uns.update(dataset_id=prepared.uns["dataset_id"], track="annotation", seed=int(seed),
+                    task={key: params[key] for key in TASK_DEFAULTS})  # fmt: skip
+    return task
+
+
+def chain_input(task, output, record: dict):
+    """The task with the upstream run's cell embedding as X (the task's own X when the run is not ok).
+
+    ``transductive``: the upstream method fitted its embedding on every cell of the dataset, query cells
+    included (their features, never their labels) — its registry entry's ``transductive``, true unless
+    the method says otherwise."""
+    import anndata
+
+    features = np.asarray(output.obsm["X_emb"], dtype=np.float32) if output.uns["status"] == "ok" else task.X
+    chained = anndata.AnnData(X=features, obs=task.obs.copy(), obsm=dict(task.obsm), uns=dict(task.uns))
+    chained.uns["transductive"] = bool(record["config"]["method"].get("transductive", True))
+    return chained
+
+
+def check_prepared(adata, path: str) -> None:
+    """label / batch / split (train, calibration, query), new_batch_labelled, soft_groups rows on the simplex."""
+    for column in ("label", "batch", "split", "new_batch_labelled"):
+        if column not in adata.obs:
+            raise ContractError(path, f"obs['{column}']", "missing")
+    unknown = set(adata.obs["split"].astype(str)) - {"train", "calibration", "query"}
+    if unknown:
+        raise ContractError(path, "obs['split']", f"unknown values {sorted(unknown)}")
+    if adata.obs["batch"].nunique() < 2:
+        raise ContractError(path, "obs['batch']", "the annotation track needs two or more batches")
+    groups = np.asarray(adata.obsm.get("soft_groups", np.empty((0, 0))))
+    if groups.shape[0] != adata.n_obs or not np.allclose(groups.sum(axis=1), 1, atol=1e-6) or (groups < 0).any():
+        raise ContractError(path, "obsm['soft_groups']", "missing, or rows not non-negative summing to 1")
+
+
+def check_output(adata, path: str) -> None:
+    """One probability matrix per fit (obsm['proba_<fit>']), columns = uns['classes'], rows summing to 1."""
+    classes = list(adata.uns.get("classes", []))
+    keys = [key for key in adata.obsm if key.startswith("proba_")]
+    if not classes or "proba_random" not in keys:
+        raise ContractError(path, "obsm['proba_random']", "missing (or uns['classes'] missing)")
+    for key in keys:
+        proba = np.asarray(adata.obsm[key])
+        if proba.shape != (adata.n_obs, len(classes)) or (proba < 0).any() or not np.allclose(proba.sum(axis=1), 1, atol=1e-6):
+            raise ContractError(path, f"obsm['{key}']", f"must be ({adata.n_obs}, {len(classes)}) probabilities")
+
+
+def dataset_facts(prepared, entry: dict) -> list[tuple[str, str]]:
+    """What `celldag validate` says of a dataset the annotation track chains on."""
+    n_labels, n_batches = prepared.obs["label"].nunique(), prepared.obs["batch"].nunique()
+    return [("annotation", f"{n_labels} cell types × {n_batches} batches"
+                           + ("" if n_batches > 1 else ": one batch, the annotation track needs two or more"))]
