@@ -20,9 +20,10 @@ from conftest import copy_workflow, dry_run_jobs, planned_run, run_snakemake
 pytestmark = pytest.mark.e2e
 
 METHODS = ["scilama/text", "scilama/random", "scilama/cell_only", "pca", "genept_w", "scvi/batch"]
+CLASSIFIERS = ["knn", "logistic"]  # the annotation track, chained on every representation run (docs/annotation.md)
 CONFIG = {
     "datasets": ["pbmc68k_batched"],
-    "methods": METHODS,
+    "methods": METHODS + CLASSIFIERS,
     "seeds": [0, 1],
     "method_params": {"scilama": {"hidden_dims": [32, 16], "gene_hidden_dims": [32, 16], "latent_dim": 8,
                                   "max_epochs": 8, "kl_warmup_epochs": 2, "kl_ramp_epochs": 2, "patience": 3}},
@@ -90,3 +91,56 @@ def test_leaderboard_reports_the_paired_difference(finished_run):
     assert "## pbmc68k_batched (representation)" in text
     assert "| scilama/text − scilama/random | total |" in text
     assert "not_applicable" in text  # scvi's row says why it has no numbers
+
+
+def test_annotation_runs_every_classifier_on_every_representation_run(finished_run):
+    workdir, listed = finished_run
+    assert (listed["annotation_task"], listed["run_annotation"], listed["evaluate_annotation"]) == (1, len(METHODS), 1)
+    scores = pd.read_parquet(workdir / "results/default/scores.parquet")
+    accuracy = scores[(scores["track"] == "annotation") & (scores["metric"] == "accuracy")]
+    upstream = {f"{m}/default" if "/" not in m else m for m in METHODS}
+    assert set(zip(accuracy["method"], accuracy["variant"], accuracy["seed"])) == {
+        (classifier, run, seed) for classifier in CLASSIFIERS for run in upstream for seed in (0, 1)}  # fmt: skip
+    scvi = accuracy[accuracy["variant"] == "scvi/batch"]
+    assert set(scvi["status"]) == {"not_applicable"}  # chains on a run that is not_applicable
+    ok = accuracy[accuracy["status"] == "ok"]
+    assert len(ok) == 2 * 2 * (len(METHODS) - 1) and ok["value"].between(0.3, 1).all()
+    coverage = scores[(scores["track"] == "annotation") & (scores["metric"] == "split_lac_coverage") & (scores["status"] == "ok")]
+    assert coverage["value"].between(0.75, 1).all()  # 1 − α = 0.9 on ~175 query cells
+
+
+def test_annotation_section_figures_and_records(finished_run):
+    from celldag.plan import CHAINED_INPUT, CHAINED_RECORD
+
+    workdir, _ = finished_run
+    text = (workdir / "results/default/leaderboard.md").read_text()
+    section = text[text.index("## pbmc68k_batched (annotation)"):]
+    assert "| classifier | embedding | accuracy ↑ | macro_f1 ↑ | kandinsky_coverage ↑" in section
+    controls = section[section.index("Controls"):section.index("###")]
+    assert "| knn | scilama/random |" in controls and "| knn | pca/default |" not in controls  # the control carries through
+    for figure in ("coverage", "set_size"):
+        assert (workdir / f"results/default/figures/pbmc68k_batched/{figure}.png").stat().st_size > 10_000
+    html = (workdir / "results/default/index.html").read_text()
+    # the annotation figures under the annotation section, the representation ones under theirs
+    assert html.index('<h2 id="pbmc68k_batched">pbmc68k_batched (representation)') < html.index("figures/pbmc68k_batched/umap.png") \
+        < html.index('<h2 id="pbmc68k_batched-annotation">pbmc68k_batched (annotation)') \
+        < html.index("figures/pbmc68k_batched/coverage.png") < html.index('id="not-ok"')  # fmt: skip
+    assert html.count("figures/pbmc68k_batched/coverage.png") == 1
+    config, registries = load_config(yaml.safe_load(yaml.safe_dump(CONFIG)), "config.yaml", root=workdir)
+    run = next(r for r in make_plan(config, registries).chained if r.chained_method == "knn" and r.label == "pca/default")
+    record = json.loads((workdir / run.path(CHAINED_RECORD)).read_text())
+    assert record["variant"] == "pca/default" and record["dataset_facts"]["upstream"] == "pca/default"
+    assert record["dataset_facts"]["transductive"] is True  # PCA is fitted on every cell, query cells included
+    assert workdir.joinpath(run.path(CHAINED_INPUT)).as_posix() in {str(workdir / p) for p in record["input_sha256"]}
+
+
+def test_audit_checks_annotation_records_and_scores(finished_run, monkeypatch, capsys):
+    from celldag.cli import main
+
+    workdir, _ = finished_run
+    monkeypatch.chdir(workdir)
+    status = main(["audit", "--sample", "0"])
+    lines = capsys.readouterr().out.splitlines()
+    assert status == 0, "\n".join(lines)
+    n_runs = 2 * len(METHODS) * (1 + len(CLASSIFIERS))
+    assert lines[-1].startswith(f"summary: {n_runs} run records, ") and ", 2 scores tables, 3 aggregate files" in lines[-1]

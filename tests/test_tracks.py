@@ -122,6 +122,13 @@ def registry_tree(tmp_path, **changes) -> dict:
          "config/embeddings.yaml: random_384.provider: module 'celldag.embeddings.providers' defines no 'noise'"),
         ({"tracks": {"lineage": {"definition": "celldag.lineage.track:TRACKS"}}},
          "config/tracks.yaml: lineage.definition: module 'celldag.lineage.track' defines no 'TRACKS'"),
+        ({"datasets": {"bm_default": {"chained": {"annotation": {}}}}},
+         "config/datasets.yaml: bm_default.chained.annotation: the annotation track chains on representation, "
+         "not on this dataset's track lineage"),
+        ({"datasets": {"bm_default": {"chained": {"annotations": {}}}}},
+         "config/datasets.yaml: bm_default.chained.annotations: unknown track; known: annotation, lineage"),
+        ({"methods": {"knn": {"variants": {"default": {}, "k50": {"n_neighbors": 50}}}}},
+         "config/methods.yaml: knn.variants: a method of the chained track annotation has one variant, default"),
     ],  # fmt: skip
 )
 def test_registry_references_fail_at_parse_time_naming_file_and_key(tmp_path, changes, message):

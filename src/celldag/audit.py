@@ -83,8 +83,19 @@ class Report:
         print(line, flush=True)  # a re-run takes a while: each line as soon as it is known
 
 
-def run_id(run: planning.Run) -> str:
+def run_id(run) -> str:
+    """dataset/method/variant/seed of a run; of a chained run, its method and the run it chains on."""
+    if isinstance(run, planning.ChainedRun):
+        return f"{run.dataset}/{run.chained_method}/{run.label}/{run.seed}"
     return f"{run.dataset}/{run.method}/{run.variant}/{run.seed}"
+
+
+def record_path(run) -> str:
+    return run.path(planning.CHAINED_RECORD if isinstance(run, planning.ChainedRun) else planning.RUN_RECORD)
+
+
+def output_path(run) -> str:
+    return run.path(planning.CHAINED_OUTPUT if isinstance(run, planning.ChainedRun) else planning.RUN_OUTPUT)
 
 
 def plural(count: int, noun: str) -> str:
@@ -138,7 +149,7 @@ def read_record(path: str) -> dict:
 def load_records(runs, report: Report) -> dict[planning.Run, dict]:
     records = {}
     for run in runs:
-        path = run.path(planning.RUN_RECORD)
+        path = record_path(run)
         if not Path(path).is_file():
             report.say(f"missing: {path} (run {run_id(run)})", problem=True, kind="missing")
             continue
@@ -169,9 +180,9 @@ class Digests:
 def recorded_files(records: dict[planning.Run, dict]) -> dict[tuple[str, str, str], list[str]]:
     """(kind, path, recorded sha256) → the runs that recorded it; kind: input, source or output."""
     uses = defaultdict(list)
-    for run, record in sorted(records.items()):
+    for run, record in sorted(records.items(), key=lambda item: record_path(item[0])):
         for kind, checksums in (("input", record["input_sha256"]), ("source", record["source_sha256"]),
-                                ("output", {run.path(planning.RUN_OUTPUT): record["output_sha256"]})):  # fmt: skip
+                                ("output", {output_path(run): record["output_sha256"]})):  # fmt: skip
             for path, digest in checksums.items():
                 uses[(kind, path, digest)].append(run_id(run))
     return uses
@@ -231,17 +242,18 @@ def check_aggregate(plan, config, registries, report: Report) -> None:
 
     shown = {"scores": planning.SCORES, "runs": planning.RUNS, "leaderboard": planning.LEADERBOARD}
     shown = {kind: pattern.format(name=plan.name) for kind, pattern in shown.items()}
-    records = [run.path(planning.RUN_RECORD) for run in plan.runs]
-    if not all(Path(path).is_file() for path in [*plan.dataset_scores, *records]):
+    records = [record_path(run) for run in (*plan.runs, *plan.chained)]
+    score_paths = [*plan.dataset_scores, *plan.chained_scores]
+    if not all(Path(path).is_file() for path in [*score_paths, *records]):
         report.say(f"not checked: {', '.join(shown.values())} (a scores table or run record they come from is missing)")
         return
     evaluation = config["evaluation"]
     with tempfile.TemporaryDirectory(prefix="celldag-audit-") as scratch:
         rebuilt = {kind: str(Path(scratch) / Path(path).name) for kind, path in shown.items()}
-        aggregate(score_paths=list(plan.dataset_scores), record_paths=records, scores_path=rebuilt["scores"],
+        aggregate(score_paths=score_paths, record_paths=records, scores_path=rebuilt["scores"],
                   runs_path=rebuilt["runs"], leaderboard_path=rebuilt["leaderboard"], baseline=evaluation["delta_baseline"],
                   paired=evaluation["paired"], notes=evaluation["notes"], tracks=tracks_of(registries.tracks),
-                  kinds=planning.method_kinds(registries))  # fmt: skip
+                  kinds=planning.method_kinds(registries) | planning.chained_kinds(plan.chained, registries))  # fmt: skip
         for kind, path in shown.items():
             report.counts["aggregate files"] += 1
             if not Path(path).is_file():
@@ -393,8 +405,10 @@ def tolerance_of(record: dict) -> Tolerance | None:
 
 
 def sample_runs(records: dict[planning.Run, dict], size: int, seed: int) -> list[planning.Run]:
-    """A seeded sample of the ``ok`` runs: the same results and seed give the same sample."""
-    finished = sorted(run for run, record in records.items() if record["status"] == "ok")
+    """A seeded sample of the ``ok`` runs: the same results and seed give the same sample. Chained runs
+    (annotation) are checked by their files and scores, not re-run: their inputs are checked outputs."""
+    finished = sorted(run for run, record in records.items()
+                      if record["status"] == "ok" and isinstance(run, planning.Run))  # fmt: skip
     return sorted(random.Random(seed).sample(finished, min(size, len(finished))))
 
 
@@ -596,11 +610,11 @@ def audit(configfile: str = DEFAULT_CONFIG, sample: int = 3, seed: int = 0, runs
     chosen_by_name = named_runs(runs, plan.runs) if runs else None
     report = Report()
     report.say(f"audit of results/{plan.name}/: {len(plan.runs)} runs of {configfile}")
-    records = load_records(plan.runs, report)
+    records = load_records((*plan.runs, *plan.chained), report)
     note_other_records(plan, report)
     digest = Digests()
     damaged = check_files(records, digest, report)
-    for path in plan.dataset_scores:
+    for path in (*plan.dataset_scores, *plan.chained_scores):
         check_scores_table(path, digest, report)
     check_aggregate(plan, config, registries, report)
     chosen = chosen_by_name if chosen_by_name is not None else sample_runs(records, sample, seed)
@@ -613,7 +627,7 @@ def audit(configfile: str = DEFAULT_CONFIG, sample: int = 3, seed: int = 0, runs
 
 def note_other_records(plan, report: Report) -> None:
     """results/runs/ is shared with other configurations: their runs are theirs to audit (and to score)."""
-    mine = {run.path(planning.RUN_RECORD) for run in plan.runs}
+    mine = {record_path(run) for run in (*plan.runs, *plan.chained)}
     others = {str(path) for path in Path("results/runs").glob("**/run.json")} - mine
     if others:
         report.say(f"note: {plural(len(others), 'other run record')} under results/runs/, of other configurations: "

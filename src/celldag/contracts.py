@@ -131,7 +131,7 @@ def check_scores(table: pd.DataFrame, path: str) -> None:
     ok = table["status"] == "ok"
     if not np.isfinite(table.loc[ok, "value"].to_numpy()).all():
         raise ContractError(path, "column 'value'", "non-finite value in a row with status 'ok'")
-    keys = ["dataset", "method", "variant", "seed", "metric"]
+    keys = ["dataset", "track", "method", "variant", "seed", "metric"]
     duplicated = table.duplicated(keys)
     if duplicated.any():
         first = table.loc[duplicated, keys].iloc[0].to_dict()

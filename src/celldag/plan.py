@@ -292,6 +292,9 @@ def make_plan(config: dict, registries: Registries) -> Plan:
     chained = chained_runs(config, registries, runs)
     for dataset, track_id in sorted({(run.dataset, run.track) for run in chained}):
         figures += [(figure_rule(track_id, f.name), dataset, f.name, track_id) for f in registries.track(track_id).figures]
+    clashes = sorted(key for key, count in Counter((dataset, name) for _, dataset, name, _ in figures).items() if count > 1)
+    if clashes:  # a chained track's figures share its dataset's folder with the upstream track's
+        raise ValueError(f"two tracks of dataset {clashes[0][0]!r} declare a figure {clashes[0][1]!r}")
     return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)),
                 tuple(figures), figure_seed=min(config["seeds"]), job_per_seed=config["compute"]["job_per_seed"],
                 file_datasets=file_datasets, chained=tuple(sorted(chained)))  # fmt: skip

@@ -45,6 +45,7 @@ rule report_html:
             str(REGISTRIES.track(track_id).figure(f).caption_path())
             for _, _, f, track_id in PLAN.figures
         ],
+        figure_tracks=[track_id for *_, track_id in PLAN.figures],
         baseline=config["evaluation"]["delta_baseline"],
         paired=config["evaluation"]["paired"],
         notes=config["evaluation"]["notes"],

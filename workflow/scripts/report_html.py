@@ -8,6 +8,7 @@ write_index(
     runs_path=snakemake.input.runs,
     figure_paths=list(snakemake.input.figures),
     figure_captions=snakemake.params.captions,
+    figure_tracks=snakemake.params.figure_tracks,
     index_path=snakemake.output.index,
     leaderboard_path=snakemake.output.leaderboard,
     tracks=tracks_of(snakemake.params.tracks),

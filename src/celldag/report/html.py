@@ -39,6 +39,7 @@ class ShownFigure:
     name: str
     path: str  # the PNG
     caption: str  # the caption file's text (reStructuredText)
+    track: str = ""  # the track whose section of the dataset shows it (empty: the dataset's first section)
 
 
 def inline(text: str) -> str:
@@ -51,7 +52,7 @@ def render(blocks: Sequence[Block], kinds: dict[str, str] | None = None) -> list
     parts = []
     for block in blocks:
         if isinstance(block, Heading):
-            anchor = f' id="{html.escape(block.dataset)}"' if block.dataset else ""
+            anchor = f' id="{html.escape(block.anchor)}"' if block.anchor else ""
             parts.append(f"<h{block.level}{anchor}>{inline(block.text)}</h{block.level}>")
         elif isinstance(block, Paragraph):
             if block.bullets:
@@ -94,7 +95,7 @@ def runs_not_ok(runs: pd.DataFrame, index_dir: str) -> list[str]:
         return parts + ["<p>Every run finished with status <code>ok</code>.</p>"]
     rows = []
     for run in shown.itertuples(index=False):
-        log = run.record.replace("results/runs/", "results/logs/run_method/").replace("/run.json", ".log")
+        log = run_log(run.record)
         links = " ".join(f'<a href="{html.escape(os.path.relpath(path, index_dir))}">{name}</a>'
                          for name, path in (("record", run.record), ("log", log)))  # fmt: skip
         rows.append((run.status, run.dataset, f"{run.method}/{run.variant}", str(run.seed), run.status_reason or "", links))
@@ -103,40 +104,52 @@ def runs_not_ok(runs: pd.DataFrame, index_dir: str) -> list[str]:
     return parts + [f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
 
 
+def run_log(record: str) -> str:
+    """The log of the job that wrote a run record: run_method's per seed, or a chained track's per upstream
+    job (…/seed<s>/<track>-<key>/<method>/run.json → run_chained/…/<track>-<key>.log: plan.CHAINED_LOG)."""
+    parts = record.split("/")
+    if len(parts) == 10:  # results/runs/<dataset>/<method>/<variant>/<key>/seed<s>/<track>-<key>/<method>/run.json
+        return "/".join(["results/logs/run_chained", *parts[2:6], parts[7] + ".log"])
+    return record.replace("results/runs/", "results/logs/run_method/").replace("/run.json", ".log")
+
+
 def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Track], figures: Sequence[ShownFigure],
                index_path: str, kinds: dict[str, str], baseline: str | None = None, paired: Sequence[dict] = (),
                notes: Sequence[str] = (), links: Sequence[str] = ()) -> str:  # fmt: skip
     """The index: each dataset's leaderboard tables followed by its figures, then the runs not ok."""
     index_dir = os.path.dirname(index_path) or "."
     blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs)
-    datasets = [block.dataset for block in blocks if isinstance(block, Heading) and block.dataset]
-    nav = " ".join(f'<a href="#{html.escape(d)}">{html.escape(d)}</a>' for d in datasets)
+    sections = [block for block in blocks if isinstance(block, Heading) and block.dataset]
+    nav = " ".join(f'<a href="#{html.escape(s.anchor)}">{html.escape(s.text if s.anchor != s.dataset else s.dataset)}</a>'
+                   for s in sections)  # fmt: skip
     files = " ".join(f'<a href="{html.escape(os.path.relpath(path, index_dir))}">{html.escape(os.path.basename(path))}</a>'
                      for path in links)  # fmt: skip
     body = [f"<nav>{nav} <a href=\"#not-ok\">runs not ok</a></nav>", f"<p>Tables: {files}</p>"]
-    by_dataset = {dataset: [f for f in figures if f.dataset == dataset] for dataset in datasets}
+    first = {s.dataset: s.track for s in reversed(sections)}  # figures without a track: the dataset's first section
+    shown_in = {(s.dataset, s.track): [f for f in figures if f.dataset == s.dataset and (f.track or first[s.dataset]) == s.track]
+                for s in sections}  # fmt: skip
     current = None
     for block in blocks:
         if isinstance(block, Heading) and block.dataset:
-            body += [figure_html(f, index_dir) for f in by_dataset.get(current, [])]
-            current = block.dataset
+            body += [figure_html(f, index_dir) for f in shown_in.get(current, [])]
+            current = (block.dataset, block.track)
         body += render([block], kinds)
-    body += [figure_html(f, index_dir) for f in by_dataset.get(current, [])]
+    body += [figure_html(f, index_dir) for f in shown_in.get(current, [])]
     body += runs_not_ok(runs, index_dir)
     return page("celldag results", body)
 
 
 def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str], figure_captions: Sequence[str],
-                index_path: str, leaderboard_path: str, tracks: dict[str, Track], kinds: dict[str, str],
+                figure_tracks: Sequence[str], index_path: str, leaderboard_path: str, tracks: dict[str, Track], kinds: dict[str, str],
                 baseline: str | None = None, paired: Sequence[dict] = (), notes: Sequence[str] = (),
                 links: Sequence[str] = ()) -> None:  # fmt: skip
     """Write index.html and leaderboard.html. Figure paths are results/{name}/figures/{dataset}/{figure}.png."""
     scores, runs = pd.read_parquet(scores_path), pd.read_parquet(runs_path)
     figures = []
-    for path, caption in zip(figure_paths, figure_captions, strict=True):
+    for path, caption, track in zip(figure_paths, figure_captions, figure_tracks, strict=True):
         dataset, name = path.split("/")[-2], os.path.splitext(os.path.basename(path))[0]
         with open(caption) as handle:
-            figures.append(ShownFigure(dataset, name, path, handle.read()))
+            figures.append(ShownFigure(dataset, name, path, handle.read(), track))
     with artifacts.atomic_path(index_path) as tmp:
         tmp.write_text(index_page(scores=scores, runs=runs, tracks=tracks, figures=figures, index_path=index_path,
                                   kinds=kinds, baseline=baseline, paired=paired, notes=notes, links=links))  # fmt: skip

@@ -72,6 +72,8 @@ class Heading:
     level: int  # 1 = the document's title, 2 = a dataset, 3 = a metric group or the paired differences
     text: str
     dataset: str = ""  # the dataset a level-2 heading opens
+    track: str = ""  # and its track (a dataset may have a section per track: annotation chains on representation)
+    anchor: str = ""  # the section's id in the HTML: the dataset's, with the track for its later sections
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,13 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
     if baseline and scores["metric"].str.startswith(DELTA_PREFIX).any():
         blocks.append(Paragraph((f"Δ = relative reduction against `{baseline}` on the same dataset and seed: "
                                  "(baseline − method) / baseline.",)))  # fmt: skip
-    for (dataset, track), table in scores.groupby(["dataset", "track"], sort=True):
-        blocks.append(Heading(2, f"{dataset} ({track})", dataset))
+    opened = set()
+    sections = scores.groupby(["dataset", "track"], sort=True)
+    # a dataset's own track first, then the tracks chained on it
+    for (dataset, track), table in sorted(sections, key=lambda item: (item[0][0], tracks[item[0][1]].upstream is not None)):
+        first = dataset not in opened
+        opened.add(dataset)
+        blocks.append(Heading(2, f"{dataset} ({track})", dataset, track, dataset if first else f"{dataset}-{track}"))
         for index, (group, metrics) in enumerate(_metric_groups(table, tracks[track]).items()):
             rows = table[table["metric"].isin(metrics)]
             keys = rows[["method", "variant"]].drop_duplicates()
@@ -130,9 +137,11 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
                 blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics, tracks[track], clipped)]
             if clipped:
                 blocks.append(Paragraph(CLIPPED_NOTE))
-        blocks += run_notes(runs, dataset)
+        if first:  # a dataset's notes and paired differences once, under its first section
+            blocks += run_notes(runs, dataset)
         blocks += subsample_notes(table)
-        blocks += paired_sections.get(dataset, [])
+        if first:
+            blocks += paired_sections.get(dataset, [])
     return blocks
 
 
