@@ -273,8 +273,8 @@ CASES = {
         "synthetic_100k, synthetic_20k"),
     "unknown method id": (
         lambda d: load(d, {"methods": ["scilamma"]}),
-        "run.yaml: methods[0]: unknown method id 'scilamma'; known ids: bonsai, celltreeqm, genept_w, harmony, nj_pca, "
-        "nj_raw, pca, quadruplet, scilama, scvi, triplet, upgma_raw"),
+        "run.yaml: methods[0]: unknown method id 'scilamma'; known ids: bonsai, celltreeqm, expression, genept_w, "
+        "harmony, knn, logistic, nj_pca, nj_raw, pca, quadruplet, scilama, scvi, triplet, upgma_raw"),
     "wrong config types": (
         lambda d: load(d, {"seeds": "0,1,2"}),
         "run.yaml: seeds: '0,1,2' is not of type 'array'"),

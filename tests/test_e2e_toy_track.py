@@ -24,11 +24,11 @@ def add_entry(workdir, registry: str, entry_id: str, entry: dict) -> None:
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     workdir = copy_workflow(tmp_path_factory.mktemp("workflow"))
-    add_entry(workdir, "tracks", "annotation", {"definition": "toy_track:TRACK", "description": "toy annotation"})
+    add_entry(workdir, "tracks", "toy", {"definition": "toy_track:TRACK", "description": "toy annotation"})
     add_entry(workdir, "datasets", "blobs", {
-        "track": "annotation", "source": "builtin", "loader": "toy_track:load", "params": {"n": 60, "separation": 6.0},
+        "track": "toy", "source": "builtin", "loader": "toy_track:load", "params": {"n": 60, "separation": 6.0},
         "description": "two labelled blobs", "license": "generated"})  # fmt: skip
-    add_entry(workdir, "methods", "centroid", {"track": "annotation", "run": "toy_track:run", "description": "nearest centroid"})
+    add_entry(workdir, "methods", "centroid", {"track": "toy", "run": "toy_track:run", "description": "nearest centroid"})
     (workdir / "config/config.yaml").write_text(yaml.safe_dump({"datasets": ["blobs"], "methods": ["centroid"], "seeds": [0, 1]}))
     with pytest.MonkeyPatch.context() as patch:  # the jobs import tests/toy_track.py by its reference
         patch.setenv("PYTHONPATH", str(REPO / "tests"))
@@ -38,9 +38,9 @@ def finished_run(tmp_path_factory):
 
 def test_a_track_from_the_test_suite_runs_to_scores_and_leaderboard(finished_run):
     scores = pd.read_parquet(finished_run / "results/default/scores.parquet")
-    assert set(scores["track"]) == {"annotation"} and set(scores["metric"]) == {"accuracy"}
+    assert set(scores["track"]) == {"toy"} and set(scores["metric"]) == {"accuracy"}
     assert list(scores["seed"]) == [0, 1] and (scores["status"] == "ok").all()
     assert (scores["value"] > 0.9).all() and scores["higher_is_better"].all()  # separated blobs: near-perfect
     leaderboard = (finished_run / "results/default/leaderboard.md").read_text()
-    assert "## blobs (annotation)" in leaderboard and "| method | variant | accuracy ↑ | seeds ok |" in leaderboard
+    assert "## blobs (toy)" in leaderboard and "| method | variant | accuracy ↑ | seeds ok |" in leaderboard
     assert "| centroid | default |" in leaderboard

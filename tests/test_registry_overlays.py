@@ -118,7 +118,7 @@ def test_every_shipped_loader_and_method_declares_its_parameters():
     for kind, field in (("datasets", "loader"), ("methods", "run")):
         for entry_id, entry in read_yaml(REPO / f"config/{kind}.yaml").items():
             accepted, _ = declared_params(entry[field], entry_id)
-            assert accepted, f"{entry_id}: {entry[field]} declares no accepted_params"
+            assert accepted is not None, f"{entry_id}: {entry[field]} declares no accepted_params"
             assert set(entry.get("params", {})) <= accepted, entry_id
 
 
