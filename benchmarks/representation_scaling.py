@@ -307,28 +307,41 @@ def scoring_run(spec: dict) -> dict:
         before, numba = dict(counters), []
         start = time.perf_counter()
         with event.install_timer("numba:compile", numba.append):
-            scores = score_seed(prepared, [output], ScoringContext(seed=0, dataset={}, evaluation={}))[0]
+            scores = score_seed(prepared, [output], ScoringContext(seed=0, dataset={}, evaluation=spec["evaluation"]))[0]
         calls.append({"seconds": time.perf_counter() - start, "numba_compile_s": sum(numba),
                       **{key: counters[key] - before[key] for key in counters},
                       "scores": {metric: value.hex() for metric, value in scores.items()}})  # fmt: skip
     return {"cells": prepared.n_obs, "calls": calls}
 
 
+SCORE_CELLS = 20000  # evaluation.score_cells' max_cells of the rows scored on a subsample (the scale preset's)
+
+
 def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) -> None:
-    """One fresh process per size (cold, then warm); for the first size a second process on the filled cache."""
+    """One fresh process per size (cold, then warm); for the first size a second process on the filled cache;
+    sizes above SCORE_CELLS also with ``evaluation.score_cells`` (graph metrics on every cell, the rest on a
+    stratified subsample of SCORE_CELLS)."""
     sizes = scoring_cells or ([0, 2000] if quick else [0, 5000, 20000])
     table = Table("Scoring one embedding (celldag's score_seed: scib-metrics Benchmarker + Leiden + batch ASW)",
-                  ["cells", "cold s", "JAX compile s", "numba compile s", "warm s (2nd embedding)",
+                  ["cells", "cold s", "JAX compile s", "numba compile s", "warm s (2nd embedding)", "peak MB",
                    "warm-cache new process s", "JAX load s", "JAX cache hits / misses", "numba compile s",
                    "warm cache / cold", "scores identical"])  # fmt: skip
     cold_series, warm_series = [], []
-    for position, cells in enumerate(sizes):
+    runs = [(cells, None) for cells in sizes] + [(cells, SCORE_CELLS) for cells in sizes if cells > SCORE_CELLS]
+    for position, (cells, max_cells) in enumerate(runs):
+        evaluation = {"score_cells": {"max_cells": max_cells, "seed": 0}} if max_cells else {}
+        spec = {"cells": cells, "embeddings": 2, "evaluation": evaluation}
         with tempfile.TemporaryDirectory(prefix="celldag-jax-") as cache:
-            cold = child("scoring_run", {"cells": cells, "jax_cache": cache, "embeddings": 2})
-            again = None if position else child("scoring_run", {"cells": cells, "jax_cache": cache, "embeddings": 1})
+            cold = child("scoring_run", spec | {"jax_cache": cache})
+            again = None if position else child("scoring_run", spec | {"jax_cache": cache, "embeddings": 1})
         first, second, n = cold["calls"][0], cold["calls"][1], cold["cells"]
         label = f"{n:,} (pbmc68k_batched)" if cells == 0 else f"{n:,}"
-        row = [label, first["seconds"], first["jax_compile_s"], first["numba_compile_s"], second["seconds"]]
+        if max_cells:
+            label += f", score_cells {max_cells:,}"
+        row = [label, first["seconds"], first["jax_compile_s"], first["numba_compile_s"], second["seconds"], cold["peak_mb"]]
+        if max_cells:
+            table.add(*row, *["–"] * 6)
+            continue
         if again is None:
             table.add(*row, *["–"] * 6)
         else:
@@ -358,7 +371,7 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
     out.series["scoring (cold)"] = series("cells", [n for n, *_ in cold_series], [s for _, s, _ in cold_series],
                                           [m for *_, m in cold_series])  # fmt: skip
     out.series["scoring (warm)"] = series("cells", [n for n, _ in warm_series], [s for _, s in warm_series])
-    skipped = [n for n in (5000, 20000, 50000) if n not in sizes] if not quick else []
+    skipped = [n for n in (5000, 20000, 50000, 100000) if n not in sizes] if not quick else []
     out.notes.append(
         "Scoring: each size in a fresh process with a new, empty JAX cache directory (CELLDAG_JAX_CACHE) scoring two "
         "embeddings of the same width, 20 (cold, then warm); for the first size a second process reads the cache "
@@ -367,9 +380,11 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
         "JIT compilation during the call (kBET's diffusion neighbours are exact since pynndescent's nn_descent, "
         "which numba refuses to cache on disk, cost ~30 s in every process). 700 cells: scanpy's "
         "pbmc68k_batched (real); other sizes synthetic (10 types, 3 batches)."
+        + f" Rows 'score_cells {SCORE_CELLS:,}': evaluation.score_cells — the neighbour-graph and k-means metrics "
+        f"on every cell, silhouettes, isolated labels, PCR, Leiden and batch ASW on a stratified {SCORE_CELLS:,}-cell "
+        "subsample."
         + (f" Not run by default, to keep `make bench` within ~8 min: {', '.join(f'{n:,}' for n in skipped)} cells "
-           "(the O(n²) silhouettes and kBET per label make one embedding take minutes there; "
-           "--only scoring --scoring-cells 0 5000 20000 50000 runs them)." if skipped else "")
+           "(--only scoring --scoring-cells 0 5000 20000 50000 100000 runs them)." if skipped else "")
     )  # fmt: skip
 
 

@@ -79,6 +79,32 @@ def test_bio_only_scores_match_the_full_call(toy_scores):
         assert bio_only[metric] == pytest.approx(scores["bio"][metric], abs=1e-6), metric
 
 
+GRAPH = ("nmi_kmeans", "ari_kmeans", "clisi", "ilisi", "kbet", "graph_connectivity")
+
+
+def test_a_subsample_scores_the_graph_metrics_on_every_cell_and_the_rest_on_its_rows(toy_scores):
+    """subsample: neighbour-graph and k-means metrics of every cell (what a sparser sample would move), the
+    silhouettes on the rows; the aggregates the Benchmarker's means. All rows: the full call's scores."""
+    from sklearn.metrics import silhouette_score
+
+    scores, (labels, batch, bio, by_batch) = toy_scores
+    embeddings = {"bio": bio, "batch": by_batch}
+    reference = np.hstack([bio, by_batch])
+    every = scib_scores(embeddings, labels, batch, reference, subsample=np.arange(len(labels)))
+    for key in embeddings:
+        assert every[key] == pytest.approx(scores[key], abs=1e-6), key
+    rows = np.sort(np.random.default_rng(1).choice(len(labels), size=150, replace=False))
+    half = scib_scores(embeddings, labels, batch, reference[rows], subsample=rows)
+    for key in embeddings:
+        for metric in GRAPH:
+            assert half[key][metric] == pytest.approx(scores[key][metric], abs=1e-6), (key, metric)
+    assert half["bio"]["silhouette_label"] == pytest.approx((silhouette_score(bio[rows], labels[rows]) + 1) / 2, abs=1e-5)
+    assert half["bio"]["silhouette_label"] != pytest.approx(scores["bio"]["silhouette_label"], abs=1e-6)
+    bio_mean = np.mean([half["bio"][m] for m in ("nmi_kmeans", "ari_kmeans", "silhouette_label", "clisi", "isolated_labels")])
+    assert half["bio"]["bio_conservation"] == pytest.approx(bio_mean, abs=1e-12)
+    assert half["bio"]["total"] == pytest.approx(0.6 * bio_mean + 0.4 * half["bio"]["batch_correction"], abs=1e-12)
+
+
 def test_scib_scores_refuse_batch_metrics_with_one_batch():
     labels, _, bio, _ = _toy_cells(n_per_label=40)
     one_batch = np.full(len(labels), "only")

@@ -9,10 +9,12 @@ JAX's compiled kernels are kept on disk between jobs (``enable_jax_cache``, ``CE
 umap-learn's graph kernels by numba (``celldag.representation.numba_cache``).
 
 Large datasets: with ``evaluation.score_cells: {max_cells, seed}`` a dataset of more than ``max_cells``
-cells is scored on a stratified subsample of ``max_cells`` of them (``stratified_subsample``: by label ×
-batch, seeded by ``seed`` and the dataset seed), the same cells for every method of a seed; each run's
-scores then carry ``scored_cells`` and ``subsample_seed`` (``contracts.SCORE_FACTS``), which the
-scores table keeps as columns and the leaderboard notes under the dataset.
+cells has its quadratic metrics (silhouettes, isolated labels, PCR comparison, Leiden, batch ASW) scored
+on a stratified subsample of ``max_cells`` of them (``stratified_subsample``: by label × batch, seeded by
+``seed`` and the dataset seed), the same cells for every method of a seed, and its neighbour-graph and
+k-means metrics on every cell (``metrics.scib_scores``' ``subsample``); each run's scores then carry
+``scored_cells`` and ``subsample_seed`` (``contracts.SCORE_FACTS``), which the scores table keeps as
+columns and the leaderboard notes under the dataset.
 """
 
 from __future__ import annotations
@@ -244,18 +246,17 @@ def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[st
     scores: list[dict[str, float]] = [dict(facts) for _ in outputs]
     if not ok:
         return scores
-    matrix, obs = (prepared.X, prepared.obs) if rows is None else (prepared.X[rows], prepared.obs.iloc[rows])
+    scored = slice(None) if rows is None else rows
+    matrix, obs = prepared.X[scored], prepared.obs
     x = np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix, dtype=np.float32)
     batch = obs["batch"].astype(str).to_numpy()
     batch_metrics = len(np.unique(batch)) > 1  # one batch (pbmc3k): bio conservation only
-    pre_integration = unintegrated_reference(x) if batch_metrics else None
+    pre_integration = unintegrated_reference(x) if batch_metrics else None  # of the scored cells
     embeddings = {str(i): np.asarray(outputs[i].obsm["X_emb"], dtype=np.float32) for i in ok}
-    if rows is not None:
-        embeddings = {key: embedding[rows] for key, embedding in embeddings.items()}
     enable_jax_cache()
     cache_umap_graph_kernels()  # scib-metrics' connectivities run umap-learn's graph kernels
     scib = scib_scores(embeddings, obs["label"].astype(str).to_numpy(), batch, pre_integration,
-                       batch_metrics=batch_metrics)  # fmt: skip
+                       batch_metrics=batch_metrics, subsample=rows)  # fmt: skip
     for i in ok:
         scores[i] |= {metric: value for metric, value in scib[str(i)].items() if np.isfinite(value)}
         if markers and "X_gene_emb" in outputs[i].varm:
