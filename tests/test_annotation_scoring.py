@@ -87,3 +87,25 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
         assert all(0 <= row[name] <= 1 for name in row if not name.endswith("set_size"))
         assert 0.5 <= row["split_lac_set_size"] <= 4  # LAC sets may be empty
         assert row["permuted_set_size"] > row["split_lac_set_size"]  # a calibration that knows nothing costs
+
+
+def test_kandinsky_groups_are_a_choice_and_batch_type_covers_each_cell_of_the_table():
+    """kandinsky_groups: with batch × type among them, the noisy batch's classes are each calibrated;
+    with batch alone Kandinsky is Mondrian by batch without the +1 (the same sets up to that rank)."""
+    proba, truth, batch, soft, calibration, query = shifted_probabilities(0, n_cells=6000)
+    by_batch = procedure_sets(proba, truth, batch, soft, calibration, query, ALPHA, groups=("batch",))
+    covered = by_batch["kandinsky"][np.arange(query.sum()), truth[query]]
+    mondrian = by_batch["mondrian_batch"][np.arange(query.sum()), truth[query]]
+    assert abs(covered.mean() - mondrian.mean()) < 0.005  # the +1 moves each batch's rank by at most one
+    cells = procedure_sets(proba, truth, batch, soft, calibration, query, ALPHA, groups=("batch_type",))
+    hit = cells["kandinsky"][np.arange(query.sum()), truth[query]]
+    per_cell = []
+    for b in range(N_BATCHES):
+        for k in range(N_CLASSES):
+            group = (batch[query] == b) & (truth[query] == k)  # ~200 query cells: binomial sd 0.021
+            per_cell.append(hit[group].mean())
+            assert abs(per_cell[-1] - (1 - ALPHA)) < 0.1, (b, k, group.sum())
+    assert abs(np.mean(per_cell) - (1 - ALPHA)) < 0.02
+    marginal = by_batch["split_lac"][np.arange(query.sum()), truth[query]]
+    noisy = batch[query] == NOISY
+    assert marginal[noisy].mean() < 1 - ALPHA - 0.15  # which batch × type groups fix as well

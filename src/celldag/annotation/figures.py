@@ -12,9 +12,9 @@ PROCEDURE_STYLE = {"kandinsky": ("tab:red", "*"), "split_lac": ("0.3", "o"), "sp
 
 
 def alpha_of(data: FigureData) -> float:
-    from celldag.annotation.track import SCORING_DEFAULTS
+    from celldag.annotation.scoring import options
 
-    return float((data.evaluation.get("annotation") or {}).get("alpha", SCORING_DEFAULTS["alpha"]))
+    return float(options(data.evaluation)["alpha"])
 
 
 def coverage_by_group(data: FigureData):
@@ -24,12 +24,12 @@ def coverage_by_group(data: FigureData):
     from matplotlib.figure import Figure as MplFigure
 
     from celldag.annotation.metrics import group_coverage
-    from celldag.annotation.scoring import random_split
-    from celldag.annotation.track import PROCEDURES, SCORING_DEFAULTS
+    from celldag.annotation.scoring import options, random_split
+    from celldag.annotation.track import PROCEDURES
     from celldag.report.figures import DPI, label, note_figure, style_label
 
-    alpha = alpha_of(data)
-    min_cells = int((data.evaluation.get("annotation") or {}).get("min_group_cells", SCORING_DEFAULTS["min_group_cells"]))
+    settings = options(data.evaluation)
+    alpha, min_cells, groups = float(settings["alpha"]), int(settings["min_group_cells"]), tuple(settings["kandinsky_groups"])
     ok = {key: output for key, output in sorted(data.outputs.items()) if output.uns["status"] == "ok"}
     if not ok:
         return note_figure("no annotation run finished with status ok")
@@ -38,7 +38,7 @@ def coverage_by_group(data: FigureData):
     panels = figure.subplots(1, len(PROCEDURES), sharey=True, squeeze=False)[0]
     rows = list(ok)
     for key, output in ok.items():
-        sets, truth, query = random_split(task, output, alpha)
+        sets, truth, query = random_split(task, output, alpha, groups)
         batch = task.obs["batch"].astype(str).to_numpy()[query]
         cell_type = task.obs["label"].astype(str).to_numpy()[query]
         groupings = {"batch": batch, "type": cell_type, "batch × type": np.char.add(np.char.add(batch, " × "), cell_type)}

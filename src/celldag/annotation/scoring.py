@@ -24,10 +24,14 @@ from celldag.annotation.track import PROCEDURES, SCORING_DEFAULTS
 from celldag.tracks import ScoringContext
 
 PERMUTATION_STREAM = 6  # random stream of the permuted-calibration control
+# Kandinsky's default groups: batch, cell type and soft groups — not batch × type, whose B·K columns on a
+# few hundred calibration cells make the slack of order G/n larger than the gaps it would close
+KANDINSKY_GROUPS = ("batch", "type", "soft")
 
 
-def options(context: ScoringContext) -> dict:
-    return SCORING_DEFAULTS | dict(context.evaluation.get("annotation") or {})
+def options(evaluation: dict) -> dict:
+    """The run config's ``evaluation.annotation`` over the track's defaults."""
+    return SCORING_DEFAULTS | dict(evaluation.get("annotation") or {})
 
 
 def codes(values) -> np.ndarray:
@@ -36,12 +40,13 @@ def codes(values) -> np.ndarray:
 
 
 def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft: np.ndarray,
-                   calibration: np.ndarray, query: np.ndarray, alpha: float) -> dict[str, np.ndarray]:  # fmt: skip
+                   calibration: np.ndarray, query: np.ndarray, alpha: float,
+                   groups: tuple[str, ...] = KANDINSKY_GROUPS) -> dict[str, np.ndarray]:  # fmt: skip
     """{procedure: (query cells, classes) bool sets} for every procedure of ``PROCEDURES``.
 
     ``truth`` class indices, ``batch`` integer codes, ``soft`` the soft group memberships; the masks pick
-    calibration and query cells. Kandinsky's groups: batch (one-hot), the soft groups and the class of the
-    candidate label.
+    calibration and query cells. Kandinsky's ``groups``, of ``batch`` (one-hot), ``type`` (the candidate
+    label's class), ``batch_type`` (batch × class) and ``soft`` (the soft groups).
     """
     from celldag.annotation import conformal
 
@@ -49,8 +54,10 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
     lac, aps = conformal.lac_scores(proba), conformal.aps_scores(proba)
     cal_lac = conformal.true_scores(lac[calibration], truth[calibration])
     batch_of = np.repeat(batch[query][:, None], n_classes, axis=1)
-    covariates = np.hstack([np.eye(batch.max() + 1)[batch], soft])
-    features = conformal.kandinsky_features(covariates, n_classes, class_groups=True)
+    one_hot = np.eye(batch.max() + 1)[batch]
+    covariates = np.hstack([one_hot if "batch" in groups else one_hot[:, :0], soft if "soft" in groups else soft[:, :0]])
+    features = conformal.kandinsky_features(covariates, n_classes, class_groups="type" in groups,
+                                            covariate_class_weights=one_hot if "batch_type" in groups else None)
     cal_features = features[calibration][np.arange(calibration.sum()), truth[calibration]]
     return {
         "kandinsky": conformal.kandinsky_sets(cal_lac, cal_features, lac[query], features[query], alpha)[0],
@@ -61,13 +68,13 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
     }  # fmt: skip
 
 
-def random_split(task, output, alpha: float) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+def random_split(task, output, alpha: float, groups: tuple[str, ...] = KANDINSKY_GROUPS):
     """(sets by procedure, query truth, query mask) of the random-split scenario of one output."""
     truth, batch, soft = task_arrays(task, output)
     split = task.obs["split"].astype(str).to_numpy()
     calibration, query = split == "calibration", split == "query"
     proba = np.asarray(output.obsm["proba_random"], dtype=np.float64)
-    return procedure_sets(proba, truth, batch, soft, calibration, query, alpha), truth[query], query
+    return procedure_sets(proba, truth, batch, soft, calibration, query, alpha, groups), truth[query], query
 
 
 def task_arrays(task, output) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -78,10 +85,10 @@ def task_arrays(task, output) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return truth, codes(task.obs["batch"]), np.asarray(task.obsm["soft_groups"], dtype=np.float64)
 
 
-def random_split_scores(task, output, alpha: float, min_cells: int) -> dict[str, float]:
+def random_split_scores(task, output, alpha: float, min_cells: int, groups: tuple[str, ...]) -> dict[str, float]:
     from celldag.annotation.metrics import max_shortfall, point_metrics, set_metrics, worst_coverage
 
-    sets, truth, query = random_split(task, output, alpha)
+    sets, truth, query = random_split(task, output, alpha, groups)
     batch = task.obs["batch"].astype(str).to_numpy()[query]
     label = task.obs["label"].astype(str).to_numpy()[query]
     groupings = {"batch": batch, "type": label, "batch_type": np.char.add(np.char.add(batch, " × "), label)}
@@ -96,7 +103,7 @@ def random_split_scores(task, output, alpha: float, min_cells: int) -> dict[str,
     return scores
 
 
-def new_batch_scores(task, output, alpha: float) -> dict[str, float]:
+def new_batch_scores(task, output, alpha: float, groups: tuple[str, ...]) -> dict[str, float]:
     """Leave each batch out in turn: pooled coverage and set size on its unlabelled cells, worst batch."""
     from celldag.annotation.metrics import point_metrics
 
@@ -111,7 +118,7 @@ def new_batch_scores(task, output, alpha: float) -> dict[str, float]:
         new = batch == held_out
         calibration = (~new & (split == "calibration")) | (new & labelled)
         query = new & ~labelled
-        sets = procedure_sets(proba, truth, batch, soft, calibration, query, alpha)
+        sets = procedure_sets(proba, truth, batch, soft, calibration, query, alpha, groups)
         for procedure, procedure_set in sets.items():
             covered[procedure].append(procedure_set[np.arange(query.sum()), truth[query]])
             sizes[procedure].append(procedure_set.sum(axis=1))
@@ -143,12 +150,13 @@ def permuted_scores(task, output, alpha: float, seed: int) -> dict[str, float]:
 
 def score_seed(task, outputs: list, context: ScoringContext) -> list[dict[str, float]]:
     """One {metric: value} per output of one seed (empty for runs that are not ``ok``)."""
-    settings = options(context)
+    settings = options(context.evaluation)
     alpha, min_cells = float(settings["alpha"]), int(settings["min_group_cells"])
+    groups = tuple(settings["kandinsky_groups"])
     scores: list[dict[str, float]] = [{} for _ in outputs]
     for i, output in enumerate(outputs):
         if output.uns["status"] != "ok":
             continue
-        scores[i] = (random_split_scores(task, output, alpha, min_cells) | new_batch_scores(task, output, alpha)
-                     | permuted_scores(task, output, alpha, context.seed))  # fmt: skip
+        scores[i] = (random_split_scores(task, output, alpha, min_cells, groups)
+                     | new_batch_scores(task, output, alpha, groups) | permuted_scores(task, output, alpha, context.seed))
     return scores

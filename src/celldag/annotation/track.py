@@ -31,7 +31,7 @@ SET_METRICS = ("coverage", "worst_batch", "worst_type", "worst_batch_type", "max
 LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty")  # metric-name endings
 NEW_BATCH_METRICS = ("new_batch_coverage", "new_batch_worst", "new_batch_set_size")
 TASK_DEFAULTS = {"split": [0.5, 0.25, 0.25], "labelled_fraction": 0.1, "soft_groups": 4}
-SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10}
+SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10, "kandinsky_groups": ["batch", "type", "soft"]}
 
 
 def _metric(name: str) -> Metric:
