@@ -208,3 +208,16 @@ def test_chained_methods_without_their_dataset_or_upstream_run_nothing(registrie
     assert lineage.chained == () and "run_annotation" not in lineage.jobs_per_rule()
     no_classifier = plan_for(registries, datasets=["pbmc68k_batched"], methods=["pca"], seeds=[0])
     assert no_classifier.chained == ()
+
+
+def test_listing_a_chained_track_recomputes_nothing_of_the_dataset(registries):
+    """`chained` is not part of a dataset's prepared-data or run keys: adding the annotation track to a dataset
+    keeps its representation runs (and every key of datasets written before chained tracks existed)."""
+    entry = registries.datasets["pbmc68k_batched"]
+    assert "annotation" in entry["chained"]
+    without = {key: value for key, value in entry.items() if key != "chained"}
+    assert data_key(entry) == data_key(without) == data_key(without | {"chained": {}})
+    params = method_params(registries.methods["pca"], "default")
+    from celldag.plan import run_key
+
+    assert run_key(entry, params) == run_key(without, params)

@@ -233,13 +233,19 @@ def settings_key(settings: dict) -> str:
 
 def data_key(dataset_entry: dict) -> str:
     """The key of a dataset's prepared files: its registry entry (loader, params, files) determines them."""
-    return settings_key(dataset_entry)
+    return settings_key(preparation_entry(dataset_entry))
+
+
+def preparation_entry(dataset_entry: dict) -> dict:
+    """A dataset entry without ``chained``: which tracks chain on its runs changes neither its prepared files
+    nor its runs (adding the annotation track to a dataset recomputes nothing of the representation track)."""
+    return {key: value for key, value in dataset_entry.items() if key != "chained"}
 
 
 def run_key(dataset_entry: dict, params: dict) -> str:
     """The key of a run's directory: its prepared dataset and the variant's merged params (registry,
     config ``method_params``, variant) determine its output. The seed has a directory of its own."""
-    return settings_key({"dataset": dataset_entry, "params": params})
+    return settings_key({"dataset": preparation_entry(dataset_entry), "params": params})
 
 
 def make_run(dataset: str, method: str, variant: str, seed: int, registries: Registries) -> Run:
