@@ -310,7 +310,7 @@ def scoring_run(spec: dict) -> dict:
             scores = score_seed(prepared, [output], ScoringContext(seed=0, dataset={}, evaluation=spec["evaluation"]))[0]
         calls.append({"seconds": time.perf_counter() - start, "numba_compile_s": sum(numba),
                       **{key: counters[key] - before[key] for key in counters},
-                      "scores": {metric: value.hex() for metric, value in scores.items()}})  # fmt: skip
+                      "scores": {metric: float(value).hex() for metric, value in scores.items()}})  # fmt: skip
     return {"cells": prepared.n_obs, "calls": calls}
 
 

@@ -130,10 +130,6 @@ class Plan:
     def chained_scores(self) -> tuple[str, ...]:
         return tuple(sorted({run.path(CHAINED_SCORES, name=self.name) for run in self.chained}))
 
-    @property
-    def chain_tasks(self) -> tuple[str, ...]:
-        return tuple(sorted({run.path(CHAIN_TASK) for run in self.chained}))
-
     def jobs_per_rule(self) -> Counter:
         """How many jobs of each rule a fresh run of this plan executes (what `snakemake -n` lists)."""
         tables_of = {table.rsplit("/", 1)[1] for table in self.gene_tables}  # one gene list per dataset

@@ -364,20 +364,8 @@ def check_method_params(registries: Registries, overrides: dict[str, dict], sour
     """Every variant's merged params against its method's ``param_schema``: ranges fail at parse time."""
     import jsonschema
 
-    for dataset, entry in registries.datasets.items():
-        for chained in entry["chained"]:
-            where = f"{registries.origin('datasets', dataset)}: {dataset}.chained.{chained}"
-            if chained not in registries.tracks:
-                raise ConfigError(f"{where}: unknown track; known: {known_tracks}")
-            if registries.track(chained).upstream != entry["track"]:
-                raise ConfigError(f"{where}: the {chained} track chains on {registries.track(chained).upstream or 'no track'}"
-                                  f", not on this dataset's track {entry['track']}")  # fmt: skip
     for method, entry in registries.methods.items():
         methods_file = registries.origin("methods", method)
-        if registries.track(entry["track"]).upstream and list(entry["variants"]) != ["default"]:
-            raise ConfigError(f"{methods_file}: {method}.variants: a method of the chained track {entry['track']} has "
-                              "one variant, default (its runs are named by the run they chain on); make another "
-                              "method id for other params")  # fmt: skip
         validator = jsonschema.Draft202012Validator({"type": "object", "properties": entry["param_schema"]})
         for variant, variant_params in entry["variants"].items():
             error = jsonschema.exceptions.best_match(validator.iter_errors({**entry["params"], **variant_params}))
