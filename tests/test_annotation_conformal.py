@@ -502,3 +502,51 @@ def test_point_metrics_macro_f1_over_present_classes():
     assert metrics == pytest.approx({"accuracy": 0.5, "macro_f1": (2 / 3 + 1 / 2) / 2})
     with pytest.raises(ValueError, match="proba"):
         point_metrics(proba, truth, 3)
+
+
+def test_quantile_regression_falls_back_to_the_interior_point_method(monkeypatch):
+    """HiGHS' simplex stopped with status 4 on the 25,007 kNN calibration scores of synthetic_100k (16 distinct
+    values: a degenerate program); the interior-point method then solves it. Simulated here: the same optimum."""
+    import celldag.annotation.conformal as module
+
+    rng = np.random.default_rng(0)
+    features = np.eye(3)[rng.integers(3, size=300)]
+    targets = rng.integers(0, 16, size=300) / 15
+    expected = module.quantile_regression(features, targets, 0.9)
+    solve = module.linprog
+    methods = []
+
+    def simplex_in_trouble(*args, method, **kwargs):
+        methods.append(method)
+        result = solve(*args, method=method, **kwargs)
+        if method == "highs":
+            result.status, result.message = 4, "(HiGHS Status 0: Not Set)"
+        return result
+
+    monkeypatch.setattr(module, "linprog", simplex_in_trouble)
+    assert np.allclose(module.quantile_regression(features, targets, 0.9), expected, atol=1e-9)
+    assert methods == ["highs", "highs-ipm"]
+
+
+def test_kandinsky_keeps_scores_equal_to_a_threshold_the_solver_rounds(monkeypatch):
+    """Separable classes: almost every calibration score is exactly 0, and HiGHS returned beta = 0 up to
+    ±1e-11 (synthetic_100k's kNN: coverage 0.51 before the tolerance). Simulated: beta 1e-11 below its value."""
+    import celldag.annotation.conformal as module
+
+    rng = np.random.default_rng(0)
+    n, k = 4000, 4
+    truth = rng.integers(k, size=n)
+    proba = np.eye(k)[truth]
+    proba[:10] = 0.25  # a few ambiguous cells
+    weights = np.column_stack([np.eye(2)[rng.integers(2, size=n)], rng.dirichlet(np.ones(3), size=n)])
+    features = module.kandinsky_features(weights, k, class_groups=True)
+    scores = module.lac_scores(proba)
+    calibration = np.arange(n) < n // 2
+    solve = module.quantile_regression
+    monkeypatch.setattr(module, "quantile_regression", lambda *args: solve(*args) - 1e-11)
+    sets, beta = module.kandinsky_sets(module.true_scores(scores[calibration], truth[calibration]),
+                                       features[calibration][np.arange(n // 2), truth[calibration]],
+                                       scores[~calibration], features[~calibration], 0.1)  # fmt: skip
+    assert np.abs(beta).max() < 1e-9
+    assert sets[np.arange(n // 2), truth[~calibration]].mean() == 1.0
+    assert sets.sum(axis=1).mean() == pytest.approx(1.0)

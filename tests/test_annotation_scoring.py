@@ -88,6 +88,20 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
         assert 0.5 <= row["split_lac_set_size"] <= 4  # LAC sets may be empty
         assert row["permuted_set_size"] > row["split_lac_set_size"]  # a calibration that knows nothing costs
 
+    # both figures draw from these outputs and scores (two runs: each run's groups are its own)
+    from celldag.annotation.figures import coverage_by_group, set_size_vs_coverage
+    from celldag.tracks import FigureData
+
+    for output, name in zip(outputs, ("knn", "logistic")):
+        output.uns["method_id"] = name
+    table = pd.DataFrame([{"method": name, "variant": "pca/default", "seed": 0, "metric": metric, "value": value,
+                           "status": "ok"} for name, row in zip(("knn", "logistic"), scores) for metric, value in row.items()])
+    data = FigureData("toy", {}, "annotation", TRACK, 0, {"annotation": {"alpha": 0.1, "min_group_cells": 5}},
+                      scores=table, prepared=task, outputs={f"{o.uns['method_id']}/pca/default": o for o in outputs})
+    coverage = coverage_by_group(data)
+    assert len(coverage.axes) == 5 and all(len(axes.get_yticklabels()) == 2 for axes in coverage.axes[:1])
+    assert len(set_size_vs_coverage(data).axes[0].collections) == 5  # one point set per procedure
+
 
 def test_kandinsky_groups_are_a_choice_and_batch_type_covers_each_cell_of_the_table():
     """kandinsky_groups: with batch × type among them, the noisy batch's classes are each calibrated;

@@ -44,8 +44,8 @@ def coverage_by_group(data: FigureData):
         groupings = {"batch": batch, "type": cell_type, "batch × type": np.char.add(np.char.add(batch, " × "), cell_type)}
         y = rows.index(key)
         for axes, procedure in zip(panels, PROCEDURES):
-            for kind, groups in groupings.items():
-                table = group_coverage(sets[procedure], truth, groups)
+            for kind, members in groupings.items():
+                table = group_coverage(sets[procedure], truth, members)
                 table = table[table["n"] >= min_cells]
                 colour, marker, size = GROUP_STYLE[kind]
                 axes.scatter(table["coverage"], np.full(len(table), y), c=colour, marker=marker, s=size, alpha=0.8,
