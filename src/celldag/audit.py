@@ -83,21 +83,6 @@ class Report:
         print(line, flush=True)  # a re-run takes a while: each line as soon as it is known
 
 
-def run_id(run) -> str:
-    """dataset/method/variant/seed of a run; of a chained run, its method and the run it chains on."""
-    if isinstance(run, planning.ChainedRun):
-        return f"{run.dataset}/{run.chained_method}/{run.label}/{run.seed}"
-    return f"{run.dataset}/{run.method}/{run.variant}/{run.seed}"
-
-
-def record_path(run) -> str:
-    return run.path(planning.CHAINED_RECORD if isinstance(run, planning.ChainedRun) else planning.RUN_RECORD)
-
-
-def output_path(run) -> str:
-    return run.path(planning.CHAINED_OUTPUT if isinstance(run, planning.ChainedRun) else planning.RUN_OUTPUT)
-
-
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'s' * (count != 1)}"
 
@@ -111,7 +96,7 @@ def used_by(runs: list[str]) -> str:
 
 
 def named_runs(texts: list[str], runs: tuple[planning.Run, ...]) -> list[planning.Run]:
-    by_id = {run_id(run): run for run in runs}
+    by_id = {run.name: run for run in runs}
     unknown = [text for text in texts if text not in by_id]
     if unknown:
         raise InputError(f"--run {unknown[0]}: not a run of this configuration "
@@ -149,9 +134,9 @@ def read_record(path: str) -> dict:
 def load_records(runs, report: Report) -> dict[planning.Run, dict]:
     records = {}
     for run in runs:
-        path = record_path(run)
+        path = run.record
         if not Path(path).is_file():
-            report.say(f"missing: {path} (run {run_id(run)})", problem=True, kind="missing")
+            report.say(f"missing: {path} (run {run.name})", problem=True, kind="missing")
             continue
         try:
             records[run] = read_record(path)
@@ -180,11 +165,11 @@ class Digests:
 def recorded_files(records: dict[planning.Run, dict]) -> dict[tuple[str, str, str], list[str]]:
     """(kind, path, recorded sha256) → the runs that recorded it; kind: input, source or output."""
     uses = defaultdict(list)
-    for run, record in sorted(records.items(), key=lambda item: record_path(item[0])):
+    for run, record in sorted(records.items(), key=lambda item: item[0].record):
         for kind, checksums in (("input", record["input_sha256"]), ("source", record["source_sha256"]),
-                                ("output", {output_path(run): record["output_sha256"]})):  # fmt: skip
+                                ("output", {run.output: record["output_sha256"]})):  # fmt: skip
             for path, digest in checksums.items():
-                uses[(kind, path, digest)].append(run_id(run))
+                uses[(kind, path, digest)].append(run.name)
     return uses
 
 
@@ -242,7 +227,7 @@ def check_aggregate(plan, config, registries, report: Report) -> None:
 
     shown = {"scores": planning.SCORES, "runs": planning.RUNS, "leaderboard": planning.LEADERBOARD}
     shown = {kind: pattern.format(name=plan.name) for kind, pattern in shown.items()}
-    records = [record_path(run) for run in (*plan.runs, *plan.chained)]
+    records = [run.record for run in (*plan.runs, *plan.chained)]
     score_paths = [*plan.dataset_scores, *plan.chained_scores]
     if not all(Path(path).is_file() for path in [*score_paths, *records]):
         report.say(f"not checked: {', '.join(shown.values())} (a scores table or run record they come from is missing)")
@@ -482,11 +467,11 @@ def rerun(run, record, registries, scratch: Path, report: Report) -> Rerun | Non
     env = child_env(kwargs["threads"], cuda=tolerance is not None)
     failure = run_job("run", definition, kwargs, env, Path(kwargs["output_path"]).with_name("rerun.log"))
     if failure:
-        report.say(f"error: re-run of {run_id(run)} failed: {failure}", problem=True, kind="error")
+        report.say(f"error: re-run of {run.name} failed: {failure}", problem=True, kind="error")
         return None
     device_now = json.loads(Path(kwargs["record_path"]).read_text())["device"]
     if device_now.split(" ")[0] != str(record["device"]).split(" ")[0]:
-        report.say(f"note: {run_id(run)} re-ran on {device_now}, was recorded on {record['device']}")
+        report.say(f"note: {run.name} re-ran on {device_now}, was recorded on {record['device']}")
     recorded_path = run.path(planning.RUN_OUTPUT)
     if not Path(recorded_path).is_file():  # said by the checksums; the scores can still be compared
         return Rerun(run, record, kwargs["output_path"], [f"output: {recorded_path} missing"])
@@ -533,12 +518,12 @@ def verdict(item: Rerun, n_scores: int | None, report: Report) -> None:
     tolerance = tolerance_of(item.record)
     if item.differences or n_scores is None:
         for difference in item.differences:
-            report.say(f"differs: {run_id(item.run)} {difference}", problem=True)
+            report.say(f"differs: {item.run.name} {difference}", problem=True)
         report.counts["differ" if item.differences else "not scored"] += 1
         return
     how = "bit-identical" if tolerance is None else f"within {tolerance}"
     device = str(item.record["device"]).split(" ")[0]
-    report.say(f"reproduced: {run_id(item.run)} ({device}; output and {n_scores} scores {how})", kind="reproduced")
+    report.say(f"reproduced: {item.run.name} ({device}; output and {n_scores} scores {how})", kind="reproduced")
 
 
 def package_notes(item: Rerun, report: Report) -> None:
@@ -548,7 +533,7 @@ def package_notes(item: Rerun, report: Report) -> None:
     now = package_versions()
     for name, version in sorted(item.record.get("packages", {}).items()):
         if now.get(name) != version:
-            report.say(f"note: {run_id(item.run)} recorded {name} {version}, now {now.get(name)}")
+            report.say(f"note: {item.run.name} recorded {name} {version}, now {now.get(name)}")
 
 
 # ------------------------------------------------------------------------------------------ audit
@@ -569,10 +554,10 @@ def rerun_chosen(chosen, records, damaged: set[str], registries, scratch: Path, 
         changed = sorted(damaged & set(record["input_sha256"])) if record else []
         if record is None or changed:
             why = f"input changed: {changed[0]}" if changed else "no usable record"
-            report.say(f"not re-run: {run_id(run)} ({why})", problem=True, kind="not re-run")
+            report.say(f"not re-run: {run.name} ({why})", problem=True, kind="not re-run")
             continue
         if tolerance_of(record):
-            report.say(f"note: {run_id(run)} was recorded on {record['device']}: compared within {CUDA_TOLERANCE}")
+            report.say(f"note: {run.name} was recorded on {record['device']}: compared within {CUDA_TOLERANCE}")
         if item := rerun(run, record, registries, scratch, report):
             by_dataset[run.dataset].append(item)
     return by_dataset
@@ -619,7 +604,7 @@ def audit(configfile: str = DEFAULT_CONFIG, sample: int = 3, seed: int = 0, runs
     check_aggregate(plan, config, registries, report)
     chosen = chosen_by_name if chosen_by_name is not None else sample_runs(records, sample, seed)
     how = "named by --run" if chosen_by_name is not None else f"seeded sample (--sample {sample} --seed {seed})"
-    report.say(f"re-running {plural(len(chosen), 'run')}, {how}: {', '.join(map(run_id, chosen)) or 'none'}")
+    report.say(f"re-running {plural(len(chosen), 'run')}, {how}: {', '.join(run.name for run in chosen) or 'none'}")
     rerun_all(chosen, records, damaged, (plan, config, registries), report)
     report.say(summary(report, len(records), len(chosen)))
     return 1 if report.problems else 0
@@ -627,7 +612,7 @@ def audit(configfile: str = DEFAULT_CONFIG, sample: int = 3, seed: int = 0, runs
 
 def note_other_records(plan, report: Report) -> None:
     """results/runs/ is shared with other configurations: their runs are theirs to audit (and to score)."""
-    mine = {record_path(run) for run in (*plan.runs, *plan.chained)}
+    mine = {run.record for run in (*plan.runs, *plan.chained)}
     others = {str(path) for path in Path("results/runs").glob("**/run.json")} - mine
     if others:
         report.say(f"note: {plural(len(others), 'other run record')} under results/runs/, of other configurations: "

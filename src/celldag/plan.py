@@ -65,6 +65,18 @@ class Run:
     def path(self, pattern: str, **fields: str) -> str:
         return pattern.format(**asdict(self), **fields)
 
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}/{self.method}/{self.variant}/{self.seed}"
+
+    @property
+    def output(self) -> str:
+        return self.path(RUN_OUTPUT)
+
+    @property
+    def record(self) -> str:
+        return self.path(RUN_RECORD)
+
 
 @dataclass(frozen=True, order=True)
 class ChainedRun:
@@ -93,6 +105,18 @@ class ChainedRun:
     def path(self, pattern: str, **fields: str) -> str:
         return self.upstream.path(pattern, track=self.track, chained_method=self.chained_method,
                                   chain_key=self.chain_key, **fields)  # fmt: skip
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}/{self.chained_method}/{self.label}/{self.seed}"
+
+    @property
+    def output(self) -> str:
+        return self.path(CHAINED_OUTPUT)
+
+    @property
+    def record(self) -> str:
+        return self.path(CHAINED_RECORD)
 
 
 @dataclass(frozen=True)

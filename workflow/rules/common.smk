@@ -233,19 +233,19 @@ def figure_inputs(needs, track_id):
         chained = REGISTRIES.datasets[wildcards.dataset]["track"] != track_id
         if chained:
             runs = PLAN.chained_on(wildcards.dataset, track_id)
-            scores, record, output, prepared = plan.CHAINED_SCORES, plan.CHAINED_RECORD, plan.CHAINED_OUTPUT, plan.CHAIN_TASK
+            scores, prepared = plan.CHAINED_SCORES, plan.CHAIN_TASK
         else:
             runs = PLAN.runs_on(wildcards.dataset)
-            scores, record, output, prepared = plan.DATASET_SCORES, plan.RUN_RECORD, plan.RUN_OUTPUT, plan.PREPARED
+            scores, prepared = plan.DATASET_SCORES, plan.PREPARED
         shown = [run for run in runs if run.seed == PLAN.figure_seed]
         paths = {}
         if "scores" in needs:
             paths["scores"] = scores.format(name=wildcards.name, dataset=wildcards.dataset, track=track_id)
         if "runs" in needs:
-            paths["records"] = [run.path(record) for run in runs]
+            paths["records"] = [run.record for run in runs]
         if "outputs" in needs or "tables" in needs:
             paths["prepared"] = shown[0].path(prepared)
-            paths["outputs"] = [run.path(output) for run in shown]
+            paths["outputs"] = [run.output for run in shown]
         if "tables" in needs and not chained:
             tables = {run.path(plan.GENE_TABLE, embedding=e) for run in shown if (e := plan.run_embedding(run, REGISTRIES))}
             paths["tables"] = sorted(tables)
@@ -289,8 +289,8 @@ def chained_inputs(track_id):
         by_seed = {run.seed: run for run in runs}
         return {
             "prepared": [by_seed[seed].path(plan.CHAIN_TASK) for seed in config["seeds"]],
-            "upstream_outputs": [by_seed[seed].upstream.path(plan.RUN_OUTPUT) for seed in config["seeds"]],
-            "upstream_records": [by_seed[seed].upstream.path(plan.RUN_RECORD) for seed in config["seeds"]],
+            "upstream_outputs": [by_seed[seed].upstream.output for seed in config["seeds"]],
+            "upstream_records": [by_seed[seed].upstream.record for seed in config["seeds"]],
         }
 
     return inputs
@@ -303,7 +303,7 @@ def chained_evaluation_inputs(track_id):
         runs = PLAN.chained_on(wildcards.dataset, track_id)
         return {
             "prepared": sorted({run.path(plan.CHAIN_TASK) for run in runs}),
-            "outputs": [run.path(plan.CHAINED_OUTPUT) for run in runs],
+            "outputs": [run.output for run in runs],
             "tables": [],
         }
 

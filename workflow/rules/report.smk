@@ -1,7 +1,7 @@
 rule aggregate:
     input:
         scores=[*PLAN.dataset_scores, *PLAN.chained_scores],
-        records=all_run_files(plan.RUN_RECORD) + [run.path(plan.CHAINED_RECORD) for run in PLAN.chained],
+        records=all_run_files(plan.RUN_RECORD) + [run.record for run in PLAN.chained],
     output:
         scores=plan.SCORES,
         runs=plan.RUNS,

@@ -6,7 +6,7 @@ import numpy as np
 
 from celldag.tracks import FigureData
 
-GROUP_STYLE = {"batch": ("tab:blue", "o", 28), "type": ("tab:orange", "s", 18), "batch × type": ("0.6", ".", 10)}
+GROUP_STYLE = {"batch": ("tab:blue", "o", 28), "type": ("tab:orange", "s", 18), "batch_type": ("0.6", ".", 10)}
 PROCEDURE_STYLE = {"kandinsky": ("tab:red", "*"), "split_lac": ("0.3", "o"), "split_aps": ("0.6", "v"),
                    "class_conditional": ("tab:green", "s"), "mondrian_batch": ("tab:blue", "D")}  # fmt: skip
 
@@ -24,7 +24,7 @@ def coverage_by_group(data: FigureData):
     from matplotlib.figure import Figure as MplFigure
 
     from celldag.annotation.metrics import group_coverage
-    from celldag.annotation.scoring import options, random_split
+    from celldag.annotation.scoring import options, query_groupings, random_split
     from celldag.annotation.track import PROCEDURES
     from celldag.report.figures import DPI, label, note_figure, style_label
 
@@ -39,9 +39,7 @@ def coverage_by_group(data: FigureData):
     rows = list(ok)
     for key, output in ok.items():
         sets, truth, query = random_split(task, output, alpha, groups)
-        batch = task.obs["batch"].astype(str).to_numpy()[query]
-        cell_type = task.obs["label"].astype(str).to_numpy()[query]
-        groupings = {"batch": batch, "type": cell_type, "batch × type": np.char.add(np.char.add(batch, " × "), cell_type)}
+        groupings = query_groupings(task, query)
         y = rows.index(key)
         for axes, procedure in zip(panels, PROCEDURES):
             for kind, members in groupings.items():
@@ -49,7 +47,7 @@ def coverage_by_group(data: FigureData):
                 table = table[table["n"] >= min_cells]
                 colour, marker, size = GROUP_STYLE[kind]
                 axes.scatter(table["coverage"], np.full(len(table), y), c=colour, marker=marker, s=size, alpha=0.8,
-                             label=kind if y == 0 else None, zorder=2)  # fmt: skip
+                             label=kind.replace("_", " × ") if y == 0 else None, zorder=2)  # fmt: skip
             marginal = sets[procedure][np.arange(len(truth)), truth].mean()
             axes.scatter([marginal], [y], marker="|", c="black", s=150, zorder=3, label="every query cell" if y == 0 else None)
     for axes, procedure in zip(panels, PROCEDURES):

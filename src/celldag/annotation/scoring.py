@@ -68,11 +68,23 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
     }  # fmt: skip
 
 
+def split_masks(task) -> tuple[np.ndarray, np.ndarray]:
+    """(calibration, query) cells of the task's random split."""
+    split = task.obs["split"].astype(str).to_numpy()
+    return split == "calibration", split == "query"
+
+
+def query_groupings(task, query: np.ndarray) -> dict[str, np.ndarray]:
+    """The query cells' group of each grouping coverage is reported by: batch, type and batch × type."""
+    batch = task.obs["batch"].astype(str).to_numpy()[query]
+    label = task.obs["label"].astype(str).to_numpy()[query]
+    return {"batch": batch, "type": label, "batch_type": np.char.add(np.char.add(batch, " × "), label)}
+
+
 def random_split(task, output, alpha: float, groups: tuple[str, ...] = KANDINSKY_GROUPS):
     """(sets by procedure, query truth, query mask) of the random-split scenario of one output."""
     truth, batch, soft = task_arrays(task, output)
-    split = task.obs["split"].astype(str).to_numpy()
-    calibration, query = split == "calibration", split == "query"
+    calibration, query = split_masks(task)
     proba = np.asarray(output.obsm["proba_random"], dtype=np.float64)
     return procedure_sets(proba, truth, batch, soft, calibration, query, alpha, groups), truth[query], query
 
@@ -89,15 +101,13 @@ def random_split_scores(task, output, alpha: float, min_cells: int, groups: tupl
     from celldag.annotation.metrics import max_shortfall, point_metrics, set_metrics, worst_coverage
 
     sets, truth, query = random_split(task, output, alpha, groups)
-    batch = task.obs["batch"].astype(str).to_numpy()[query]
-    label = task.obs["label"].astype(str).to_numpy()[query]
-    groupings = {"batch": batch, "type": label, "batch_type": np.char.add(np.char.add(batch, " × "), label)}
+    groupings = query_groupings(task, query)
     n_classes = len(output.uns["classes"])
     scores = point_metrics(np.asarray(output.obsm["proba_random"])[query], truth, n_classes)
     for procedure, procedure_set in sets.items():
         scores |= {f"{procedure}_{name}": value for name, value in set_metrics(procedure_set, truth).items()}
-        for name, groups in groupings.items():
-            scores[f"{procedure}_worst_{name}"] = worst_coverage(procedure_set, truth, groups, min_cells)
+        for name, members in groupings.items():
+            scores[f"{procedure}_worst_{name}"] = worst_coverage(procedure_set, truth, members, min_cells)
         scores[f"{procedure}_max_shortfall"] = max_shortfall(procedure_set, truth, list(groupings.values()), alpha,
                                                              min_cells)  # fmt: skip
     return scores
@@ -139,8 +149,7 @@ def permuted_scores(task, output, alpha: float, seed: int) -> dict[str, float]:
     from celldag.annotation.metrics import set_metrics
 
     truth, _, _ = task_arrays(task, output)
-    split = task.obs["split"].astype(str).to_numpy()
-    calibration, query = split == "calibration", split == "query"
+    calibration, query = split_masks(task)
     lac = conformal.lac_scores(np.asarray(output.obsm["proba_random"], dtype=np.float64))
     permuted = np.random.default_rng([PERMUTATION_STREAM, seed]).permutation(truth[calibration])
     sets = conformal.split_sets(conformal.true_scores(lac[calibration], permuted), lac[query], alpha)
