@@ -137,6 +137,8 @@ def test_a_valid_lab_lineage_dataset_validates_and_runs(tmp_path):
     assert result.returncode == 0, result.stdout
     assert "leaves:                8 (tree over the same leaves)" in result.stdout
     assert "replicate pair:        yes (train/test layers)" in result.stdout
+    # validation_cells: auto (the default): every leaf has 2 training cells, so each gives one
+    assert "validation replicate:  yes, 8 of 8 leaves (layer validation)" in result.stdout
     run_snakemake(workdir)
     scores = pd.read_parquet(workdir / "results/default/scores.parquet").set_index("metric")["value"]
     assert 0 <= scores["rf"] <= 1 and 0 <= scores["quartet_dist"] <= 1

@@ -56,8 +56,9 @@ def test_lineage_h5ad_pseudo_bulks_per_leaf_and_standardizes_only_when_asked(tmp
 
 def test_lineage_h5ad_replicates_are_seeded_cell_halves(tmp_path):
     adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=6)
+    # validation_cells 0: the halves as drawn (a validation share: test_a_lab_lineage_gets_a_validation_replicate_by_default)
     entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True,
-                                 standardize=True)  # fmt: skip
+                                 standardize=True, validation_cells=0)  # fmt: skip
     first, again, other = (prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files)[list("ABCDE")]
                            for seed in (0, 0, 1))  # fmt: skip
     assert {"train", "test"} <= set(first.layers)
@@ -70,7 +71,9 @@ def test_lineage_h5ad_replicates_are_seeded_cell_halves(tmp_path):
 def test_lineage_h5ad_keeps_the_files_replicate_pairs(tmp_path):
     adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=6)
     adata.obs["rep"] = np.tile(["rep2", "rep2", "rep1", "rep2", "rep1", "rep1"], 5)
-    entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicate_key="rep")
+    # validation_cells 0: the pairs as measured, no validation share
+    entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicate_key="rep",
+                                 validation_cells=0)  # fmt: skip
     first, other = (prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files)[list("ABCDE")] for seed in (0, 1))
     x = np.asarray(adata.X, dtype=np.float64)
     for layer, replicate in (("train", "rep1"), ("test", "rep2")):  # train: the first value in sorted order
@@ -221,7 +224,8 @@ def test_validation_cells_come_out_of_the_train_cells_and_leave_the_test_replica
     # leaf A has 2 cells (one train cell: no validation cells), the others 8 (4 train → 1 validation, 3 train)
     adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=8)
     adata = adata[~adata.obs_names.isin([f"c{i}" for i in range(2, 8)])].copy()
-    plain, _ = lineage_entry(tmp_path, adata.copy(), "(((A,B),C),(D,E));", leaf_key="clone", replicates=True)
+    plain, _ = lineage_entry(tmp_path, adata.copy(), "(((A,B),C),(D,E));", leaf_key="clone", replicates=True,
+                             validation_cells=0)  # fmt: skip
     entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True,
                                  validation_cells=0.25)  # fmt: skip
     without = prepare_dataset("lab", plain, TRACKS["lineage"], 0, files)[list("ABCDE")]

@@ -131,6 +131,7 @@ def load_config(config: dict, source: Source, root: str | Path | dict[str, str] 
     check_references(registries)
     check_config_ids(config, registries, source)
     check_param_names(registries)
+    fill_keyed_defaults(registries)
     check_method_overrides(config, registries, source)
     apply_method_params(config["method_params"], registries)
     check_method_params(registries, config["method_params"], source)
@@ -324,6 +325,20 @@ def check_param_names(registries: Registries) -> None:
         refuse_unknown(entry["param_schema"], accepted, renamed, f"{where}.param_schema")
         for variant, values in entry["variants"].items():
             refuse_unknown(values, accepted, renamed, f"{where}.variants.{variant}")
+
+
+def fill_keyed_defaults(registries: Registries) -> None:
+    """Write a loader's ``keyed_defaults`` into each of its entries that leaves them out: defaults that changed
+    after results were keyed by their entries (``plan.data_key``). An entry relying on the default then gets
+    new data and run keys with its new data, and its run records name the value; one that gives a value
+    keeps its keys. Read from the module's source, as ``accepted_params``."""
+    from celldag.extensions import declared_attribute
+
+    for dataset, entry in registries.datasets.items():
+        where = f"{registries.origin('datasets', dataset)}: {dataset}.loader"
+        defaults = declared_attribute(entry["loader"], "keyed_defaults", where)
+        if defaults:
+            entry["params"] = {**defaults, **entry["params"]}
 
 
 def method_param_names(entry: dict) -> tuple[frozenset[str], dict[str, str]]:

@@ -23,6 +23,7 @@ from scipy import sparse
 
 from celldag.contracts import MIN_LEAVES, ContractError
 from celldag.data.leaf_profiles import (
+    AUTO,
     given_halves,
     leaf_counts,
     replicate_cells,
@@ -31,6 +32,7 @@ from celldag.data.leaf_profiles import (
     split_halves,
     standardise,
     validation_fraction,
+    validation_share,
 )
 from celldag.errors import InputError
 from celldag.representation.preprocess import DEFAULTS as PREPROCESS_DEFAULTS
@@ -54,9 +56,10 @@ LINEAGE_PARAMS = {
     "values": "counts",   # counts (or TPM, >= 0): leaf means get log1p; transformed: used as they are
     "replicates": False,  # split each leaf's cells in two seeded halves (train/test layers); needs 2+ cells per leaf
     "replicate_key": None,  # or: obs column of each row's replicate, two values: train = the first in sorted order
-    "validation_cells": 0.0,  # share of each leaf's train cells moved to a third replicate (layer validation) on
-    #                           which supervised model selection scores; needs replicates or replicate_key
-    "standardize": False,   # z-score each feature with the train profiles' statistics; false: values as measured
+    "validation_cells": AUTO,  # share of each leaf's train cells moved to a third replicate (layer validation) on
+    #                            which supervised model selection scores; needs replicates or replicate_key. auto:
+    #                            0.25 where every leaf has 2+ train cells, else none (uns['no_validation_replicate'])
+    "standardize": False,   # z-score each feature with the training half's statistics; false: values as measured
 }
 
 
@@ -128,7 +131,7 @@ def _check_lineage_params(own: Mapping) -> None:
         raise InputError("lineage_h5ad params: replicates: true (seeded cell halves) and replicate_key (the file's own "
                          "pairs) exclude each other; give one")  # fmt: skip
     has_pair = own["replicates"] or own["replicate_key"] is not None
-    if validation_fraction(own["validation_cells"], "lineage_h5ad") and not has_pair:
+    if validation_fraction(own["validation_cells"], "lineage_h5ad", auto=True) not in (AUTO, 0.0) and not has_pair:
         raise InputError("lineage_h5ad params: validation_cells takes a share of each leaf's train cells, so it needs "
                          "a replicate pair: replicates: true or replicate_key")  # fmt: skip
 
@@ -266,20 +269,24 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
     raise_first(problems)
     leaves = list(tree.leaf_names)
     features_by_cell = sparse.csc_array(_source_matrix(adata, own["layer"]), dtype=np.float64).T
+    pair = None
     if own["replicates"] or own["replicate_key"] is not None:
         pair = (split_halves(leaf_of_row, leaves, seed) if own["replicates"]
                 else given_halves(leaf_of_row, adata.obs[own["replicate_key"]].astype(str).to_numpy(), leaves))  # fmt: skip
-        replicates = replicate_cells(*pair, own["validation_cells"], seed)
-    else:
-        replicates = {"X": rows_by_leaf(leaf_of_row, leaves)}
-    profiles = replicate_profiles(features_by_cell, replicates)
+    share, no_validation = validation_share(own["validation_cells"], None if pair is None else pair[0], leaves)
+    replicates = {"X": rows_by_leaf(leaf_of_row, leaves)} if pair is None else replicate_cells(*pair, share, seed)
+    # the feature filter and z-scores take the statistics of the training half as drawn, its validation cells
+    # included: the test replicate and the counts are the same with or without a validation share
+    half = {"half": pair[0]} if "validation" in replicates else {}
+    profiles = replicate_profiles(features_by_cell, half | replicates)
     if own["values"] == "counts":
         profiles = {name: np.log1p(means) for name, means in profiles.items()}
-    # features constant over the train profiles are dropped either way: they have no z-score and carry nothing
-    scaled, varies = standardise(*profiles.values())  # the train profiles' statistics when there are replicates
+    # features constant over the training profiles are dropped either way: they have no z-score and carry nothing
+    scaled, varies = standardise(*profiles.values())  # the first profiles' statistics: the training half (or X)
     if not varies.any():
         raise InputError(f"{path}: {matrix_field(own['layer'])}: no feature varies across the {len(leaves)} leaves")
     matrices = dict(zip(profiles, scaled if own["standardize"] else [values[:, varies] for values in profiles.values()]))
+    matrices.pop("half", None)
     obs = pd.DataFrame({"n_cells": pd.Series(leaf_of_row).value_counts().reindex(leaves).to_numpy()},
                        index=pd.Index(leaves, name="leaf"))  # fmt: skip
     if "validation" in replicates:
@@ -297,6 +304,9 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
     prepared.uns["tree_newick"] = to_newick(tree)
     prepared.uns["feature_filter"] = {"features": int(adata.n_vars), "kept": int(varies.sum())}
     prepared.uns["standardized"] = own["standardize"]
+    prepared.uns["validation_cells"] = share  # the share drawn (0: no validation replicate) …
+    if no_validation is not None:  # … and why there is none: CellTreeQM's selection fallback note names it
+        prepared.uns["no_validation_replicate"] = no_validation
     return prepared
 
 
@@ -562,3 +572,7 @@ prepare_h5ad.renamed_params = {
     "values": "lognorm_layer (values: lognorm is counts_layer: null, lognorm_layer: X)",
 }
 prepare_lineage_h5ad.accepted_params = tuple(LINEAGE_PARAMS)
+# defaults that changed after results were keyed by their entries: an entry that leaves one out is read with it
+# spelled out (registry.fill_keyed_defaults), so its data and run keys move with its data, while an entry that
+# gives a value (validation_cells: 0, as before) keeps its keys
+prepare_lineage_h5ad.keyed_defaults = {"validation_cells": AUTO}

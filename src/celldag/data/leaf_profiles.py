@@ -28,15 +28,41 @@ def split_halves(leaf_of_cell, leaves: list[str], seed: int) -> tuple[list[np.nd
 
 
 VALIDATION_STREAM = 0x7A11  # its own random stream: the train/test split is the same with or without validation cells
+AUTO = "auto"  # validation_cells: auto, lineage_h5ad's default (validation_share)
+AUTO_FRACTION = 0.25  # as Packer 2019's entry: 3 of 4 training cells stay in the training profile, 2-5 give one
 
 
-def validation_fraction(value, loader: str) -> float:
-    """A loader's ``validation_cells`` param, checked: a fraction in [0, 1) (0: no validation replicate)."""
+def validation_fraction(value, loader: str, auto: bool = False) -> float | str:
+    """A loader's ``validation_cells`` param, checked: a fraction in [0, 1) (0: no validation replicate);
+    with ``auto``, also AUTO (the share is decided per dataset: ``validation_share``)."""
     from celldag.errors import InputError
 
+    if auto and value == AUTO:
+        return AUTO
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise InputError(f"{loader} params: validation_cells must be a fraction in [0, 1), got {value!r}")
+        expected = f"{AUTO!r} or a fraction" if auto else "a fraction"
+        raise InputError(f"{loader} params: validation_cells must be {expected} in [0, 1), got {value!r}")
     return float(value)
+
+
+def validation_share(requested: float | str, train: list[np.ndarray] | None,
+                     leaves: list[str]) -> tuple[float, str | None]:
+    """(the share of each leaf's training cells that ``replicate_cells`` draws into the validation replicate,
+    why the dataset has none: None where it has one) for a checked ``validation_cells`` and the training
+    cells of each leaf (None: no replicate pair).
+
+    AUTO draws AUTO_FRACTION where there is a pair and every leaf has 2 or more training cells (each then
+    gives at least one and keeps at least one), else none: no error, the reason goes into the record.
+    """
+    if requested != AUTO:
+        return float(requested), (None if requested else "validation_cells: 0 in the dataset's entry")
+    if train is None:
+        return 0.0, "no replicate pair to draw validation cells from (replicates: true or replicate_key)"
+    short = [leaf for leaf, cells in zip(leaves, train) if cells.size < 2]
+    if short:
+        return 0.0, (f"validation_cells: auto needs 2+ training cells in every leaf; {len(short)} of {len(leaves)} "
+                     f"have fewer (first: {short[:3]}); a fraction such as {AUTO_FRACTION} draws from the others")  # fmt: skip
+    return AUTO_FRACTION, None
 
 
 def replicate_cells(train: list[np.ndarray], test: list[np.ndarray], fraction: float,

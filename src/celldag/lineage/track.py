@@ -74,6 +74,8 @@ class LineageInput:
     validation_features: np.ndarray | None = None  # (n, p) a third replicate for model selection, never scored
     validation_leaves: np.ndarray | None = None  # (n,) bool: leaves whose validation row is measured (a leaf
     #                                              without validation cells repeats its training row there)
+    no_validation: str | None = None  # why the dataset has no validation replicate, where its loader says
+    #                                   (uns['no_validation_replicate']): for a method's note on its model selection
 
     def unmet(self, need: str) -> str | None:
         if need == "replicates" and self.train_features is None:
@@ -113,6 +115,7 @@ def method_input(prepared, work_dir: str | None, gene_table=None) -> LineageInpu
         validation_features=np.asarray(prepared.layers["validation"], dtype=np.float64) if has_validation else None,
         validation_leaves=None if not has_validation else (
             np.ones(prepared.n_obs, dtype=bool) if validation_cells is None else validation_cells.to_numpy() > 0),
+        no_validation=None if has_validation else prepared.uns.get("no_validation_replicate"),
     )
 
 
@@ -164,7 +167,8 @@ def check_output(adata, path: str) -> None:
 
 def validation_fact(prepared) -> str:
     if "validation" not in prepared.layers:
-        return "no (supervised selection falls back to held-out leaves)"
+        why = prepared.uns.get("no_validation_replicate")
+        return f"no ({why + '; ' if why else ''}supervised selection falls back to held-out leaves)"
     measured = prepared.obs.get("n_cells_validation")
     leaves = prepared.n_obs if measured is None else int((measured > 0).sum())
     return f"yes, {leaves} of {prepared.n_obs} leaves (layer validation)"

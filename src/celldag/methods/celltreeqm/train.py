@@ -231,6 +231,7 @@ def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
         work_dir=inputs.work_dir,
         validation_features=None if inputs.validation_features is None else inputs.validation_features[order],
         validation_leaves=None if inputs.validation_leaves is None else inputs.validation_leaves[order],
+        no_validation=inputs.no_validation,
     )
     embedded, facts = fit_and_embed(canonical, params, seed, quartet_rank(order, params, seed))
     notes = [note for note in (facts.pop("note", None), ordering_note(params)) if note]
@@ -310,8 +311,19 @@ def selection_used(inputs: LineageInput, supervision: Supervision, params: dict)
     return "holdout_refit" if requested == "auto" else requested
 
 
-FALLBACK_NOTE = ("no validation replicate in this dataset: steps chosen on held-out leaves of the training replicate, "
-                 "then retrained on all leaves (selection holdout_refit)")
+HOLDOUT_REFIT = ("steps chosen on held-out leaves of the training replicate, then retrained on all leaves "
+                 "(selection holdout_refit)")
+FALLBACK_NOTE = f"no validation replicate in this dataset: {HOLDOUT_REFIT}"
+
+
+def fallback_note(inputs: LineageInput) -> str:
+    """Why ``auto`` fell back to held-out leaves: the dataset has no validation replicate (and why, where its
+    loader says), or the one it has measures too few known leaves."""
+    if inputs.validation_features is not None:
+        return f"the validation replicate measures fewer than 4 known leaves: {HOLDOUT_REFIT}"
+    if inputs.no_validation:
+        return f"no validation replicate in this dataset ({inputs.no_validation}): {HOLDOUT_REFIT}"
+    return FALLBACK_NOTE
 
 
 def fit_and_embed(inputs: LineageInput, params: dict, seed: int, rank: np.ndarray | None) -> tuple[np.ndarray, dict]:
@@ -360,7 +372,7 @@ def fit_and_embed(inputs: LineageInput, params: dict, seed: int, rank: np.ndarra
     facts |= {"steps_run": result.steps_run, "resumed_from": result.resumed_from, "device": str(device)}
     uns = {"supervision": supervision.uns, "training": facts}
     if used == "holdout_refit" and params["selection"] == "auto":
-        uns["note"] = FALLBACK_NOTE
+        uns["note"] = fallback_note(inputs)
     return embedding, uns
 
 
