@@ -1,14 +1,22 @@
-"""The report's shared figures (scores heatmap, cost), the figure job's PNGs and the static index page."""
+"""The report's shared figures (scores heatmap, cost), the figure job's PNGs, the static index page, and that
+every title of every track's figures fits."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
+import numpy as np
 import pandas as pd
 import pytest
+import test_representation_figures as representation_data
+from test_lineage_figures import figure_data as lineage_figure_data  # noqa: F401 (a fixture, by this name)
 
+from celldag import extensions
+from celldag.annotation.track import PROCEDURES
 from celldag.report import figures, html
 from celldag.report.leaderboard import leaderboard_blocks, markdown
+from celldag.representation import figures as representation_figures
 from conftest import TRACKS
 
 LINEAGE = TRACKS["lineage"]
@@ -111,3 +119,90 @@ def test_markdown_and_html_leaderboards_hold_the_same_cells():
     text, page = markdown(blocks), "".join(html.render(blocks))
     cell = "0.500 ± 0.141"  # nj_raw rf over seeds 0.4, 0.6
     assert f"| nj_raw | default | {cell} |" in text and f"<td>{cell}</td>" in page
+
+
+# ---------------------------------------------------------------- every title fits
+
+LONG_NAME = "a_dataset_whose_name_is_as_long_as_two_of_the_registrys"
+# a procedure label as long as the annotation track's longest
+LONG_LABEL = "Kandinsky groups, augmented fit (conditional calibration, Gibbs–Cherian–Candès)"
+
+
+def runs_of(scores: pd.DataFrame) -> pd.DataFrame:
+    """A run record per method, variant and seed of ``scores``, for the cost figure."""
+    runs = scores[["method", "variant", "seed", "status"]].drop_duplicates()
+    return runs.assign(dataset=LONG_NAME, wall_time_s=1.0 + np.arange(len(runs)), peak_rss_mb=100.0)
+
+
+@pytest.fixture(scope="module")
+def annotation_figure_data() -> figures.FigureData:
+    """A 400-cell task (3 batches × 4 types), two runs' class probabilities and scores of every procedure."""
+    import anndata
+
+    from celldag.annotation.track import TRACK, chain_task
+
+    rng = np.random.default_rng(0)
+    labels, batches = rng.integers(4, size=400), rng.integers(3, size=400)
+    obs = pd.DataFrame({"label": [f"type{v}" for v in labels], "batch": [f"b{v}" for v in batches]},
+                       index=[f"c{i}" for i in range(400)])  # fmt: skip
+    x = (3 * np.eye(4)[labels] @ rng.normal(size=(4, 20)) + rng.normal(size=(400, 20))).astype(np.float32)
+    task = chain_task(anndata.AnnData(x, obs=obs, uns={"dataset_id": "toy"}), {}, 0)
+    outputs, rows = {}, []
+    for key, sharpness in (("knn/pca/default", 2.0), ("logistic/scilama_with_a_long_variant/text", 4.0)):
+        logits = sharpness * np.eye(4)[labels] + rng.normal(size=(400, 4))
+        proba = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+        outputs[key] = anndata.AnnData(obs=pd.DataFrame(index=task.obs_names), obsm={"proba_random": proba},
+                                       uns={"status": "ok", "classes": [f"type{v}" for v in range(4)]})  # fmt: skip
+        method, variant = key.split("/", 1)
+        rows += [{"method": method, "variant": variant, "seed": 0, "metric": f"{procedure}_{metric}",
+                  "value": rng.uniform(0.5, 1.0), "higher_is_better": True, "status": "ok"}
+                 for procedure in PROCEDURES for metric in ("set_size", "worst_batch", "worst_type")]  # fmt: skip
+    return figures.FigureData("toy", {}, "annotation", TRACK, 0, {"annotation": {"alpha": 0.1, "min_group_cells": 5}},
+                              scores=pd.DataFrame(rows), prepared=task, outputs=outputs)  # fmt: skip
+
+
+@pytest.fixture
+def representation_figure_data(tmp_path) -> figures.FigureData:
+    outputs = {"scilama/text": representation_data.output("scilama", "text", gene_embedding=True),
+               "pca/default": representation_data.output("pca", "default")}  # fmt: skip
+    return representation_data.figure_data(tmp_path, outputs, representation_data.scores_table(),
+                                           representation_data.PAIRED)  # fmt: skip
+
+
+def title_places(figure):
+    """(title, the box it must stay in): a figure text (the suptitle) the figure, an axes title the figure
+    above and below its axes (a panel's title must not run into the next panel's)."""
+    from matplotlib.transforms import Bbox
+
+    places = [(text, figure.bbox) for text in figure.texts]
+    for axes in figure.axes:
+        places.append((axes.title, Bbox([[axes.bbox.x0, figure.bbox.y0], [axes.bbox.x1, figure.bbox.y1]])))
+    return [(text, place) for text, place in places if text.get_visible() and text.get_text()]
+
+
+def inside(box, place) -> bool:
+    """``box`` within ``place``, to a pixel."""
+    place = place.padded(1)
+    return place.x0 <= box.x0 and box.x1 <= place.x1 and place.y0 <= box.y0 and box.y1 <= place.y1
+
+
+EVERY_FIGURE = [pytest.param(track_id, figure, id=f"{track_id}:{figure.name}")
+                for track_id, track in TRACKS.items() for figure in track.figures]  # fmt: skip
+
+
+@pytest.mark.parametrize("track_id, figure", EVERY_FIGURE)
+def test_every_title_fits_inside_the_figure_and_over_its_axes(track_id, figure, request, monkeypatch):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    monkeypatch.setitem(PROCEDURES, next(iter(PROCEDURES)), LONG_LABEL)
+    monkeypatch.setattr(representation_figures, "umap_coordinates", lambda embedding: embedding[:, :2])  # titles only
+    data = request.getfixturevalue(f"{track_id}_figure_data")
+    data = dataclasses.replace(data, dataset=LONG_NAME, runs=runs_of(data.scores))
+    drawn = extensions.load(figure.draw)(data)
+    canvas = FigureCanvasAgg(drawn)
+    canvas.draw()  # as save_png's savefig: the figure's own size and DPI
+    places = title_places(drawn)
+    assert places
+    for text, place in places:
+        box = text.get_window_extent(canvas.get_renderer())
+        assert inside(box, place), f"{text.get_text()!r}: {box.extents.round()} outside {place.extents.round()}"

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from celldag.report.figures import new_figure
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
@@ -244,14 +246,6 @@ def _coordinates(children: list[list[int]], root: int, names: list[str], rank: d
 
 
 # ---------------------------------------------------------------- drawing helpers
-
-
-def new_figure(width: float, height: float) -> Figure:
-    from matplotlib.figure import Figure
-
-    from celldag.report.figures import DPI
-
-    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
 
 
 def note_axes(ax: Axes, text: str) -> None:

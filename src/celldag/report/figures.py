@@ -2,7 +2,8 @@
 
 A figure job reads what its ``Figure.needs`` names, fills a ``FigureData``, calls the figure's
 ``draw`` and writes one PNG. PNGs are deterministic: Agg rendering, no timestamp or version in the
-file (``metadata={"Software": None}``), so an unchanged input gives an identical file.
+file (``metadata={"Software": None}``), so an unchanged input gives an identical file. Every figure is made
+by ``new_figure``, whose layout wraps each title to fit (``celldag.report.titles``).
 Imports nothing heavy at module level: track modules list ``COMMON`` and the workflow reads them at parse time.
 """
 
@@ -52,7 +53,6 @@ def scores_heatmap(data: FigureData):
     mean over seeds written in each cell; the last column is the mean rank over the track's core metrics."""
     import numpy as np
     import pandas as pd
-    from matplotlib.figure import Figure as MplFigure
 
     from celldag.report.leaderboard import clipped_runs
 
@@ -73,7 +73,9 @@ def scores_heatmap(data: FigureData):
     shade[:, [data.track.metrics[m].count for m in table.columns]] = np.nan  # a count is no score: not shaded
     shade = np.column_stack([shade, ((n_ranked - mean_rank.rank(method="min")) / max(n_ranked - 1, 1)).to_numpy()])
     columns = [*table.columns, "mean rank\n(core)"]
-    figure = MplFigure(figsize=(1.2 + 0.75 * len(columns) + 2.2, 0.9 + 0.32 * n_rows), dpi=DPI, layout="constrained")
+    headings = [arrowed(column, data.track) for column in columns]
+    # height: the rows, the headings at 45° (~0.04 in a character) and a title of up to three lines
+    figure = new_figure(1.2 + 0.75 * len(columns) + 2.2, 0.8 + 0.32 * n_rows + 0.04 * max(map(len, headings)))
     axes = figure.add_subplot()
     axes.imshow(np.ma.masked_invalid(shade), cmap="Blues", vmin=-0.15, vmax=1.15, aspect="auto")
     values = np.column_stack([table.to_numpy(dtype=float), mean_rank.to_numpy(dtype=float)])
@@ -87,7 +89,7 @@ def scores_heatmap(data: FigureData):
                     text += "‡"  # a seed's raw value was clipped (the leaderboard says in how many)
                 axes.text(column, row, text,
                           ha="center", va="center", fontsize=7, color="white" if shade[row, column] > 0.6 else "black")  # fmt: skip
-    axes.set_xticks(range(len(columns)), [arrowed(c, data.track) for c in columns], rotation=45, ha="right", fontsize=7)
+    axes.set_xticks(range(len(columns)), headings, rotation=45, ha="right", fontsize=7)
     axes.set_yticks(range(n_rows), [label(key, data.kinds) for key in table.index], fontsize=7)
     for text, key in zip(axes.get_yticklabels(), table.index):
         style_label(text, key, data.kinds)
@@ -109,15 +111,13 @@ def arrowed(metric: str, track: Track) -> str:
 
 def cost(data: FigureData):
     """Wall time and peak memory of every run (one dot per seed, log scale), slowest method on top."""
-    from matplotlib.figure import Figure as MplFigure
-
     runs = data.runs[data.runs["status"] != "not_applicable"]
     if runs.empty:
         return note_figure(f"{data.dataset}: no run")
     runs = runs.assign(key=runs["method"] + "/" + runs["variant"])
     order = runs.groupby("key")["wall_time_s"].median().sort_values(kind="stable").index
     position = {key: index for index, key in enumerate(order)}
-    figure = MplFigure(figsize=(9, 0.9 + 0.3 * len(order)), dpi=DPI, layout="constrained")
+    figure = new_figure(9, 0.9 + 0.3 * len(order))
     time_axes, memory_axes = figure.subplots(1, 2, sharey=True)
     for axes, column, title in ((time_axes, "wall_time_s", "wall time (s)"), (memory_axes, "peak_rss_mb", "peak RSS (MB)")):
         failed = runs["status"] != "ok"
@@ -134,11 +134,22 @@ def cost(data: FigureData):
     return figure
 
 
+def new_figure(width: float, height: float):
+    """A figure of ``width`` × ``height`` inches at the report's DPI, in constrained layout that wraps every
+    title (suptitle, axes titles) to the width it has, so none runs past the figure's edge or over the next
+    panel (``celldag.report.titles.FittedTitles``)."""
+    from matplotlib.figure import Figure as MplFigure
+
+    from celldag.report.titles import FittedTitles
+
+    return MplFigure(figsize=(width, height), dpi=DPI, layout=FittedTitles())
+
+
 def note_figure(text: str):
     """A small figure that says why there is nothing to draw (a figure target must still exist)."""
     from matplotlib.figure import Figure as MplFigure
 
-    figure = MplFigure(figsize=(6, 1.6), dpi=DPI)
+    figure = MplFigure(figsize=(6, 1.6), dpi=DPI)  # no axes, so no layout: matplotlib wraps the text as drawn
     figure.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True)
     return figure
 

@@ -144,7 +144,6 @@ def umap(data: FigureData) -> Figure:
     """UMAP of each ok run's cell embedding, coloured by label and batch: every cell of the prepared dataset,
     or above ``UMAP_MAX_CELLS`` cells a stratified subsample of that many (``umap_rows``; the title says so)."""
     import numpy as np
-    from matplotlib.figure import Figure
 
     outputs = ok_outputs(data.outputs)
     if not outputs:
@@ -163,7 +162,7 @@ def umap(data: FigureData) -> Figure:
     per_method = len(colourings)
     n_columns = per_method * min(METHODS_PER_ROW, len(outputs))
     n_rows = -(-len(outputs) // METHODS_PER_ROW)
-    figure = Figure(figsize=(PANEL_INCHES * n_columns, PANEL_INCHES * n_rows + 0.4), layout="constrained")
+    figure = report_figures.new_figure(PANEL_INCHES * n_columns, PANEL_INCHES * n_rows + 0.4)
     grid = figure.subplots(n_rows, n_columns, squeeze=False)
     for axes in grid.flat:
         axes.set_axis_off()  # panels past the last method stay blank
@@ -255,7 +254,6 @@ def markers(data: FigureData) -> Figure:
     """Each ok run with a contextual gene embedding: its marker genes in the static space it started
     from (left) and in its contextual gene embedding (right), coloured by the cell type they mark."""
     import numpy as np
-    from matplotlib.figure import Figure
 
     from celldag.embeddings import read_table
     from celldag.representation.metrics import marker_types
@@ -270,8 +268,7 @@ def markers(data: FigureData) -> Figure:
     present = set(next(iter(with_genes.values())).var_names)  # outputs share the genes
     types = {gene: next(iter(of)) for gene, of in marker_types(marker_lists).items() if gene in present and len(of) == 1}
     types, colours = named_as_labels(types, marker_lists, data.dataset_entry.get("marker_labels", {}), data.prepared.obs["label"])
-    figure = Figure(figsize=(2 * PANEL_INCHES + 0.4, (PANEL_INCHES + 0.3) * len(with_genes) + 0.4),
-                    layout="constrained")  # fmt: skip
+    figure = report_figures.new_figure(2 * PANEL_INCHES + 0.4, (PANEL_INCHES + 0.3) * len(with_genes) + 0.4)
     grid = figure.subplots(len(with_genes), 2, squeeze=False)
     for row, (key, output) in enumerate(with_genes.items()):
         static = static_gene_space(output, list(data.tables), read_table_cached)
@@ -324,8 +321,6 @@ def comparison_name(row: dict) -> str:
 def paired(data: FigureData) -> Figure:
     """A forest plot of the paired differences over seeds (``evaluation.paired``): a panel per metric (their
     scales differ), a line per comparison shared by the panels."""
-    from matplotlib.figure import Figure
-
     comparisons = data.evaluation.get("paired") or []
     from celldag.report.leaderboard import paired_rows
 
@@ -336,11 +331,11 @@ def paired(data: FigureData) -> Figure:
     metrics = list(dict.fromkeys(row["metric"] for row in rows))
     names = list(dict.fromkeys(comparison_name(row) for row in rows))
     position_of = {name: len(names) - 1 - i for i, name in enumerate(names)}  # the first comparison on top
-    figure = Figure(figsize=(2.4 * len(metrics) + 2.4, 0.45 * len(names) + 1.4), layout="constrained")
+    figure = report_figures.new_figure(2.4 * len(metrics) + 2.4, 0.45 * len(names) + 1.4)
     grid = figure.subplots(1, len(metrics), squeeze=False, sharey=True)[0]
     for axes, metric in zip(grid, metrics):
         forest_panel(axes, metric, [row for row in rows if row["metric"] == metric], position_of)
     grid[0].set_yticks(list(position_of.values()), list(position_of))
     grid[0].set_ylim(-0.7, len(names) - 0.3)
-    figure.suptitle(f"{data.dataset}: paired differences over seeds (mean, 95 % interval)", fontsize="medium")
+    figure.suptitle(f"{data.dataset}: paired differences over seeds (mean, 95\u00a0% interval)", fontsize="medium")
     return figure
