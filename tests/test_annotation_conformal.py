@@ -504,30 +504,6 @@ def test_point_metrics_macro_f1_over_present_classes():
         point_metrics(proba, truth, 3)
 
 
-def test_quantile_regression_falls_back_to_the_interior_point_method(monkeypatch):
-    """HiGHS' simplex stopped with status 4 on the 25,007 kNN calibration scores of synthetic_100k (16 distinct
-    values: a degenerate program); the interior-point method then solves it. Simulated here: the same optimum."""
-    import celldag.annotation.conformal as module
-
-    rng = np.random.default_rng(0)
-    features = np.eye(3)[rng.integers(3, size=300)]
-    targets = rng.integers(0, 16, size=300) / 15
-    expected = module.quantile_regression(features, targets, 0.9)
-    solve = module.linprog
-    methods = []
-
-    def simplex_in_trouble(*args, method, **kwargs):
-        methods.append(method)
-        result = solve(*args, method=method, **kwargs)
-        if method == "highs":
-            result.status, result.message = 4, "(HiGHS Status 0: Not Set)"
-        return result
-
-    monkeypatch.setattr(module, "linprog", simplex_in_trouble)
-    assert np.allclose(module.quantile_regression(features, targets, 0.9), expected, atol=1e-9)
-    assert methods == ["highs", "highs-ipm"]
-
-
 def test_kandinsky_keeps_scores_equal_to_a_threshold_the_solver_rounds(monkeypatch):
     """Separable classes: almost every calibration score is exactly 0, and HiGHS returned beta = 0 up to
     ±1e-11 (synthetic_100k's kNN: coverage 0.51 before the tolerance). Simulated: beta 1e-11 below its value."""

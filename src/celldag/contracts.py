@@ -40,6 +40,9 @@ SCORE_FACTS = {
     "scored_cells": "integer",
     "subsample_seed": "integer",
 }
+# optional text column: what the scoring of a run found that its numbers alone do not say (annotation: the
+# groups too small to calibrate); the leaderboard lists each distinct note under its section
+SCORE_NOTE = "note"
 
 
 class ContractError(InputError):
@@ -125,6 +128,8 @@ def check_scores(table: pd.DataFrame, path: str) -> None:
                 or (numbers < 0).any() or (numbers != np.round(numbers)).any():  # fmt: skip
             raise ContractError(path, f"column '{column}'", f"must hold whole numbers >= 0 (or NaN in rows it does "
                                                             f"not describe), got dtype {values.dtype}")  # fmt: skip
+    if SCORE_NOTE in table.columns and not all(isinstance(value, str) for value in table[SCORE_NOTE].dropna()):
+        raise ContractError(path, f"column '{SCORE_NOTE}'", "must hold text (or null in rows without a note)")
     bad_status = set(table["status"]) - set(RUN_STATUSES)
     if bad_status:
         raise ContractError(path, "column 'status'", f"unknown values {sorted(bad_status)}")

@@ -3,8 +3,9 @@
 Each output is scored against the prepared file of its own seed by its track's scorer; one process
 scores all of them, so the metric libraries' start-up (scib-metrics compiles for a minute) is paid
 once per dataset. Runs that are not ``ok`` get NaN rows for the track's core metrics. Besides its metrics a
-scorer may return the facts ``contracts.SCORE_FACTS`` names (e.g. the cells of a scoring subsample): they
-become columns of the run's rows, and tables of scorers that return none have no such columns.
+scorer may return the facts ``contracts.SCORE_FACTS`` names (e.g. the cells of a scoring subsample) and a text
+``contracts.SCORE_NOTE``: they become columns of the run's rows, and tables of scorers that return none have no
+such columns.
 """
 
 from __future__ import annotations
@@ -41,14 +42,17 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
             raise contracts.ContractError(path, "uns['dataset_id']", f"{output.uns['dataset_id']!r} does not match {prepared_path}")
 
     values: list[dict[str, float]] = [{} for _ in outputs]
-    facts: list[dict[str, int]] = [{} for _ in outputs]  # contracts.SCORE_FACTS a scorer returned: columns
+    facts: list[dict[str, int | str]] = [{} for _ in outputs]  # contracts.SCORE_FACTS / SCORE_NOTE a scorer returned
     for seed, (_, prepared) in sorted(prepared_of.items()):
         of_seed = [i for i, output in enumerate(outputs) if int(output.uns["seed"]) == seed]
         context = ScoringContext(seed, dataset, evaluation, tuple(table_paths))
         scored = track.call("scorer", prepared, [outputs[i] for i in of_seed], context)
         for i, scores in zip(of_seed, scored):
             facts[i] = {name: int(value) for name, value in scores.items() if name in contracts.SCORE_FACTS}
-            scores = {metric: value for metric, value in scores.items() if metric not in contracts.SCORE_FACTS}
+            if contracts.SCORE_NOTE in scores:
+                facts[i][contracts.SCORE_NOTE] = str(scores[contracts.SCORE_NOTE])
+            scores = {metric: value for metric, value in scores.items()
+                      if metric not in contracts.SCORE_FACTS and metric != contracts.SCORE_NOTE}  # fmt: skip
             undeclared = sorted(set(scores) - set(track.metrics))
             if undeclared:  # a bug of the track, caught by tests/test_tracks.py before it reaches a job
                 raise RuntimeError(f"{track.scorer} returned metrics its track does not declare: {undeclared}")

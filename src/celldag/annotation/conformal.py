@@ -30,10 +30,11 @@ from collections.abc import Hashable
 
 import numpy as np
 import pandas as pd
-from scipy import sparse
-from scipy.optimize import linprog
 
-SOLVER_TOLERANCE = 1e-9  # scores within this of Kandinsky's threshold count as at it (HiGHS' rounding: ~1e-11)
+from celldag.annotation.quantile_lp import ZERO_RESIDUAL, augmented_thresholds, quantile_regression
+
+# scores within this of a fitted threshold count as at it: the solver's rounding (``quantile_lp.ZERO_RESIDUAL``)
+SOLVER_TOLERANCE = ZERO_RESIDUAL
 
 # (n + 1)(1 - alpha) is an integer for many common (n, alpha) pairs, and floating-point error can put the
 # product just above that integer (then ceil would pick a rank one too high): forgive this much.
@@ -200,6 +201,27 @@ def kandinsky_features(
     return features
 
 
+def kandinsky_feature_names(
+    covariate_names: list[str],
+    class_names: list[str],
+    *,
+    class_groups: bool = True,
+    covariate_class_names: list[str] | None = None,
+) -> list[str]:
+    """The name of each column of ``kandinsky_features`` called with the same options, in its order."""
+    names = list(covariate_names) + ([f"type {name}" for name in class_names] if class_groups else [])
+    return names + [f"{covariate} × {name}" for covariate in covariate_class_names or [] for name in class_names]
+
+
+def too_small(cal_weights: np.ndarray, alpha: float) -> np.ndarray:
+    """(G,) bool: the groups (columns of the calibration pairs' weights, (n, G)) with less calibration weight
+    than 1/alpha - 1 — fewer than ceil(1/alpha) - 1 cells of a hard group. No procedure can calibrate them:
+    Mondrian gives them the full label set, the augmented fit a threshold of +inf in their direction, and the
+    plain Kandinsky fit a threshold from too few scores to hold its target."""
+    _check_alpha(alpha)
+    return np.asarray(cal_weights, dtype=float).sum(axis=0) < 1 / alpha - 1 - _RANK_TOLERANCE
+
+
 def kandinsky_sets(
     cal_scores: np.ndarray,
     cal_features: np.ndarray,
@@ -236,36 +258,37 @@ def kandinsky_sets(
     return sets, beta
 
 
-def quantile_regression(features: np.ndarray, targets: np.ndarray, level: float) -> np.ndarray:
-    """beta (G,) minimising sum_i pinball_level(targets_i - beta . features_i), no intercept (add one as a feature).
+def augmented_sets(
+    cal_scores: np.ndarray,
+    cal_features: np.ndarray,
+    query_scores: np.ndarray,
+    query_features: np.ndarray,
+    alpha: float,
+) -> np.ndarray:
+    """(m, K) conditional-calibration sets over Kandinsky's features (Gibbs, Cherian & Candes 2023, arXiv 2305.12616).
 
-    pinball_tau(r) = tau * r for r >= 0, (tau - 1) * r for r < 0. Solved exactly as the linear program
-    min level * sum(u) + (1 - level) * sum(v) subject to features @ beta + u - v = targets, u, v >= 0,
-    beta free (u, v: the positive and negative residuals), with HiGHS: deterministic, and no step size
-    or smoothing to tune as a gradient method on this non-smooth loss would need.
+    For a candidate (x, y) the quantile regression is refitted on the n calibration pairs plus (Phi(x, y),
+    S(x, y)), and y is in C(x) iff S(x, y) <= that augmented fit at Phi(x, y). Unrandomised, this is
+    S(x, y) <= the fit augmented with (Phi(x, y), +inf) at Phi(x, y) (``quantile_lp.augmented_thresholds``):
+    one threshold per candidate, whatever its score. Guarantee, finite-sample, for every non-negative f in the
+    span of Phi: E[f(X, Y) (1{Y in C(X)} - (1 - alpha))] >= 0, and at most about G / (n + 1) above (G the rank of
+    the features); with Phi the one-hot of disjoint groups these are exactly Mondrian's sets. The plain fit
+    (``kandinsky_sets``) has no such finite-sample bound and under-covers by about G / n at small n.
+
+    The augmented threshold is never below the plain fit's (adding a point above the fit only raises it), so
+    the candidates the plain fit already holds need no program: only the others are solved.
     """
-    features = np.asarray(features, dtype=float)
-    targets = np.asarray(targets, dtype=float)
-    if features.ndim != 2 or targets.shape != (features.shape[0],):
-        raise ValueError(f"features must be (n, G) and targets (n,), got {features.shape} and {targets.shape}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if not (np.isfinite(features).all() and np.isfinite(targets).all()):
-        raise ValueError("features and targets must be finite")
-    n_cells, n_features = features.shape
-    identity = sparse.identity(n_cells, format="csr")
-    constraints = sparse.hstack([sparse.csr_matrix(features), identity, -identity], format="csr")
-    costs = np.concatenate([np.zeros(n_features), np.full(n_cells, level), np.full(n_cells, 1 - level)])
-    bounds = [(None, None)] * n_features + [(0, None)] * (2 * n_cells)
-    for method in ("highs", "highs-ipm"):
-        # HiGHS' simplex can stop on numerical trouble (status 4) when the scores take few distinct values
-        # — kNN's k + 1 frequencies on 25,000 calibration cells: a massively degenerate program — where its
-        # interior-point method (with crossover) still reaches the optimum
-        result = linprog(costs, A_eq=constraints, b_eq=targets, bounds=bounds, method=method)
-        if result.status == 0:
-            return result.x[:n_features]
-    # the program is always feasible (beta = 0, u - v = targets) and bounded below by 0
-    raise RuntimeError(f"quantile regression failed: {result.message}")
+    query_scores = _as_query_scores(query_scores)
+    query_features = np.asarray(query_features, dtype=float)
+    if query_features.shape[:2] != query_scores.shape:
+        raise ValueError(f"query_features must be (m, K, G) with (m, K) = {query_scores.shape}")
+    _check_alpha(alpha)
+    plain = kandinsky_sets(cal_scores, cal_features, query_scores, query_features, alpha)[0]
+    undecided = np.argwhere(~plain)
+    thresholds = augmented_thresholds(cal_features, cal_scores, 1 - alpha, query_features[undecided[:, 0], undecided[:, 1]])
+    sets = plain.copy()
+    sets[undecided[:, 0], undecided[:, 1]] = query_scores[undecided[:, 0], undecided[:, 1]] <= thresholds + SOLVER_TOLERANCE
+    return sets
 
 
 def _as_proba(proba: np.ndarray) -> np.ndarray:

@@ -8,7 +8,13 @@ from celldag.tracks import FigureData
 
 GROUP_STYLE = {"batch": ("tab:blue", "o", 28), "type": ("tab:orange", "s", 18), "batch_type": ("0.6", ".", 10)}
 PROCEDURE_STYLE = {"kandinsky": ("tab:red", "*"), "split_lac": ("0.3", "o"), "split_aps": ("0.6", "v"),
-                   "class_conditional": ("tab:green", "s"), "mondrian_batch": ("tab:blue", "D")}  # fmt: skip
+                   "class_conditional": ("tab:green", "s"), "mondrian_batch": ("tab:blue", "D"),
+                   "kandinsky_augmented": ("tab:purple", "P")}  # fmt: skip
+
+
+def target(alpha: float) -> str:
+    """The target, "1 − α = 0.9", with non-breaking spaces: a title wrapped to fit keeps it on one line."""
+    return f"1\u00a0−\u00a0α\u00a0=\u00a0{1 - alpha:g}"
 
 
 def alpha_of(data: FigureData) -> float:
@@ -21,12 +27,10 @@ def coverage_by_group(data: FigureData):
     """Per procedure (panel) and run (row): the query coverage of each batch, cell type and batch × type
     of the figure's seed (groups of at least ``min_group_cells`` query cells), the marginal coverage (|)
     and the 1 − α line."""
-    from matplotlib.figure import Figure as MplFigure
-
     from celldag.annotation.metrics import group_coverage
     from celldag.annotation.scoring import options, query_groupings, random_split
     from celldag.annotation.track import PROCEDURES
-    from celldag.report.figures import DPI, label, note_figure, style_label
+    from celldag.report.figures import label, new_figure, note_figure, style_label
 
     settings = options(data.evaluation)
     alpha, min_cells, groups = float(settings["alpha"]), int(settings["min_group_cells"]), tuple(settings["kandinsky_groups"])
@@ -34,7 +38,8 @@ def coverage_by_group(data: FigureData):
     if not ok:
         return note_figure("no annotation run finished with status ok")
     task = data.prepared
-    figure = MplFigure(figsize=(3.0 * len(PROCEDURES) + 2.5, 1.2 + 0.28 * len(ok)), dpi=DPI, layout="constrained")
+    # height: the axis, the suptitle and panel titles of up to three lines (a long procedure name wraps), the rows
+    figure = new_figure(3.0 * len(PROCEDURES) + 2.5, 1.5 + 0.28 * len(ok))
     panels = figure.subplots(1, len(PROCEDURES), sharey=True, squeeze=False)[0]
     rows = list(ok)
     for key, output in ok.items():
@@ -61,7 +66,7 @@ def coverage_by_group(data: FigureData):
         style_label(text, key, data.kinds)
     panels[0].invert_yaxis()
     panels[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    figure.suptitle(f"{data.dataset}: coverage per group, seed {data.seed} (dashed: 1 − α = {1 - alpha:g}; rows: "
+    figure.suptitle(f"{data.dataset}: coverage per group, seed {data.seed} (dashed: {target(alpha)}; rows: "
                     "classifier/embedding)", fontsize=10)  # fmt: skip
     return figure
 
@@ -69,17 +74,15 @@ def coverage_by_group(data: FigureData):
 def set_size_vs_coverage(data: FigureData):
     """Mean set size against the worst batch or cell-type coverage, one point per run and procedure (mean
     over seeds): the better runs sit near the 1 − α line at the left."""
-    from matplotlib.figure import Figure as MplFigure
-
     from celldag.annotation.track import PROCEDURES
-    from celldag.report.figures import DPI, note_figure
+    from celldag.report.figures import new_figure, note_figure
 
     alpha = alpha_of(data)
     scores = data.scores[data.scores["status"] == "ok"]
     if scores.empty:
         return note_figure("no annotation run finished with status ok")
     means = scores.pivot_table(index=["method", "variant"], columns="metric", values="value", aggfunc="mean")
-    figure = MplFigure(figsize=(8, 5.5), dpi=DPI, layout="constrained")
+    figure = new_figure(8, 5.5)
     axes = figure.subplots()
     for procedure, title in PROCEDURES.items():
         worst = means[[f"{procedure}_worst_batch", f"{procedure}_worst_type"]].min(axis=1)
@@ -91,5 +94,5 @@ def set_size_vs_coverage(data: FigureData):
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, frameon=False, loc="lower right")
     axes.set_title(f"{data.dataset}: one point per classifier/embedding and procedure, mean over seeds "
-                   f"(dashed: 1 − α = {1 - alpha:g})", fontsize=10)  # fmt: skip
+                   f"(dashed: {target(alpha)})", fontsize=10)  # fmt: skip
     return figure

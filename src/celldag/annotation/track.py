@@ -20,15 +20,18 @@ from celldag.contracts import ContractError
 from celldag.tracks import Figure, Metric, MetricGroup, Track
 
 PROCEDURES = {  # id → what the leaderboard calls it; every one scores LAC = 1 − p(y|x) except split_aps
-    "kandinsky": "Kandinsky (batch, type, soft groups)",
+    "kandinsky_augmented": "Kandinsky groups, augmented fit (conditional calibration, Gibbs–Cherian–Candès)",
+    "kandinsky": "Kandinsky groups, the paper's plain fit",
     "split_lac": "split conformal, LAC",
     "split_aps": "split conformal, APS (non-randomised)",
     "class_conditional": "class-conditional",
     "mondrian_batch": "Mondrian by batch",
 }
+HEADLINE = "kandinsky_augmented"  # its metrics sit beside accuracy in the track's first metric group
 SET_METRICS = ("coverage", "worst_batch", "worst_type", "worst_batch_type", "max_shortfall", "set_size",
                "singletons", "empty")  # fmt: skip
-LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty")  # metric-name endings
+GROUPED = ("kandinsky_augmented", "kandinsky", "class_conditional", "mondrian_batch")  # procedures with groups
+LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty", "small_groups")  # metric-name endings
 NEW_BATCH_METRICS = ("new_batch_coverage", "new_batch_worst", "new_batch_set_size")
 TASK_DEFAULTS = {"split": [0.5, 0.25, 0.25], "labelled_fraction": 0.1, "soft_groups": 4}
 SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10, "kandinsky_groups": ["batch", "type", "soft"]}
@@ -39,7 +42,10 @@ def _metric(name: str) -> Metric:
 
 
 def _procedure_metrics(procedure: str) -> tuple[Metric, ...]:
-    return tuple(_metric(f"{procedure}_{name}") for name in SET_METRICS)
+    """Its set metrics and, for a procedure with groups, ``small_groups``: how many of its groups have too
+    little calibration weight to be calibrated (the leaderboard's note names them)."""
+    names = SET_METRICS + (("small_groups",) if procedure in GROUPED else ())
+    return tuple(_metric(f"{procedure}_{name}") for name in names)
 
 
 TRACK = Track(
@@ -50,11 +56,11 @@ TRACK = Track(
     inputs={},
     scorer="celldag.annotation.scoring:score_seed",
     metric_groups=(
-        MetricGroup("point labels and Kandinsky sets", (
+        MetricGroup(f"point labels and {PROCEDURES[HEADLINE]}", (
             Metric("accuracy", higher_is_better=True, core=True), Metric("macro_f1", higher_is_better=True, core=True),
-            *_procedure_metrics("kandinsky"))),
+            *_procedure_metrics(HEADLINE))),
         *(MetricGroup(title, _procedure_metrics(procedure)) for procedure, title in PROCEDURES.items()
-          if procedure != "kandinsky"),
+          if procedure != HEADLINE),
         MetricGroup("new batch: classifier trained on the other batches, 10 % of the new one labelled", (
             Metric("accuracy_new_batch", higher_is_better=True), Metric("macro_f1_new_batch", higher_is_better=True),
             *(_metric(f"{procedure}_{name}") for procedure in PROCEDURES for name in NEW_BATCH_METRICS))),

@@ -139,7 +139,7 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
                 blocks.append(Paragraph(CLIPPED_NOTE))
         if first:  # a dataset's notes and paired differences once, under its first section
             blocks += run_notes(runs, dataset)
-        blocks += subsample_notes(table)
+        blocks += subsample_notes(table) + scoring_notes(table)
         if first:
             blocks += paired_sections.get(dataset, [])
     return blocks
@@ -160,6 +160,16 @@ def subsample_notes(scores: pd.DataFrame) -> list[Block]:
                      "connectivity and k-means NMI/ARI on every cell. Aggregates scored this way stayed within 0.003 "
                      "of every cell's at half of 20,000 cells (docs/representation.md).")  # fmt: skip
     return [Paragraph(tuple(lines))] if lines else []
+
+
+def scoring_notes(scores: pd.DataFrame) -> list[Block]:
+    """The distinct notes the scoring of a section's runs left (``contracts.SCORE_NOTE``), each with its seeds."""
+    if contracts.SCORE_NOTE not in scores:
+        return []
+    noted = scores[scores[contracts.SCORE_NOTE].fillna("").ne("")]
+    lines = tuple(f"Seeds {', '.join(map(str, sorted(set(group['seed']))))}: {note}"
+                  for note, group in noted.groupby(contracts.SCORE_NOTE, sort=True))  # fmt: skip
+    return [Paragraph(lines, bullets=True)] if lines else []
 
 
 def run_notes(runs: pd.DataFrame | None, dataset: str) -> list[Block]:

@@ -1,0 +1,350 @@
+"""Linear quantile regression solved as a linear program and verified, and the augmented fits of conditional calibration.
+
+The program, for calibration features X (n, r) of full column rank, scores S (n,), level tau and a linear term c (r,):
+
+    min_gamma  F(gamma) = sum_i rho_tau(S_i - X_i gamma) - c . gamma,     rho_tau(r) = max(tau r, (tau - 1) r)
+
+c = 0 is the plain quantile regression. c = tau phi is the fit augmented with the point (phi, S) for any S above
+the fit (its loss is then tau (S - phi gamma)): conditional calibration's threshold at phi is phi . gamma of that
+fit (``augmented_thresholds``), and the program is unbounded (threshold +inf) when phi weighs a direction the
+calibration points do not pin down, e.g. a group of fewer than tau / (1 - tau) calibration cells.
+
+As a linear program: min tau sum(u) + (1 - tau) sum(v) - c . gamma subject to X gamma + u - v = S, u, v >= 0;
+its dual: max S . a subject to X^T a = -c, tau - 1 <= a <= tau. A solver's status is never trusted: a solution
+is accepted when the dual point is feasible and the duality gap F(gamma) - S . a is zero (to ``TOLERANCE``),
+which proves gamma optimal whatever the solver did on the way (``Certificate.check``); an unbounded program when a
+ray d of negative slope sum_i [(1 - tau)(X_i d)_+ + tau (X_i d)_-] - c . d is found (``Ray``). Otherwise the
+next solver setting is tried (``ATTEMPTS``: HiGHS' presolve is what fails on rank-deficient programs on some
+machines, and its interior-point method can return an infeasible point as "optimal").
+
+An optimum at a vertex — r calibration points fitted exactly, X_I gamma = S_I — is re-solved from those r points
+(exact to rounding, the same on every machine) and kept as a ``Vertex``: its dual on I is linear in c, so one
+matrix product tells every other candidate c whose optimum it also is. That is why conditional calibration
+costs a few linear programs per fit rather than one per (cell, candidate label).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import linalg, sparse
+from scipy.optimize import linprog
+
+# Relative tolerance of every check: HiGHS' own feasibility tolerances are 1e-7; its verified optima here reach
+# dual residuals ~1e-9 and duality gaps ~1e-13 (tests/test_annotation_conformal.py's regression programs).
+TOLERANCE = 1e-7
+# A residual this small (relative to the scores' scale) counts as a point fitted exactly: HiGHS leaves up to ~1e-8.
+ZERO_RESIDUAL = 1e-7
+# upward tilt of the augmented fit's linear term, relative to tau: picks the largest threshold of a flat optimum
+TILT = 1e-6
+# (method, presolve) tried in turn until one gives a verified optimum or a verified ray
+ATTEMPTS = (("highs", True), ("highs", False), ("highs-ipm", True), ("highs-ipm", False))
+
+
+class QuantileRegressionError(RuntimeError):
+    """No solver setting gave a verified solution: what each attempt returned, in one line."""
+
+
+def pinball_loss(residuals: np.ndarray, level: float) -> np.ndarray:
+    """rho_level of each residual (or the sum over the last axis by the caller)."""
+    return np.maximum(level * residuals, (level - 1) * residuals)
+
+
+def independent_columns(features: np.ndarray) -> np.ndarray:
+    """Sorted indices of a basis of the columns of ``features``: pivoted QR, rank at numpy's usual tolerance.
+
+    One-hot blocks (batch, candidate class) and soft-group memberships each sum to one, so Kandinsky's columns are
+    linearly dependent; the fitted thresholds on the span do not depend on which basis parametrises it, and the
+    program on a basis is well posed (HiGHS' presolve broke on the dependent one).
+    """
+    features = np.asarray(features, dtype=float)
+    if features.shape[1] == 0 or not np.any(features):
+        return np.array([], dtype=int)
+    _, triangle, pivots = linalg.qr(features, mode="economic", pivoting=True)
+    diagonal = np.abs(np.diag(triangle))
+    rank = int((diagonal > diagonal[0] * max(features.shape) * np.finfo(float).eps).sum())
+    return np.sort(pivots[:rank])
+
+
+@dataclass(frozen=True)
+class Vertex:
+    """An optimum fitting the points I exactly, with what certifies it for other linear terms c.
+
+    The dual on I is a_I(c) = -(c + g) X_I^{-1} (row form), g = sum_{i not in I} a_i X_i over the other points'
+    duals (fixed by their residuals' signs): gamma is optimal for c exactly when a_I(c) lies in [tau - 1, tau].
+    """
+
+    gamma: np.ndarray  # (r,)
+    inverse: np.ndarray  # (r, r) X_I^{-1}
+    rest: np.ndarray  # (r,) g
+    level: float
+
+    def certifies(self, linear: np.ndarray) -> np.ndarray:
+        """(m,) bool: for which rows of ``linear`` (m, r) gamma is optimal too."""
+        duals = -(linear + self.rest) @ self.inverse
+        return ((duals >= self.level - 1 - TOLERANCE) & (duals <= self.level + TOLERANCE)).all(axis=1)
+
+
+@dataclass(frozen=True)
+class Ray:
+    """A direction d along which F decreases without bound: sum_i pinball slope of X_i d below c . d."""
+
+    direction: np.ndarray  # (r,)
+    slope_without_c: float  # sum_i [(1 - tau)(X_i d)_+ + tau (X_i d)_-]
+
+    def slopes(self, linear: np.ndarray) -> np.ndarray:
+        """(m,) F's slope along d for each row c of ``linear``, in units of TOLERANCE (1 + |c|_1)."""
+        return (self.slope_without_c - linear @ self.direction) / (TOLERANCE * (1 + np.abs(linear).sum(axis=1)))
+
+    def certifies(self, linear: np.ndarray) -> np.ndarray:
+        """(m,) bool: for which rows c of ``linear`` the program is unbounded along d."""
+        return self.slopes(linear) < -1
+
+
+class Program:
+    """The quantile-regression programs of one calibration set, for any linear term c.
+
+    The first attempt of every solve is one HiGHS model kept across solves (highspy), started from the previous
+    solve's basis: only the costs of gamma change between candidates, so the old basis stays feasible and a solve
+    takes ~20 simplex iterations instead of ~200. Every answer is verified alike, whichever attempt gave it.
+    """
+
+    def __init__(self, features: np.ndarray, targets: np.ndarray, level: float) -> None:
+        self.features = np.asarray(features, dtype=float)
+        self.targets = np.asarray(targets, dtype=float)
+        self.level = float(level)
+        n_cells, n_features = self.features.shape
+        identity = sparse.identity(n_cells, format="csc")
+        self._constraints = sparse.hstack([sparse.csc_matrix(self.features), identity, -identity], format="csc")
+        self._residual_costs = np.concatenate([np.full(n_cells, level), np.full(n_cells, 1 - level)])
+        self._bounds = [(None, None)] * n_features + [(0, None)] * (2 * n_cells)
+        self._scale = 1.0 + np.abs(self.targets).max(initial=0.0)
+        self._warm = None  # the highspy model, made at the first solve
+
+    def objective(self, gamma: np.ndarray, linear: np.ndarray) -> float:
+        return float(pinball_loss(self.targets - self.features @ gamma, self.level).sum() - linear @ gamma)
+
+    def solve(self, linear: np.ndarray | None = None) -> Vertex | Ray | np.ndarray:
+        """The verified optimum of F for the linear term c (default 0): a ``Vertex`` where it is one, else the
+        optimal gamma itself (a degenerate optimum no r points pin down); a ``Ray`` where F is unbounded.
+        Raises ``QuantileRegressionError`` naming each attempt when none verifies."""
+        linear = np.zeros(self.features.shape[1]) if linear is None else np.asarray(linear, dtype=float)
+        outcomes, ray_tried = [], False
+        for attempt, (status, gamma, duals, message) in self._attempts(linear):
+            if status == 0:
+                problem = self._check(gamma, duals, linear)
+                if problem is None:
+                    return self._vertex(gamma, duals, linear) or gamma
+                outcomes.append(f"{attempt}: 'optimal' but {problem}")
+                continue
+            if not ray_tried and linear.any():  # unbounded? HiGHS says so with status 3, or 4 ("Not Set"), or not at all
+                ray_tried, ray = True, self._ray(linear)
+                if ray is not None:
+                    return ray
+            outcomes.append(f"{attempt}: status {status} ({message})")
+        raise QuantileRegressionError(f"no verified optimum of the quantile regression ({self.features.shape[0]} points, "
+                                      f"{self.features.shape[1]} features, level {self.level}): " + "; ".join(outcomes))  # fmt: skip
+
+    def _attempts(self, linear: np.ndarray):
+        """(name, (status as linprog's: 0 optimal, gamma, duals, message)) of each attempt in turn, lazily."""
+        yield "highs (warm start)", self._warm_solve(linear)
+        for method, presolve in ATTEMPTS:
+            result = linprog(np.concatenate([-linear, self._residual_costs]), A_eq=self._constraints, b_eq=self.targets,
+                             bounds=self._bounds, method=method, options={"presolve": presolve})  # fmt: skip
+            optimal = result.status == 0
+            yield (f"{method} (presolve {'on' if presolve else 'off'})",
+                   (result.status, result.x[: self.features.shape[1]] if optimal else None,
+                    result.eqlin.marginals if optimal else None, result.message))  # fmt: skip
+
+    def _warm_solve(self, linear: np.ndarray):
+        import highspy
+
+        n_features = self.features.shape[1]
+        if self._warm is None:
+            model = highspy.HighsLp()
+            model.num_col_, model.num_row_ = self._constraints.shape[1], self._constraints.shape[0]
+            model.col_cost_ = np.concatenate([-linear, self._residual_costs])
+            model.col_lower_ = np.concatenate([np.full(n_features, -highspy.kHighsInf), np.zeros(2 * len(self.targets))])
+            model.col_upper_ = np.full(model.num_col_, highspy.kHighsInf)
+            model.row_lower_ = model.row_upper_ = self.targets
+            model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+            model.a_matrix_.start_, model.a_matrix_.index_ = self._constraints.indptr, self._constraints.indices
+            model.a_matrix_.value_ = self._constraints.data
+            self._warm = highspy.Highs()
+            self._warm.setOptionValue("output_flag", False)
+            self._warm.passModel(model)
+        else:
+            self._warm.changeColsCost(n_features, np.arange(n_features), -linear)
+        self._warm.run()
+        status = self._warm.getModelStatus()
+        if status != highspy.HighsModelStatus.kOptimal:
+            return 4, None, None, self._warm.modelStatusToString(status)
+        solution = self._warm.getSolution()
+        return 0, np.array(solution.col_value[:n_features]), np.array(solution.row_dual), "optimal"
+
+    def largest_fit(self, linear: np.ndarray, direction: np.ndarray) -> float:
+        """max direction . gamma over the optimal gamma of F for c (+inf when unbounded): a second program, with
+        F at most its verified optimum (plus TOLERANCE) as a constraint; its answer is checked to meet it."""
+        solution = self.solve(linear)
+        if isinstance(solution, Ray):
+            return np.inf
+        best = solution.gamma if isinstance(solution, Vertex) else solution
+        optimum, n_features = self.objective(best, linear), self.features.shape[1]
+        costs = np.concatenate([-linear, self._residual_costs])
+        result = linprog(np.concatenate([-direction, np.zeros(2 * len(self.targets))]), A_ub=costs[None, :],
+                         b_ub=[optimum + TOLERANCE * (self._scale + abs(optimum))], A_eq=self._constraints,
+                         b_eq=self.targets, bounds=self._bounds, method="highs")  # fmt: skip
+        if result.status == 3:
+            return np.inf
+        if result.status != 0:
+            raise QuantileRegressionError(f"largest fit over the optimum: status {result.status} ({result.message})")
+        gamma = result.x[:n_features]
+        if self.objective(gamma, linear) > optimum + 2 * TOLERANCE * (self._scale + abs(optimum)):
+            raise QuantileRegressionError("largest fit over the optimum: its point is not optimal")
+        return float(max(direction @ gamma, direction @ best))
+
+    def _check(self, gamma: np.ndarray, duals: np.ndarray, linear: np.ndarray) -> str | None:
+        """None when (gamma, duals) is a primal-dual optimal pair to TOLERANCE, else what fails."""
+        if (duals < self.level - 1 - TOLERANCE).any() or (duals > self.level + TOLERANCE).any():
+            return f"duals outside [{self.level - 1:g}, {self.level:g}] by {max(self.level - 1 - duals.min(), duals.max() - self.level):.2g}"
+        dual_residual = np.abs(self.features.T @ duals + linear).max(initial=0.0)
+        if dual_residual > TOLERANCE * self._scale * max(1, len(duals)) ** 0.5:
+            return f"dual residual |X^T a + c| = {dual_residual:.2g}"
+        primal, dual = self.objective(gamma, linear), float(self.targets @ duals)
+        if abs(primal - dual) > TOLERANCE * (self._scale + abs(primal)) * max(1, len(duals)) ** 0.5:
+            return f"pinball loss of its beta {primal:.9g} differs from the dual bound {dual:.9g}"
+        return None
+
+    def _vertex(self, gamma: np.ndarray, duals: np.ndarray, linear: np.ndarray) -> Vertex | None:
+        """The optimum re-solved from r exactly fitted points and certified, or None where it is not a vertex."""
+        residuals = self.targets - self.features @ gamma
+        fitted = np.flatnonzero(np.abs(residuals) <= ZERO_RESIDUAL * self._scale)
+        # points whose dual lies inside (tau - 1, tau) must be fitted exactly: they come first
+        interior = np.minimum(duals[fitted] - (self.level - 1), self.level - duals[fitted])
+        chosen = _independent_rows(self.features, fitted[np.argsort(-interior, kind="stable")])
+        if len(chosen) < self.features.shape[1]:
+            return None
+        rows = self.features[chosen]
+        exact = np.linalg.solve(rows, self.targets[chosen])
+        residuals = self.targets - self.features @ exact
+        others = np.ones(len(residuals), dtype=bool)
+        others[chosen] = False
+        other_duals = np.where(residuals > ZERO_RESIDUAL * self._scale, self.level,
+                               np.where(residuals < -ZERO_RESIDUAL * self._scale, self.level - 1,
+                                        np.clip(duals, self.level - 1, self.level)))  # fmt: skip
+        vertex = Vertex(exact, np.linalg.inv(rows), other_duals[others] @ self.features[others], self.level)
+        all_duals = other_duals.copy()
+        all_duals[chosen] = -(linear + vertex.rest) @ vertex.inverse
+        if not vertex.certifies(linear[None, :])[0] or self._check(exact, all_duals, linear) is not None:
+            return None
+        return vertex
+
+    def _ray(self, linear: np.ndarray) -> Ray | None:
+        """A verified direction of unbounded decrease of F for c, from the bounded program
+        min sum_i [(1 - tau) p_i + tau q_i] - c . d, X d = p - q, |d| <= 1; None if it finds none."""
+        n_cells, n_features = self.features.shape
+        costs = np.concatenate([-linear, np.full(n_cells, 1 - self.level), np.full(n_cells, self.level)])
+        identity = sparse.identity(n_cells, format="csr")
+        constraints = sparse.hstack([sparse.csr_matrix(self.features), -identity, identity], format="csr")
+        bounds = [(-1, 1)] * n_features + [(0, None)] * (2 * n_cells)
+        result = linprog(costs, A_eq=constraints, b_eq=np.zeros(n_cells), bounds=bounds, method="highs")
+        if result.status != 0:
+            return None
+        direction = result.x[:n_features]
+        ray = Ray(direction, float(pinball_slope(self.features @ direction, self.level)))
+        return ray if ray.certifies(linear[None, :])[0] else None
+
+
+def pinball_slope(steps: np.ndarray, level: float) -> float:
+    """d/ds sum_i rho_level(S_i - s step_i) for s large: the loss's growth along a direction."""
+    return float(((1 - level) * np.maximum(steps, 0) + level * np.maximum(-steps, 0)).sum())
+
+
+def _independent_rows(features: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """The first rows of ``candidates`` (in order) that are linearly independent, up to the rank of ``features``."""
+    chosen: list[int] = []
+    basis = np.empty((0, features.shape[1]))
+    for row in candidates:
+        vector = features[row] - basis.T @ (basis @ features[row])
+        norm = np.linalg.norm(vector)
+        if norm > 1e-9 * max(1.0, np.linalg.norm(features[row])):
+            chosen.append(int(row))
+            basis = np.vstack([basis, vector / norm])
+            if len(chosen) == features.shape[1]:
+                break
+    return np.array(chosen, dtype=int)
+
+
+def quantile_regression(features: np.ndarray, targets: np.ndarray, level: float) -> np.ndarray:
+    """beta (G,) minimising sum_i rho_level(targets_i - beta . features_i), no intercept (add one as a feature).
+
+    Solved on a basis of the columns (``independent_columns``; the other coefficients are 0) and verified
+    (``Program.solve``): the same thresholds features @ beta on every machine up to ``TOLERANCE``.
+    """
+    features, targets = _checked(features, targets, level)
+    basis = independent_columns(features)
+    beta = np.zeros(features.shape[1])
+    if len(basis):
+        solution = Program(features[:, basis], targets, level).solve()
+        beta[basis] = solution.gamma if isinstance(solution, Vertex) else solution
+    return beta
+
+
+def augmented_thresholds(features: np.ndarray, targets: np.ndarray, level: float, candidates: np.ndarray) -> np.ndarray:
+    """(m,) conditional calibration's threshold at each candidate feature row phi (m, G): phi . gamma of the fit
+    augmented with (phi, S) for an S above it (module docstring); +inf where that fit is unbounded.
+
+    A candidate whose phi lies outside the span of the calibration rows weighs a direction no calibration point
+    constrains: +inf as well. Vertices and rays found for one candidate are tried on every other first, so the
+    number of linear programs is the number of distinct optima, not of candidates.
+    """
+    features, targets = _checked(features, targets, level)
+    candidates = np.asarray(candidates, dtype=float)
+    if candidates.ndim != 2 or candidates.shape[1] != features.shape[1]:
+        raise ValueError(f"candidates must be (m, {features.shape[1]}), got {candidates.shape}")
+    thresholds = np.full(len(candidates), np.inf)
+    basis = independent_columns(features)
+    # the other columns as combinations of the basis on the calibration rows; a candidate must satisfy the same
+    # combination, or it has weight on the null space of the calibration rows (threshold +inf)
+    combination = np.linalg.lstsq(features[:, basis], features, rcond=None)[0] if len(basis) else np.zeros((0, features.shape[1]))
+    reduced = candidates[:, basis]
+    in_span = np.abs(reduced @ combination - candidates).max(axis=1, initial=0.0) <= ZERO_RESIDUAL * (
+        1 + np.abs(candidates).max(axis=1, initial=0.0))
+    if not len(basis):
+        return thresholds
+    program = Program(features[:, basis], targets, level)
+    # where the optimum is not unique its thresholds form an interval: the largest is the one with the guarantee
+    # (y is left out only when every refit leaves it out). The program tilted upwards by TILT has its optimum
+    # there, and a vertex (ray) optimal for both the tilted and the plain term proves it (a flat unbounded optimum:
+    # threshold +inf).
+    plain, tilted = level * reduced, (level + TILT) * reduced
+    pending = np.flatnonzero(in_span)
+    while len(pending):
+        first = pending[0]
+        solution = program.solve(tilted[first])
+        if isinstance(solution, Vertex):
+            covered = solution.certifies(tilted[pending]) & solution.certifies(plain[pending])
+            thresholds[pending[covered]] = reduced[pending[covered]] @ solution.gamma
+        elif isinstance(solution, Ray):
+            covered = solution.certifies(tilted[pending]) & (solution.slopes(plain[pending]) <= 1)
+        else:  # a degenerate optimum no r points pin down: it answers for its own candidate only
+            covered = np.arange(len(pending)) == 0
+            thresholds[first] = reduced[first] @ solution
+        if not covered[0]:  # the tilt went past the plain term's optimum: the largest threshold over it directly
+            covered = np.arange(len(pending)) == 0
+            thresholds[first] = program.largest_fit(plain[first], reduced[first])
+        pending = pending[~covered]
+    return thresholds
+
+
+def _checked(features: np.ndarray, targets: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    features = np.asarray(features, dtype=float)
+    targets = np.asarray(targets, dtype=float)
+    if features.ndim != 2 or targets.shape != (features.shape[0],):
+        raise ValueError(f"features must be (n, G) and targets (n,), got {features.shape} and {targets.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if not (np.isfinite(features).all() and np.isfinite(targets).all()):
+        raise ValueError("features and targets must be finite")
+    return features, targets
