@@ -80,16 +80,14 @@ def test_at_the_default_runs_size_the_augmented_fit_covers_every_batch_and_type(
     assert plain.mean() < augmented.mean() - 0.03, (plain.mean(), augmented.mean())  # ... and every group lower
 
 
-def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
-    """chain_task → chain_input → kNN and logistic → score_seed: every declared metric, values in range."""
+def toy_task_and_outputs():
+    """chain_task → chain_input → kNN and logistic on 600 cells of 4 types × 3 batches: (task, outputs)."""
     import anndata
     import pandas as pd
 
     from celldag.annotation.classifiers import knn, logistic
-    from celldag.annotation.scoring import score_seed
-    from celldag.annotation.track import TRACK, chain_input, chain_task, method_input
+    from celldag.annotation.track import chain_input, chain_task, method_input
     from celldag.runner import output_anndata
-    from celldag.tracks import ScoringContext
 
     rng = np.random.default_rng(0)
     n_cells = 600
@@ -105,11 +103,21 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
     chained = chain_input(task, upstream, {"config": {"method": {"transductive": True}}})
     assert chained.X.shape == (n_cells, 10) and chained.uns["transductive"] is True
     inputs = method_input(chained, None)
-    outputs = []
-    for classify in (knn, logistic):
-        output = output_anndata(chained, classify(inputs, {}, 0), {"dataset_id": "toy", "method_id": "m",
-                                "variant": "pca/default", "seed": 0}, "ok", "", "output.h5ad")  # fmt: skip
-        outputs.append(output)
+    outputs = [output_anndata(chained, classify(inputs, {}, 0), {"dataset_id": "toy", "method_id": name,
+                              "variant": "pca/default", "seed": 0}, "ok", "", "output.h5ad")
+               for classify, name in ((knn, "knn"), (logistic, "logistic"))]  # fmt: skip
+    return task, outputs
+
+
+def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
+    """chain_task → chain_input → kNN and logistic → score_seed: every declared metric, values in range."""
+    import pandas as pd
+
+    from celldag.annotation.scoring import score_seed
+    from celldag.annotation.track import TRACK
+    from celldag.tracks import ScoringContext
+
+    task, outputs = toy_task_and_outputs()
     scores = score_seed(task, outputs, ScoringContext(0, {}, {"annotation": {"alpha": 0.1, "min_group_cells": 5}}))
     for row in scores:
         assert set(row) == set(TRACK.metrics)
@@ -122,8 +130,6 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
     from celldag.annotation.figures import coverage_by_group, set_size_vs_coverage
     from celldag.tracks import FigureData
 
-    for output, name in zip(outputs, ("knn", "logistic")):
-        output.uns["method_id"] = name
     table = pd.DataFrame([{"method": name, "variant": "pca/default", "seed": 0, "metric": metric, "value": value,
                            "status": "ok"} for name, row in zip(("knn", "logistic"), scores) for metric, value in row.items()])
     data = FigureData("toy", {}, "annotation", TRACK, 0, {"annotation": {"alpha": 0.1, "min_group_cells": 5}},
@@ -131,6 +137,59 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
     coverage = coverage_by_group(data)
     assert len(coverage.axes) == len(PROCEDURES) and all(len(axes.get_yticklabels()) == 2 for axes in coverage.axes[:1])
     assert len(set_size_vs_coverage(data).axes[0].collections) == len(PROCEDURES)  # one point set per procedure
+
+
+def test_a_failing_procedure_is_named_with_its_run_and_no_scores_table_is_written(tmp_path, monkeypatch):
+    """One line naming the procedure, the run and the scenario (not a traceback of 6 procedures), and no table."""
+    from celldag.annotation import conformal
+    from celldag.annotation.quantile_lp import QuantileRegressionError
+    from celldag.annotation.scoring import ProcedureFailed
+    from celldag.annotation.track import TRACK
+    from celldag.joblog import one_line
+    from celldag.scoring import score_dataset
+
+    task, outputs = toy_task_and_outputs()
+    task.write_h5ad(tmp_path / "task.h5ad")
+    for output in outputs:
+        output.write_h5ad(tmp_path / f"{output.uns['method_id']}.h5ad")
+
+    def not_solved(*args):
+        raise QuantileRegressionError("no verified optimum of the quantile regression (…)")
+
+    monkeypatch.setattr(conformal, "augmented_sets", not_solved)
+    scores_path = tmp_path / "scores.parquet"
+    with pytest.raises(ProcedureFailed) as failure:
+        score_dataset(prepared_paths=[str(tmp_path / "task.h5ad")],
+                      output_paths=[str(tmp_path / "knn.h5ad"), str(tmp_path / "logistic.h5ad")], table_paths=[],
+                      scores_path=str(scores_path), track_id="annotation", track=TRACK, dataset={},
+                      evaluation={"annotation": {"alpha": 0.1}})  # fmt: skip
+    line = one_line(failure.value)
+    assert line == ("error: ProcedureFailed: toy knn on pca/default seed 0, random split: conformal procedure "
+                    "kandinsky_augmented failed: QuantileRegressionError: no verified optimum of the quantile "
+                    "regression (…)")  # fmt: skip
+    assert not scores_path.exists() and not list(tmp_path.glob("scores*"))
+
+
+def test_groups_too_small_to_calibrate_are_counted_and_named_in_a_note():
+    """A type with 4 calibration cells (< 1/α − 1 = 9): counted by every procedure with type groups, named in
+    the note for both scenarios, and in every set of the procedures that guarantee per-type coverage."""
+    from celldag.annotation.scoring import score_seed, random_split
+    from celldag.tracks import ScoringContext
+
+    task, outputs = toy_task_and_outputs()
+    rare = np.flatnonzero((task.obs["label"] == "type3").to_numpy() & (task.obs["split"] == "calibration").to_numpy())
+    task.obs["split"] = task.obs["split"].astype(str)
+    task.obs.iloc[rare[4:], task.obs.columns.get_loc("split")] = "train"  # 4 calibration cells of type3 remain
+    scores = score_seed(task, outputs, ScoringContext(0, {}, {"annotation": {"alpha": 0.1, "min_group_cells": 5}}))
+    for row in scores:
+        assert row["class_conditional_small_groups"] == 1.0 and row["mondrian_batch_small_groups"] == 0.0
+        # the soft group that type3's cells made up lost its weight with them: named too
+        assert row["kandinsky_augmented_small_groups"] == row["kandinsky_small_groups"] == 2.0
+        assert row["note"].startswith("groups with less than 1/α − 1 = 9 calibration cells' weight")
+        assert ("random split — class_conditional: type type3; kandinsky, kandinsky_augmented: soft group 1, "
+                "type type3 | new batch b0 — ") in row["note"]
+    sets, truth, _ = random_split(task, outputs[1], 0.1)
+    assert sets["kandinsky_augmented"][:, 3].all() and sets["class_conditional"][:, 3].all()
 
 
 def test_kandinsky_groups_are_a_choice_and_batch_type_covers_each_cell_of_the_table():

@@ -231,3 +231,13 @@ def test_the_plain_fit_under_covers_by_about_g_over_n(simulated_coverage):
     rate, error = simulated_coverage["plain"]
     assert (rate < 1 - ALPHA).all(), rate
     assert 1 - ALPHA - 17 / N_CAL < rate.mean() < 1 - ALPHA - 0.02, rate
+
+
+def test_a_flat_unbounded_optimum_gives_an_infinite_threshold(repo):
+    """Found by the default run: every solver returned a point 2e5 out along a flat ray (its gap 6e-5 does not
+    close); the tilted program's ray proves the largest threshold is +inf, and the scoring goes on."""
+    data = np.load(repo / "tests/data/regressions/augmented_flat_ray.npz")
+    features, targets, level, candidate = data["features"], data["targets"], float(data["level"]), data["candidate"]
+    with pytest.raises(QuantileRegressionError, match="differs from the dual bound"):
+        Program(features, targets, level).solve(level * candidate)
+    assert augmented_thresholds(features, targets, level, candidate[None, :]).tolist() == [np.inf]

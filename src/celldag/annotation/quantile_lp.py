@@ -133,9 +133,12 @@ class Program:
         outcomes, ray_tried = [], False
         for attempt, (status, gamma, duals, message) in self._attempts(linear):
             if status == 0:
-                problem = self._check(gamma, duals, linear)
+                # a vertex's duals are recomputed from its exactly fitted points (X^T a = -c to rounding), so its
+                # certificate does not inherit the solver's dual residual, which large coefficients amplify
+                vertex = self._vertex(gamma, duals, linear)
+                problem = None if vertex else self._check(gamma, duals, linear)
                 if problem is None:
-                    return self._vertex(gamma, duals, linear) or gamma
+                    return vertex or gamma
                 outcomes.append(f"{attempt}: 'optimal' but {problem}")
                 continue
             if not ray_tried and linear.any():  # unbounded? HiGHS says so with status 3, or 4 ("Not Set"), or not at all
@@ -226,14 +229,17 @@ class Program:
         if len(chosen) < self.features.shape[1]:
             return None
         rows = self.features[chosen]
-        exact = np.linalg.solve(rows, self.targets[chosen])
+        try:
+            exact, inverse = np.linalg.solve(rows, self.targets[chosen]), np.linalg.inv(rows)
+        except np.linalg.LinAlgError:  # rounding made the chosen rows singular after all: no vertex to keep
+            return None
         residuals = self.targets - self.features @ exact
         others = np.ones(len(residuals), dtype=bool)
         others[chosen] = False
         other_duals = np.where(residuals > ZERO_RESIDUAL * self._scale, self.level,
                                np.where(residuals < -ZERO_RESIDUAL * self._scale, self.level - 1,
                                         np.clip(duals, self.level - 1, self.level)))  # fmt: skip
-        vertex = Vertex(exact, np.linalg.inv(rows), other_duals[others] @ self.features[others], self.level)
+        vertex = Vertex(exact, inverse, other_duals[others] @ self.features[others], self.level)
         all_duals = other_duals.copy()
         all_duals[chosen] = -(linear + vertex.rest) @ vertex.inverse
         if not vertex.certifies(linear[None, :])[0] or self._check(exact, all_duals, linear) is not None:
@@ -262,13 +268,17 @@ def pinball_slope(steps: np.ndarray, level: float) -> float:
 
 
 def _independent_rows(features: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-    """The first rows of ``candidates`` (in order) that are linearly independent, up to the rank of ``features``."""
+    """The first rows of ``candidates`` (in order) that are linearly independent, up to the rank of ``features``:
+    Gram-Schmidt, orthogonalised twice (once loses orthogonality on near-dependent rows), and a row kept only
+    when 1e-6 of its norm stays outside the span of those before it, so that the kept rows are well conditioned."""
     chosen: list[int] = []
     basis = np.empty((0, features.shape[1]))
     for row in candidates:
-        vector = features[row] - basis.T @ (basis @ features[row])
+        vector = features[row].copy()
+        for _ in range(2):
+            vector -= basis.T @ (basis @ vector)
         norm = np.linalg.norm(vector)
-        if norm > 1e-9 * max(1.0, np.linalg.norm(features[row])):
+        if norm > 1e-6 * max(1.0, np.linalg.norm(features[row])):
             chosen.append(int(row))
             basis = np.vstack([basis, vector / norm])
             if len(chosen) == features.shape[1]:
@@ -316,8 +326,8 @@ def augmented_thresholds(features: np.ndarray, targets: np.ndarray, level: float
     program = Program(features[:, basis], targets, level)
     # where the optimum is not unique its thresholds form an interval: the largest is the one with the guarantee
     # (y is left out only when every refit leaves it out). The program tilted upwards by TILT has its optimum
-    # there, and a vertex (ray) optimal for both the tilted and the plain term proves it (a flat unbounded optimum:
-    # threshold +inf).
+    # there, and a vertex optimal for both the tilted and the plain term proves it; a ray of the tilted program
+    # is one along which the plain program is flat (to the tilt's resolution): the largest threshold is +inf.
     plain, tilted = level * reduced, (level + TILT) * reduced
     pending = np.flatnonzero(in_span)
     while len(pending):
@@ -326,8 +336,8 @@ def augmented_thresholds(features: np.ndarray, targets: np.ndarray, level: float
         if isinstance(solution, Vertex):
             covered = solution.certifies(tilted[pending]) & solution.certifies(plain[pending])
             thresholds[pending[covered]] = reduced[pending[covered]] @ solution.gamma
-        elif isinstance(solution, Ray):
-            covered = solution.certifies(tilted[pending]) & (solution.slopes(plain[pending]) <= 1)
+        elif isinstance(solution, Ray):  # along it the plain term's slope is below the tilt's 1e-6 |phi . d|:
+            covered = solution.certifies(tilted[pending])  # flat, up to that resolution; the threshold is +inf
         else:  # a degenerate optimum no r points pin down: it answers for its own candidate only
             covered = np.arange(len(pending)) == 0
             thresholds[first] = reduced[first] @ solution
