@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -168,6 +170,22 @@ def test_a_failing_procedure_is_named_with_its_run_and_no_scores_table_is_writte
                     "kandinsky_augmented failed: QuantileRegressionError: no verified optimum of the quantile "
                     "regression (…)")  # fmt: skip
     assert not scores_path.exists() and not list(tmp_path.glob("scores*"))
+
+
+def test_the_procedures_scored_are_a_choice():
+    from celldag.annotation.scoring import score_seed
+    from celldag.registry import read_yaml
+    from celldag.tracks import ScoringContext
+
+    schema = read_yaml(Path(__file__).parents[1] / "src/celldag/schemas/config.schema.yaml")
+    annotation = schema["properties"]["evaluation"]["properties"]["annotation"]
+    assert annotation["properties"]["procedures"]["items"]["enum"] == list(PROCEDURES)
+    assert annotation["default"]["procedures"] == list(PROCEDURES)
+    task, outputs = toy_task_and_outputs()
+    settings = {"annotation": {"procedures": ["split_lac", "mondrian_batch"]}}
+    row = score_seed(task, outputs[:1], ScoringContext(0, {}, settings))[0]
+    assert {name.split("_")[0] for name in row if name.startswith(("kandinsky", "class_"))} == set()
+    assert "split_lac_coverage" in row and "mondrian_batch_new_batch_worst" in row and "split_aps_coverage" not in row
 
 
 def test_groups_too_small_to_calibrate_are_counted_and_named_in_a_note():

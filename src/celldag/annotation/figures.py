@@ -34,19 +34,20 @@ def coverage_by_group(data: FigureData):
 
     settings = options(data.evaluation)
     alpha, min_cells, groups = float(settings["alpha"]), int(settings["min_group_cells"]), tuple(settings["kandinsky_groups"])
+    procedures = tuple(settings["procedures"])
     ok = {key: output for key, output in sorted(data.outputs.items()) if output.uns["status"] == "ok"}
     if not ok:
         return note_figure("no annotation run finished with status ok")
     task = data.prepared
     # height: the axis, the suptitle and panel titles of up to three lines (a long procedure name wraps), the rows
-    figure = new_figure(3.0 * len(PROCEDURES) + 2.5, 1.5 + 0.28 * len(ok))
-    panels = figure.subplots(1, len(PROCEDURES), sharey=True, squeeze=False)[0]
+    figure = new_figure(3.0 * len(procedures) + 2.5, 1.5 + 0.28 * len(ok))
+    panels = figure.subplots(1, len(procedures), sharey=True, squeeze=False)[0]
     rows = list(ok)
     for key, output in ok.items():
-        sets, truth, query = random_split(task, output, alpha, groups)
+        sets, truth, query = random_split(task, output, alpha, groups, procedures)
         groupings = query_groupings(task, query)
         y = rows.index(key)
-        for axes, procedure in zip(panels, PROCEDURES):
+        for axes, procedure in zip(panels, procedures):
             for kind, members in groupings.items():
                 table = group_coverage(sets[procedure], truth, members)
                 table = table[table["n"] >= min_cells]
@@ -55,7 +56,7 @@ def coverage_by_group(data: FigureData):
                              label=kind.replace("_", " × ") if y == 0 else None, zorder=2)  # fmt: skip
             marginal = sets[procedure][np.arange(len(truth)), truth].mean()
             axes.scatter([marginal], [y], marker="|", c="black", s=150, zorder=3, label="every query cell" if y == 0 else None)
-    for axes, procedure in zip(panels, PROCEDURES):
+    for axes, procedure in zip(panels, procedures):
         axes.axvline(1 - alpha, color="tab:red", lw=1, ls="--", zorder=1)
         axes.set_title(PROCEDURES[procedure], fontsize=9)
         axes.set_xlabel("coverage of the query cells")
@@ -85,6 +86,8 @@ def set_size_vs_coverage(data: FigureData):
     figure = new_figure(8, 5.5)
     axes = figure.subplots()
     for procedure, title in PROCEDURES.items():
+        if f"{procedure}_set_size" not in means:  # a procedure evaluation.annotation.procedures leaves out
+            continue
         worst = means[[f"{procedure}_worst_batch", f"{procedure}_worst_type"]].min(axis=1)
         colour, marker = PROCEDURE_STYLE[procedure]
         axes.scatter(means[f"{procedure}_set_size"], worst, c=colour, marker=marker, s=36, alpha=0.75, label=title)

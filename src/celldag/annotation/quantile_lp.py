@@ -25,19 +25,24 @@ costs a few linear programs per fit rather than one per (cell, candidate label).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import linalg, sparse
 from scipy.optimize import linprog
 
+LOG = logging.getLogger(__name__)
 # Relative tolerance of every check: HiGHS' own feasibility tolerances are 1e-7; its verified optima here reach
 # dual residuals ~1e-9 and duality gaps ~1e-13 (tests/test_annotation_conformal.py's regression programs).
 TOLERANCE = 1e-7
 # A residual this small (relative to the scores' scale) counts as a point fitted exactly: HiGHS leaves up to ~1e-8.
 ZERO_RESIDUAL = 1e-7
-# upward tilt of the augmented fit's linear term, relative to tau: picks the largest threshold of a flat optimum
-TILT = 1e-6
+# a feature column (a candidate row) within this (relative) of the span of the others (of the calibration rows)
+# counts as in it: ``independent_columns``
+SPAN_TOLERANCE = 1e-6
+# downward tilt of the augmented fit's linear term, relative to tau: picks the smallest threshold of a flat optimum
+TILT = 1e-4
 # (method, presolve) tried in turn until one gives a verified optimum or a verified ray
 ATTEMPTS = (("highs", True), ("highs", False), ("highs-ipm", True), ("highs-ipm", False))
 
@@ -52,18 +57,22 @@ def pinball_loss(residuals: np.ndarray, level: float) -> np.ndarray:
 
 
 def independent_columns(features: np.ndarray) -> np.ndarray:
-    """Sorted indices of a basis of the columns of ``features``: pivoted QR, rank at numpy's usual tolerance.
+    """Sorted indices of a basis of the columns of ``features``: pivoted QR, a column kept while it stands more than
+    ``SPAN_TOLERANCE`` (relative) outside the span of those before it.
 
     One-hot blocks (batch, candidate class) and soft-group memberships each sum to one, so Kandinsky's columns are
     linearly dependent; the fitted thresholds on the span do not depend on which basis parametrises it, and the
-    program on a basis is well posed (HiGHS' presolve broke on the dependent one).
+    program on a basis is well posed (HiGHS' presolve broke on the dependent one). Nearly dependent columns count
+    as dependent: a soft group whose memberships on the calibration cells are a cell type's one-hot up to 1e-7 of
+    rounding leaves a direction the calibration pins down only to that rounding, along which every solver returns
+    "optimal" points 1e5 out that no certificate verifies (found on the default run).
     """
     features = np.asarray(features, dtype=float)
     if features.shape[1] == 0 or not np.any(features):
         return np.array([], dtype=int)
     _, triangle, pivots = linalg.qr(features, mode="economic", pivoting=True)
     diagonal = np.abs(np.diag(triangle))
-    rank = int((diagonal > diagonal[0] * max(features.shape) * np.finfo(float).eps).sum())
+    rank = int((diagonal > diagonal[0] * SPAN_TOLERANCE).sum())
     return np.sort(pivots[:rank])
 
 
@@ -186,27 +195,6 @@ class Program:
         solution = self._warm.getSolution()
         return 0, np.array(solution.col_value[:n_features]), np.array(solution.row_dual), "optimal"
 
-    def largest_fit(self, linear: np.ndarray, direction: np.ndarray) -> float:
-        """max direction . gamma over the optimal gamma of F for c (+inf when unbounded): a second program, with
-        F at most its verified optimum (plus TOLERANCE) as a constraint; its answer is checked to meet it."""
-        solution = self.solve(linear)
-        if isinstance(solution, Ray):
-            return np.inf
-        best = solution.gamma if isinstance(solution, Vertex) else solution
-        optimum, n_features = self.objective(best, linear), self.features.shape[1]
-        costs = np.concatenate([-linear, self._residual_costs])
-        result = linprog(np.concatenate([-direction, np.zeros(2 * len(self.targets))]), A_ub=costs[None, :],
-                         b_ub=[optimum + TOLERANCE * (self._scale + abs(optimum))], A_eq=self._constraints,
-                         b_eq=self.targets, bounds=self._bounds, method="highs")  # fmt: skip
-        if result.status == 3:
-            return np.inf
-        if result.status != 0:
-            raise QuantileRegressionError(f"largest fit over the optimum: status {result.status} ({result.message})")
-        gamma = result.x[:n_features]
-        if self.objective(gamma, linear) > optimum + 2 * TOLERANCE * (self._scale + abs(optimum)):
-            raise QuantileRegressionError("largest fit over the optimum: its point is not optimal")
-        return float(max(direction @ gamma, direction @ best))
-
     def _check(self, gamma: np.ndarray, duals: np.ndarray, linear: np.ndarray) -> str | None:
         """None when (gamma, duals) is a primal-dual optimal pair to TOLERANCE, else what fails."""
         if (duals < self.level - 1 - TOLERANCE).any() or (duals > self.level + TOLERANCE).any():
@@ -319,31 +307,37 @@ def augmented_thresholds(features: np.ndarray, targets: np.ndarray, level: float
     # combination, or it has weight on the null space of the calibration rows (threshold +inf)
     combination = np.linalg.lstsq(features[:, basis], features, rcond=None)[0] if len(basis) else np.zeros((0, features.shape[1]))
     reduced = candidates[:, basis]
-    in_span = np.abs(reduced @ combination - candidates).max(axis=1, initial=0.0) <= ZERO_RESIDUAL * (
+    in_span = np.abs(reduced @ combination - candidates).max(axis=1, initial=0.0) <= SPAN_TOLERANCE * (
         1 + np.abs(candidates).max(axis=1, initial=0.0))
     if not len(basis):
         return thresholds
     program = Program(features[:, basis], targets, level)
-    # where the optimum is not unique its thresholds form an interval: the largest is the one with the guarantee
-    # (y is left out only when every refit leaves it out). The program tilted upwards by TILT has its optimum
-    # there, and a vertex optimal for both the tilted and the plain term proves it; a ray of the tilted program
-    # is one along which the plain program is flat (to the tilt's resolution): the largest threshold is +inf.
-    plain, tilted = level * reduced, (level + TILT) * reduced
+    # Where the optimum is not unique its thresholds form an interval: the smallest is the threshold of the dual
+    # definition (y is left out once the candidate's dual reaches tau), which keeps the guarantee and gives the
+    # smaller sets. The program tilted down by TILT has its optimum there — or, where another vertex is within
+    # TILT |phi . (gamma - gamma')| of the optimum, at that one: the same up to the tilt. Exactly flat directions
+    # are common (a group of exactly 1/alpha - 1 cells makes one); tilted down, those that raise the threshold
+    # become bounded. A ray of the tilted program gives +inf (where it is flat for the plain term and lowers the
+    # threshold, the exact answer would be -inf: +inf is the side that cannot under-cover).
+    linear = (level - TILT) * reduced
     pending = np.flatnonzero(in_span)
     while len(pending):
         first = pending[0]
-        solution = program.solve(tilted[first])
-        if isinstance(solution, Vertex):
-            covered = solution.certifies(tilted[pending]) & solution.certifies(plain[pending])
-            thresholds[pending[covered]] = reduced[pending[covered]] @ solution.gamma
-        elif isinstance(solution, Ray):  # along it the plain term's slope is below the tilt's 1e-6 |phi . d|:
-            covered = solution.certifies(tilted[pending])  # flat, up to that resolution; the threshold is +inf
-        else:  # a degenerate optimum no r points pin down: it answers for its own candidate only
+        try:
+            solution = program.solve(linear[first])
+        except QuantileRegressionError as err:
+            # not seen since the tilt (every solver "optimal" far out along a flat direction, before it): the label
+            # is kept, the side that cannot under-cover; logged, never silent
+            LOG.warning("augmented fit: candidate %s kept (threshold +inf): %s", first, err)
+            pending = pending[1:]
+            continue
+        if isinstance(solution, np.ndarray):  # a degenerate optimum no r points pin down: its own candidate only
             covered = np.arange(len(pending)) == 0
             thresholds[first] = reduced[first] @ solution
-        if not covered[0]:  # the tilt went past the plain term's optimum: the largest threshold over it directly
-            covered = np.arange(len(pending)) == 0
-            thresholds[first] = program.largest_fit(plain[first], reduced[first])
+        else:
+            covered = solution.certifies(linear[pending])
+            if isinstance(solution, Vertex):
+                thresholds[pending[covered]] = reduced[pending[covered]] @ solution.gamma
         pending = pending[~covered]
     return thresholds
 

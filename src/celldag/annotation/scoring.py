@@ -68,8 +68,9 @@ def design_names(batch_names: list[str], classes: list[str], n_soft: int, groups
 
 def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft: np.ndarray,
                    calibration: np.ndarray, query: np.ndarray, alpha: float,
-                   groups: tuple[str, ...] = KANDINSKY_GROUPS) -> dict[str, np.ndarray]:  # fmt: skip
-    """{procedure: (query cells, classes) bool sets} for every procedure of ``PROCEDURES``.
+                   groups: tuple[str, ...] = KANDINSKY_GROUPS,
+                   procedures: tuple[str, ...] = tuple(PROCEDURES)) -> dict[str, np.ndarray]:  # fmt: skip
+    """{procedure: (query cells, classes) bool sets} for each of ``procedures`` (ids of ``PROCEDURES``).
 
     ``truth`` class indices, ``batch`` integer codes, ``soft`` the soft group memberships; the masks pick
     calibration and query cells; ``groups`` those of both Kandinsky fits (``kandinsky_design``). A procedure
@@ -92,7 +93,7 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
         "mondrian_batch": lambda: conformal.mondrian_sets(cal_lac, batch[calibration], lac[query], batch_of, alpha)[0],
     }  # fmt: skip
     sets = {}
-    for procedure in PROCEDURES:
+    for procedure in procedures:
         try:
             sets[procedure] = build[procedure]()
         except Exception as err:  # noqa: BLE001 - any failure of one procedure is reported as that procedure's
@@ -100,9 +101,11 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
     return sets
 
 
-def small_groups(task, output, calibration: np.ndarray, alpha: float, groups: tuple[str, ...]) -> dict[str, list[str]]:
+def small_groups(task, output, calibration: np.ndarray, alpha: float, groups: tuple[str, ...],
+                 procedures: tuple[str, ...] = tuple(PROCEDURES)) -> dict[str, list[str]]:  # fmt: skip
     """{procedure: names of its groups too small to calibrate (``conformal.too_small``)} over the calibration
-    cells: Mondrian by batch's batches, class-conditional's classes, both Kandinsky fits' group columns."""
+    cells, for those of ``procedures`` with groups: Mondrian by batch's batches, class-conditional's classes,
+    both Kandinsky fits' group columns."""
     from celldag.annotation import conformal
 
     truth, batch, soft = task_arrays(task, output)
@@ -114,7 +117,7 @@ def small_groups(task, output, calibration: np.ndarray, alpha: float, groups: tu
                "kandinsky": (cal_features, design_names(batch_names, classes, soft.shape[1], groups))}  # fmt: skip
     weights["kandinsky_augmented"] = weights["kandinsky"]
     return {procedure: [name for name, small in zip(names, conformal.too_small(matrix, alpha)) if small]
-            for procedure, (matrix, names) in weights.items()}  # fmt: skip
+            for procedure, (matrix, names) in weights.items() if procedure in procedures}  # fmt: skip
 
 
 def small_groups_note(random: dict[str, list[str]], new_batch: dict[str, dict[str, list[str]]], alpha: float) -> str:
@@ -148,12 +151,13 @@ def query_groupings(task, query: np.ndarray) -> dict[str, np.ndarray]:
     return {"batch": batch, "type": label, "batch_type": np.char.add(np.char.add(batch, " × "), label)}
 
 
-def random_split(task, output, alpha: float, groups: tuple[str, ...] = KANDINSKY_GROUPS):
+def random_split(task, output, alpha: float, groups: tuple[str, ...] = KANDINSKY_GROUPS,
+                 procedures: tuple[str, ...] = tuple(PROCEDURES)):  # fmt: skip
     """(sets by procedure, query truth, query mask) of the random-split scenario of one output."""
     truth, batch, soft = task_arrays(task, output)
     calibration, query = split_masks(task)
     proba = np.asarray(output.obsm["proba_random"], dtype=np.float64)
-    return procedure_sets(proba, truth, batch, soft, calibration, query, alpha, groups), truth[query], query
+    return procedure_sets(proba, truth, batch, soft, calibration, query, alpha, groups, procedures), truth[query], query
 
 
 def task_arrays(task, output) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -164,10 +168,11 @@ def task_arrays(task, output) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return truth, codes(task.obs["batch"]), np.asarray(task.obsm["soft_groups"], dtype=np.float64)
 
 
-def random_split_scores(task, output, alpha: float, min_cells: int, groups: tuple[str, ...]) -> dict[str, float]:
+def random_split_scores(task, output, alpha: float, min_cells: int, groups: tuple[str, ...],
+                        procedures: tuple[str, ...]) -> dict[str, float]:  # fmt: skip
     from celldag.annotation.metrics import max_shortfall, point_metrics, set_metrics, worst_coverage
 
-    sets, truth, query = random_split(task, output, alpha, groups)
+    sets, truth, query = random_split(task, output, alpha, groups, procedures)
     groupings = query_groupings(task, query)
     n_classes = len(output.uns["classes"])
     scores = point_metrics(np.asarray(output.obsm["proba_random"])[query], truth, n_classes)
@@ -189,18 +194,19 @@ def new_batch_calibration(task, held_out: int) -> tuple[np.ndarray, np.ndarray]:
     return (~new & (split == "calibration")) | (new & labelled), new & ~labelled
 
 
-def new_batch_scores(task, output, alpha: float, groups: tuple[str, ...]) -> dict[str, float]:
+def new_batch_scores(task, output, alpha: float, groups: tuple[str, ...],
+                     procedures: tuple[str, ...]) -> dict[str, float]:  # fmt: skip
     """Leave each batch out in turn: pooled coverage and set size on its unlabelled cells, worst batch."""
     from celldag.annotation.metrics import point_metrics
 
     truth, batch, soft = task_arrays(task, output)
-    covered = {procedure: [] for procedure in PROCEDURES}
-    sizes = {procedure: [] for procedure in PROCEDURES}
+    covered = {procedure: [] for procedure in procedures}
+    sizes = {procedure: [] for procedure in procedures}
     probabilities, truths = [], []
     for held_out in range(batch.max() + 1):
         proba = np.asarray(output.obsm[f"proba_without_{held_out}"], dtype=np.float64)
         calibration, query = new_batch_calibration(task, held_out)
-        sets = procedure_sets(proba, truth, batch, soft, calibration, query, alpha, groups)
+        sets = procedure_sets(proba, truth, batch, soft, calibration, query, alpha, groups, procedures)
         for procedure, procedure_set in sets.items():
             covered[procedure].append(procedure_set[np.arange(query.sum()), truth[query]])
             sizes[procedure].append(procedure_set.sum(axis=1))
@@ -208,7 +214,7 @@ def new_batch_scores(task, output, alpha: float, groups: tuple[str, ...]) -> dic
         truths.append(truth[query])
     point = point_metrics(np.vstack(probabilities), np.concatenate(truths), len(output.uns["classes"]))
     scores = {f"{name}_new_batch": value for name, value in point.items()}
-    for procedure in PROCEDURES:
+    for procedure in procedures:
         scores[f"{procedure}_new_batch_coverage"] = float(np.concatenate(covered[procedure]).mean())
         scores[f"{procedure}_new_batch_worst"] = float(min(part.mean() for part in covered[procedure]))
         scores[f"{procedure}_new_batch_set_size"] = float(np.concatenate(sizes[procedure]).mean())
@@ -235,7 +241,7 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict[str, f
     task's). A procedure that fails stops the scoring with one line naming it, the run and the scenario."""
     settings = options(context.evaluation)
     alpha, min_cells = float(settings["alpha"]), int(settings["min_group_cells"])
-    groups = tuple(settings["kandinsky_groups"])
+    groups, procedures = tuple(settings["kandinsky_groups"]), tuple(settings["procedures"])
     scores: list[dict[str, float | str]] = [{} for _ in outputs]
     for i, output in enumerate(outputs):
         if output.uns["status"] != "ok":
@@ -243,16 +249,17 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict[str, f
         run = f"{output.uns['dataset_id']} {output.uns['method_id']} on {output.uns['variant']} seed {context.seed}"
         scenario = "random split"
         try:
-            scores[i] |= random_split_scores(task, output, alpha, min_cells, groups)
+            scores[i] |= random_split_scores(task, output, alpha, min_cells, groups, procedures)
             scenario = "new batch"
-            scores[i] |= new_batch_scores(task, output, alpha, groups)
+            scores[i] |= new_batch_scores(task, output, alpha, groups, procedures)
         except ProcedureFailed as err:
             raise ProcedureFailed(f"{run}, {scenario}: {err}") from err
         scores[i] |= permuted_scores(task, output, alpha, context.seed)
-        small = small_groups(task, output, split_masks(task)[0], alpha, groups)
+        small = small_groups(task, output, split_masks(task)[0], alpha, groups, procedures)
         scores[i] |= {f"{procedure}_small_groups": float(len(names)) for procedure, names in small.items()}
         batch_names = sorted(set(task.obs["batch"].astype(str)))
-        note = small_groups_note(small, {name: small_groups(task, output, new_batch_calibration(task, code)[0], alpha, groups)
+        note = small_groups_note(small, {name: small_groups(task, output, new_batch_calibration(task, code)[0], alpha,
+                                                            groups, procedures)
                                          for code, name in enumerate(batch_names)}, alpha)  # fmt: skip
         if note:
             scores[i]["note"] = note

@@ -34,7 +34,8 @@ GROUPED = ("kandinsky_augmented", "kandinsky", "class_conditional", "mondrian_ba
 LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty", "small_groups")  # metric-name endings
 NEW_BATCH_METRICS = ("new_batch_coverage", "new_batch_worst", "new_batch_set_size")
 TASK_DEFAULTS = {"split": [0.5, 0.25, 0.25], "labelled_fraction": 0.1, "soft_groups": 4}
-SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10, "kandinsky_groups": ["batch", "type", "soft"]}
+SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10, "kandinsky_groups": ["batch", "type", "soft"],
+                    "procedures": list(PROCEDURES)}  # fmt: skip
 
 
 def _metric(name: str) -> Metric:
