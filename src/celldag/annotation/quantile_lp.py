@@ -6,13 +6,14 @@ The program, for calibration features X (n, r) of full column rank, scores S (n,
 
 c = 0 is the plain quantile regression. c = tau phi is the fit augmented with the point (phi, S) for any S above
 the fit (its loss is then tau (S - phi gamma)): conditional calibration's threshold at phi is phi . gamma of that
-fit (``augmented_thresholds``), and the program is unbounded (threshold +inf) when phi weighs a direction the
-calibration points do not pin down, e.g. a group of fewer than tau / (1 - tau) calibration cells.
+fit — the smallest over its minimisers where they are many (``augmented_thresholds``) — and the program is
+unbounded (threshold +inf) when phi weighs a direction the calibration points do not pin down, e.g. a group of
+fewer than tau / (1 - tau) calibration cells.
 
 As a linear program: min tau sum(u) + (1 - tau) sum(v) - c . gamma subject to X gamma + u - v = S, u, v >= 0;
 its dual: max S . a subject to X^T a = -c, tau - 1 <= a <= tau. A solver's status is never trusted: a solution
 is accepted when the dual point is feasible and the duality gap F(gamma) - S . a is zero (to ``TOLERANCE``),
-which proves gamma optimal whatever the solver did on the way (``Certificate.check``); an unbounded program when a
+which proves gamma optimal whatever the solver did on the way (``Program._check``); an unbounded program when a
 ray d of negative slope sum_i [(1 - tau)(X_i d)_+ + tau (X_i d)_-] - c . d is found (``Ray``). Otherwise the
 next solver setting is tried (``ATTEMPTS``: HiGHS' presolve is what fails on rank-deficient programs on some
 machines, and its interior-point method can return an infeasible point as "optimal").
@@ -102,13 +103,10 @@ class Ray:
     direction: np.ndarray  # (r,)
     slope_without_c: float  # sum_i [(1 - tau)(X_i d)_+ + tau (X_i d)_-]
 
-    def slopes(self, linear: np.ndarray) -> np.ndarray:
-        """(m,) F's slope along d for each row c of ``linear``, in units of TOLERANCE (1 + |c|_1)."""
-        return (self.slope_without_c - linear @ self.direction) / (TOLERANCE * (1 + np.abs(linear).sum(axis=1)))
-
     def certifies(self, linear: np.ndarray) -> np.ndarray:
-        """(m,) bool: for which rows c of ``linear`` the program is unbounded along d."""
-        return self.slopes(linear) < -1
+        """(m,) bool: for which rows c of ``linear`` the program is unbounded along d (F's slope along it below
+        -TOLERANCE (1 + |c|_1))."""
+        return self.slope_without_c - linear @ self.direction < -TOLERANCE * (1 + np.abs(linear).sum(axis=1))
 
 
 class Program:
