@@ -26,6 +26,7 @@ BENCHMARKS = ("lineage_scaling", "representation_scaling", "conformal_fits")
 DEVICE_BENCHMARKS = ("gpu",)
 DOC = ROOT / "docs" / "performance.md"
 FIGURE = ROOT / "docs" / "performance-scaling.png"
+DEFAULT_RUN = ROOT / "benchmarks" / "default_run.md"  # hand-measured times of `make run`, copied into the document
 
 
 def run_benchmark(name: str, quick: bool) -> str | None:
@@ -120,6 +121,7 @@ def document(results: list[dict], notes: list[str], exponents: list[tuple[str, s
               f"![time against size, log–log]({FIGURE.name})", "",
               "| series | size | fitted exponent |", "| --- | --- | --- |"]  # fmt: skip
     lines += [f"| {label} | {unit} | {k:.2f} |" for label, unit, k in exponents]
+    lines += ["", "## The default run", "", DEFAULT_RUN.read_text().strip()]
     for result in results:
         lines += ["", f"## {result['name']}", ""]
         for table in result["tables"]:
