@@ -57,6 +57,16 @@ def test_every_env_pin_matches_the_lock(repo, lock):
             assert lock[pypi] == version, f"{path.name}: {name}={version} but the lock has {lock[pypi]}"
 
 
+def test_every_env_has_pip(repo):
+    """celldag is pip-installed (--no-deps) into each env after it is created: every env lists pip, one version."""
+    versions = {}
+    for path in env_files(repo):
+        pips = [e for e in yaml.safe_load(path.read_text())["dependencies"] if isinstance(e, str) and e.startswith("pip=")]
+        assert len(pips) == 1, f"{path.name}: {len(pips)} pip= entries; each env needs one"
+        versions[path.name] = pips[0]
+    assert len(set(versions.values())) == 1, f"the envs pin different pips: {versions}"
+
+
 def test_every_registry_env_and_rule_env_exists(repo):
     names = {path.stem for path in env_files(repo)}
     for method, entry in read_yaml(repo / "config/methods.yaml").items():
