@@ -6,6 +6,10 @@ input; its message names the file and the field) is one line in both: its traceb
 point into celldag. Anything else is a bug: one line on the console, the whole traceback in the log.
 ``CELLDAG_TRACEBACK=1`` logs the traceback of input errors too.
 
+Before anything else a job checks where it runs (``celldag.envs.job_environment_problem``): the celldag
+it imported must be the workflow's version and, under ``--sdm conda``, come from the job's own env; else
+one line, and the job stops.
+
 A retry cannot fix an input error, but Snakemake retries every failure of a rule alike (the profile's
 ``retries``, meant for jobs killed for memory or time). So a job that fails on an input error leaves
 a marker next to its log: a key of its rule, input files and params, the resources it had, the error
@@ -61,6 +65,8 @@ def start(log_path: str) -> None:
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
     )
+    if first_run:
+        where_it_runs(console)
     marker = InputErrorMarker.of_job(log_path)
     previous = marker.previous_error() if marker else None
     if previous:  # Snakemake's retry of a try that failed on an input error: it would fail alike
@@ -79,6 +85,23 @@ def start(log_path: str) -> None:
             marker.record(one_line(error))
 
     sys.excepthook = report
+
+
+def where_it_runs(console) -> None:
+    """The job's celldag must be the workflow's, from the job's own env under --sdm conda
+    (celldag.envs.job_environment_problem); else one line on the console and in the log, and the job stops.
+    Under --sdm conda the log says which celldag and env the job runs with."""
+    import celldag
+    from celldag.envs import SDM_CONDA_VARIABLE, job_environment_problem
+
+    problem = job_environment_problem(celldag.__version__, celldag.__file__)
+    if problem:
+        for stream in (sys.stderr, console):
+            print(f"error: {problem}", file=stream, flush=True)
+        sys.exit(1)
+    if os.environ.get(SDM_CONDA_VARIABLE) == "1":
+        logging.getLogger("celldag.envs").info("celldag %s from %s, env %s", celldag.__version__,
+                                               Path(celldag.__file__).parent, os.environ["CONDA_PREFIX"])
 
 
 def one_line(error: BaseException, log_path: str | None = None) -> str:

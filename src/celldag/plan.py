@@ -256,10 +256,15 @@ def data_key(dataset_entry: dict) -> str:
     return settings_key(preparation_entry(dataset_entry))
 
 
+# entries of a dataset that change where its jobs run, not what they compute (celldag.envs)
+WHERE_IT_RUNS = ("env", "packages")
+
+
 def preparation_entry(dataset_entry: dict) -> dict:
     """A dataset entry without ``chained``: which tracks chain on its runs changes neither its prepared files
-    nor its runs (adding the annotation track to a dataset recomputes nothing of the representation track)."""
-    return {key: value for key, value in dataset_entry.items() if key != "chained"}
+    nor its runs (adding the annotation track to a dataset recomputes nothing of the representation track);
+    nor ``env`` and ``packages``: the conda env its jobs run in under --sdm conda."""
+    return {key: value for key, value in dataset_entry.items() if key not in ("chained", *WHERE_IT_RUNS)}
 
 
 def run_key(dataset_entry: dict, params: dict) -> str:

@@ -10,6 +10,9 @@ before Snakemake schedules a single job.
 
 from __future__ import annotations
 
+import importlib
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,17 +131,60 @@ def load_config(config: dict, source: Source, root: str | Path | dict[str, str] 
     apply_schema(config, "config", source)
     shipped = root if isinstance(root, dict) else shipped_registry_files(root)
     registries = read_registries(shipped, config["registries"], source)
-    check_references(registries)
-    check_config_ids(config, registries, source)
-    check_param_names(registries)
-    fill_keyed_defaults(registries)
-    check_method_overrides(config, registries, source)
-    apply_method_params(config["method_params"], registries)
-    check_method_params(registries, config["method_params"], source)
-    check_embedding_references(registries)
+    check_env_paths(registries)
+    with on_path(package_folders(registries)):  # code of a lab's `packages:` is found where its entries say
+        check_references(registries)
+        check_config_ids(config, registries, source)
+        check_param_names(registries)
+        fill_keyed_defaults(registries)
+        check_method_overrides(config, registries, source)
+        apply_method_params(config["method_params"], registries)
+        check_method_params(registries, config["method_params"], source)
+        check_embedding_references(registries)
     check_source_files(registries, "datasets")
     check_source_files(registries, "embeddings")
     return config, registries
+
+
+def check_env_paths(registries: Registries) -> None:
+    """An entry's ``env`` that names a file (not a family of celldag's envs/) and its ``packages`` folders exist,
+    relative to the working directory (celldag.envs; the Snakefile checks the families)."""
+    for kind in ("datasets", "methods"):
+        for entry_id, entry in getattr(registries, kind).items():
+            where = f"{registries.origin(kind, entry_id)}: {entry_id}"
+            env = entry.get("env", "")
+            if env.endswith((".yaml", ".yml")) and not Path(env).is_file():
+                raise ConfigError(f"{where}.env: {env}: file not found (paths are relative to the working directory)")
+            for index, path in enumerate(entry.get("packages", ())):
+                if not Path(path).is_dir():
+                    raise ConfigError(f"{where}.packages[{index}]: {path}: no such folder "
+                                      "(paths are relative to the working directory)")  # fmt: skip
+
+
+def package_folders(registries: Registries) -> list[str]:
+    """The ``packages:`` folders of dataset and method entries (relative to the working directory), absolute."""
+    folders: list[str] = []
+    for kind in ("datasets", "methods"):
+        for entry in getattr(registries, kind).values():
+            for path in entry.get("packages", ()):
+                if str(Path(path).resolve()) not in folders:
+                    folders.append(str(Path(path).resolve()))
+    return folders
+
+
+@contextmanager
+def on_path(folders: list[str]):
+    """``folders`` first on ``sys.path`` while the references are checked, then gone again: a job finds a
+    lab's package in its env (--sdm conda), never through the path of the process that parsed the workflow
+    (Snakemake appends that path to every script, snakemake#840)."""
+    added = [folder for folder in folders if folder not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for folder in added:
+            sys.path.remove(folder)
+        importlib.invalidate_caches()
 
 
 def shown_path(path: str | Path) -> str:

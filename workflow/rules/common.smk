@@ -5,10 +5,14 @@
 # workflow.source_path, relative to this file: as a module (local path or github(...)), they are the
 # module's, never the outer workflow's. Results, logs and downloads are relative paths: they land in
 # the working directory, the outer workflow's.
+import functools
 import os
 import re
 import tomllib
 from pathlib import Path
+
+from snakemake.settings.types import DeploymentMethod
+from snakemake.sourcecache import HostingProviderFile, LocalGitFile, LocalSourceFile
 
 import celldag
 
@@ -34,8 +38,19 @@ if celldag.__version__ != WORKFLOW_VERSION:
         f"(pip install 'celldag @ git+<celldag repository>@v{WORKFLOW_VERSION}', or pip install -e <its checkout>)"
     )
 
-from celldag import plan, resources  # noqa: E402
+from celldag import envs as celldag_envs, plan, resources  # noqa: E402
 from celldag.registry import KINDS, ConfigError, key_sources, load_config, read_yaml  # noqa: E402
+from celldag.registry import package_folders as registry_package_folders  # noqa: E402
+
+# Every job checks that it runs the workflow's celldag, from its own env under --sdm conda
+# (celldag.envs.job_environment_problem): jobs inherit these variables; cluster jobs parse this file again.
+SDM_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+os.environ[celldag_envs.VERSION_VARIABLE] = WORKFLOW_VERSION
+if SDM_CONDA:
+    os.environ[celldag_envs.SDM_CONDA_VARIABLE] = "1"
+else:
+    os.environ.pop(celldag_envs.SDM_CONDA_VARIABLE, None)
+RULES_DIR = workflow.current_basedir  # this file's folder as Snakemake reads it: a path, a git or hosted source, a URL
 
 # --configfile files, then --config, override config/config.yaml key by key: errors name what set the key
 CONFIG_SOURCES = key_sources(
@@ -130,13 +145,126 @@ def method_track(wildcards):
     return REGISTRIES.tracks[REGISTRIES.methods[wildcards.method]["track"]]
 
 
+# ---- conda envs (--sdm conda): a family's envs/<family>.yaml, or a lab's env file, plus celldag itself and the
+# lab's `packages:`, generated into .snakemake/celldag-envs/ (celldag.envs; docs/running.md#conda-environments).
+# Rules name envs/<family>.yaml literally, or dataset_env / method_env; use_generated_envs() at the end of the
+# Snakefile points the literal ones at their generated env. Without --sdm conda the files are the given ones.
+def workflow_tree():
+    """The celldag workflow folder these rules come from, as celldag.envs reads it: a local checkout, a
+    gitfile(...) repository or github(...)/gitlab(...) source at its resolved commit, or a URL."""
+    root = RULES_DIR.join("../..")
+    if isinstance(root, LocalGitFile):
+        commit = celldag_envs.git_commit(root.repo_path, root.ref)
+        origin = f"git repository {os.path.abspath(root.repo_path)} commit {commit}"
+        return celldag_envs.git_tree(root.repo_path, commit, root.path, origin)
+    if isinstance(root, HostingProviderFile):  # Snakemake reads these from its bare clone of the repository
+        pyproject = RULES_DIR.join("../../pyproject.toml")
+        pyproject.cache_path = workflow.sourcecache.cache_path
+        pyproject.fetch_if_required()
+        clone = pyproject.hosted_repo.repo_clone
+        commit = celldag_envs.git_commit(clone, root.ref)
+        origin = f"git repository https://{root.host}/{root.repo} commit {commit}"
+        return celldag_envs.git_tree(clone, commit, root.path, origin)
+    if isinstance(root, LocalSourceFile):
+        return celldag_envs.directory_tree(Path(root.get_path_or_uri(secret_free=True)))
+
+    def read(path):  # a URL: file by file through Snakemake's source cache
+        with workflow.sourcecache.open(RULES_DIR.join(f"../../{path}"), "rb") as handle:
+            return handle.read()
+
+    # what src/celldag holds at a URL cannot be listed: the files of the installed celldag (its version is
+    # this workflow's, checked above), each read from the URL
+    package_files = celldag_envs.directory_files(Path(celldag.__file__).parent)
+    return celldag_envs.reader_tree(read, package_files, f"URL {root.get_path_or_uri(secret_free=True)}")
+
+
+@functools.cache
+def workflow_celldag():
+    """(workflow folder, celldag package of its source): read once per parse, when a generated env is first asked for."""
+    tree = workflow_tree()
+    return tree, celldag_envs.celldag_package(tree)
+
+
+def family_pins(tree, family):
+    """Pin files of envs/<family>.yaml by platform (snakedeploy pin-conda-envs writes them beside it)."""
+    names = [n for n in tree.listing("envs") if n.startswith(f"{family}.") and n.endswith(".pin.txt")]
+    if not tree.listing("envs"):  # a URL: no listing, so the platforms conda knows
+        names = [f"{family}.{p}.pin.txt" for p in celldag_envs.PLATFORMS
+                 if workflow.sourcecache.exists(RULES_DIR.join(f"../../envs/{family}.{p}.pin.txt"))]  # fmt: skip
+    return {name[len(family) + 1 : -len(".pin.txt")]: tree.read(f"envs/{name}") for name in names}
+
+
+@functools.cache
+def generated_env(env, packages):
+    """Write (when changed) the generated env of a family or a lab's env file with celldag and ``packages``;
+    its absolute path."""
+    try:
+        tree, package = workflow_celldag()
+        if celldag_envs.FAMILY.match(env):
+            base_text, base_path = tree.read(f"envs/{env}.yaml").decode(), f"envs/{env}.yaml of {tree.origin}"
+            pins = family_pins(tree, env)
+        else:
+            base = Path(env).resolve()
+            base_text, base_path = base.read_text(), str(base)
+            pins = {p.name[len(base.stem) + 1 : -len(".pin.txt")]: p.read_bytes() for p in base.parent.glob(f"{base.stem}.*.pin.txt")}
+        lab_packages = [celldag_envs.path_package(path) for path in packages]
+        generated = celldag_envs.write_env(Path(celldag_envs.GENERATED_DIR), celldag_envs.env_name(env, packages),
+                                           base_text, base_path, [package, *lab_packages], pins)  # fmt: skip
+    except celldag_envs.EnvError as err:
+        raise WorkflowError(f"conda env {env}: {err}") from None
+    return str(generated.env_file)
+
+
+def celldag_env(env, packages=()):
+    """The conda env file of a family (``lineage``) or a lab's env file (a path), with a lab's ``packages``:
+    under --sdm conda the generated one, else the file itself."""
+    if SDM_CONDA:
+        return generated_env(env, tuple(packages))
+    return workflow_file(f"../../envs/{env}.yaml") if celldag_envs.FAMILY.match(env) else os.path.abspath(env)
+
+
 def dataset_env(wildcards):
-    """Dataset preparation and evaluation run in their track's env (scanpy and scIB metrics on one)."""
-    return workflow_file(f"../../envs/{dataset_track(wildcards)['env']}.yaml")
+    """A dataset's jobs run in its entry's env, by default its track's (scanpy and scIB metrics on one)."""
+    entry = REGISTRIES.datasets[wildcards.dataset]
+    return celldag_env(entry.get("env") or dataset_track(wildcards)["env"], entry.get("packages", ()))
 
 
 def method_env(wildcards):
-    return workflow_file(f"../../envs/{REGISTRIES.methods[wildcards.method]['env']}.yaml")
+    entry = REGISTRIES.methods[wildcards.method]
+    return celldag_env(entry["env"], entry.get("packages", ()))
+
+
+def use_generated_envs():
+    """Under --sdm conda, point each rule of this workflow that names envs/<family>.yaml literally at the
+    generated env of that family (called at the end of the Snakefile, once every rule is defined)."""
+    if not SDM_CONDA:
+        return
+    for each in workflow.rules:
+        if not isinstance(each.conda_env, str) or str(each.basedir) != str(RULES_DIR):
+            continue  # a function of ours (dataset_env, method_env), or an outer workflow's rule
+        literal = re.fullmatch(r"\.\./\.\./envs/([a-z][a-z0-9_-]*)\.yaml", each.conda_env)
+        if literal:
+            each.conda_env = lambda wildcards, family=literal[1]: celldag_env(family)
+
+
+def check_entry_envs():
+    """Each registry entry's env family is a file envs/<family>.yaml of this workflow (env files and packages
+    folders of a lab's entries: celldag.registry.check_env_paths)."""
+    families = {}
+    for kind in ("datasets", "methods"):
+        for entry_id, entry in getattr(REGISTRIES, kind).items():
+            env = entry.get("env")
+            if env and celldag_envs.FAMILY.match(env):
+                if env not in families:
+                    families[env] = workflow.sourcecache.exists(RULES_DIR.join(f"../../envs/{env}.yaml"))
+                if not families[env]:
+                    raise WorkflowError(f"invalid configuration: {REGISTRIES.origin(kind, entry_id)}: {entry_id}.env: "
+                                        f"no env family {env!r} (envs/{env}.yaml of the celldag workflow)")  # fmt: skip
+
+
+check_entry_envs()
+if not SDM_CONDA:  # a plain run's jobs import a lab's `packages:` through PYTHONPATH, which they inherit
+    celldag_envs.put_on_pythonpath(registry_package_folders(REGISTRIES))
 
 
 def dataset_files(wildcards):
