@@ -18,9 +18,7 @@ distributions pull in themselves is conda's business, not checked here.
 from __future__ import annotations
 
 import ast
-import importlib.machinery
 import importlib.metadata
-import importlib.util
 import re
 import sys
 from collections.abc import Iterable
@@ -32,6 +30,7 @@ import pytest
 import yaml
 from test_envs import CONDA_TO_PYPI, normalise
 
+from celldag.extensions import find_spec
 from celldag.registry import read_yaml
 from celldag.tracks import Track, load_track
 
@@ -64,12 +63,7 @@ USED_THROUGH = {"to_parquet": "pyarrow", "read_parquet": "pyarrow"}
 
 def module_path(name: str) -> Path | None:
     """The source of a celldag module or package, found without importing it (nor its parents)."""
-    parts = name.split(".")
-    spec = importlib.util.find_spec(parts[0])
-    for depth in range(2, len(parts) + 1):
-        if spec is None or spec.submodule_search_locations is None:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth]), list(spec.submodule_search_locations))
+    spec = find_spec(name)
     return None if spec is None or spec.origin is None else Path(spec.origin)
 
 
