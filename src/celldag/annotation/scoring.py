@@ -129,8 +129,8 @@ def small_groups_note(random: dict[str, list[str]], new_batch: dict[str, dict[st
                 by_names.setdefault(tuple(names), []).append(procedure)
         return "; ".join(f"{', '.join(procedures)}: {', '.join(names)}" for names, procedures in by_names.items())
 
-    parts = [f"random split — {listed(random)}"] if listed(random) else []
-    parts += [f"new batch {batch} — {listed(small)}" for batch, small in new_batch.items() if listed(small)]
+    scenarios = {"random split": listed(random)} | {f"new batch {batch}": listed(small) for batch, small in new_batch.items()}
+    parts = [f"{scenario} — {names}" for scenario, names in scenarios.items() if names]
     if not parts:
         return ""
     return (f"groups with less than 1/α − 1 = {1 / alpha - 1:g} calibration cells' weight, too few to calibrate at "
