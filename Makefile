@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 CORES ?= all
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test bench lint dry-run validate audit lock clean
+.PHONY: run test bench lint dry-run validate audit compare lock clean
 
 $(BIN)/.installed: requirements/lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ validate: $(BIN)/.installed
 # Check finished results against their records, re-running a sample: make audit AUDIT_ARGS="--sample 5" (docs/audit.md)
 audit: $(BIN)/.installed
 	$(BIN)/celldag audit $(AUDIT_ARGS)
+
+# A release check: store a results folder as the baseline, `make run`, then compare the new results with it
+# score by score (docs/compare.md): make compare BASELINE=path/to/results/default
+compare: $(BIN)/.installed
+	$(if $(BASELINE),,$(error make compare needs the stored results folder to compare with: make compare BASELINE=path/to/results/default (docs/compare.md)))
+	$(BIN)/celldag compare $(BASELINE) results/default --out results/compare
 
 lint: $(BIN)/.installed
 	$(BIN)/snakemake --lint

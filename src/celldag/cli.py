@@ -8,6 +8,13 @@ other named datasets are still checked and reported).
 checksums, and a seeded sample of runs re-run and re-scored. Exit status 0 when everything matched,
 1 when something changed or differs, 2 when the config or an argument is invalid.
 
+``celldag compare A B`` compares two results folders — a rerun on another machine, a release against
+the last (docs/compare.md): per score identical, within tolerance, moved, status changed or on one side
+only; each leaderboard's order; the run-record fields that differ. Exit status 0 when every score is
+identical or within tolerance and no order changed, 1 otherwise, 2 for a bad argument.
+``celldag compare --published [RESULTS]`` holds a results folder against the papers' published numbers
+(``celldag.published``).
+
 ``celldag resources`` lists what each benchmarked job (prepare_dataset, run_method, evaluate) used —
 wall time and peak RSS from Snakemake's benchmark files — beside the memory it asks of the cluster.
 """
@@ -31,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
                           help=f"run config naming the registries (default {DEFAULT_CONFIG})")  # fmt: skip
     _add_module_options(validate)
     _add_audit(commands)
+    _add_compare(commands)
     resources = commands.add_parser("resources", help="what each benchmarked job used (wall s, peak RSS) beside what it "
                                                       "asks of the cluster (config/resources.yaml)")  # fmt: skip
     resources.add_argument("--results", default="results", help="the results directory (default results)")
@@ -41,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             from celldag.audit import audit
 
             return audit(args.configfile, args.sample, args.seed, args.run, args.workflow, args.config_key)
+        if args.command == "compare":
+            return _compare(args)
         if args.command == "resources":
             return _resources(args.results, args.workflow)
         return _validate(args.datasets, args.configfile, args.workflow, args.config_key)
@@ -69,6 +79,43 @@ def _add_audit(commands) -> None:
     audit.add_argument("--run", nargs="+", action="extend", metavar="DATASET/METHOD/VARIANT/SEED",
                        help="re-run these runs instead of a sample")  # fmt: skip
     _add_module_options(audit)
+
+
+def _add_compare(commands) -> None:
+    compare = commands.add_parser("compare", help="one results folder against another: which scores moved, by how "
+                                                  "much, and what differs between the runs' environments")  # fmt: skip
+    compare.add_argument("folders", nargs="*", metavar="FOLDER",
+                         help="two results folders: results/NAME (with runs/ beside it for the records), a results "
+                              "folder holding one NAME, or a config name under ./results")  # fmt: skip
+    compare.add_argument("--out", metavar="DIR", help="where the files go (default results/compare; with --published: "
+                                                     "the results folder)")  # fmt: skip
+    compare.add_argument("--rtol", type=float, metavar="R", help="relative tolerance of continuous metrics, for every run "
+                                                                 "(default: same bits on CPU, else 1e-4)")  # fmt: skip
+    compare.add_argument("--atol", type=float, metavar="T", help="absolute tolerance of continuous metrics, for every run "
+                                                                 "(default: same bits on CPU, else 1e-6)")  # fmt: skip
+    compare.add_argument("--all", action="store_true", dest="show_all", help="list identical scores too")
+    compare.add_argument("--published", action="store_true",
+                         help="compare RESULTS (default: the config's results folder) with the published numbers")
+    compare.add_argument("--configfile", help=f"with --published: the run config (default {DEFAULT_CONFIG})")
+    _add_module_options(compare)
+
+
+def _compare(args) -> int:
+    if args.published:
+        if len(args.folders) > 1 or args.rtol is not None or args.atol is not None or args.show_all:
+            raise InputError("celldag compare --published [RESULTS]: one results folder at most, without --rtol/--atol/--all")
+        from celldag.published import published_compare
+
+        results = args.folders[0] if args.folders else None  # None: the config's results/{name}
+        return published_compare(results, args.configfile or DEFAULT_CONFIG, args.workflow, args.config_key, args.out)
+    if len(args.folders) != 2:
+        raise InputError(f"celldag compare A B: two results folders, got {len(args.folders)} (or --published [RESULTS])")
+    if args.configfile or args.config_key:
+        raise InputError("celldag compare A B: --configfile and --config-key are for --published (A and B are read as they are)")
+    from celldag.compare import DEFAULT_OUT, compare
+
+    return compare(*args.folders, out=args.out or DEFAULT_OUT, rtol=args.rtol, atol=args.atol, show_all=args.show_all,
+                   workflow=args.workflow)  # fmt: skip
 
 
 def _resources(results: str, workflow: str) -> int:

@@ -1,4 +1,9 @@
-"""Run records: what ran, on what, from which inputs, how long it took and how much memory it used."""
+"""Run records: what ran, on what, from which inputs, how long it took and how much memory it used.
+
+"On what" is the device and the ``machine`` section: CPU model and the instruction-set extensions that
+select numerical kernels, the BLAS/OpenMP libraries of the process, its thread settings and, for a CUDA
+run, the GPU — what ``celldag compare`` names when two runs of the same seed give other numbers.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,13 @@ RECORDED_PACKAGES = (
     "celldag", "numpy", "scipy", "pandas", "anndata", "scikit-bio", "scikit-learn",
     "torch", "scanpy", "snakemake",
 )  # fmt: skip
+# CPU flags that pick other BLAS/numba/torch kernels (other summation orders, fused multiply-adds): x86
+# /proc/cpuinfo "flags", ARM "Features"; the other flags do not change numbers and are not recorded
+NUMERIC_ISA = frozenset({"avx", "avx2", "fma", "fma4", "sse4_2", "neon", "asimd", "asimdhp", "sve", "sve2"})
+NUMERIC_ISA_PREFIXES = ("avx512", "avx_vnni", "amx")
+# thread counts of the BLAS/OpenMP/numba pools (Snakemake sets the first three to a job's threads)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
+LIBRARY_FIELDS = ("internal_api", "version", "num_threads", "architecture")  # of threadpoolctl's report, with the file name
 
 
 def config_hash(config: dict) -> str:
@@ -43,6 +55,65 @@ def device_description() -> str:
     if torch is not None and torch.cuda.is_available():
         return f"cuda:{torch.cuda.current_device()} ({torch.cuda.get_device_name()})"
     return f"cpu ({platform.machine()})"
+
+
+def cpu_model_and_isa(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, list[str]]:
+    """The CPU model and its ``NUMERIC_ISA`` flags (sorted), from the first processor of ``cpuinfo``;
+    elsewhere (or on ARM, which names no model) the platform's processor name."""
+    model, flags = "", []
+    with contextlib.suppress(OSError), open(cpuinfo) as handle:
+        for line in handle:  # the first processor's lines only: on a large machine the file is long
+            if not line.strip():
+                break
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key == "model name":
+                model = value
+            elif key in ("flags", "Features"):
+                flags = value.split()
+    isa = sorted({flag for flag in flags if flag in NUMERIC_ISA or flag.startswith(NUMERIC_ISA_PREFIXES)})
+    return model or platform.processor() or platform.machine(), isa
+
+
+def loaded_libraries() -> list[dict]:
+    """The BLAS and OpenMP libraries of this process as threadpoolctl finds them, with their default
+    thread counts (a method's run caps them to its job's threads meanwhile: ``runner.call_method``).
+
+    threadpoolctl lists what is loaded: before numpy is imported there is nothing to list, and importing
+    numpy only to say so would cost a run that never used it.
+    """
+    if "numpy" not in sys.modules:
+        return []
+    from threadpoolctl import threadpool_info
+
+    return [{key: library.get(key) for key in LIBRARY_FIELDS} | {"file": os.path.basename(library["filepath"])}
+            for library in threadpool_info()]  # fmt: skip
+
+
+def thread_settings() -> dict[str, str | int | None]:
+    settings: dict[str, str | int | None] = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    torch = sys.modules.get("torch")  # never imported here: importing torch costs seconds
+    if torch is not None:
+        settings["torch"] = torch.get_num_threads()
+    return settings
+
+
+def gpu_description() -> dict | None:
+    """The CUDA device of a run that used one (as ``device_description`` decides): name, CUDA and cuDNN
+    versions, and the CUDA version of the driver where torch exposes it; None for a CPU run."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    driver = getattr(torch._C, "_cuda_getDriverVersion", None)  # e.g. 12040: the CUDA version the driver supports
+    version = driver() if driver else None
+    return {"name": torch.cuda.get_device_name(), "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+            "driver_cuda": f"{version // 1000}.{version % 1000 // 10}" if version else None}  # fmt: skip
+
+
+def machine_description() -> dict:
+    """What a run's numbers may depend on besides its inputs, seed and packages (a few ms)."""
+    model, isa = cpu_model_and_isa()
+    return {"cpu_model": model, "isa": isa, "cpus": os.cpu_count(), "os": platform.platform(),
+            "libraries": loaded_libraries(), "threads": thread_settings(), "gpu": gpu_description()}  # fmt: skip
 
 
 def status_mb(field: str) -> float | None:
@@ -94,6 +165,7 @@ class RunClock:
             "input_sha256": input_checksums,
             "packages": package_versions(),
             "device": device_description(),
+            "machine": machine_description(),
             "host": socket.gethostname(),
             # which accelerator and which scheduler job: absent keys are None (a local CPU run)
             "environment": {name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID")},
