@@ -270,7 +270,7 @@ CASES = {
         lambda d: load(d, {"datasets": ["pbmc_68k"]}),
         "run.yaml: datasets[0]: unknown dataset id 'pbmc_68k'; known ids: bm_2k, bm_8k, bm_default, bm_easy, bm_hard, "
         "celegans_packer2019, cengen_neurons, pbmc3k, pbmc68k_batched, scib_immune_human, scib_pancreas, "
-        "synthetic_100k, synthetic_20k"),
+        "synthetic_100k, synthetic_20k, tran2020_pancreas"),
     "unknown method id": (
         lambda d: load(d, {"methods": ["scilamma"]}),
         "run.yaml: methods[0]: unknown method id 'scilamma'; known ids: bonsai, celltreeqm, expression, genept_w, "

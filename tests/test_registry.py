@@ -124,13 +124,16 @@ def test_paper_preset_plans_the_pancreas_benchmark(repo):
     plan = make_plan(config, registries)
     jobs = plan.jobs_per_rule()
     assert "resources/scib_pancreas/human_pancreas_norm_complexBatch.h5ad" in plan.downloads
+    assert "resources/tran2020_pancreas/myData_pancreatic_5batches.txt.gz" in plan.downloads
     assert "resources/embeddings/GenePT_gene_embedding_ada_text.pickle" in plan.downloads
-    key = data_key(registries.datasets["scib_pancreas"])
-    tables = {f"results/embeddings/{embedding}/scib_pancreas-{key}.parquet" for embedding in ("go_text", "genept_ada", "go_svd")}
+    pancreas = ("scib_pancreas", "tran2020_pancreas")
+    tables = {f"results/embeddings/{embedding}/{dataset}-{data_key(registries.datasets[dataset])}.parquet"
+              for embedding in ("go_text", "genept_ada", "go_svd") for dataset in pancreas}
     assert tables == set(plan.gene_tables)
-    pancreas_runs = [run for run in plan.runs if run.dataset == "scib_pancreas"]
-    assert len(pancreas_runs) == 5 * (7 + 1 + 1 + 2 + 1)  # seeds × (sciLaMA variants, pca, harmony, scvi ×2, genept_w)
-    assert jobs["embed_genes"] == 3 and jobs["evaluate"] == 6 and jobs["dataset_genes"] == 1
+    for dataset in pancreas:
+        pancreas_runs = [run for run in plan.runs if run.dataset == dataset]
+        assert len(pancreas_runs) == 5 * (7 + 1 + 1 + 2 + 1)  # seeds × (sciLaMA variants, pca, harmony, scvi ×2, genept_w)
+    assert jobs["embed_genes"] == 6 and jobs["evaluate"] == 7 and jobs["dataset_genes"] == 2
 
 
 def test_command_line_strings_become_seeds_and_switches(repo):
