@@ -1,3 +1,7 @@
+from celldag import published as celldag_published
+from celldag.errors import InputError
+
+
 rule aggregate:
     input:
         scores=[*PLAN.dataset_scores, *PLAN.chained_scores],
@@ -25,6 +29,15 @@ rule aggregate:
         "../scripts/aggregate.py"
 
 
+# The papers' published tables (config/published/ beside the shipped registries; a module read from a URL or
+# git host has none here), checked against the registries when the workflow parses
+PUBLISHED_FOLDER = os.path.join(os.path.dirname(SHIPPED_REGISTRIES["datasets"]), "published")
+try:
+    PUBLISHED = celldag_published.load_published(PUBLISHED_FOLDER, REGISTRIES)
+except InputError as err:
+    raise WorkflowError(f"invalid published tables: {err}") from None
+
+
 # results/{name}/index.html (static, opens without a server) and leaderboard.html (for `snakemake --report`)
 rule report_html:
     input:
@@ -32,6 +45,7 @@ rule report_html:
         runs=plan.RUNS,
         leaderboard=plan.LEADERBOARD,
         figures=PLAN.figure_paths,
+        published=celldag_published.published_files(PUBLISHED_FOLDER),  # an edit rebuilds the page
     output:
         index=plan.INDEX,
         leaderboard=report(
@@ -51,6 +65,8 @@ rule report_html:
         notes=config["evaluation"]["notes"],
         tracks=REGISTRIES.tracks,
         kinds=KINDS_OF_ROWS,
+        published=[table for table in PUBLISHED if table.dataset_id in config["datasets"]],
+        published_context=celldag_published.context_of(config, PLAN, REGISTRIES, check_downloads=False),
     log:
         "results/logs/report_html/{name}.log",
     conda:

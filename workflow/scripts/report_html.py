@@ -16,5 +16,7 @@ write_index(
     baseline=snakemake.params.baseline,
     paired=snakemake.params.paired,
     notes=snakemake.params.notes,
+    published=snakemake.params.published,
+    published_context=snakemake.params.published_context,
     links=[snakemake.input.leaderboard, snakemake.input.scores, snakemake.input.runs],
 )

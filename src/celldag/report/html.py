@@ -1,5 +1,6 @@
-"""results/{name}/index.html: the leaderboards, every figure with its caption, the runs that did not
-finish ok with their reason, and links to the tables — one static page, no server, no JavaScript.
+"""results/{name}/index.html: the leaderboards, every figure with its caption, the papers' published
+numbers against celldag's (``celldag.published``), the runs that did not finish ok with their reason, and
+links to the tables — one static page, no server, no JavaScript.
 
 The leaderboard content is ``celldag.report.leaderboard``'s blocks (the same as leaderboard.md);
 ``leaderboard.html`` holds only those tables, for ``snakemake --report``.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from celldag import artifacts
+from celldag.published import Context, PublishedTable, report_blocks
 from celldag.report.leaderboard import Block, Heading, Paragraph, Table, leaderboard_blocks
 from celldag.tracks import Track
 
@@ -115,8 +117,9 @@ def run_log(record: str) -> str:
 
 def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Track], figures: Sequence[ShownFigure],
                index_path: str, kinds: dict[str, str], baseline: str | None = None, paired: Sequence[dict] = (),
-               notes: Sequence[str] = (), links: Sequence[str] = ()) -> str:  # fmt: skip
-    """The index: each dataset's leaderboard tables followed by its figures, then the runs not ok."""
+               notes: Sequence[str] = (), links: Sequence[str] = (), published: Sequence[Block] = ()) -> str:  # fmt: skip
+    """The index: each dataset's leaderboard tables followed by its figures, the published numbers
+    (``published``: ``celldag.published.report_blocks``), then the runs not ok."""
     index_dir = os.path.dirname(index_path) or "."
     blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs)
     sections = [block for block in blocks if isinstance(block, Heading) and block.dataset]
@@ -124,6 +127,8 @@ def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Tr
                    for s in sections)  # fmt: skip
     files = " ".join(f'<a href="{html.escape(os.path.relpath(path, index_dir))}">{html.escape(os.path.basename(path))}</a>'
                      for path in links)  # fmt: skip
+    if published:
+        nav += ' <a href="#published">published vs reproduced</a>'
     body = [f"<nav>{nav} <a href=\"#not-ok\">runs not ok</a></nav>", f"<p>Tables: {files}</p>"]
     first = {s.dataset: s.track for s in reversed(sections)}  # figures without a track: the dataset's first section
     shown_in = {(s.dataset, s.track): [f for f in figures if f.dataset == s.dataset and (f.track or first[s.dataset]) == s.track]
@@ -135,6 +140,7 @@ def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Tr
             current = (block.dataset, block.track)
         body += render([block], kinds)
     body += [figure_html(f, index_dir) for f in shown_in.get(current, [])]
+    body += render(published, kinds)
     body += runs_not_ok(runs, index_dir)
     return page("celldag results", body)
 
@@ -142,8 +148,10 @@ def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Tr
 def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str], figure_captions: Sequence[str],
                 figure_tracks: Sequence[str], index_path: str, leaderboard_path: str, tracks: dict[str, Track], kinds: dict[str, str],
                 baseline: str | None = None, paired: Sequence[dict] = (), notes: Sequence[str] = (),
-                links: Sequence[str] = ()) -> None:  # fmt: skip
-    """Write index.html and leaderboard.html. Figure paths are results/{name}/figures/{dataset}/{figure}.png."""
+                links: Sequence[str] = (), published: Sequence[PublishedTable] = (),
+                published_context: Context | None = None) -> None:  # fmt: skip
+    """Write index.html and leaderboard.html. Figure paths are results/{name}/figures/{dataset}/{figure}.png;
+    ``published``: the tables of the config's datasets, held against the scores in ``published_context``."""
     scores, runs = pd.read_parquet(scores_path), pd.read_parquet(runs_path)
     figures = []
     for path, caption, track in zip(figure_paths, figure_captions, figure_tracks, strict=True):
@@ -152,6 +160,7 @@ def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str]
             figures.append(ShownFigure(dataset, name, path, handle.read(), track))
     with artifacts.atomic_path(index_path) as tmp:
         tmp.write_text(index_page(scores=scores, runs=runs, tracks=tracks, figures=figures, index_path=index_path,
-                                  kinds=kinds, baseline=baseline, paired=paired, notes=notes, links=links))  # fmt: skip
+                                  kinds=kinds, baseline=baseline, paired=paired, notes=notes, links=links,
+                                  published=report_blocks(published, scores, published_context) if published else ()))  # fmt: skip
     with artifacts.atomic_path(leaderboard_path) as tmp:
         tmp.write_text(page("celldag leaderboard", render(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs), kinds)))

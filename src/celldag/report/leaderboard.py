@@ -228,8 +228,6 @@ def paired_difference(scores: pd.DataFrame, method: str, other: str, metric: str
     Pairing by seed removes what the seed shares (split, data draw); the interval is Student's t on
     the per-seed differences, so with 3 seeds it is wide, and it is reported whatever its sign.
     """
-    from scipy import stats
-
     def per_seed(selector: str) -> pd.Series:
         name, _, variant = selector.partition("/")
         rows = scores[(scores["method"] == name) & (scores["variant"] == variant) & (scores["metric"] == metric)
@@ -237,12 +235,17 @@ def paired_difference(scores: pd.DataFrame, method: str, other: str, metric: str
         return rows.set_index("seed")["value"]
 
     differences = (per_seed(method) - per_seed(other)).dropna()
-    if differences.empty:
-        return None
-    n, mean = len(differences), float(differences.mean())
+    return None if differences.empty else t_interval(differences)
+
+
+def t_interval(values: pd.Series) -> dict:
+    """Mean of per-seed values with a 95 % Student-t interval (low, high: NaN for one value) and their number."""
+    from scipy import stats
+
+    n, mean = len(values), float(values.mean())
     if n < 2:
         return {"mean": mean, "low": float("nan"), "high": float("nan"), "n": n}
-    half = float(stats.t.ppf(0.975, n - 1) * differences.std(ddof=1) / n**0.5)
+    half = float(stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / n**0.5)
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 

@@ -1,0 +1,443 @@
+"""The papers' published numbers, and whether celldag's scores reproduce them (docs/published.md).
+
+``config/published/<paper>.yaml`` (schema ``published.schema.yaml``) holds a paper's tables as it prints
+them — provenance once per table, rows (its methods) × columns (its metrics), each value with its spread —
+and a mapping of the paper's dataset, methods, metrics and row settings to celldag ids, with
+``comparable: false`` and a reason where a definition differs. ``load_published`` reads every file of a
+folder and checks it against the schema and the registries (ids, tracks, directions): one line naming
+the file and the field per problem.
+
+``verdicts`` holds each number against the config's scores: celldag's mean over seeds with a 95 %
+Student-t interval, celldag − published, and one of ``VERDICTS``. ``published_compare`` is ``celldag
+compare --published`` (every number of every table, in published.md and published.html); the report's
+index page shows the tables of the config's datasets (``report_blocks``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from celldag import plan as planning
+from celldag.errors import InputError
+from celldag.registry import Registries, apply_schema, read_yaml
+from celldag.report.leaderboard import Block, Heading, Paragraph, Table, _number, markdown, t_interval
+from celldag.tracks import DELTA_PREFIX, Track
+
+DEFAULT_FOLDER = "config/published"
+FIGURE_APPROX = "figure-approx"  # a table read off a figure: its `precision` holds on a value and on a spread
+
+INSIDE_SPREAD = "inside the published spread"  # |celldag − published| ≤ the published spread
+INSIDE_INTERVAL = "inside celldag's interval"  # the published value lies in celldag's 95 % interval
+NEITHER = "neither"
+NOT_COMPARABLE = "not comparable"  # the mapping says why: no celldag counterpart, or another definition
+NOT_COMPUTED = "not computed"  # comparable, but these results hold no ok score for it
+VERDICTS = (INSIDE_SPREAD, INSIDE_INTERVAL, NEITHER, NOT_COMPARABLE, NOT_COMPUTED)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A paper's name → a celldag id (None: celldag has none), and whether the numbers under it compare."""
+
+    celldag: str | None
+    comparable: bool = True
+    reason: str = ""  # why celldag has none, or why it does not compare
+    note: str = ""  # a remark where it compares
+    baseline: str | None = None  # a Δ metric: the celldag method the paper's Δ is against
+
+    @property
+    def why_not(self) -> str:
+        return "" if self.comparable else self.reason
+
+
+@dataclass(frozen=True)
+class Number:
+    """One published number (a cell of a table) with the celldag run, metric and setting it maps to."""
+
+    method: str  # the row's method, as the paper names it
+    setting: str  # the row's setting (the table's, unless the row names its own)
+    metric: str  # the column, as the paper names it
+    value: float
+    spread: float | None  # the paper's ±; None where it gives none
+    higher_is_better: bool
+    run: Link  # → "method/variant"
+    score: Link  # → a metric of the dataset's track
+    in_setting: Link | None = None  # the row setting's mapping, for tables whose rows name settings
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    file: str
+    paper: str
+    citation: str
+    url: str
+    table: str  # as the paper labels it ("Table 1")
+    source: str
+    dataset: str  # as the paper names it
+    setting: str
+    reading: str  # exact | figure-approx
+    precision: float | None  # figure-approx: ± on a value and on a spread
+    spread_kind: str | None
+    n_runs: str | None
+    offline_reproducible: bool
+    notes: tuple[str, ...]
+    dataset_link: Link  # → a celldag dataset id
+    mapping_note: str
+    numbers: tuple[Number, ...]
+
+    @property
+    def dataset_id(self) -> str | None:
+        return self.dataset_link.celldag
+
+    def tolerance(self, number: Number) -> float | None:
+        """The spread a celldag mean must keep within: the paper's ±, widened for a figure reading by its
+        precision on the value and on the ± (a reading without a ± gets the precision alone)."""
+        if self.reading != FIGURE_APPROX:
+            return number.spread
+        return (number.spread or 0.0) + self.precision * (1 if number.spread is None else 2)
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def published_files(folder: str | Path) -> list[str]:
+    """The paper files of a folder (none where it does not exist)."""
+    return sorted(str(path) for path in Path(folder).glob("*.yaml"))
+
+
+def load_published(folder: str | Path, registries: Registries) -> tuple[PublishedTable, ...]:
+    """Every table of every file of ``folder``, checked against the schema and the registries."""
+    tables, defined = [], {}
+    for path in published_files(folder):
+        data = apply_schema(read_yaml(path), "published", path)
+        for label, entry in data["tables"].items():
+            key = (data["paper"], label)
+            if key in defined:
+                raise InputError(f"{path}: tables.{label}: {data['paper']} {label} is defined twice, in "
+                                 f"{defined[key]} and here")  # fmt: skip
+            defined[key] = path
+            tables.append(read_table(path, data, label, entry, registries))
+    return tuple(tables)
+
+
+def link(entry: dict) -> Link:
+    """A mapping's entry; where it names no celldag id (null), its numbers do not compare. A row setting's
+    entry has no id: it compares as it says."""
+    comparable = entry.get("comparable", True) and entry.get("celldag", "") is not None
+    return Link(entry.get("celldag"), comparable, entry.get("reason", ""), entry.get("note", ""), entry.get("baseline"))
+
+
+def read_table(path: str, data: dict, label: str, entry: dict, registries: Registries) -> PublishedTable:
+    where, mapping, columns = f"{path}: tables.{label}", entry["mapping"], entry["columns"]
+    check_names(f"{where}.mapping.methods", mapping["methods"], [row["method"] for row in entry["rows"]], "method")
+    check_names(f"{where}.mapping.metrics", mapping["metrics"], list(columns), "column")
+    row_settings = [row["setting"] for row in entry["rows"] if "setting" in row]
+    check_names(f"{where}.mapping.settings", mapping.get("settings", {}), row_settings, "row setting")
+    dataset = link(mapping["dataset"])
+    track = check_dataset(f"{where}.mapping.dataset", dataset.celldag, registries)
+    runs = {method: link(value) for method, value in mapping["methods"].items()}
+    scores = {column: link(value) for column, value in mapping["metrics"].items()}
+    settings = {setting: link(value) for setting, value in mapping.get("settings", {}).items()}
+    for method, run in runs.items():
+        check_run(f"{where}.mapping.methods.{method}", run.celldag, track, registries)
+    for column, score in scores.items():
+        check_metric(f"{where}.mapping.metrics.{column}", score, columns[column] == "higher_is_better", track, registries)
+    numbers, seen = [], set()
+    for index, row in enumerate(entry["rows"]):
+        key = (row["method"], row.get("setting"))
+        if key in seen:
+            raise InputError(f"{where}.rows.{index}: {' · '.join(filter(None, key))} has a row already")
+        seen.add(key)
+        for column, cell in row["values"].items():
+            if column not in columns:
+                raise InputError(f"{where}.rows.{index}.values.{column}: not a column of the table "
+                                 f"(columns: {', '.join(columns)})")  # fmt: skip
+            value, spread = (cell["value"], cell["spread"]) if isinstance(cell, dict) else (cell, None)
+            numbers.append(Number(
+                method=row["method"], setting=row.get("setting", entry["setting"]), metric=column, value=float(value),
+                spread=None if spread is None else float(spread), higher_is_better=columns[column] == "higher_is_better",
+                run=runs[row["method"]], score=scores[column], in_setting=settings.get(row.get("setting"))))  # fmt: skip
+    return PublishedTable(
+        file=path, paper=data["paper"], citation=data["citation"], url=data["url"], table=label, source=entry["source"],
+        dataset=entry["dataset"], setting=entry["setting"], reading=entry["reading"], precision=entry.get("precision"),
+        spread_kind=entry["spread_kind"], n_runs=entry["n_runs"], offline_reproducible=entry["offline_reproducible"],
+        notes=tuple(entry["notes"]), dataset_link=dataset, mapping_note=mapping.get("note", ""), numbers=tuple(numbers))
+
+
+def check_names(where: str, mapped: dict, names: list[str], what: str) -> None:
+    """The mapping lists each of the table's names once, and nothing else (a typo is caught, not skipped)."""
+    missing = [name for name in dict.fromkeys(names) if name not in mapped]
+    if missing:
+        raise InputError(f"{where}: no mapping for the {what} {missing[0]!r} (give celldag: null and a reason where "
+                         "celldag has none)")  # fmt: skip
+    extra = sorted(set(mapped) - set(names))
+    if extra:
+        raise InputError(f"{where}.{extra[0]}: no {what} of the table is called {extra[0]!r}")
+
+
+def check_dataset(where: str, dataset: str | None, registries: Registries) -> str | None:
+    """A mapped dataset exists; its track (None where the table maps to no dataset)."""
+    if dataset is None:
+        return None
+    if dataset not in registries.datasets:
+        raise InputError(f"{where}: unknown dataset id {dataset!r}; known: {', '.join(sorted(registries.datasets))}")
+    return registries.datasets[dataset]["track"]
+
+
+def check_run(where: str, selector: str | None, track: str | None, registries: Registries) -> None:
+    """A mapped run is a method/variant of the registry, on the dataset's track."""
+    if selector is None:
+        return
+    method, _, variant = selector.partition("/")
+    if method not in registries.methods:
+        raise InputError(f"{where}: unknown method id {method!r}; known: {', '.join(sorted(registries.methods))}")
+    variants = registries.methods[method]["variants"]
+    if variant not in variants:
+        raise InputError(f"{where}: {selector!r}: name a variant of {method} as method/variant; known variants: "
+                         f"{', '.join(sorted(variants))}")  # fmt: skip
+    if track is not None and registries.methods[method]["track"] != track:
+        own = registries.methods[method]["track"]
+        raise InputError(f"{where}: {method} is a {own} method, the dataset a {track} one")
+
+
+def check_metric(where: str, score: Link, higher_is_better: bool, track: str | None, registries: Registries) -> None:
+    """A mapped metric is one its track declares (or its Δ, which then names the paper's baseline), in the
+    column's direction; where the table maps to no dataset, one of any track."""
+    if score.celldag is None:
+        return
+    tracks = {track: registries.track(track)} if track else {name: registries.track(name) for name in registries.tracks}
+    owners = [definition for definition in tracks.values() if declares(definition, score.celldag)]
+    if not owners:
+        raise InputError(f"{where}: unknown metric {score.celldag!r} of the {' or '.join(tracks)} track "
+                         "(docs/metrics.md; a Δ is delta_<metric> of a metric with a Δ)")  # fmt: skip
+    if owners[0].higher_is_better(score.celldag) != higher_is_better:
+        raise InputError(f"{where}: {score.celldag} is {direction(not higher_is_better)}, the column "
+                         f"{direction(higher_is_better)}")  # fmt: skip
+    is_delta = score.celldag.startswith(DELTA_PREFIX)
+    if is_delta and score.baseline is None:
+        raise InputError(f"{where}: {score.celldag} is a Δ: name the method the paper's Δ is against (baseline)")
+    if not is_delta and score.baseline is not None:
+        raise InputError(f"{where}.baseline: only a Δ metric (delta_…) has a baseline")
+    if is_delta and score.baseline not in registries.methods:
+        raise InputError(f"{where}.baseline: unknown method id {score.baseline!r}")
+
+
+def declares(track: Track, metric: str) -> bool:
+    base = metric.removeprefix(DELTA_PREFIX)
+    return metric in track.metrics or (metric != base and base in track.metrics and track.metrics[base].delta)
+
+
+def direction(higher_is_better: bool) -> str:
+    return "higher_is_better" if higher_is_better else "lower_is_better"
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+
+
+@dataclass(frozen=True)
+class Context:
+    """What verdicts read of a run config besides its scores (tuples: a rule's params compare by repr)."""
+
+    datasets: tuple[str, ...]
+    runs: tuple[str, ...]  # "dataset method/variant" of every run the config plans
+    delta_baseline: str
+    missing: tuple[tuple[str, str], ...] = ()  # (dataset, a file of it not downloaded)
+
+
+def context_of(config: dict, plan: planning.Plan, registries: Registries, check_downloads: bool = True) -> Context:
+    missing = []
+    for dataset in config["datasets"] if check_downloads else ():
+        entry = registries.datasets[dataset]
+        files = [path for path in planning.dataset_files(dataset, entry).values() if not Path(path).is_file()]
+        if entry["source"] == "url" and files:
+            missing.append((dataset, files[0]))
+    runs = sorted({f"{run.dataset} {run.method}/{run.variant}" for run in plan.runs})
+    return Context(tuple(config["datasets"]), tuple(runs), config["evaluation"]["delta_baseline"], tuple(missing))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    table: PublishedTable
+    number: Number
+    verdict: str  # one of VERDICTS
+    why: str = ""  # for not comparable and not computed
+    mean: float = math.nan  # celldag's, over the seeds' ok values
+    low: float = math.nan  # its 95 % Student-t interval (NaN for one seed)
+    high: float = math.nan
+    n: int = 0  # seeds
+
+    @property
+    def text(self) -> str:
+        return f"{self.verdict} ({self.why})" if self.why else self.verdict
+
+
+def verdicts(tables: Sequence[PublishedTable], scores: pd.DataFrame, context: Context) -> list[Verdict]:
+    return [judge(table, number, scores, context) for table in tables for number in table.numbers]
+
+
+def incomparable(table: PublishedTable, number: Number, context: Context) -> str:
+    """Why a number does not compare with celldag's ('' where it does)."""
+    for mapped in (table.dataset_link, number.run, number.score, number.in_setting):
+        if mapped is not None and mapped.why_not:
+            return mapped.why_not
+    baseline = number.score.baseline
+    if baseline is not None and baseline != context.delta_baseline:
+        return f"Δ against {context.delta_baseline} here (evaluation.delta_baseline), against {baseline} in the paper"
+    return ""
+
+
+def judge(table: PublishedTable, number: Number, scores: pd.DataFrame, context: Context) -> Verdict:
+    why = incomparable(table, number, context)
+    if why:
+        return Verdict(table, number, NOT_COMPARABLE, why)
+    dataset, run, metric = table.dataset_id, number.run.celldag, number.score.celldag
+    if dataset not in context.datasets:
+        return Verdict(table, number, NOT_COMPUTED, "dataset not in this config")
+    if f"{dataset} {run}" not in context.runs:
+        return Verdict(table, number, NOT_COMPUTED, f"{run} is not run by this config")
+    method, _, variant = run.partition("/")
+    of_run = scores[(scores["dataset"] == dataset) & (scores["method"] == method) & (scores["variant"] == variant)]
+    rows = of_run[of_run["metric"] == metric]
+    ok = rows.loc[rows["status"] == "ok", "value"]
+    if ok.empty:
+        if of_run.empty:
+            missing = dict(context.missing).get(dataset)
+            why = f"not downloaded: {missing}" if missing else "no scores of it in these results"
+        elif rows.empty:
+            why = f"its runs have no {metric} score"
+        else:
+            why = "no ok runs: " + ", ".join(f"{n} {status}" for status, n in sorted(Counter(rows["status"]).items()))
+        return Verdict(table, number, NOT_COMPUTED, why)
+    interval = t_interval(ok)
+    delta, tolerance = interval["mean"] - number.value, table.tolerance(number)
+    if tolerance is not None and (abs(delta) <= tolerance or math.isclose(abs(delta), tolerance)):
+        verdict = INSIDE_SPREAD
+    elif interval["low"] <= number.value <= interval["high"]:
+        verdict = INSIDE_INTERVAL
+    else:
+        verdict = NEITHER
+    return Verdict(table, number, verdict, **interval)
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+
+
+def published_cell(number: Number) -> str:
+    return f"{number.value:g}" + ("" if number.spread is None else f" ± {number.spread:g}")
+
+
+def celldag_cell(found: Verdict) -> str:
+    if found.n == 0:
+        return "–"
+    if found.n == 1:
+        return f"{_number(found.mean)} (1 seed: no interval)"
+    return f"{_number(found.mean)} [{_number(found.low)}, {_number(found.high)}] ({found.n} seeds)"
+
+
+def provenance(table: PublishedTable) -> Paragraph:
+    """The table's provenance, one bullet each, then its notes and the mapping's remarks."""
+    dataset = table.dataset_link
+    mapped = f"celldag `{dataset.celldag}`" if dataset.celldag else "no celldag dataset"
+    remark = dataset.why_not or dataset.note
+    if table.reading == FIGURE_APPROX:
+        reading = (f"read off a figure, ±{table.precision:g} on each value and each spread: the published spread is "
+                   f"widened by {2 * table.precision:g} (by {table.precision:g} where there is none)")  # fmt: skip
+    else:
+        reading = "copied from the text"
+    spread = f"± = {table.spread_kind}" if table.spread_kind else "no spread given"
+    named = {(number.method, number.run) for number in table.numbers} | {(n.metric, n.score) for n in table.numbers}
+    remarks = sorted(f"{name} → `{mapped.celldag}`: {mapped.note}" for name, mapped in named if mapped.note)
+    return Paragraph((f"Paper: {table.citation} {table.url}",
+                      f"Source: {table.source}; {reading} (`{Path(table.file).name}`)",
+                      f"Dataset: {table.dataset} → {mapped}" + (f": {remark}" if remark else ""),
+                      f"Setting: {table.setting}; {spread}; runs: {table.n_runs or 'not stated'}",
+                      *table.notes, *filter(None, [table.mapping_note]), *remarks), bullets=True)  # fmt: skip
+
+
+def table_blocks(found: Sequence[Verdict], level: int) -> list[Block]:
+    """Per (paper, table): its provenance and a row per number, in the table's order."""
+    blocks: list[Block] = []
+    for table in dict.fromkeys(verdict.table for verdict in found):
+        of_table = [verdict for verdict in found if verdict.table is table]
+        settings = any(verdict.number.in_setting is not None for verdict in of_table)
+        rows = []
+        for verdict in of_table:
+            number = verdict.number
+            mapped = f"{number.run.celldag or '–'} · {number.score.celldag or '–'}"
+            delta = f"{verdict.mean - number.value:+.3f}" if verdict.n else "–"
+            metric = f"{number.metric} {'↑' if number.higher_is_better else '↓'}"
+            rows.append((number.method, *([number.setting] if settings else []), metric, published_cell(number), mapped,
+                         celldag_cell(verdict), delta, verdict.text))  # fmt: skip
+        header = ("paper's method", *(("setting",) if settings else ()), "metric", "published", "celldag run · metric",
+                  "celldag mean [95 % interval]", "Δ celldag − published", "verdict")  # fmt: skip
+        blocks += [Heading(level, f"{table.paper} {table.table}"), provenance(table), Table(header, tuple(rows))]
+    return blocks
+
+
+EXPLANATION = (
+    "Each published number against celldag's mean over seeds (ok runs) with its 95 % Student-t interval; Δ = celldag "
+    "− published. Verdicts: inside the published spread (|Δ| ≤ the paper's ±), inside celldag's interval, neither; "
+    "not comparable (the mapping says why: no celldag counterpart, or another definition); not computed (why). "
+    "Tables and mappings: config/published/ (docs/published.md).",
+)
+
+
+def summary(found: Sequence[Verdict]) -> list[str]:
+    """Counts per verdict, and per reason of the numbers not computed."""
+    counts = Counter(verdict.verdict for verdict in found)
+    lines = [f"{len(found)} published numbers: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS)]
+    missing = Counter(verdict.why for verdict in found if verdict.verdict == NOT_COMPUTED)
+    lines += [f"not computed, {why}: {count}" for why, count in missing.most_common()]
+    return lines
+
+
+def section(title: str, found: Sequence[Verdict], level: int, anchor: str = "") -> list[Block]:
+    return [Heading(level, title, anchor=anchor), Paragraph(EXPLANATION), Paragraph(tuple(summary(found)), bullets=True),
+            *table_blocks(found, level + 1)]  # fmt: skip
+
+
+def report_blocks(tables: Sequence[PublishedTable], scores: pd.DataFrame, context: Context) -> list[Block]:
+    """The index page's section: the tables of the config's datasets, every number of them."""
+    shown = [table for table in tables if table.dataset_id in context.datasets]
+    return section("published vs reproduced", verdicts(shown, scores, context), 2, "published") if shown else []
+
+
+def published_compare(results: str | None, configfile: str, workflow: str, config_key: str | None,
+                      out: str | None) -> int:  # fmt: skip
+    """``celldag compare --published``: every published number against the scores of ``results`` (default
+    results/{name}/ of the config), written to ``out`` (default: that folder) as published.md and
+    published.html. 0 when no comparable computed number is ``neither``, 1 when one is; InputError (2) for
+    a bad argument."""
+    from celldag import artifacts
+    from celldag.registry import load_workflow_config
+    from celldag.report.html import page, render
+
+    config, registries = load_workflow_config(configfile, workflow, config_key)
+    folder = Path(workflow) / DEFAULT_FOLDER
+    tables = load_published(folder, registries)
+    if not tables:
+        raise InputError(f"{folder}: no published tables (*.yaml)")
+    results = results or str(Path(planning.SCORES.format(name=config["name"])).parent)
+    scores_path = Path(results) / "scores.parquet"
+    if not scores_path.is_file():
+        raise InputError(f"{scores_path}: no scores table: run the workflow for this config, or name its results "
+                         "folder")  # fmt: skip
+    try:
+        plan = planning.make_plan(config, registries)
+    except ValueError as err:  # a config that selects nothing to run
+        raise InputError(f"{configfile}: {err}") from err
+    context = context_of(config, plan, registries)
+    found = verdicts(tables, artifacts.read_scores(scores_path), context)
+    blocks = section(f"published vs reproduced: {results}", found, 1)
+    out_dir = Path(out or results)
+    with artifacts.atomic_path(out_dir / "published.md") as tmp:
+        tmp.write_text(markdown(blocks))
+    with artifacts.atomic_path(out_dir / "published.html") as tmp:
+        tmp.write_text(page("celldag: published vs reproduced", render(blocks)))
+    print("\n".join([*summary(found), f"written: {out_dir / 'published.md'}, {out_dir / 'published.html'}"]))
+    return 1 if any(verdict.verdict == NEITHER for verdict in found) else 0
