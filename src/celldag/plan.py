@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from celldag.provenance import config_hash
-from celldag.registry import Registries, split_method_selector
+from celldag.registry import Registries, file_params, split_method_selector
 
 EMBEDDING_SOURCE = "embeddings"  # resources/embeddings/ holds gene-embedding inputs (no dataset has this id)
 DOWNLOAD = "resources/{source}/{file}"  # source: a dataset id or EMBEDDING_SOURCE
@@ -51,6 +51,10 @@ CHAINED_OUTPUT = CHAINED_DIR + "/{chained_method}/output.h5ad"
 CHAINED_RECORD = CHAINED_DIR + "/{chained_method}/run.json"
 CHAINED_LOG = "results/logs/run_chained/{dataset}/{method}/{variant}/{key}/{track}-{chain_key}.log"
 CHAINED_SCORES = "results/{name}/scores/{dataset}.{track}.parquet"
+# placeholders of a method's file params (celldag.registry.file_params: a lab's files, e.g. an embedding computed
+# elsewhere): the run's dataset and seed, and for a chained track's run the run it chains on (method-variant)
+FILE_FIELDS = ("dataset", "seed")
+UPSTREAM_FIELD = "upstream"
 
 
 @dataclass(frozen=True, order=True)
@@ -391,6 +395,23 @@ def embeddings_needed(embedding: str | None, embeddings: dict[str, dict]) -> lis
 def method_params(method_entry: dict, variant: str) -> dict:
     """The parameters of one variant: the method's shared params overlaid with the variant's own."""
     return {**method_entry["params"], **method_entry["variants"][variant]}
+
+
+def method_files(method_entry: dict, params: dict, dataset: str, seed: int, upstream: str | None = None) -> dict[str, str]:
+    """param → the file it names for one run: the pattern of each of the method's file params with
+    {dataset} and {seed} filled in, and for a run chained on ``upstream`` ("method/variant") {upstream},
+    as method-variant (a label's '/' would be a folder)."""
+    fields = {"dataset": dataset, "seed": seed} | ({UPSTREAM_FIELD: upstream.replace("/", "-")} if upstream else {})
+    return {name: params[name].format(**fields) for name in file_params(method_entry)}
+
+
+def run_files(run: Run | ChainedRun, registries: Registries) -> list[str]:
+    """The files of its method's file params a planned run reads: inputs of its job (an edit reruns it)."""
+    if isinstance(run, ChainedRun):  # run_chained runs a chained method with its params (its variant names the upstream)
+        entry = registries.methods[run.chained_method]
+        return list(method_files(entry, entry["params"], run.dataset, run.seed, run.label).values())
+    entry = registries.methods[run.method]
+    return list(method_files(entry, method_params(entry, run.variant), run.dataset, run.seed).values())
 
 
 def method_kind(method_entry: dict, variant: str) -> str:

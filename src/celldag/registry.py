@@ -22,6 +22,10 @@ from celldag.errors import InputError
 from celldag.extensions import check_reference
 from celldag.tracks import Track, check_track, load_track
 
+# libyaml's loader where PyYAML was built with it (its wheels are): the registries, published tables included,
+# are parsed at every workflow parse — each cluster job's too — and the pure-Python loader takes ~1 s for them
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"  # package data: installed with celldag
 DEFAULT_VARIANT = "default"
 DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's configfile: a --configfile overrides it key by key
@@ -50,7 +54,7 @@ class Registries:
 def read_yaml(path: str | Path) -> dict:
     try:
         with open(path) as handle:
-            data = yaml.safe_load(handle)
+            data = yaml.load(handle, Loader=SAFE_LOADER)
     except FileNotFoundError as err:
         raise ConfigError(f"{path}: file not found") from err
     except yaml.YAMLError as err:
@@ -140,6 +144,7 @@ def load_config(config: dict, source: Source, root: str | Path | dict[str, str] 
         check_method_overrides(config, registries, source)
         apply_method_params(config["method_params"], registries)
         check_method_params(registries, config["method_params"], source)
+        check_file_params(registries, config["method_params"], source)
         check_embedding_references(registries)
     check_source_files(registries, "datasets")
     check_source_files(registries, "embeddings")
@@ -440,6 +445,52 @@ def check_method_params(registries: Registries, overrides: dict[str, dict], sour
             else:
                 where = f"{methods_file}: {method}.params.{name}"
             raise ConfigError(f"{where}: {error.message}")
+
+
+def file_params(entry: dict) -> tuple[str, ...]:
+    """The params of a method entry whose values name files its run reads (the function's ``file_params``,
+    read from its source as ``accepted_params`` is): each run's file is an input of its job, and its sha256
+    is in the run record (celldag.plan.method_files). ``check_file_params`` reads it first, with a lab's
+    ``packages:`` on the path; the source is cached by module and ``where``, so the plan's later reads
+    (input functions, off that path) find it."""
+    from celldag.extensions import declared_attribute
+
+    return tuple(declared_attribute(entry["run"], "file_params", entry["run"]) or ())
+
+
+def check_file_params(registries: Registries, overrides: dict[str, dict], source: Source) -> None:
+    """Every file param of a method is a path pattern in each variant, its placeholders among
+    ``plan.FILE_FIELDS`` (and ``plan.UPSTREAM_FIELD`` for a chained track's methods, whose runs each chain on
+    one upstream run): a typo fails the parse, not a job."""
+    import string
+
+    from celldag.plan import FILE_FIELDS, UPSTREAM_FIELD
+
+    for method, entry in registries.methods.items():
+        names = file_params(entry)
+        chained = bool(names) and registries.track(entry["track"]).upstream is not None
+        fields = FILE_FIELDS + ((UPSTREAM_FIELD,) if chained else ())
+        variants = {DEFAULT_VARIANT: {}} if chained else entry["variants"]  # run_chained: its params alone
+        for variant, variant_params in variants.items():
+            for name in names:
+                if name in variant_params:
+                    where = f"{registries.origin('methods', method)}: {method}.variants.{variant}.{name}"
+                elif name in overrides.get(method, {}):
+                    where = f"{source_of(source, 'method_params')}: method_params.{method}.{name}"
+                else:
+                    where = f"{registries.origin('methods', method)}: {method}.params.{name}"
+                pattern = {**entry["params"], **variant_params}.get(name)
+                shown = ", ".join("{" + field + "}" for field in fields)
+                if not isinstance(pattern, str) or not pattern:
+                    raise ConfigError(f"{where}: the path of a file the method reads, relative to the working "
+                                      f"directory, with placeholders {shown}; got {pattern!r}")  # fmt: skip
+                try:
+                    used = {field for _, field, _, _ in string.Formatter().parse(pattern) if field is not None}
+                except ValueError as err:
+                    raise ConfigError(f"{where}: {pattern!r} is not a path pattern ({err})") from None
+                unknown = sorted(used - set(fields))
+                if unknown:
+                    raise ConfigError(f"{where}: {pattern!r}: unknown placeholder {{{unknown[0]}}}; known: {shown}")
 
 
 def split_method_selector(selector: str) -> tuple[str, str | None]:

@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from celldag import artifacts, contracts, extensions
+from celldag.errors import InputError
 from celldag.methods import MethodResult, NotApplicable
-from celldag.plan import method_needs, method_params
+from celldag.plan import method_files, method_needs, method_params
 from celldag.provenance import RunClock, config_hash
 from celldag.tracks import Track
 
@@ -75,6 +76,8 @@ def call_method(reference: str, inputs, params: dict, seed: int, threads: int = 
         return result, "ok", ""
     except NotApplicable as err:
         return MethodResult(), "not_applicable", str(err) or "not applicable to this dataset"
+    except InputError:  # a file the run reads breaks its contract (celldag.methods.imported): the lab's to fix,
+        raise  # so the job stops with its one line before anything is scored, as on a bad prepared dataset
     except Exception as err:  # noqa: BLE001 - sorted below
         if out_of_memory(err):  # the job fails: Snakemake retries with twice the memory, resuming the checkpoint
             raise
@@ -118,6 +121,16 @@ def _rows(values, expected: int, path: str, field: str, per: str) -> np.ndarray:
         raise contracts.ContractError(path, field, f"the method returned shape {array.shape}; "
                                       f"expected {expected} rows, one per {per}")  # fmt: skip
     return array
+
+
+def existing_files(files: dict[str, str], method_id: str) -> dict[str, str]:
+    """``files`` (param → path of a method's file params), each there: Snakemake checks its job's inputs,
+    an audit's re-run nothing else."""
+    for name, path in files.items():
+        if not Path(path).is_file():
+            raise contracts.ContractError(path, "file", f"missing (the file {method_id}'s params.{name} names, "
+                                                        "relative to the working directory)")  # fmt: skip
+    return files
 
 
 def keep_only_matching_checkpoints(directory: Path, run: dict) -> None:
@@ -185,12 +198,20 @@ def run_method(
         from celldag.embeddings import read_table
 
         gene_table = read_table(gene_table_path)
-    input_checksums = {path: artifacts.sha256_file(path) for path in (prepared_path, gene_table_path) if path}
+    # a lab's files the method reads (its file params, e.g. an embedding computed elsewhere), by a chained run
+    # also by the run it chains on: digested like the prepared dataset, so `celldag audit` checks them
+    files = existing_files(method_files(method_entry, params, dataset_id, seed, prepared.uns.get("upstream")), method_id)
+    input_checksums = {path: artifacts.sha256_file(path) for path in (prepared_path, gene_table_path, *files.values())
+                       if path}  # fmt: skip
     keep_only_matching_checkpoints(work_dir / CHECKPOINT_DIR, {"params": params, "seed": seed, "inputs": input_checksums})
     inputs = track.call("method_input", prepared, str(work_dir), gene_table)
     unmet = unmet_upstream(prepared.uns) or unmet_need(inputs, method_needs(method_entry, variant))
     if unmet is None:
-        result, status, reason = call_method(method_entry["run"], inputs, params, seed, threads)
+        try:
+            result, status, reason = call_method(method_entry["run"], inputs, params | files, seed, threads)
+        except InputError:  # a bad file: the job stops (call_method), leaving nothing behind, nothing worth resuming
+            shutil.rmtree(work_dir / CHECKPOINT_DIR, ignore_errors=True)
+            raise
     else:
         result, status, reason = MethodResult(), "not_applicable", f"{method_id}/{variant} {unmet}"
     ids = {"dataset_id": dataset_id, "method_id": method_id, "variant": variant}

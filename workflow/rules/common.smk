@@ -320,13 +320,15 @@ def run_seeds(wildcards):
 
 
 def run_inputs(wildcards):
-    """run_method inputs: the prepared dataset of each seed and, when the variant names one, its
-    gene-embedding table."""
+    """run_method inputs: the prepared dataset of each seed, the files its method's file params name for
+    each seed (a lab's, e.g. an embedding computed elsewhere: an edit reruns the run) and, when the variant
+    names one, its gene-embedding table."""
     runs = [plan.make_run(wildcards.dataset, wildcards.method, wildcards.variant, seed, REGISTRIES)
             for seed in run_seeds(wildcards)]  # fmt: skip
     run = runs[0]
     current_key(wildcards.key, run.key, f"run {run.dataset}/{run.method}/{run.variant}")
-    inputs = {"prepared": [each.path(plan.PREPARED) for each in runs]}
+    inputs = {"prepared": [each.path(plan.PREPARED) for each in runs],
+              "files": [path for each in runs for path in plan.run_files(each, REGISTRIES)]}  # fmt: skip
     embedding = plan.run_embedding(run, REGISTRIES)
     if embedding is not None:
         inputs["embedding"] = run.path(plan.GENE_TABLE, embedding=embedding)
@@ -419,6 +421,7 @@ def chained_inputs(track_id):
             "prepared": [by_seed[seed].path(plan.CHAIN_TASK) for seed in config["seeds"]],
             "upstream_outputs": [by_seed[seed].upstream.output for seed in config["seeds"]],
             "upstream_records": [by_seed[seed].upstream.record for seed in config["seeds"]],
+            "files": [path for run in runs for path in plan.run_files(run, REGISTRIES)],  # as run_inputs'
         }
 
     return inputs

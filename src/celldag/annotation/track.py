@@ -91,6 +91,7 @@ class AnnotationInput:
     batch: np.ndarray  # (n,) str
     classes: tuple[str, ...]  # sorted unique labels of the dataset: probability columns in this order
     fits: dict[str, np.ndarray]  # fit name → bool (n,) mask of the cells it trains on (task.fit_masks)
+    names: tuple[str, ...] = ()  # cell ids, one per row (celldag.methods.imported matches a lab's file by them)
 
     def unmet(self, need: str) -> str | None:
         return None
@@ -103,7 +104,8 @@ def method_input(prepared, work_dir: str | None, gene_table=None) -> AnnotationI
     batch = prepared.obs["batch"].astype(str).to_numpy()
     return AnnotationInput(features=np.asarray(prepared.X, dtype=np.float32), labels=labels, batch=batch,
                            classes=tuple(sorted(set(labels))),
-                           fits=fit_masks(prepared.obs["split"].astype(str).to_numpy(), batch))  # fmt: skip
+                           fits=fit_masks(prepared.obs["split"].astype(str).to_numpy(), batch),
+                           names=tuple(prepared.obs_names))  # fmt: skip
 
 
 def chain_task(prepared, params: dict, seed: int):
