@@ -27,7 +27,7 @@ from celldag.errors import InputError
 from celldag.plan import method_kind
 from celldag.record_differences import INPUT, FieldDifference, record_differences
 from celldag.registry import read_yaml, shipped_registries
-from celldag.report.leaderboard import _metric_groups, metric_is_count
+from celldag.report.leaderboard import metric_groups, metric_is_count
 from celldag.tracks import Track, tracks_of
 
 KEY = ["dataset", "track", "method", "variant", "seed", "metric"]
@@ -272,7 +272,7 @@ def rankings(a: Side, b: Side, tracks: dict[str, Track]) -> list[Ranking]:
     both = pd.concat([a.scores, b.scores], ignore_index=True)
     for (dataset, track_id), table in both.groupby(["dataset", "track"], sort=True):
         track = tracks[track_id]
-        metric = next(iter(_metric_groups(table, track).values()))[0]
+        metric = next(iter(metric_groups(table, track).values()))[0]
         orders = [leaderboard_order(side.scores[(side.scores["dataset"] == dataset) & (side.scores["track"] == track_id)],
                                     metric, track.higher_is_better(metric), excluded) for side in (a, b)]  # fmt: skip
         found.append(Ranking(f"{dataset} ({track_id})", metric, *orders))

@@ -26,7 +26,7 @@ import pandas as pd
 from celldag import plan as planning
 from celldag.errors import InputError
 from celldag.registry import Registries, apply_schema, read_yaml
-from celldag.report.leaderboard import Block, Heading, Paragraph, Table, _number, markdown, t_interval
+from celldag.report.leaderboard import Block, Heading, Paragraph, Table, score_text, markdown, t_interval
 from celldag.tracks import DELTA_PREFIX, Track
 
 DEFAULT_FOLDER = "config/published"
@@ -335,8 +335,8 @@ def celldag_cell(found: Verdict) -> str:
     if found.n == 0:
         return "–"
     if found.n == 1:
-        return f"{_number(found.mean)} (1 seed: no interval)"
-    return f"{_number(found.mean)} [{_number(found.low)}, {_number(found.high)}] ({found.n} seeds)"
+        return f"{score_text(found.mean)} (1 seed: no interval)"
+    return f"{score_text(found.mean)} [{score_text(found.low)}, {score_text(found.high)}] ({found.n} seeds)"
 
 
 def provenance(table: PublishedTable) -> Paragraph:

@@ -210,9 +210,9 @@ def representation_problems(adata, path: str, own: Mapping, preprocess_params: M
     problems: list[ContractError] = []
     if adata.n_obs == 0 or adata.n_vars == 0:
         return [ContractError(path, "X", f"empty matrix ({adata.n_obs} cells × {adata.n_vars} genes)")]
-    problems += _duplicate_names(adata.obs_names, path, "obs_names", "cell ids")
+    problems += duplicate_names(adata.obs_names, path, "obs_names", "cell ids")
     if preprocess_params.get("duplicate_genes", "error") == "error":
-        problems += _duplicate_names(adata.var_names, path, "var_names", "gene names",
+        problems += duplicate_names(adata.var_names, path, "var_names", "gene names",
                                      hint="; set duplicate_genes: make_unique to suffix them")  # fmt: skip
     problems += _column_problems(adata.obs, path, own["label_key"], "label")
     if own["batch_key"] is not None:
@@ -314,12 +314,12 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
     """(every problem, each row's leaf name, the true tree) of a lineage source; the last two are None on problems."""
     if adata.n_obs == 0 or adata.n_vars == 0:
         return [ContractError(path, "X", f"empty matrix ({adata.n_obs} rows × {adata.n_vars} features)")], None, None
-    problems = _duplicate_names(adata.var_names, path, "var_names", "feature names")
+    problems = duplicate_names(adata.var_names, path, "var_names", "feature names")
     problems += _matrix_problems(adata, path, own["layer"], "lineage_h5ad", own["values"])
 
     leaf_of_row = None
     if own["leaf_key"] is None and own["lineage_key"] is None:
-        problems += _duplicate_names(adata.obs_names, path, "obs_names", "leaf names")
+        problems += duplicate_names(adata.obs_names, path, "obs_names", "leaf names")
         leaf_of_row = np.asarray(adata.obs_names.astype(str))
     elif own["leaf_key"] is not None:
         found = _column_problems(adata.obs, path, own["leaf_key"], "leaf")
@@ -482,7 +482,7 @@ def _all_constant(matrix) -> bool:
     return bool((column_wise(matrix.max(axis=0)) == column_wise(matrix.min(axis=0))).all())
 
 
-def _duplicate_names(names: pd.Index, path: str, field: str, what: str, hint: str = "") -> list[ContractError]:
+def duplicate_names(names: pd.Index, path: str, field: str, what: str, hint: str = "") -> list[ContractError]:
     duplicated = names[names.duplicated()].unique()
     if duplicated.size == 0:
         return []

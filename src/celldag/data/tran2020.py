@@ -25,7 +25,7 @@ import pandas as pd
 from scipy import sparse
 
 from celldag.contracts import ContractError
-from celldag.data.h5ad import SourceReport, _duplicate_names
+from celldag.data.h5ad import SourceReport, duplicate_names
 from celldag.errors import InputError
 from celldag.representation.preprocess import DEFAULTS as PREPROCESS_DEFAULTS
 from celldag.representation.preprocess import TARGET_SUM, preprocess, split_params
@@ -106,7 +106,7 @@ def read_samples(path: str, label_key: str, batch_key: str) -> pd.DataFrame:
         if empty.any():
             raise ContractError(path, f"column {key!r}", f"empty or NA for {int(empty.sum())} of {empty.size} cells "
                                                          f"(first: {table.index[empty][0]!r})")  # fmt: skip
-    duplicated = _duplicate_names(table.index, path, "cell ids (first column)", "cell ids")
+    duplicated = duplicate_names(table.index, path, "cell ids (first column)", "cell ids")
     if duplicated:
         raise duplicated[0]
     return table[[label_key, batch_key]]
@@ -154,7 +154,7 @@ def header_cells(header: str, first: str, path: str) -> pd.Index:
         raise ContractError(path, "header", f"{len(names)} fields, but line 2 has {row_fields}: the header must name "
                                             "every cell, with or without a name for the gene column first")  # fmt: skip
     cells = pd.Index(names if row_fields == len(names) + 1 else names[1:], name="cell")
-    duplicated = _duplicate_names(cells, path, "header", "cell ids")
+    duplicated = duplicate_names(cells, path, "header", "cell ids")
     if duplicated:
         raise duplicated[0]
     return cells

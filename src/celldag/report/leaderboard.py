@@ -50,7 +50,7 @@ def add_deltas(scores: pd.DataFrame, baseline: str, tracks: dict[str, Track]) ->
     return pd.concat([scores, deltas], ignore_index=True) if len(deltas) else scores
 
 
-def _number(value: float) -> str:
+def score_text(value: float) -> str:
     text = f"{value:.3f}"
     return "0.000" if text == "-0.000" else text  # a rounding artefact, not a sign worth reading
 
@@ -62,7 +62,7 @@ def _cell(values: pd.Series, statuses: pd.Series, count: bool = False) -> str:
     if count:  # a count reads as one: 18, or its mean and range over seeds when they differ
         text = f"{ok.mean():g}" if ok.nunique() == 1 else f"{ok.mean():.1f} ({ok.min():g}–{ok.max():g})"
     else:
-        text = f"{_number(ok.mean())} ± {ok.std(ddof=1):.3f}" if len(ok) > 1 else _number(ok.iloc[0])
+        text = f"{score_text(ok.mean())} ± {ok.std(ddof=1):.3f}" if len(ok) > 1 else score_text(ok.iloc[0])
     missing = len(values) - len(ok)
     return text + (f" ({missing} not ok)" if missing else "")
 
@@ -125,7 +125,7 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
         first = dataset not in opened
         opened.add(dataset)
         blocks.append(Heading(2, f"{dataset} ({track})", dataset, track, dataset if first else f"{dataset}-{track}"))
-        for index, (group, metrics) in enumerate(_metric_groups(table, tracks[track]).items()):
+        for index, (group, metrics) in enumerate(metric_groups(table, tracks[track]).items()):
             rows = table[table["metric"].isin(metrics)]
             keys = rows[["method", "variant"]].drop_duplicates()
             control = [kinds.get(f"{method}/{variant}") == "control" for method, variant in keys.itertuples(index=False)]
@@ -211,7 +211,7 @@ def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baselin
     return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs))
 
 
-def _metric_groups(table: pd.DataFrame, track: Track) -> dict[str, list[str]]:
+def metric_groups(table: pd.DataFrame, track: Track) -> dict[str, list[str]]:
     """The track's metric groups (in their order; each Δ after its metrics), restricted to metrics present."""
     present = set(table["metric"])
     groups = {}
@@ -265,8 +265,8 @@ def paired_rows(scores: pd.DataFrame, paired: Sequence[dict]) -> list[dict]:
 def _paired_blocks(scores: pd.DataFrame, paired: Sequence[dict]) -> list[Block]:
     rows = []
     for row in paired_rows(scores, paired):
-        interval = "–" if row["n"] < 2 else f"[{_number(row['low'])}, {_number(row['high'])}]"
-        rows.append((f"{row['method']} − {row['other']}", row["metric"], _number(row["mean"]), interval, str(row["n"]),
+        interval = "–" if row["n"] < 2 else f"[{score_text(row['low'])}, {score_text(row['high'])}]"
+        rows.append((f"{row['method']} − {row['other']}", row["metric"], score_text(row["mean"]), interval, str(row["n"]),
                      _arrow(scores, row["metric"])))  # fmt: skip
     if not rows:
         return []
