@@ -442,14 +442,18 @@ def check_method_params(registries: Registries, overrides: dict[str, dict], sour
             error = jsonschema.exceptions.best_match(validator.iter_errors({**entry["params"], **variant_params}))
             if error is None:
                 continue
-            name = error.absolute_path[0]
-            if name in variant_params:
-                where = f"{methods_file}: {method}.variants.{variant}.{name}"
-            elif name in overrides.get(method, {}):
-                where = f"{source_of(source, 'method_params')}: method_params.{method}.{name}"
-            else:
-                where = f"{methods_file}: {method}.params.{name}"
+            where = param_origin(methods_file, method, variant, error.absolute_path[0], variant_params, overrides, source)
             raise ConfigError(f"{where}: {error.message}")
+
+
+def param_origin(methods_file: str, method: str, variant: str, name: str, variant_params: dict,
+                 overrides: dict[str, dict], source: Source) -> str:  # fmt: skip
+    """Where a method param's value was set: the variant, the config's method_params, or the entry's params."""
+    if name in variant_params:
+        return f"{methods_file}: {method}.variants.{variant}.{name}"
+    if name in overrides.get(method, {}):
+        return f"{source_of(source, 'method_params')}: method_params.{method}.{name}"
+    return f"{methods_file}: {method}.params.{name}"
 
 
 def file_params(entry: dict) -> tuple[str, ...]:
@@ -478,12 +482,8 @@ def check_file_params(registries: Registries, overrides: dict[str, dict], source
         variants = {DEFAULT_VARIANT: {}} if chained else entry["variants"]  # run_chained: its params alone
         for variant, variant_params in variants.items():
             for name in names:
-                if name in variant_params:
-                    where = f"{registries.origin('methods', method)}: {method}.variants.{variant}.{name}"
-                elif name in overrides.get(method, {}):
-                    where = f"{source_of(source, 'method_params')}: method_params.{method}.{name}"
-                else:
-                    where = f"{registries.origin('methods', method)}: {method}.params.{name}"
+                where = param_origin(registries.origin("methods", method), method, variant, name, variant_params,
+                                     overrides, source)  # fmt: skip
                 pattern = {**entry["params"], **variant_params}.get(name)
                 shown = ", ".join("{" + field + "}" for field in fields)
                 if not isinstance(pattern, str) or not pattern:
