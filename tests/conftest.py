@@ -71,6 +71,18 @@ def copy_workflow(workdir: Path) -> Path:
     return workdir
 
 
+def tiny_lineage_workflow(workdir: Path, config: dict) -> Path:
+    """A copied workflow whose registry adds ``bm_small`` (bm_default with depth 4: 16 leaves), run by ``config``."""
+    import yaml
+
+    copy_workflow(workdir)
+    datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
+    datasets["bm_small"] = datasets["bm_default"] | {"params": {**datasets["bm_default"]["params"], "depth": 4}}
+    (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
+    (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
+    return workdir
+
+
 def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
     result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout)

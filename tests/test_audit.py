@@ -11,7 +11,6 @@ import anndata
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from celldag import audit, prepare
 from celldag.artifacts import sha256_file
@@ -20,7 +19,7 @@ from celldag.cli import main
 from celldag.plan import DATASET_SCORES, PREPARED, RUN_OUTPUT, RUN_RECORD, Run, method_params
 from celldag.scoring import checksums_path, write_scores
 from celldag.tracks import Track
-from conftest import TRACKS, copy_workflow, planned_run, run_snakemake
+from conftest import TRACKS, planned_run, run_snakemake, tiny_lineage_workflow
 
 ULP = math.ulp(0.25)
 
@@ -184,11 +183,7 @@ e2e = pytest.mark.e2e  # the tests above run without Snakemake: only those below
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    workdir = copy_workflow(tmp_path_factory.mktemp("audited"))
-    datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
-    datasets["bm_small"] = datasets["bm_default"] | {"params": {**datasets["bm_default"]["params"], "depth": 4}}
-    (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
-    (workdir / "config/config.yaml").write_text(yaml.safe_dump(TINY))
+    workdir = tiny_lineage_workflow(tmp_path_factory.mktemp("audited"), TINY)
     run_snakemake(workdir)
     return workdir
 

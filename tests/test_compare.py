@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from celldag import compare, provenance, record_differences
 from celldag.cli import main
@@ -21,7 +20,7 @@ from celldag.errors import InputError
 from celldag.report.comparison import SCORE_HEADER, comparison_blocks
 from celldag.record_differences import run_facts
 from celldag.report.leaderboard import markdown
-from conftest import REPO, TRACKS, copy_workflow, run_snakemake
+from conftest import REPO, TRACKS, run_snakemake, tiny_lineage_workflow
 
 ULP = math.ulp(0.5)
 CPU, GPU = "cpu (x86_64)", "cuda:0 (NVIDIA H200)"
@@ -308,11 +307,7 @@ TINY = {"name": "tiny", "datasets": ["bm_small"], "methods": ["nj_raw", "upgma_r
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """The tiny run's scores and records (the aggregate job's outputs: no figures, no report)."""
-    workdir = copy_workflow(tmp_path_factory.mktemp("compared"))
-    datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
-    datasets["bm_small"] = datasets["bm_default"] | {"params": {**datasets["bm_default"]["params"], "depth": 4}}
-    (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
-    (workdir / "config/config.yaml").write_text(yaml.safe_dump(TINY))
+    workdir = tiny_lineage_workflow(tmp_path_factory.mktemp("compared"), TINY)
     run_snakemake(workdir, "results/tiny/scores.parquet", "results/tiny/runs.parquet")
     return workdir
 
