@@ -27,7 +27,7 @@ from celldag.errors import InputError
 from celldag.plan import method_kind
 from celldag.record_differences import INPUT, FieldDifference, record_differences
 from celldag.registry import read_yaml, shipped_registries
-from celldag.report.leaderboard import metric_groups, metric_is_count
+from celldag.report.leaderboard import metric_groups, metric_is_count, rank_key
 from celldag.tracks import Track, tracks_of
 
 KEY = ["dataset", "track", "method", "variant", "seed", "metric"]
@@ -246,13 +246,8 @@ def leaderboard_order(scores: pd.DataFrame, metric: str, higher_is_better: bool,
     entries = {f"{m}/{v}" for m, v in zip(rows["method"], rows["variant"])} - excluded
     ok = rows[rows["status"] == "ok"]
     means = ok.groupby(ok["method"] + "/" + ok["variant"])["value"].mean().to_dict()
-    sign = -1 if higher_is_better else 1
-
-    def place(entry: str) -> tuple:
-        mean = means.get(entry, math.nan)
-        return (math.isnan(mean), sign * mean if not math.isnan(mean) else 0.0, entry)
-
-    return tuple(sorted(entries, key=place))
+    return tuple(sorted(entries, key=lambda entry: rank_key(means.get(entry, math.nan), higher_is_better,
+                                                            *entry.split("/", 1))))  # fmt: skip
 
 
 def mean_rank_order(orders: list[tuple[str, ...]]) -> tuple[str, ...]:

@@ -305,6 +305,13 @@ def metric_heading(metric: str, arrow: str, track: Track) -> str:
     return f"{metric} (count)" if metric_is_count(metric, track) else f"{metric} {arrow}"
 
 
+def rank_key(mean: float, higher_is_better: bool, method: str, variant: str) -> tuple:
+    """A leaderboard row's place: the best mean of the headline metric first, rows without an ok value
+    last, then by method and variant (``celldag compare`` ranks by the same key)."""
+    missing = bool(pd.isna(mean))
+    return (missing, 0.0 if missing else (-mean if higher_is_better else mean), method, variant)
+
+
 def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Track,
            clipped: Mapping[tuple[str, str, str], tuple[int, int]]) -> Table:  # fmt: skip
     """``clipped``: ``clipped_runs`` of ``rows``, marked in their cells."""
@@ -321,9 +328,9 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Tr
             cells.append(cell)
         first = runs[runs["metric"] == metrics[0]]
         mean = first.loc[first["status"] == "ok", "value"].mean()
-        sort_key = -mean if arrows[metrics[0]] == "↑" else mean
         seeds = runs.groupby("seed")["status"].first()
-        body.append(((pd.isna(sort_key), sort_key, method, variant), (method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}")))
+        body.append((rank_key(mean, arrows[metrics[0]] == "↑", method, variant),
+                     (method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}")))  # fmt: skip
     header = (*track.row_labels, *(metric_heading(m, arrows[m], track) for m in metrics), "seeds ok")
     return Table(header, tuple(cells for _, cells in sorted(body)))
 
