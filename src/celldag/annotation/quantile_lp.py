@@ -18,6 +18,15 @@ ray d of negative slope sum_i [(1 - tau)(X_i d)_+ + tau (X_i d)_-] - c . d is fo
 next solver setting is tried (``ATTEMPTS``: HiGHS' presolve is what fails on rank-deficient programs on some
 machines, and its interior-point method can return an infeasible point as "optimal").
 
+Every program is solved in orthonormal coordinates of the calibration columns (``Coordinates``: X = Q R on a basis
+of the columns, gamma' = R gamma), where its conditioning is that of Q, i.e. 1. Soft-group memberships from 1e-102
+to 1 - 1e-6 make X itself ill-conditioned (condition number 1.5e6 on a lab's data): the optimal gamma then has
+entries near 1e5, and a dual point within HiGHS' feasibility tolerance is off by residual x gamma ~ 1e-4 in
+objective, so no certificate closes (``tests/data/regressions/``). In Q's coordinates the same programs verify from
+every attempt, at the same thresholds phi . gamma to ~1e-10. Where the optimum is not unique (a flat face) the
+smallest thresholds are taken, by a downward tilt of the linear term (``TILT``): the plain fit by the calibration
+rows' mean, the augmented fit by phi itself, so every attempt returns the same optimum.
+
 An optimum at a vertex — r calibration points fitted exactly, X_I gamma = S_I — is re-solved from those r points
 (exact to rounding, the same on every machine) and kept as a ``Vertex``: its dual on I is linear in c, so one
 matrix product tells every other candidate c whose optimum it also is. That is why conditional calibration
@@ -52,6 +61,14 @@ class QuantileRegressionError(RuntimeError):
     """No solver setting gave a verified solution: what each attempt returned, in one line."""
 
 
+class UnverifiedPrograms(QuantileRegressionError):
+    """Candidates of an augmented fit whose program no attempt verified: never a threshold kept quietly."""
+
+    def __init__(self, count: int, total: int, first: str) -> None:
+        self.count = count
+        super().__init__(f"{count} of {total} candidate programs not verified; the first: {first}")
+
+
 def pinball_loss(residuals: np.ndarray, level: float) -> np.ndarray:
     """rho_level of each residual (or the sum over the last axis by the caller)."""
     return np.maximum(level * residuals, (level - 1) * residuals)
@@ -75,6 +92,42 @@ def independent_columns(features: np.ndarray) -> np.ndarray:
     diagonal = np.abs(np.diag(triangle))
     rank = int((diagonal > diagonal[0] * SPAN_TOLERANCE).sum())
     return np.sort(pivots[:rank])
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    """Orthonormal coordinates of the calibration columns: ``features[:, basis] = orthonormal @ triangle`` (QR).
+
+    A program in gamma' = triangle @ gamma has the constraint matrix Q, of condition number 1, whatever the
+    conditioning of the group columns; thresholds phi . gamma = (phi_basis triangle^-1) . gamma' are the same.
+    """
+
+    basis: np.ndarray  # (r,) column indices (``independent_columns``)
+    orthonormal: np.ndarray  # (n, r) Q
+    triangle: np.ndarray  # (r, r) R
+    loadings: np.ndarray  # (r, G) Q^T features: every column, basis or not, in Q's coordinates
+
+    @classmethod
+    def of(cls, features: np.ndarray) -> Coordinates:
+        basis = independent_columns(features)
+        orthonormal, triangle = linalg.qr(features[:, basis], mode="economic")
+        return cls(basis, orthonormal, triangle, orthonormal.T @ features)
+
+    def rows(self, candidates: np.ndarray) -> np.ndarray:
+        """(m, r) the candidate rows phi (m, G) in Q's coordinates: phi_basis R^-1."""
+        return linalg.solve_triangular(self.triangle, candidates[:, self.basis].T, trans="T").T
+
+    def in_span(self, candidates: np.ndarray) -> np.ndarray:
+        """(m,) bool: the rows that satisfy the calibration rows' linear relations among the columns (to
+        ``SPAN_TOLERANCE``). One that does not weighs a direction no calibration point constrains."""
+        gap = np.abs(self.rows(candidates) @ self.loadings - candidates).max(axis=1, initial=0.0)
+        return gap <= SPAN_TOLERANCE * (1 + np.abs(candidates).max(axis=1, initial=0.0))
+
+    def coefficients(self, gamma: np.ndarray, n_columns: int) -> np.ndarray:
+        """beta (G,) on the original columns of a solution gamma' (r,): R^-1 gamma' on the basis, 0 elsewhere."""
+        beta = np.zeros(n_columns)
+        beta[self.basis] = linalg.solve_triangular(self.triangle, gamma)
+        return beta
 
 
 @dataclass(frozen=True)
@@ -136,25 +189,33 @@ class Program:
         """The verified optimum of F for the linear term c (default 0): a ``Vertex`` where it is one, else the
         optimal gamma itself (a degenerate optimum no r points pin down); a ``Ray`` where F is unbounded.
         Raises ``QuantileRegressionError`` naming each attempt when none verifies."""
+        outcomes = []
+        for attempt, outcome in self.attempts(linear):
+            if not isinstance(outcome, str):
+                return outcome
+            outcomes.append(f"{attempt}: {outcome}")
+        raise QuantileRegressionError(f"no verified optimum of the quantile regression ({self.features.shape[0]} points, "
+                                      f"{self.features.shape[1]} features, level {self.level}): " + "; ".join(outcomes))  # fmt: skip
+
+    def attempts(self, linear: np.ndarray | None = None):
+        """(attempt, its verified ``Vertex`` / gamma / ``Ray``, or what failed as a str) of every attempt in turn,
+        lazily: ``solve`` stops at the first verified one; a test can ask that they all agree."""
         linear = np.zeros(self.features.shape[1]) if linear is None else np.asarray(linear, dtype=float)
-        outcomes, ray_tried = [], False
+        ray_tried = False
         for attempt, (status, gamma, duals, message) in self._attempts(linear):
             if status == 0:
                 # a vertex's duals are recomputed from its exactly fitted points (X^T a = -c to rounding), so its
                 # certificate does not inherit the solver's dual residual, which large coefficients amplify
                 vertex = self._vertex(gamma, duals, linear)
                 problem = None if vertex else self._check(gamma, duals, linear)
-                if problem is None:
-                    return vertex or gamma
-                outcomes.append(f"{attempt}: 'optimal' but {problem}")
+                yield attempt, (vertex or gamma) if problem is None else f"'optimal' but {problem}"
                 continue
             if not ray_tried and linear.any():  # unbounded? HiGHS says so with status 3, or 4 ("Not Set"), or not at all
                 ray_tried, ray = True, self._ray(linear)
                 if ray is not None:
-                    return ray
-            outcomes.append(f"{attempt}: status {status} ({message})")
-        raise QuantileRegressionError(f"no verified optimum of the quantile regression ({self.features.shape[0]} points, "
-                                      f"{self.features.shape[1]} features, level {self.level}): " + "; ".join(outcomes))  # fmt: skip
+                    yield attempt, ray
+                    continue
+            yield attempt, f"status {status} ({message})"
 
     def _attempts(self, linear: np.ndarray):
         """(name, (status as linprog's: 0 optimal, gamma, duals, message)) of each attempt in turn, lazily."""
@@ -275,58 +336,69 @@ def _independent_rows(features: np.ndarray, candidates: np.ndarray) -> np.ndarra
 def quantile_regression(features: np.ndarray, targets: np.ndarray, level: float) -> np.ndarray:
     """beta (G,) minimising sum_i rho_level(targets_i - beta . features_i), no intercept (add one as a feature).
 
-    Solved on a basis of the columns (``independent_columns``; the other coefficients are 0) and verified
-    (``Program.solve``): the same thresholds features @ beta on every machine up to ``TOLERANCE``.
+    Solved in orthonormal coordinates of a basis of the columns (``Coordinates``; the other coefficients are 0) and
+    verified (``Program.solve``). Of a flat optimum, the minimiser with the smallest mean fit on the calibration
+    rows (a downward tilt of ``TILT``: the lower empirical quantile where the groups are disjoint), so that every
+    solver attempt returns the same thresholds features @ beta, to rounding.
     """
     features, targets = _checked(features, targets, level)
-    basis = independent_columns(features)
-    beta = np.zeros(features.shape[1])
-    if len(basis):
-        solution = Program(features[:, basis], targets, level).solve()
-        beta[basis] = solution.gamma if isinstance(solution, Vertex) else solution
-    return beta
+    coordinates = Coordinates.of(features)
+    if not len(coordinates.basis):
+        return np.zeros(features.shape[1])
+    tilt = -TILT * coordinates.orthonormal.mean(axis=0)
+    solution = Program(coordinates.orthonormal, targets, level).solve(tilt)
+    if isinstance(solution, Ray):  # cannot happen for a tilt below every slope; a bug if it does
+        raise QuantileRegressionError(f"the tilted plain fit is unbounded along {solution.direction}")
+    return coordinates.coefficients(solution.gamma if isinstance(solution, Vertex) else solution, features.shape[1])
 
 
-def augmented_thresholds(features: np.ndarray, targets: np.ndarray, level: float, candidates: np.ndarray) -> np.ndarray:
+def augmented_thresholds(features: np.ndarray, targets: np.ndarray, level: float, candidates: np.ndarray,
+                         uniforms: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """(m,) conditional calibration's threshold at each candidate feature row phi (m, G): phi . gamma of the fit
-    augmented with (phi, S) for an S above it (module docstring); +inf where that fit is unbounded.
+    with the linear term u phi, for the level u = ``level`` (the unrandomised fit: the fit augmented with (phi, S)
+    for an S above it, module docstring) or, randomised, u = ``uniforms`` (m,) drawn in (level - 1, level).
 
-    A candidate whose phi lies outside the span of the calibration rows weighs a direction no calibration point
-    constrains: +inf as well. Vertices and rays found for one candidate are tried on every other first, so the
-    number of linear programs is the number of distinct optima, not of candidates.
+    Why u: the augmented point's dual eta(S) is the slope in S of the augmented program's optimal value, and
+    min over S of [that value - u S] puts the point on the fit (its pinball term minus u times its residual is
+    smallest at 0 for u in (level - 1, level)), leaving min F(gamma) - u phi . gamma. So phi . gamma(u) is where
+    eta crosses u, and {S <= phi . gamma(U)} is Gibbs, Cherian & Candes' randomised set {eta(S) < U}.
+
+    +inf (-inf) where that program is unbounded along a direction that raises (lowers) the threshold; +inf for a
+    candidate whose phi lies outside the span of the calibration rows (it weighs a direction no calibration point
+    constrains). Vertices and rays found for one candidate are tried on every other first, so the number of
+    linear programs is the number of distinct optima, not of candidates. Raises ``UnverifiedPrograms`` (after
+    trying every candidate, so that its count is complete) when any candidate's program verifies from no attempt.
     """
     features, targets = _checked(features, targets, level)
     candidates = np.asarray(candidates, dtype=float)
     if candidates.ndim != 2 or candidates.shape[1] != features.shape[1]:
         raise ValueError(f"candidates must be (m, {features.shape[1]}), got {candidates.shape}")
+    if uniforms is None:
+        # Of a flat optimum (a group of exactly 1/alpha - 1 cells makes one) the smallest threshold, the one of
+        # the dual definition (y left out once its dual reaches level: same guarantee, smaller sets): the program
+        # tilted down by TILT has its optimum there, or at a vertex within TILT |phi . (gamma - gamma')| of it
+        levels = np.full(len(candidates), level - TILT)
+    else:
+        levels = np.asarray(uniforms, dtype=float)
+        if levels.shape != (len(candidates),) or not ((levels > level - 1) & (levels < level)).all():
+            raise ValueError(f"uniforms must be ({len(candidates)},) in ({level - 1:g}, {level:g})")
     thresholds = np.full(len(candidates), np.inf)
-    basis = independent_columns(features)
-    # the other columns as combinations of the basis on the calibration rows; a candidate must satisfy the same
-    # combination, or it has weight on the null space of the calibration rows (threshold +inf)
-    combination = np.linalg.lstsq(features[:, basis], features, rcond=None)[0] if len(basis) else np.zeros((0, features.shape[1]))
-    reduced = candidates[:, basis]
-    in_span = np.abs(reduced @ combination - candidates).max(axis=1, initial=0.0) <= SPAN_TOLERANCE * (
-        1 + np.abs(candidates).max(axis=1, initial=0.0))
-    if not len(basis):
+    coordinates = Coordinates.of(features)
+    if not len(coordinates.basis):
         return thresholds
-    program = Program(features[:, basis], targets, level)
-    # Where the optimum is not unique its thresholds form an interval: the smallest is the threshold of the dual
-    # definition (y is left out once the candidate's dual reaches tau), which keeps the guarantee and gives the
-    # smaller sets. The program tilted down by TILT has its optimum there — or, where another vertex is within
-    # TILT |phi . (gamma - gamma')| of the optimum, at that one: the same up to the tilt. Exactly flat directions
-    # are common (a group of exactly 1/alpha - 1 cells makes one); tilted down, those that raise the threshold
-    # become bounded. A ray of the tilted program gives +inf (where it is flat for the plain term and lowers the
-    # threshold, the exact answer would be -inf: +inf is the side that cannot under-cover).
-    linear = (level - TILT) * reduced
-    pending = np.flatnonzero(in_span)
+    program = Program(coordinates.orthonormal, targets, level)
+    reduced = coordinates.rows(candidates)
+    linear = levels[:, None] * reduced
+    failures: list[str] = []
+    pending = np.flatnonzero(coordinates.in_span(candidates))
     while len(pending):
         first = pending[0]
         try:
             solution = program.solve(linear[first])
         except QuantileRegressionError as err:
-            # not seen since the tilt (every solver "optimal" far out along a flat direction, before it): the label
-            # is kept, the side that cannot under-cover; logged, never silent
-            LOG.warning("augmented fit: candidate %s kept (threshold +inf): %s", first, err)
+            LOG.warning("augmented fit: candidate %s not verified: %s", first, err)
+            failures.append(str(err))
+            thresholds[first] = np.nan
             pending = pending[1:]
             continue
         if isinstance(solution, np.ndarray):  # a degenerate optimum no r points pin down: its own candidate only
@@ -334,9 +406,14 @@ def augmented_thresholds(features: np.ndarray, targets: np.ndarray, level: float
             thresholds[first] = reduced[first] @ solution
         else:
             covered = solution.certifies(linear[pending])
+            done = pending[covered]
             if isinstance(solution, Vertex):
-                thresholds[pending[covered]] = reduced[pending[covered]] @ solution.gamma
+                thresholds[done] = reduced[done] @ solution.gamma
+            else:  # unbounded: the threshold runs off to the side the direction moves it
+                thresholds[done] = np.where(reduced[done] @ solution.direction > 0, np.inf, -np.inf)
         pending = pending[~covered]
+    if failures:
+        raise UnverifiedPrograms(len(failures), len(candidates), failures[0])
     return thresholds
 
 
