@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from celldag.annotation.scoring import procedure_sets
-from celldag.annotation.track import PROCEDURES
+from celldag.annotation.track import NEW_BATCH_METRICS, PROCEDURES, SET_METRICS
 
 ALPHA = 0.1
 N_CLASSES, N_BATCHES, NOISY = 5, 3, 2
@@ -36,7 +37,7 @@ def test_marginal_sets_undercover_the_noisy_batch_and_batch_aware_procedures_res
     restored = {"mondrian_batch": [], "kandinsky": [], "kandinsky_augmented": []}
     for seed in range(5):
         proba, truth, batch, soft, calibration, query = shifted_probabilities(seed, n_cells=6000)
-        sets = procedure_sets(proba, truth, batch, soft, calibration, query, ALPHA)
+        sets = procedure_sets(proba, truth, batch, soft, calibration, query, ALPHA).sets
         noisy = batch[query] == NOISY
         covered = {name: s[np.arange(query.sum()), truth[query]] for name, s in sets.items()}
         assert abs(covered["split_lac"].mean() - (1 - ALPHA)) < 0.02  # marginal coverage holds ...
@@ -68,7 +69,7 @@ def test_at_the_default_runs_size_the_augmented_fit_covers_every_batch_and_type(
     for seed in range(10):
         proba, truth, batch, soft, _, _ = shifted_probabilities(seed, n_cells=3175)
         calibration = np.arange(len(truth)) < 175
-        sets = procedure_sets(proba, truth, batch, soft, calibration, ~calibration, ALPHA)
+        sets = procedure_sets(proba, truth, batch, soft, calibration, ~calibration, ALPHA).sets
         query_truth, query_batch = truth[~calibration], batch[~calibration]
         for fit in fits:
             covered = sets[fit][np.arange(len(query_truth)), query_truth]
@@ -122,9 +123,10 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
     task, outputs = toy_task_and_outputs()
     scores = score_seed(task, outputs, ScoringContext(0, {}, {"annotation": {"alpha": 0.1, "min_group_cells": 5}}))
     for row in scores:
-        assert set(row) == set(TRACK.metrics)
+        assert set(row) - {"note"} == set(TRACK.metrics)
         assert row["accuracy"] > 0.9
-        assert all(0 <= row[name] <= 1 for name in row if not name.endswith("set_size"))
+        assert all(0 <= row[name] <= 1 for name in row if not name.endswith(("set_size", "groups", "unverified", "note")))
+        assert row["kandinsky_augmented_unverified"] == row["kandinsky_unverified"] == 0
         assert 0.5 <= row["split_lac_set_size"] <= 4  # LAC sets may be empty
         assert row["permuted_set_size"] > row["split_lac_set_size"]  # a calibration that knows nothing costs
 
@@ -133,7 +135,8 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
     from celldag.tracks import FigureData
 
     table = pd.DataFrame([{"method": name, "variant": "pca/default", "seed": 0, "metric": metric, "value": value,
-                           "status": "ok"} for name, row in zip(("knn", "logistic"), scores) for metric, value in row.items()])
+                           "status": "ok"} for name, row in zip(("knn", "logistic"), scores) for metric, value in row.items()
+                          if metric != "note"])
     data = FigureData("toy", {}, "annotation", TRACK, 0, {"annotation": {"alpha": 0.1, "min_group_cells": 5}},
                       scores=table, prepared=task, outputs={f"{o.uns['method_id']}/pca/default": o for o in outputs})
     coverage = coverage_by_group(data)
@@ -141,13 +144,16 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
     assert len(set_size_vs_coverage(data).axes[0].collections) == len(PROCEDURES)  # one point set per procedure
 
 
-def test_a_failing_procedure_is_named_with_its_run_and_no_scores_table_is_written(tmp_path, monkeypatch):
-    """One line naming the procedure, the run and the scenario (not a traceback of 6 procedures), and no table."""
+def test_a_failing_procedure_fails_alone_with_its_reason_and_the_table_is_written(tmp_path, monkeypatch):
+    """The augmented fit made to fail with unverified programs: its set metrics are 'failed' rows with one line of
+    reason naming the procedure, the run, the seed and the scenario; its unverified count is a metric; every other
+    procedure and the classifiers' accuracy are scored; the leaderboard shows 'failed' in its cells and the
+    reason in a note."""
+    from celldag import contracts
     from celldag.annotation import conformal
-    from celldag.annotation.quantile_lp import QuantileRegressionError
-    from celldag.annotation.scoring import ProcedureFailed
+    from celldag.annotation.quantile_lp import UnverifiedPrograms
     from celldag.annotation.track import TRACK
-    from celldag.joblog import one_line
+    from celldag.report.leaderboard import leaderboard_markdown
     from celldag.scoring import score_dataset
 
     task, outputs = toy_task_and_outputs()
@@ -155,21 +161,33 @@ def test_a_failing_procedure_is_named_with_its_run_and_no_scores_table_is_writte
     for output in outputs:
         output.write_h5ad(tmp_path / f"{output.uns['method_id']}.h5ad")
 
-    def not_solved(*args):
-        raise QuantileRegressionError("no verified optimum of the quantile regression (…)")
+    def not_verified(*args):
+        raise UnverifiedPrograms(3, 40, "no verified optimum of the quantile regression (…)")
 
-    monkeypatch.setattr(conformal, "augmented_sets", not_solved)
+    monkeypatch.setattr(conformal, "augmented_sets", not_verified)
     scores_path = tmp_path / "scores.parquet"
-    with pytest.raises(ProcedureFailed) as failure:
-        score_dataset(prepared_paths=[str(tmp_path / "task.h5ad")],
-                      output_paths=[str(tmp_path / "knn.h5ad"), str(tmp_path / "logistic.h5ad")], table_paths=[],
-                      scores_path=str(scores_path), track_id="annotation", track=TRACK, dataset={},
-                      evaluation={"annotation": {"alpha": 0.1}})  # fmt: skip
-    line = one_line(failure.value)
-    assert line == ("error: ProcedureFailed: toy knn on pca/default seed 0, random split: conformal procedure "
-                    "kandinsky_augmented failed: QuantileRegressionError: no verified optimum of the quantile "
-                    "regression (…)")  # fmt: skip
-    assert not scores_path.exists() and not list(tmp_path.glob("scores*"))
+    score_dataset(prepared_paths=[str(tmp_path / "task.h5ad")],
+                  output_paths=[str(tmp_path / "knn.h5ad"), str(tmp_path / "logistic.h5ad")], table_paths=[],
+                  scores_path=str(scores_path), track_id="annotation", track=TRACK, dataset={},
+                  evaluation={"annotation": {"alpha": 0.1}})  # fmt: skip
+    table = pd.read_parquet(scores_path)
+    failed = table[table["status"] == "failed"]
+    assert set(failed["metric"]) == {f"kandinsky_augmented_{name}" for name in SET_METRICS + NEW_BATCH_METRICS}
+    assert failed["value"].isna().all() and len(failed) == 2 * len(set(failed["metric"]))
+    knn_reason = failed.loc[failed["method"] == "knn", contracts.SCORE_REASON].iloc[0]
+    assert knn_reason == ("toy knn on pca/default seed 0, random split: conformal procedure kandinsky_augmented "
+                          "failed: UnverifiedPrograms: 3 of 40 candidate programs not verified; the first: no verified "
+                          "optimum of the quantile regression (…)")  # fmt: skip
+    ok = table[table["status"] == "ok"].set_index(["method", "metric"])["value"]
+    n_batches = task.obs["batch"].nunique()
+    assert ok["knn", "kandinsky_augmented_unverified"] == 3 * (1 + n_batches)  # the random split and every new batch
+    assert ok["knn", "kandinsky_unverified"] == 0 and ok["knn", "accuracy"] > 0.9
+    assert 0.8 < ok["knn", "mondrian_batch_coverage"] <= 1 and "kandinsky_coverage" in ok["logistic"]
+    assert table.loc[table["status"] == "ok", contracts.SCORE_REASON].isna().all()
+    board = leaderboard_markdown(table, {"annotation": TRACK})
+    headline = next(line for line in board.splitlines() if line.startswith("| knn |"))
+    assert "| failed |" in headline and headline.endswith("| 1/1 |")  # the run is ok, its procedure failed
+    assert "kandinsky_augmented failed: toy knn on pca/default seed 0, random split" in board
 
 
 def test_the_procedures_scored_are_a_choice():
@@ -189,36 +207,42 @@ def test_the_procedures_scored_are_a_choice():
 
 
 def test_groups_too_small_to_calibrate_are_counted_and_named_in_a_note():
-    """A type with 4 calibration cells (< 1/α − 1 = 9): counted by every procedure with type groups, named in
-    the note for both scenarios, and in every set of the procedures that guarantee per-type coverage."""
-    from celldag.annotation.scoring import score_seed, random_split
+    """A type with 4 calibration cells (< 1/α − 1 = 9): class-conditional counts it and puts it in every set; the
+    Kandinsky fits drop it from their design (named with its weight, in both scenarios), so that its label is
+    not in every set of theirs."""
+    from celldag.annotation.scoring import Settings, random_split, score_seed
     from celldag.tracks import ScoringContext
 
     task, outputs = toy_task_and_outputs()
     rare = np.flatnonzero((task.obs["label"] == "type3").to_numpy() & (task.obs["split"] == "calibration").to_numpy())
     task.obs["split"] = task.obs["split"].astype(str)
     task.obs.iloc[rare[4:], task.obs.columns.get_loc("split")] = "train"  # 4 calibration cells of type3 remain
-    scores = score_seed(task, outputs, ScoringContext(0, {}, {"annotation": {"alpha": 0.1, "min_group_cells": 5}}))
+    evaluation = {"annotation": {"alpha": 0.1, "min_group_cells": 5}}
+    scores = score_seed(task, outputs, ScoringContext(0, {}, evaluation))
     for row in scores:
         assert row["class_conditional_small_groups"] == 1.0 and row["mondrian_batch_small_groups"] == 0.0
-        # the soft group that type3's cells made up lost its weight with them: named too
-        assert row["kandinsky_augmented_small_groups"] == row["kandinsky_small_groups"] == 2.0
-        assert row["note"].startswith("groups with less than 1/α − 1 = 9 calibration cells' weight")
-        assert ("random split — class_conditional: type type3; kandinsky, kandinsky_augmented: soft group 1, "
-                "type type3 | new batch b0 — ") in row["note"]
-    sets, truth, _ = random_split(task, outputs[1], 0.1)
-    assert sets["kandinsky_augmented"][:, 3].all() and sets["class_conditional"][:, 3].all()
+        assert row["kandinsky_augmented_dropped_groups"] == row["kandinsky_dropped_groups"] >= 1.0
+        assert row["note"].startswith("groups with less than 1/α − 1 = 9 calibration cells' weight, too few to "
+                                      "calibrate at α = 0.1, in every set: random split — class_conditional: type type3")
+        dropped = row["note"].split("dropped from the design of kandinsky_augmented, kandinsky (their directions have "
+                                    "less than 50 calibration cells' weight; their coverage is not guaranteed): ")[1]
+        # type3's direction and that of the lightest common type, which the constant ties to it: their union is kept
+        random_split_dropped = dropped.split(" | ")[0]
+        assert random_split_dropped.startswith("random split — ") and "type type3 (" in random_split_dropped
+        assert "new batch b0 — " in dropped
+    scenario, _, _ = random_split(task, outputs[1], Settings.of(evaluation))
+    assert scenario.sets["class_conditional"][:, 3].all() and not scenario.sets["kandinsky_augmented"][:, 3].all()
 
 
 def test_kandinsky_groups_are_a_choice_and_batch_type_covers_each_cell_of_the_table():
     """kandinsky_groups: with batch × type among them, the noisy batch's classes are each calibrated;
     with batch alone Kandinsky is Mondrian by batch without the +1 (the same sets up to that rank)."""
     proba, truth, batch, soft, calibration, query = shifted_probabilities(0, n_cells=6000)
-    by_batch = procedure_sets(proba, truth, batch, soft, calibration, query, ALPHA, groups=("batch",))
+    by_batch = procedure_sets(proba, truth, batch, soft, calibration, query, ALPHA, groups=("batch",)).sets
     covered = by_batch["kandinsky"][np.arange(query.sum()), truth[query]]
     mondrian = by_batch["mondrian_batch"][np.arange(query.sum()), truth[query]]
     assert abs(covered.mean() - mondrian.mean()) < 0.005  # the +1 moves each batch's rank by at most one
-    cells = procedure_sets(proba, truth, batch, soft, calibration, query, ALPHA, groups=("batch_type",))
+    cells = procedure_sets(proba, truth, batch, soft, calibration, query, ALPHA, groups=("batch_type",)).sets
     hit = cells["kandinsky"][np.arange(query.sum()), truth[query]]
     per_cell = []
     for b in range(N_BATCHES):

@@ -43,6 +43,11 @@ SCORE_FACTS = {
 # optional text column: what the scoring of a run found that its numbers alone do not say (annotation: the
 # groups too small to calibrate); the leaderboard lists each distinct note under its section
 SCORE_NOTE = "note"
+# what a scorer returns, beside its metrics, for those it could not compute: {metric: reason}. They become rows of
+# status 'failed' with value NaN and the reason in the optional text column SCORE_REASON (annotation: a conformal
+# procedure that failed on one run; the run's other metrics are ok)
+SCORE_FAILED = "failed"
+SCORE_REASON = "status_reason"
 
 
 class ContractError(InputError):
@@ -128,8 +133,9 @@ def check_scores(table: pd.DataFrame, path: str) -> None:
                 or (numbers < 0).any() or (numbers != np.round(numbers)).any():  # fmt: skip
             raise ContractError(path, f"column '{column}'", f"must hold whole numbers >= 0 (or NaN in rows it does "
                                                             f"not describe), got dtype {values.dtype}")  # fmt: skip
-    if SCORE_NOTE in table.columns and not all(isinstance(value, str) for value in table[SCORE_NOTE].dropna()):
-        raise ContractError(path, f"column '{SCORE_NOTE}'", "must hold text (or null in rows without a note)")
+    for column in (SCORE_NOTE, SCORE_REASON):
+        if column in table.columns and not all(isinstance(value, str) for value in table[column].dropna()):
+            raise ContractError(path, f"column '{column}'", "must hold text (or null in rows without one)")
     bad_status = set(table["status"]) - set(RUN_STATUSES)
     if bad_status:
         raise ContractError(path, "column 'status'", f"unknown values {sorted(bad_status)}")

@@ -5,7 +5,8 @@ scores all of them, so the metric libraries' start-up (scib-metrics compiles for
 once per dataset. Runs that are not ``ok`` get NaN rows for the track's core metrics. Besides its metrics a
 scorer may return the facts ``contracts.SCORE_FACTS`` names (e.g. the cells of a scoring subsample) and a text
 ``contracts.SCORE_NOTE``: they become columns of the run's rows, and tables of scorers that return none have no
-such columns.
+such columns. Metrics a scorer could not compute for an ok run (``contracts.SCORE_FAILED``: an annotation procedure
+that failed) become rows of status ``failed``, value NaN and their reason in ``contracts.SCORE_REASON``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
 
     values: list[dict[str, float]] = [{} for _ in outputs]
     facts: list[dict[str, int | str]] = [{} for _ in outputs]  # contracts.SCORE_FACTS / SCORE_NOTE a scorer returned
+    failed: list[dict[str, str]] = [{} for _ in outputs]  # contracts.SCORE_FAILED: metric → why it was not computed
     for seed, (_, prepared) in sorted(prepared_of.items()):
         of_seed = [i for i, output in enumerate(outputs) if int(output.uns["seed"]) == seed]
         context = ScoringContext(seed, dataset, evaluation, tuple(table_paths))
@@ -51,22 +53,28 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
             facts[i] = {name: int(value) for name, value in scores.items() if name in contracts.SCORE_FACTS}
             if contracts.SCORE_NOTE in scores:
                 facts[i][contracts.SCORE_NOTE] = str(scores[contracts.SCORE_NOTE])
+            failed[i] = dict(scores.get(contracts.SCORE_FAILED) or {})
             scores = {metric: value for metric, value in scores.items()
-                      if metric not in contracts.SCORE_FACTS and metric != contracts.SCORE_NOTE}  # fmt: skip
-            undeclared = sorted(set(scores) - set(track.metrics))
+                      if metric not in contracts.SCORE_FACTS and metric not in (contracts.SCORE_NOTE, contracts.SCORE_FAILED)}  # fmt: skip
+            undeclared = sorted((set(scores) | set(failed[i])) - set(track.metrics))
             if undeclared:  # a bug of the track, caught by tests/test_tracks.py before it reaches a job
                 raise RuntimeError(f"{track.scorer} returned metrics its track does not declare: {undeclared}")
             values[i] = {metric: value for metric, value in scores.items() if math.isfinite(value)}
 
     frames = []
-    for output, scores, run_facts in zip(outputs, values, facts):
+    for output, scores, run_facts, run_failed in zip(outputs, values, facts, failed):
         uns = output.uns
-        scores = scores or dict.fromkeys(track.core_metrics, math.nan)
-        frames.append(pd.DataFrame({
+        scores = (scores or dict.fromkeys(track.core_metrics, math.nan)) if not run_failed else scores
+        frame = pd.DataFrame({
             "dataset": uns["dataset_id"], "track": track_id, "method": uns["method_id"], "variant": uns["variant"],
-            "seed": int(uns["seed"]), "metric": list(scores), "value": [float(v) for v in scores.values()],
-            "higher_is_better": [track.higher_is_better(m) for m in scores], "status": uns["status"], **run_facts,
-        }))  # fmt: skip
+            "seed": int(uns["seed"]), "metric": list(scores) + list(run_failed),
+            "value": [float(v) for v in scores.values()] + [math.nan] * len(run_failed),
+            "higher_is_better": [track.higher_is_better(m) for m in [*scores, *run_failed]],
+            "status": [uns["status"]] * len(scores) + ["failed"] * len(run_failed), **run_facts,
+        })  # fmt: skip
+        if run_failed:
+            frame[contracts.SCORE_REASON] = [None] * len(scores) + list(run_failed.values())
+        frames.append(frame)
     table = pd.concat(frames, ignore_index=True)
     contracts.check_scores(table, scores_path)
     write_scores(table, scores_path)

@@ -19,8 +19,9 @@ Guarantees, for calibration and query cells that are exchangeable (drawn alike, 
   calibration cells only. Marginal coverage is one such weight when the constant is in the span (it is
   when the features include a full one-hot, e.g. the class groups).
 
-Everything here is deterministic: no randomised tie-breaking, and the quantile regression is an exact
-linear program.
+Everything here is deterministic given its arguments: the randomised augmented fit takes its uniforms as an
+argument (``celldag.annotation.scoring.cell_uniforms`` derives them from the seed and each cell's key), and the
+quantile regression is an exact linear program.
 """
 
 from __future__ import annotations
@@ -264,19 +265,27 @@ def augmented_sets(
     query_scores: np.ndarray,
     query_features: np.ndarray,
     alpha: float,
+    uniforms: np.ndarray | None = None,
 ) -> np.ndarray:
     """(m, K) conditional-calibration sets over Kandinsky's features (Gibbs, Cherian & Candes 2023, arXiv 2305.12616).
 
     For a candidate (x, y) the quantile regression is refitted on the n calibration pairs plus (Phi(x, y),
-    S(x, y)), and y is in C(x) iff S(x, y) <= that augmented fit at Phi(x, y). Unrandomised, this is
-    S(x, y) <= the fit augmented with (Phi(x, y), +inf) at Phi(x, y) (``quantile_lp.augmented_thresholds``):
-    one threshold per candidate, whatever its score. Guarantee, finite-sample, for every non-negative f in the
-    span of Phi: E[f(X, Y) (1{Y in C(X)} - (1 - alpha))] >= 0, and at most about G / (n + 1) above (G the rank of
-    the features); with Phi the one-hot of disjoint groups these are exactly Mondrian's sets. The plain fit
-    (``kandinsky_sets``) has no such finite-sample bound and under-covers by about G / n at small n.
+    S(x, y)); with eta(S) the augmented point's dual (nondecreasing in S):
 
-    The augmented threshold is never below the plain fit's (adding a point above the fit only raises it), so
-    the candidates the plain fit already holds need no program: only the others are solved.
+    - **randomised** (``uniforms`` (m,) in (0, 1), one per query cell, U = uniform - alpha): y is in C(x) iff
+      eta(S(x, y)) < U, i.e. S(x, y) <= phi . gamma(U) (``quantile_lp.augmented_thresholds``). Guarantee, for
+      exchangeable calibration and query cells and every f in the span of Phi:
+      E[f(X, Y) (1{Y in C(X)} - (1 - alpha))] = 0 — coverage exactly 1 - alpha in every group, since the dual
+      solution here does not depend on the order of the calibration cells (a unique optimum, a.s. in U).
+    - **unrandomised** (None): U = 1 - alpha, y is in C(x) iff S(x, y) <= the fit augmented with (Phi(x, y),
+      +inf) at Phi(x, y). The same guarantee with >= 0, and up to about G / (n + 1) over-coverage (G the rank
+      of the features); sets are a function of the data alone.
+
+    With Phi the one-hot of disjoint groups the unrandomised sets are exactly Mondrian's. The plain fit
+    (``kandinsky_sets``) has no finite-sample bound and under-covers by about G / n at small n.
+
+    The threshold phi . gamma(U) is nondecreasing in U and equals the plain fit's at U = 0, so the candidates the
+    plain fit already holds need no program where U >= 0: only the others are solved.
     """
     query_scores = _as_query_scores(query_scores)
     query_features = np.asarray(query_features, dtype=float)
@@ -284,8 +293,18 @@ def augmented_sets(
         raise ValueError(f"query_features must be (m, K, G) with (m, K) = {query_scores.shape}")
     _check_alpha(alpha)
     plain = kandinsky_sets(cal_scores, cal_features, query_scores, query_features, alpha)[0]
-    undecided = np.argwhere(~plain)
-    thresholds = augmented_thresholds(cal_features, cal_scores, 1 - alpha, query_features[undecided[:, 0], undecided[:, 1]])
+    if uniforms is None:
+        levels = None
+        undecided = np.argwhere(~plain)
+    else:
+        uniforms = np.asarray(uniforms, dtype=float)
+        if uniforms.shape != (query_scores.shape[0],) or not ((uniforms > 0) & (uniforms < 1)).all():
+            raise ValueError(f"uniforms must be ({query_scores.shape[0]},) in (0, 1)")
+        cell_levels = uniforms - alpha
+        undecided = np.argwhere(~plain | (cell_levels < 0)[:, None])
+        levels = cell_levels[undecided[:, 0]]
+    thresholds = augmented_thresholds(cal_features, cal_scores, 1 - alpha, query_features[undecided[:, 0], undecided[:, 1]],
+                                      levels)  # fmt: skip
     sets = plain.copy()
     sets[undecided[:, 0], undecided[:, 1]] = query_scores[undecided[:, 0], undecided[:, 1]] <= thresholds + SOLVER_TOLERANCE
     return sets

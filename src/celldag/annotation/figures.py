@@ -28,13 +28,12 @@ def coverage_by_group(data: FigureData):
     of the figure's seed (groups of at least ``min_group_cells`` query cells), the marginal coverage (|)
     and the 1 − α line."""
     from celldag.annotation.metrics import group_coverage
-    from celldag.annotation.scoring import options, query_groupings, random_split
+    from celldag.annotation.scoring import Settings, query_groupings, random_split
     from celldag.annotation.track import PROCEDURES
     from celldag.report.figures import label, new_figure, note_figure, style_label
 
-    settings = options(data.evaluation)
-    alpha, min_cells, groups = float(settings["alpha"]), int(settings["min_group_cells"]), tuple(settings["kandinsky_groups"])
-    procedures = tuple(settings["procedures"])
+    settings = Settings.of(data.evaluation)
+    alpha, min_cells, procedures = settings.alpha, settings.min_cells, settings.procedures
     ok = {key: output for key, output in sorted(data.outputs.items()) if output.uns["status"] == "ok"}
     if not ok:
         return note_figure("no annotation run finished with status ok")
@@ -44,10 +43,11 @@ def coverage_by_group(data: FigureData):
     panels = figure.subplots(1, len(procedures), sharey=True, squeeze=False)[0]
     rows = list(ok)
     for key, output in ok.items():
-        sets, truth, query = random_split(task, output, alpha, groups, procedures)
+        scenario, truth, query = random_split(task, output, settings)
+        sets = scenario.sets  # a procedure that failed on this run has no sets: its panel leaves the row empty
         groupings = query_groupings(task, query)
         y = rows.index(key)
-        for axes, procedure in zip(panels, procedures):
+        for axes, procedure in ((axes, procedure) for axes, procedure in zip(panels, procedures) if procedure in sets):
             for kind, members in groupings.items():
                 table = group_coverage(sets[procedure], truth, members)
                 table = table[table["n"] >= min_cells]

@@ -18,12 +18,19 @@ calibration that carries no information buys. α and ``min_group_cells`` come fr
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
+
 import numpy as np
 
-from celldag.annotation.track import PROCEDURES, SCORING_DEFAULTS
+from celldag.annotation import conformal, design
+from celldag.annotation.quantile_lp import UnverifiedPrograms
+from celldag.annotation.track import KANDINSKY_FITS, NEW_BATCH_METRICS, PROCEDURES, SCORING_DEFAULTS, SET_METRICS
+from celldag.contracts import SCORE_FAILED
 from celldag.tracks import ScoringContext
 
 PERMUTATION_STREAM = 6  # random stream of the permuted-calibration control
+RANDOM_SPLIT = "random split"  # the scenario's name in notes, reasons and the randomised fit's cell keys
 # Kandinsky's default groups: batch, cell type and soft groups — not batch × type, whose B·K columns on a
 # few hundred calibration cells make the slack of order G/n larger than the gaps it would close
 KANDINSKY_GROUPS = ("batch", "type", "soft")
@@ -34,108 +41,197 @@ def options(evaluation: dict) -> dict:
     return SCORING_DEFAULTS | dict(evaluation.get("annotation") or {})
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What the scoring of every scenario takes from ``evaluation.annotation`` (docs/annotation.md)."""
+
+    alpha: float
+    min_cells: int  # query cells a group needs to count in a worst-group coverage
+    groups: tuple[str, ...]  # of both Kandinsky fits
+    procedures: tuple[str, ...]
+    min_weight: float  # calibration weight a Kandinsky group's direction needs to enter the design
+    randomised: bool  # the augmented fit's randomised rule (exact coverage) or the unrandomised one
+
+    @classmethod
+    def of(cls, evaluation: dict) -> Settings:
+        settings = options(evaluation)
+        alpha = float(settings["alpha"])
+        weight = settings["kandinsky_min_weight"]
+        return cls(alpha, int(settings["min_group_cells"]), tuple(settings["kandinsky_groups"]),
+                   tuple(settings["procedures"]), design.default_min_weight(alpha) if weight is None else float(weight),
+                   bool(settings["kandinsky_randomised"]))  # fmt: skip
+
+
 def codes(values) -> np.ndarray:
     """Integer codes of string values in sorted order."""
     return np.unique(np.asarray(values).astype(str), return_inverse=True)[1]
 
 
 class ProcedureFailed(RuntimeError):
-    """A conformal procedure that could not build its sets: the message names the procedure (and, raised again by
-    ``score_seed``, the run and the scenario)."""
+    """A conformal procedure that could not build its sets: the message names the procedure (and, in a score's
+    reason, the run and the scenario)."""
 
 
-def kandinsky_design(batch: np.ndarray, soft: np.ndarray, n_classes: int,
-                     groups: tuple[str, ...]) -> np.ndarray:  # fmt: skip
-    """Phi(x, y) (cells, classes, G) of Kandinsky's ``groups``, of ``batch`` (one-hot), ``type`` (the candidate
-    label's class), ``batch_type`` (batch × class) and ``soft`` (the soft groups), in ``kandinsky_features``' order."""
-    from celldag.annotation import conformal
+@dataclass(frozen=True)
+class Scenario:
+    """The sets of one scenario (random split, or one new batch) by every procedure that built them."""
 
-    one_hot = np.eye(batch.max() + 1)[batch]
-    covariates = np.hstack([one_hot if "batch" in groups else one_hot[:, :0], soft if "soft" in groups else soft[:, :0]])
-    return conformal.kandinsky_features(covariates, n_classes, class_groups="type" in groups,
-                                        covariate_class_weights=one_hot if "batch_type" in groups else None)  # fmt: skip
-
-
-def design_names(batch_names: list[str], classes: list[str], n_soft: int, groups: tuple[str, ...]) -> list[str]:
-    """The name of each column of ``kandinsky_design`` with the same groups."""
-    from celldag.annotation import conformal
-
-    covariates = (list(batch_names) if "batch" in groups else []) + (
-        [f"soft group {j + 1}" for j in range(n_soft)] if "soft" in groups else [])
-    return conformal.kandinsky_feature_names(covariates, list(classes), class_groups="type" in groups,
-                                             covariate_class_names=list(batch_names) if "batch_type" in groups else None)  # fmt: skip
+    sets: dict[str, np.ndarray]  # procedure → (query cells, classes) bool
+    failed: dict[str, str]  # procedure → why it built no sets
+    unverified: dict[str, int]  # Kandinsky fit → its programs that no attempt verified
+    dropped: dict[int, float]  # Kandinsky design column → the calibration weight of its direction (too light)
 
 
 def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft: np.ndarray,
                    calibration: np.ndarray, query: np.ndarray, alpha: float,
-                   groups: tuple[str, ...] = KANDINSKY_GROUPS,
-                   procedures: tuple[str, ...] = tuple(PROCEDURES)) -> dict[str, np.ndarray]:  # fmt: skip
-    """{procedure: (query cells, classes) bool sets} for each of ``procedures`` (ids of ``PROCEDURES``).
+                   groups: tuple[str, ...] = KANDINSKY_GROUPS, procedures: tuple[str, ...] = tuple(PROCEDURES),
+                   min_weight: float | None = None, randomisation: Randomisation | None = None) -> Scenario:  # fmt: skip
+    """The sets of each of ``procedures`` (ids of ``PROCEDURES``); a procedure that fails is named in ``failed``
+    with its reason, and the others are built all the same.
 
     ``truth`` class indices, ``batch`` integer codes, ``soft`` the soft group memberships; the masks pick
-    calibration and query cells; ``groups`` those of both Kandinsky fits (``kandinsky_design``). A procedure
-    that fails raises ``ProcedureFailed`` naming it.
+    calibration and query cells; ``groups`` those of both Kandinsky fits (``design.kandinsky_design``), sized to
+    the calibration set with ``min_weight`` (default ``design.default_min_weight``); ``randomisation`` makes the
+    augmented fit randomised (``scenario_randomisation``), None unrandomised.
     """
-    from celldag.annotation import conformal
-
     n_classes = proba.shape[1]
     lac, aps = conformal.lac_scores(proba), conformal.aps_scores(proba)
     cal_lac = conformal.true_scores(lac[calibration], truth[calibration])
     batch_of = np.repeat(batch[query][:, None], n_classes, axis=1)
-    features = kandinsky_design(batch, soft, n_classes, groups)
+    features = design.kandinsky_design(batch, soft, n_classes, groups)
     cal_features = features[calibration][np.arange(calibration.sum()), truth[calibration]]
+    weight = design.default_min_weight(alpha) if min_weight is None else min_weight
+    order = design.visiting_order(cal_features, batch.max() + 1, soft.shape[1], n_classes, groups)
+    kept, dropped = design.sized_columns(cal_features, features[query].reshape(-1, features.shape[2]), weight, order,
+                                         always=batch.max() + 1 if "batch" in groups else 0)  # fmt: skip
+    cal_design, query_design = cal_features[:, kept], features[query][:, :, kept]
     build = {
-        "kandinsky_augmented": lambda: conformal.augmented_sets(cal_lac, cal_features, lac[query], features[query], alpha),
-        "kandinsky": lambda: conformal.kandinsky_sets(cal_lac, cal_features, lac[query], features[query], alpha)[0],
+        "kandinsky_augmented": lambda: augmented(cal_lac, cal_design, lac[query], query_design, alpha, randomisation),
+        "kandinsky": lambda: conformal.kandinsky_sets(cal_lac, cal_design, lac[query], query_design, alpha)[0],
         "split_lac": lambda: conformal.split_sets(cal_lac, lac[query], alpha),
         "split_aps": lambda: conformal.split_sets(conformal.true_scores(aps[calibration], truth[calibration]), aps[query], alpha),
         "class_conditional": lambda: conformal.class_conditional_sets(cal_lac, truth[calibration], lac[query], alpha),
         "mondrian_batch": lambda: conformal.mondrian_sets(cal_lac, batch[calibration], lac[query], batch_of, alpha)[0],
     }  # fmt: skip
-    sets = {}
+    sets, failed, unverified = {}, {}, {}
     for procedure in procedures:
+        if procedure in KANDINSKY_FITS:
+            unverified[procedure] = 0
         try:
             sets[procedure] = build[procedure]()
-        except Exception as err:  # noqa: BLE001 - any failure of one procedure is reported as that procedure's
-            raise ProcedureFailed(f"conformal procedure {procedure} failed: {type(err).__name__}: {err}") from err
-    return sets
+        except Exception as err:  # noqa: BLE001 - any failure of one procedure is that procedure's result, not the job's
+            failed[procedure] = f"conformal procedure {procedure} failed: {type(err).__name__}: {err}"
+            if procedure in KANDINSKY_FITS:  # the plain fit is one program; the augmented fit counts its candidates
+                unverified[procedure] = err.count if isinstance(err, UnverifiedPrograms) else 1
+    return Scenario(sets, failed, unverified, dropped)
 
 
-def small_groups(task, output, calibration: np.ndarray, alpha: float, groups: tuple[str, ...],
+def augmented(cal_scores: np.ndarray, cal_design: np.ndarray, query_scores: np.ndarray, query_design: np.ndarray,
+              alpha: float, randomisation: Randomisation | None) -> np.ndarray:  # fmt: skip
+    """The augmented fit's sets: unrandomised, or randomised with the scores' ties broken (``Randomisation``)."""
+    if randomisation is None:
+        return conformal.augmented_sets(cal_scores, cal_design, query_scores, query_design, alpha)
+    return conformal.augmented_sets(cal_scores + TIE_BREAK * randomisation.cal_ties, cal_design,
+                                    query_scores + TIE_BREAK * randomisation.query_ties, query_design, alpha,
+                                    randomisation.uniforms)  # fmt: skip
+
+
+def cell_uniforms(seed: int, keys: list[str]) -> np.ndarray:
+    """(cells,) uniforms in (0, 1) of the randomised augmented fit, one per query cell: the top 53 bits of
+    sha256(seed, key), so the same on every machine and re-run, and independent of the cells' order.
+
+    ``keys`` identify the cells (dataset, scenario, batch, cell id: ``uniform_keys``); a duplicate would give two
+    cells the same draw, and is refused."""
+    if len(set(keys)) != len(keys):
+        seen: set[str] = set()
+        duplicate = next(key for key in keys if key in seen or seen.add(key))
+        raise ValueError(f"duplicate cell key for the randomised sets: {duplicate!r}")
+    draws = [int.from_bytes(hashlib.sha256(f"{seed}\x1f{key}".encode()).digest()[:8], "big") >> 11 for key in keys]
+    return (np.array(draws, dtype=np.float64) + 0.5) / 2.0**53
+
+
+def uniform_keys(task, scenario: str, cells: np.ndarray) -> list[str]:
+    """The key of each of ``cells`` (a mask) in ``scenario``: dataset, scenario, batch and cell id, unit-separated."""
+    batch = task.obs["batch"].astype(str).to_numpy()[cells]
+    names = np.asarray(task.obs_names)[cells]
+    return [f"{task.uns['dataset_id']}\x1f{scenario}\x1f{b}\x1f{cell}" for b, cell in zip(batch, names)]
+
+
+@dataclass(frozen=True)
+class Randomisation:
+    """The draws of the randomised augmented fit in one scenario, each a function of the seed and a cell's key.
+
+    ``uniforms`` (query cells,) decide each query cell's level (``conformal.augmented_sets``). ``cal_ties``
+    (calibration cells,) and ``query_ties`` (query cells, classes) break ties among scores: LAC scores of kNN take a
+    few values (a class no neighbour has scores exactly 1), and a threshold that lands on a value many calibration
+    cells share would hold every tied label, where exact coverage holds only some of them. Scores + ``TIE_BREAK``
+    × draw are continuous, drawn alike for the calibration cells' true labels and every query candidate, so they
+    stay exchangeable and the guarantee holds for them."""
+
+    uniforms: np.ndarray
+    cal_ties: np.ndarray
+    query_ties: np.ndarray
+
+
+# scale of the tie-breaking draws: far below the gaps between distinct scores (1/k for kNN), far above the
+# solver's tolerance (``conformal.SOLVER_TOLERANCE``)
+TIE_BREAK = 1e-3
+
+
+def scenario_randomisation(task, scenario: str, calibration: np.ndarray, query: np.ndarray, truth: np.ndarray,
+                           n_classes: int, settings: Settings) -> Randomisation | None:  # fmt: skip
+    """The randomised fit's draws for the scenario's cells (None for the unrandomised fit)."""
+    if not settings.randomised or "kandinsky_augmented" not in settings.procedures:
+        return None
+    seed = int(task.uns["seed"])
+    query_keys = uniform_keys(task, scenario, query)
+    cal_keys = [f"{key}\x1f{label}" for key, label in zip(uniform_keys(task, scenario, calibration), truth[calibration])]
+    candidate_keys = [f"{key}\x1f{label}" for key in query_keys for label in range(n_classes)]
+    return Randomisation(cell_uniforms(seed, query_keys), cell_uniforms(seed, cal_keys),
+                         cell_uniforms(seed, candidate_keys).reshape(len(query_keys), n_classes))
+
+
+def small_groups(task, output, calibration: np.ndarray, alpha: float,
                  procedures: tuple[str, ...] = tuple(PROCEDURES)) -> dict[str, list[str]]:  # fmt: skip
     """{procedure: names of its groups too small to calibrate (``conformal.too_small``)} over the calibration
-    cells, for those of ``procedures`` with groups: Mondrian by batch's batches, class-conditional's classes,
-    both Kandinsky fits' group columns."""
-    from celldag.annotation import conformal
-
-    truth, batch, soft = task_arrays(task, output)
+    cells, for Mondrian by batch (its batches) and class-conditional (its classes): they give those groups the
+    full label set. (The Kandinsky fits drop such groups from their design: ``dropped_names``.)"""
+    truth, batch, _ = task_arrays(task, output)
     classes, batch_names = list(output.uns["classes"]), sorted(set(task.obs["batch"].astype(str)))
-    cal_features = kandinsky_design(batch, soft, len(classes), groups)[calibration][
-        np.arange(calibration.sum()), truth[calibration]]  # fmt: skip
     weights = {"class_conditional": (np.eye(len(classes))[truth[calibration]], [f"type {name}" for name in classes]),
-               "mondrian_batch": (np.eye(len(batch_names))[batch[calibration]], batch_names),
-               "kandinsky": (cal_features, design_names(batch_names, classes, soft.shape[1], groups))}  # fmt: skip
-    weights["kandinsky_augmented"] = weights["kandinsky"]
+               "mondrian_batch": (np.eye(len(batch_names))[batch[calibration]], batch_names)}  # fmt: skip
     return {procedure: [name for name, small in zip(names, conformal.too_small(matrix, alpha)) if small]
             for procedure, (matrix, names) in weights.items() if procedure in procedures}  # fmt: skip
 
 
-def small_groups_note(random: dict[str, list[str]], new_batch: dict[str, dict[str, list[str]]], alpha: float) -> str:
-    """One line naming the groups too small to calibrate, per scenario and procedure ('' when there are none)."""
-    def listed(small: dict[str, list[str]]) -> str:
+def dropped_names(task, output, dropped: dict[int, float], settings: Settings) -> list[str]:
+    """'name (weight)' of each design column the Kandinsky fits dropped, in the design's order."""
+    names = design.design_names(sorted(set(task.obs["batch"].astype(str))), list(output.uns["classes"]),
+                                task.obsm["soft_groups"].shape[1], settings.groups)  # fmt: skip
+    return [f"{names[column]} ({weight:.1f})" for column, weight in sorted(dropped.items())]
+
+
+def groups_note(small: dict[str, dict[str, list[str]]], dropped: dict[str, list[str]], settings: Settings) -> str:
+    """One line naming, per scenario, the groups too small to calibrate (Mondrian, class-conditional) and those
+    the Kandinsky fits dropped from their design ('' when there are none)."""
+    def listed(by_procedure: dict[str, list[str]]) -> str:
         by_names: dict[tuple[str, ...], list[str]] = {}
-        for procedure, names in small.items():
+        for procedure, names in by_procedure.items():
             if names:
                 by_names.setdefault(tuple(names), []).append(procedure)
         return "; ".join(f"{', '.join(procedures)}: {', '.join(names)}" for names, procedures in by_names.items())
 
-    scenarios = {"random split": listed(random)} | {f"new batch {batch}": listed(small) for batch, small in new_batch.items()}
-    parts = [f"{scenario} — {names}" for scenario, names in scenarios.items() if names]
-    if not parts:
-        return ""
-    return (f"groups with less than 1/α − 1 = {1 / alpha - 1:g} calibration cells' weight, too few to calibrate at "
-            f"α = {alpha:g} (Mondrian and the augmented fit give them full sets, the plain Kandinsky fit under-covers "
-            "them): " + " | ".join(parts))
+    parts = []
+    if any(names for of_scenario in small.values() for names in of_scenario.values()):
+        parts.append(f"groups with less than 1/α − 1 = {1 / settings.alpha - 1:g} calibration cells' weight, too few "
+                     f"to calibrate at α = {settings.alpha:g}, in every set: " + " | ".join(
+                         f"{scenario} — {listed(of_scenario)}" for scenario, of_scenario in small.items() if listed(of_scenario)))  # fmt: skip
+    kandinsky = [procedure for procedure in settings.procedures if procedure in KANDINSKY_FITS]
+    if kandinsky and any(dropped.values()):
+        parts.append(f"dropped from the design of {', '.join(kandinsky)} (their directions have less than "
+                     f"{settings.min_weight:g} calibration cells' weight; their coverage is not guaranteed): " + " | ".join(
+                         f"{scenario} — {', '.join(names)}" for scenario, names in dropped.items() if names))  # fmt: skip
+    return ". ".join(parts)
 
 
 def split_masks(task) -> tuple[np.ndarray, np.ndarray]:
@@ -151,13 +247,15 @@ def query_groupings(task, query: np.ndarray) -> dict[str, np.ndarray]:
     return {"batch": batch, "type": label, "batch_type": np.char.add(np.char.add(batch, " × "), label)}
 
 
-def random_split(task, output, alpha: float, groups: tuple[str, ...] = KANDINSKY_GROUPS,
-                 procedures: tuple[str, ...] = tuple(PROCEDURES)):  # fmt: skip
-    """(sets by procedure, query truth, query mask) of the random-split scenario of one output."""
+def random_split(task, output, settings: Settings) -> tuple[Scenario, np.ndarray, np.ndarray]:
+    """(the sets of every procedure, query truth, query mask) of the random-split scenario of one output."""
     truth, batch, soft = task_arrays(task, output)
     calibration, query = split_masks(task)
     proba = np.asarray(output.obsm["proba_random"], dtype=np.float64)
-    return procedure_sets(proba, truth, batch, soft, calibration, query, alpha, groups, procedures), truth[query], query
+    draws = scenario_randomisation(task, RANDOM_SPLIT, calibration, query, truth, proba.shape[1], settings)
+    scenario = procedure_sets(proba, truth, batch, soft, calibration, query, settings.alpha, settings.groups,
+                              settings.procedures, settings.min_weight, draws)  # fmt: skip
+    return scenario, truth[query], query
 
 
 def task_arrays(task, output) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -168,21 +266,20 @@ def task_arrays(task, output) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return truth, codes(task.obs["batch"]), np.asarray(task.obsm["soft_groups"], dtype=np.float64)
 
 
-def random_split_scores(task, output, alpha: float, min_cells: int, groups: tuple[str, ...],
-                        procedures: tuple[str, ...]) -> dict[str, float]:  # fmt: skip
+def random_split_scores(task, output, settings: Settings) -> tuple[dict[str, float], Scenario]:
     from celldag.annotation.metrics import max_shortfall, point_metrics, set_metrics, worst_coverage
 
-    sets, truth, query = random_split(task, output, alpha, groups, procedures)
+    scenario, truth, query = random_split(task, output, settings)
     groupings = query_groupings(task, query)
     n_classes = len(output.uns["classes"])
     scores = point_metrics(np.asarray(output.obsm["proba_random"])[query], truth, n_classes)
-    for procedure, procedure_set in sets.items():
+    for procedure, procedure_set in scenario.sets.items():
         scores |= {f"{procedure}_{name}": value for name, value in set_metrics(procedure_set, truth).items()}
         for name, members in groupings.items():
-            scores[f"{procedure}_worst_{name}"] = worst_coverage(procedure_set, truth, members, min_cells)
-        scores[f"{procedure}_max_shortfall"] = max_shortfall(procedure_set, truth, list(groupings.values()), alpha,
-                                                             min_cells)  # fmt: skip
-    return scores
+            scores[f"{procedure}_worst_{name}"] = worst_coverage(procedure_set, truth, members, settings.min_cells)
+        scores[f"{procedure}_max_shortfall"] = max_shortfall(procedure_set, truth, list(groupings.values()),
+                                                             settings.alpha, settings.min_cells)  # fmt: skip
+    return scores, scenario
 
 
 def new_batch_calibration(task, held_out: int) -> tuple[np.ndarray, np.ndarray]:
@@ -194,36 +291,42 @@ def new_batch_calibration(task, held_out: int) -> tuple[np.ndarray, np.ndarray]:
     return (~new & (split == "calibration")) | (new & labelled), new & ~labelled
 
 
-def new_batch_scores(task, output, alpha: float, groups: tuple[str, ...],
-                     procedures: tuple[str, ...]) -> dict[str, float]:  # fmt: skip
-    """Leave each batch out in turn: pooled coverage and set size on its unlabelled cells, worst batch."""
+def new_batch_scores(task, output, settings: Settings) -> tuple[dict[str, float], dict[str, Scenario]]:
+    """Leave each batch out in turn: pooled coverage and set size on its unlabelled cells, worst batch; and each
+    new batch's scenario by its name. A procedure that fails on any batch has no new-batch scores."""
     from celldag.annotation.metrics import point_metrics
 
     truth, batch, soft = task_arrays(task, output)
-    covered = {procedure: [] for procedure in procedures}
-    sizes = {procedure: [] for procedure in procedures}
-    probabilities, truths = [], []
-    for held_out in range(batch.max() + 1):
+    batch_names = sorted(set(task.obs["batch"].astype(str)))
+    covered: dict[str, list[np.ndarray]] = {procedure: [] for procedure in settings.procedures}
+    sizes: dict[str, list[np.ndarray]] = {procedure: [] for procedure in settings.procedures}
+    probabilities, truths, scenarios = [], [], {}
+    for held_out, name in enumerate(batch_names):
         proba = np.asarray(output.obsm[f"proba_without_{held_out}"], dtype=np.float64)
         calibration, query = new_batch_calibration(task, held_out)
-        sets = procedure_sets(proba, truth, batch, soft, calibration, query, alpha, groups, procedures)
-        for procedure, procedure_set in sets.items():
+        draws = scenario_randomisation(task, f"new batch {name}", calibration, query, truth, proba.shape[1], settings)
+        scenario = procedure_sets(proba, truth, batch, soft, calibration, query, settings.alpha, settings.groups,
+                                  settings.procedures, settings.min_weight, draws)  # fmt: skip
+        scenarios[name] = scenario
+        for procedure, procedure_set in scenario.sets.items():
             covered[procedure].append(procedure_set[np.arange(query.sum()), truth[query]])
             sizes[procedure].append(procedure_set.sum(axis=1))
         probabilities.append(proba[query])
         truths.append(truth[query])
     point = point_metrics(np.vstack(probabilities), np.concatenate(truths), len(output.uns["classes"]))
     scores = {f"{name}_new_batch": value for name, value in point.items()}
-    for procedure in procedures:
+    failed = {procedure for scenario in scenarios.values() for procedure in scenario.failed}
+    for procedure in settings.procedures:
+        if procedure in failed:
+            continue
         scores[f"{procedure}_new_batch_coverage"] = float(np.concatenate(covered[procedure]).mean())
         scores[f"{procedure}_new_batch_worst"] = float(min(part.mean() for part in covered[procedure]))
         scores[f"{procedure}_new_batch_set_size"] = float(np.concatenate(sizes[procedure]).mean())
-    return scores
+    return scores, scenarios
 
 
 def permuted_scores(task, output, alpha: float, seed: int) -> dict[str, float]:
     """Split conformal (LAC) calibrated on a seeded permutation of the calibration labels."""
-    from celldag.annotation import conformal
     from celldag.annotation.metrics import set_metrics
 
     truth, _, _ = task_arrays(task, output)
@@ -235,32 +338,57 @@ def permuted_scores(task, output, alpha: float, seed: int) -> dict[str, float]:
     return {"permuted_coverage": measured["coverage"], "permuted_set_size": measured["set_size"]}
 
 
-def score_seed(task, outputs: list, context: ScoringContext) -> list[dict[str, float | str]]:
-    """One {metric: value} per output of one seed (empty for runs that are not ``ok``), with a ``note`` naming
-    the groups too small to calibrate where there are any (the same for every run of the seed: they are the
-    task's). A procedure that fails stops the scoring with one line naming it, the run and the scenario."""
-    settings = options(context.evaluation)
-    alpha, min_cells = float(settings["alpha"]), int(settings["min_group_cells"])
-    groups, procedures = tuple(settings["kandinsky_groups"]), tuple(settings["procedures"])
-    scores: list[dict[str, float | str]] = [{} for _ in outputs]
+def procedure_metrics(procedure: str) -> list[str]:
+    """The metrics of ``procedure`` that its sets make (failed together when it fails)."""
+    return [f"{procedure}_{name}" for name in SET_METRICS + NEW_BATCH_METRICS]
+
+
+def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
+    """One {metric: value} per output of one seed (empty for runs that are not ``ok``).
+
+    A procedure that fails in a scenario fails alone: its set metrics are returned under ``SCORE_FAILED``
+    ({metric: reason}, one line naming the procedure, the run, the seed and the scenario) and every other procedure
+    and the classifier's metrics are scored. The Kandinsky fits count their unverified programs
+    (``<p>_unverified``) and the design groups they dropped (``<p>_dropped_groups``); a ``note`` names the
+    dropped groups, the groups too small to calibrate and any failure."""
+    settings = Settings.of(context.evaluation)
+    scores: list[dict] = [{} for _ in outputs]
     for i, output in enumerate(outputs):
         if output.uns["status"] != "ok":
             continue
         run = f"{output.uns['dataset_id']} {output.uns['method_id']} on {output.uns['variant']} seed {context.seed}"
-        scenario = "random split"
-        try:
-            scores[i] |= random_split_scores(task, output, alpha, min_cells, groups, procedures)
-            scenario = "new batch"
-            scores[i] |= new_batch_scores(task, output, alpha, groups, procedures)
-        except ProcedureFailed as err:
-            raise ProcedureFailed(f"{run}, {scenario}: {err}") from err
-        scores[i] |= permuted_scores(task, output, alpha, context.seed)
-        small = small_groups(task, output, split_masks(task)[0], alpha, groups, procedures)
-        scores[i] |= {f"{procedure}_small_groups": float(len(names)) for procedure, names in small.items()}
-        batch_names = sorted(set(task.obs["batch"].astype(str)))
-        note = small_groups_note(small, {name: small_groups(task, output, new_batch_calibration(task, code)[0], alpha,
-                                                            groups, procedures)
-                                         for code, name in enumerate(batch_names)}, alpha)  # fmt: skip
+        random, random_scenario = random_split_scores(task, output, settings)
+        new_batch, new_scenarios = new_batch_scores(task, output, settings)
+        scenarios = {RANDOM_SPLIT: random_scenario} | {f"new batch {name}": s for name, s in new_scenarios.items()}
+        scores[i] = random | new_batch | permuted_scores(task, output, settings.alpha, context.seed)
+        reasons: dict[str, str] = {}
+        for scenario_name, scenario in scenarios.items():
+            for procedure, reason in scenario.failed.items():
+                reasons.setdefault(procedure, f"{run}, {scenario_name}: {reason}")
+        failed = {metric: reason for procedure, reason in reasons.items() for metric in procedure_metrics(procedure)}
+        for metric in failed:
+            scores[i].pop(metric, None)
+        if failed:
+            scores[i][SCORE_FAILED] = failed
+        for procedure in settings.procedures:
+            if procedure in KANDINSKY_FITS:
+                scores[i][f"{procedure}_unverified"] = float(sum(s.unverified[procedure] for s in scenarios.values()))
+                scores[i][f"{procedure}_dropped_groups"] = float(len(random_scenario.dropped))
+        small = {name: small_groups(task, output, calibration_of(task, name), settings.alpha, settings.procedures)
+                 for name in scenarios}  # fmt: skip
+        scores[i] |= {f"{procedure}_small_groups": float(len(names)) for procedure, names in small[RANDOM_SPLIT].items()}
+        dropped = {name: dropped_names(task, output, scenario.dropped, settings) for name, scenario in scenarios.items()}
+        note = ". ".join(part for part in (groups_note(small, dropped, settings),
+                                           *(f"{procedure} failed: {reason}" for procedure, reason in reasons.items()))
+                         if part)  # fmt: skip
         if note:
             scores[i]["note"] = note
     return scores
+
+
+def calibration_of(task, scenario: str) -> np.ndarray:
+    """The calibration cells of a scenario by its name (``RANDOM_SPLIT`` or 'new batch <name>')."""
+    if scenario == RANDOM_SPLIT:
+        return split_masks(task)[0]
+    batch_names = sorted(set(task.obs["batch"].astype(str)))
+    return new_batch_calibration(task, batch_names.index(scenario.removeprefix("new batch ")))[0]

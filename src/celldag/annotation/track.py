@@ -30,12 +30,13 @@ PROCEDURES = {  # id → what the leaderboard calls it; every one scores LAC = 1
 HEADLINE = "kandinsky_augmented"  # its metrics sit beside accuracy in the track's first metric group
 SET_METRICS = ("coverage", "worst_batch", "worst_type", "worst_batch_type", "max_shortfall", "set_size",
                "singletons", "empty")  # fmt: skip
-GROUPED = ("kandinsky_augmented", "kandinsky", "class_conditional", "mondrian_batch")  # procedures with groups
-LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty", "small_groups")  # metric-name endings
+KANDINSKY_FITS = ("kandinsky_augmented", "kandinsky")  # quantile-regression fits on a sized design (annotation.design)
+GROUPED = ("class_conditional", "mondrian_batch")  # procedures that give groups too small to calibrate full sets
+LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty", "small_groups", "dropped_groups", "unverified")  # name endings
 NEW_BATCH_METRICS = ("new_batch_coverage", "new_batch_worst", "new_batch_set_size")
 TASK_DEFAULTS = {"split": [0.5, 0.25, 0.25], "labelled_fraction": 0.1, "soft_groups": 4}
 SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10, "kandinsky_groups": ["batch", "type", "soft"],
-                    "procedures": list(PROCEDURES)}  # fmt: skip
+                    "kandinsky_min_weight": None, "kandinsky_randomised": True, "procedures": list(PROCEDURES)}  # fmt: skip
 
 
 def _metric(name: str) -> Metric:
@@ -43,9 +44,12 @@ def _metric(name: str) -> Metric:
 
 
 def _procedure_metrics(procedure: str) -> tuple[Metric, ...]:
-    """Its set metrics and, for a procedure with groups, ``small_groups``: how many of its groups have too
-    little calibration weight to be calibrated (the leaderboard's note names them)."""
-    names = SET_METRICS + (("small_groups",) if procedure in GROUPED else ())
+    """Its set metrics; for Mondrian and class-conditional ``small_groups`` (groups with too little calibration
+    weight to be calibrated: in every set); for the Kandinsky fits ``dropped_groups`` (groups left out of the
+    design, without a guarantee) and ``unverified`` (programs no attempt verified: any makes the fit's rows
+    ``failed``). The leaderboard's note names the groups."""
+    extra = ("small_groups",) if procedure in GROUPED else ("dropped_groups", "unverified") if procedure in KANDINSKY_FITS else ()
+    names = SET_METRICS + extra
     return tuple(_metric(f"{procedure}_{name}") for name in names)
 
 

@@ -328,7 +328,8 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Tr
             cells.append(cell)
         first = runs[runs["metric"] == metrics[0]]
         mean = first.loc[first["status"] == "ok", "value"].mean()
-        seeds = runs.groupby("seed")["status"].first()
+        # a run whose one procedure failed (rows 'failed') is still an ok run: ok when any of its rows is
+        seeds = runs.groupby("seed")["status"].agg(lambda statuses: "ok" if (statuses == "ok").any() else statuses.iloc[0])
         body.append((rank_key(mean, arrows[metrics[0]] == "↑", method, variant),
                      (method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}")))  # fmt: skip
     header = (*track.row_labels, *(metric_heading(m, arrows[m], track) for m in metrics), "seeds ok")
