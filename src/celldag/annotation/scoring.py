@@ -12,8 +12,10 @@ Two scenarios per classifier output (``celldag.annotation.track``):
   worst batch.
 
 The control recalibrates split conformal on permuted calibration labels (seeded): what set size a
-calibration that carries no information buys. α and ``min_group_cells`` come from the config's
-``evaluation.annotation``.
+calibration that carries no information buys. Settings come from the config's ``evaluation.annotation``
+(``Settings``). Both Kandinsky fits take a design sized to each scenario's calibration cells
+(``celldag.annotation.design``); the augmented fit is randomised by draws derived from the seed and each cell's key
+(``Randomisation``). A procedure that fails fails alone: its metrics are returned as failed, with their reason.
 """
 
 from __future__ import annotations
