@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from celldag.annotation import conformal, design
-from celldag.annotation.quantile_lp import UnverifiedPrograms
+from celldag.annotation.quantile_lp import QuantileRegressionError, UnverifiedPrograms
 from celldag.annotation.track import KANDINSKY_FITS, NEW_BATCH_METRICS, PROCEDURES, SCORING_DEFAULTS, SET_METRICS
 from celldag.contracts import SCORE_FAILED
 from celldag.tracks import ScoringContext
@@ -123,7 +123,7 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
             sets[procedure] = build[procedure]()
         except Exception as err:  # noqa: BLE001 - any failure of one procedure is that procedure's result, not the job's
             failed[procedure] = f"conformal procedure {procedure} failed: {type(err).__name__}: {err}"
-            if procedure in KANDINSKY_FITS:  # the plain fit is one program; the augmented fit counts its candidates
+            if isinstance(err, QuantileRegressionError):  # the plain fit is one program; the augmented fit counts its candidates
                 unverified[procedure] = err.count if isinstance(err, UnverifiedPrograms) else 1
     return Scenario(sets, failed, unverified, dropped)
 
