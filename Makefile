@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 CORES ?= all
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test bench lint dry-run validate audit compare lock clean
+.PHONY: run test bench lint dry-run validate audit compare prefetch lock clean
 
 $(BIN)/.installed: requirements/lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ audit: $(BIN)/.installed
 compare: $(BIN)/.installed
 	$(if $(BASELINE),,$(error make compare needs the stored results folder to compare with: make compare BASELINE=path/to/results/default (docs/compare.md)))
 	$(BIN)/celldag compare $(BASELINE) results/default --out results/compare
+
+# On a machine with internet, fill a download mirror for compute nodes without it (docs/mirror.md):
+#   make prefetch MIRROR=/shared/celldag-mirror [CONFIG=config/presets/paper.yaml]; without MIRROR: the config's downloads.mirror or $CELLDAG_MIRROR
+prefetch: $(BIN)/.installed
+	$(BIN)/celldag prefetch $(if $(MIRROR),--dest $(MIRROR)) $(if $(CONFIG),--configfile $(CONFIG))
 
 lint: $(BIN)/.installed
 	$(BIN)/snakemake --lint

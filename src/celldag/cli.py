@@ -17,6 +17,11 @@ identical or within tolerance and no order changed, 1 otherwise, 2 for a bad arg
 
 ``celldag resources`` lists what each benchmarked job (prepare_dataset, run_method, evaluate) used —
 wall time and peak RSS from Snakemake's benchmark files — beside the memory it asks of the cluster.
+
+``celldag prefetch`` fills a download mirror (docs/mirror.md) with every file a config's run downloads,
+checksums verified, on a machine with internet (a cluster's login node); ``--list`` only lists them. Exit
+status 0 when every file is in the mirror, 1 when a download failed (the others are still fetched), 2 when
+the config or an argument is invalid.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                                                       "asks of the cluster (config/resources.yaml)")  # fmt: skip
     resources.add_argument("--results", default="results", help="the results directory (default results)")
     _add_module_options(resources)
+    _add_prefetch(commands)
     args = parser.parse_args(argv)
     try:
         if args.command == "audit":
@@ -53,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.command == "resources":
             return _resources(args.results, args.workflow)
+        if args.command == "prefetch":
+            return _prefetch(args.configfile, args.dest, args.list_only, args.workflow, args.config_key)
         return _validate(args.datasets, args.configfile, args.workflow, args.config_key)
     except InputError as err:
         print(one_line(err), file=sys.stderr)
@@ -100,6 +108,19 @@ def _add_compare(commands) -> None:
     _add_module_options(compare)
 
 
+def _add_prefetch(commands) -> None:
+    prefetch = commands.add_parser("prefetch", help="fill a download mirror with the files a config's run downloads "
+                                                    "(for compute nodes without internet)")  # fmt: skip
+    prefetch.add_argument("--configfile", default=DEFAULT_CONFIG,
+                          help=f"the run config (default {DEFAULT_CONFIG}; another file overrides it key by key, "
+                               "as snakemake --configfile does)")  # fmt: skip
+    prefetch.add_argument("--dest", metavar="DIR", help="the mirror folder, laid out <DIR>/<host>/<path> (default: the "
+                                                       "config's downloads.mirror or $CELLDAG_MIRROR, a folder)")  # fmt: skip
+    prefetch.add_argument("--list", action="store_true", dest="list_only",
+                          help="only list the files: URL, sha256 (or pin-on-first-fetch), path in the mirror")
+    _add_module_options(prefetch)
+
+
 def _compare(args) -> int:
     if args.published:
         if len(args.folders) > 1 or args.rtol is not None or args.atol is not None or args.show_all:
@@ -131,6 +152,49 @@ def _resources(results: str, workflow: str) -> int:
         print(f"| {job['rule']} | {job['job']} | {job['rows'] or '–'} | {job['wall_s']:.1f} | {peak} | "
               f"{job['requested_mb'] or '–'} |")  # fmt: skip
     return 0
+
+
+def _prefetch(configfile: str, dest: str | None, list_only: bool, workflow: str, config_key: str | None) -> int:
+    import logging
+    from pathlib import Path
+
+    from celldag.artifacts import sha256_file
+    from celldag.download import DownloadError, configured_mirror, download, mirror_path
+    from celldag.prefetch import needed_files
+    from celldag.plan import make_plan
+    from celldag.registry import PIN_ON_FIRST_FETCH, load_workflow_config
+
+    config, registries = load_workflow_config(configfile, workflow, config_key)
+    try:
+        plan = make_plan(config, registries)
+    except ValueError as err:
+        raise InputError(f"{configfile}: {err}") from err
+    needed = needed_files(plan, registries)
+    if list_only:
+        for item in needed:
+            print(f"{item.url}\t{item.sha256 or PIN_ON_FIRST_FETCH}\t{mirror_path(item.url)}")
+        return 0
+    if dest is None:
+        mirror = configured_mirror(config["downloads"])
+        if mirror is None or mirror.is_url:
+            raise InputError("celldag prefetch: --dest DIR names the mirror folder to fill (no downloads.mirror or "
+                             "$CELLDAG_MIRROR names a local folder)")  # fmt: skip
+        dest = mirror.base
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # download progress on stderr: files run to GBs
+    failed = 0
+    for item in needed:
+        target = Path(dest).expanduser() / mirror_path(item.url)
+        try:
+            if item.sha256 is None and target.is_file():  # nothing to check it against: keep it, not fetch it again
+                digest = sha256_file(target)
+            else:  # from the origin, always: this fills the mirror
+                digest = download(item.url, target, sha256=item.sha256, progress=logging.getLogger("celldag.prefetch"))
+        except DownloadError as err:
+            print(one_line(err), file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{digest}  {mirror_path(item.url)}")  # sha256sum's format: `sha256sum -c` in DIR checks the mirror
+    return 1 if failed else 0
 
 
 def _validate(dataset_ids: list[str], configfile: str, workflow: str, config_key: str | None) -> int:

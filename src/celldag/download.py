@@ -5,6 +5,11 @@ target only when the body is complete and its digest is the expected one, so a f
 fetch never leaves a file at the target path for a later step to parse. The .part survives retries
 and a killed process, and the next attempt resumes it with an HTTP Range request where the server
 honours one (else it starts over); a download that fails for good removes it.
+
+A download mirror (``fetch``, docs/mirror.md) serves compute nodes without internet: a local folder or an
+http(s) base URL holding each file at ``<base>/<host>/<path>`` of its URL, checked against the same sha256.
+``celldag prefetch`` (celldag.cli, with ``celldag.prefetch.needed_files``) fills such a folder
+with the files a config needs.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import re
 import shutil
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from celldag.errors import InputError
@@ -35,6 +42,10 @@ _PERMANENT_HTTP_ERRORS = frozenset(range(400, 500)) - {408, 425, 429}
 
 class DownloadError(InputError):
     """A download or checksum check failed; the message names the URL and/or file."""
+
+
+class NotFoundError(DownloadError):
+    """The server has no such file (HTTP 404 or 410): for a mirror, a file it lacks."""
 
 
 def download(url: str, target: str | os.PathLike, *, sha256: str | None, timeout: float = 60,
@@ -89,7 +100,8 @@ def _fetch_with_retries(url: str, part: Path, target: Path, timeout: float, retr
             time.sleep(backoff * 2**attempt)
             attempt += 1
         except urllib.error.HTTPError as err:  # only the permanent ones get here
-            raise DownloadError(f"download of {url} → {target} failed: HTTP {err.code} {err.reason}") from err
+            error = NotFoundError if err.code in (404, 410) else DownloadError
+            raise error(f"download of {url} → {target} failed: HTTP {err.code} {err.reason}") from err
 
 
 class _TransientError(Exception):
@@ -185,8 +197,9 @@ def decompress_gzip(source: str | os.PathLike, target: str | os.PathLike, chunk_
     return Path(target)
 
 
-def fetch_registry_file(entry: Mapping[str, str | None], target: str | os.PathLike, *, pin_file: str | os.PathLike) -> str:
-    """Fetch one ``files`` entry of a registry to ``target``; return the download's sha256.
+def fetch_registry_file(entry: Mapping[str, str | None], target: str | os.PathLike, *, pin_file: str | os.PathLike,
+                        mirror: Mirror | None = None) -> str:
+    """Fetch one ``files`` entry of a registry to ``target``, through ``mirror`` when given; return the download's sha256.
 
     The registry's sha256 is checked when it has one. Otherwise (GEO publishes none) the first fetch
     pins the digest in ``pin_file`` and every later fetch must match that pin. With ``extract`` the
@@ -198,9 +211,9 @@ def fetch_registry_file(entry: Mapping[str, str | None], target: str | os.PathLi
     from celldag.registry import PIN_ON_FIRST_FETCH
 
     given = entry.get("sha256")
-    pinned = given if given != PIN_ON_FIRST_FETCH else _read_pins(pin_file).get(target.name)
+    pinned = given if given != PIN_ON_FIRST_FETCH else read_pins(pin_file).get(target.name)
     try:
-        digest = download(entry["url"], fetched, sha256=pinned, progress=log)
+        digest = fetch(entry["url"], fetched, sha256=pinned, mirror=mirror, progress=log)
         if entry.get("extract"):
             from celldag.archives import extract_member
 
@@ -219,6 +232,87 @@ def fetch_registry_file(entry: Mapping[str, str | None], target: str | os.PathLi
     return digest
 
 
+# ---------------------------------------------------------------- the download mirror
+
+MIRROR_VARIABLE = "CELLDAG_MIRROR"  # a lab sets it once in its cluster profile; the config's downloads.mirror wins
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A local folder or an http(s) base URL holding each download at ``<base>/<host>/<path>`` of its URL.
+
+    ``strict``: a file the mirror lacks is refused instead of fetched from its origin.
+    """
+
+    base: str
+    strict: bool = False
+
+    @property
+    def is_url(self) -> bool:
+        return re.match(r"https?://", self.base) is not None
+
+    def location(self, url: str) -> str:
+        """Where the mirror keeps ``url``: a path under a folder, or a URL under a base URL."""
+        relative = mirror_path(url)
+        if self.is_url:
+            # percent-encoded, so that '?', '%' and the like of the file name reach a static file server as a name
+            return self.base.rstrip("/") + "/" + urllib.parse.quote(relative, safe="/:")
+        return str(Path(self.base).expanduser() / relative)
+
+
+def configured_mirror(downloads: Mapping | None) -> Mirror | None:
+    """The mirror of a run config's ``downloads`` (config.schema.yaml), else of $CELLDAG_MIRROR; None: none set."""
+    downloads = downloads or {}
+    base = downloads.get("mirror") or os.environ.get(MIRROR_VARIABLE)
+    if not base:
+        if downloads.get("strict"):  # strict promises no origin is contacted: with no mirror, nothing could be fetched
+            raise DownloadError(f"downloads.strict is true but no mirror is set (downloads.mirror or ${MIRROR_VARIABLE})")
+        return None
+    return Mirror(base, strict=bool(downloads.get("strict")))
+
+
+def mirror_path(url: str) -> str:
+    """``<host>/<path>`` of ``url`` — the path as written, ``?<query>`` appended to the file name when the URL
+    has one (``…/x.zip?download=1``: the file is named ``x.zip?download=1``); a fragment, never sent, is dropped."""
+    parts = urllib.parse.urlsplit(url)
+    segments = parts.path.split("/")[1:]
+    if not parts.hostname or not segments or any(segment in ("", ".", "..") for segment in segments):
+        # such a path would name a folder, or one outside the host's: no file of the mirror answers it
+        raise DownloadError(f"{url}: no mirror path for this URL (it needs a host and a path of named segments)")
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return "/".join([host, *segments]) + (f"?{parts.query}" if parts.query else "")
+
+
+def fetch(url: str, target: str | os.PathLike, *, sha256: str | None, mirror: Mirror | None,
+          progress: logging.Logger | None = None) -> str:
+    """``download`` through ``mirror``: every file celldag downloads comes through here.
+
+    The mirror's copy is tried first, with the same sha256 (a mismatch stops: never another source in its
+    place). Only a copy the mirror lacks (no such file, HTTP 404/410) is fetched from the origin, or, when
+    the mirror is strict, refused; any other failure of the mirror stops, so a broken mirror is noticed.
+    """
+    if mirror is None:
+        return download(url, target, sha256=sha256, progress=progress)
+    copy = mirror.location(url)
+    try:
+        if mirror.is_url:
+            return download(copy, target, sha256=sha256, progress=progress)
+        if not Path(mirror.base).expanduser().is_dir():  # a mistyped folder must not pass for a mirror lacking every file
+            raise DownloadError(f"download mirror {mirror.base}: no such folder (downloads.mirror or ${MIRROR_VARIABLE})")
+        if not Path(copy).is_file():
+            raise NotFoundError(copy)
+        return download(Path(copy).resolve().as_uri(), target, sha256=sha256, progress=progress)  # urllib reads file URLs
+    except NotFoundError:
+        if mirror.strict:
+            raise DownloadError(
+                f"{url} is not in the download mirror ({copy} not found) and downloads.strict is true: add it to the "
+                "mirror (celldag prefetch) or set downloads.strict: false to fetch it from its origin"
+            ) from None
+    if progress is not None:
+        progress.info("%s is not in the mirror (%s): fetching it from its origin", url, copy)
+    return download(url, target, sha256=sha256, progress=progress)
+
+
 # ---------------------------------------------------------------- sha256 pins ({file name: sha256} JSON)
 
 
@@ -226,7 +320,7 @@ def record_pin(target: str | os.PathLike, digest: str, pin_file: str | os.PathLi
     """Pin ``digest`` for the target's file name; DownloadError if a different digest is pinned already."""
     name = Path(target).name
     with _locked(pin_file):  # parallel download jobs share one pin file
-        pins = _read_pins(pin_file)
+        pins = read_pins(pin_file)
         if pins.get(name, digest) != digest:
             raise DownloadError(
                 f"{target} changed since it was pinned in {pin_file}: pinned sha256 {pins[name]}, got {digest}"
@@ -239,7 +333,7 @@ def record_pin(target: str | os.PathLike, digest: str, pin_file: str | os.PathLi
 def verify_pinned(target: str | os.PathLike, pin_file: str | os.PathLike) -> str:
     """Return the target's sha256; DownloadError if it is not pinned or differs from its pin."""
     name = Path(target).name
-    pinned = _read_pins(pin_file).get(name)
+    pinned = read_pins(pin_file).get(name)
     if pinned is None:
         raise DownloadError(f"{target}: no sha256 pinned for {name!r} in {pin_file}")
     digest = sha256_file(target)
@@ -248,7 +342,7 @@ def verify_pinned(target: str | os.PathLike, pin_file: str | os.PathLike) -> str
     return digest
 
 
-def _read_pins(pin_file: str | os.PathLike) -> dict[str, str]:
+def read_pins(pin_file: str | os.PathLike) -> dict[str, str]:
     path = Path(pin_file)
     return json.loads(path.read_text()) if path.exists() else {}
 

@@ -1,5 +1,7 @@
 from celldag import joblog
-from celldag.download import fetch_registry_file
+from celldag.download import configured_mirror, fetch_registry_file
 
 joblog.start(snakemake.log[0])
-fetch_registry_file(snakemake.params.file, snakemake.output[0], pin_file=snakemake.params.pins)
+# the mirror from the config, not params: a mirror set or changed is no rerun trigger of downloads already made
+mirror = configured_mirror(snakemake.config["downloads"])
+fetch_registry_file(snakemake.params.file, snakemake.output[0], pin_file=snakemake.params.pins, mirror=mirror)
