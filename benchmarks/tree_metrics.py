@@ -1,12 +1,12 @@
 """Speed of the lineage metrics against named peers, on random binary trees.
 
   exact quartet distance (celldag; binary trees      vs  enumerating all C(n,4) quartets with the
-  go to the O(n^2) algorithm, others O(n^3 log n))       four-point condition (numpy; what the paper code
-                                                      does on distance matrices, O(n^4))
+  go to the binary O(n^2) algorithm, others to       four-point condition (numpy; what the paper code
+  quartet_counts, O(n^2) for small polytomies)        does on distance matrices, O(n^4))
   Robinson-Foulds (celldag)                        vs  DendroPy treecompare.symmetric_difference
 
   --binary: the O(n^2) binary quartet distance alone at large n (seconds, peak MB), against the
-  general O(n^3 log n) algorithm where that takes under a minute (n <= 1000)
+  general algorithm for trees with polytomies (quartet_counts) where that takes under a minute (n <= 1000)
 
 Run: .venv/bin/python benchmarks/tree_metrics.py [n ...]            (default n = 32 64 128)
      .venv/bin/python benchmarks/tree_metrics.py --binary [n ...]   (default n = 1000 2000 5000 10000)

@@ -1,4 +1,5 @@
-"""Distances between a reconstructed lineage tree and the true tree; lower is better for all."""
+"""Distances between a reconstructed lineage tree and the true tree; lower is better for all but the
+split shares (``split_recovery``, ``split_compatibility``), read for a reference with polytomies."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from itertools import chain, combinations, islice
 import numpy as np
 
 from celldag.errors import InputError
-from celldag.lineage.quartets import binary_quartet_distance, is_binary
-from celldag.lineage.tree import Tree
+from celldag.lineage.quartets import binary_quartet_distance, clade_overlaps, is_binary, quartet_counts
+from celldag.lineage.tree import Tree, prune
 
 QUARTET_SAMPLE_DEFAULT = 100_000
 _QUARTET_CHUNK = 1 << 18  # quartets scored per batch in qdist_sampled, bounds its memory
@@ -25,7 +26,62 @@ class RobinsonFoulds:
 
 
 def robinson_foulds(a: Tree, b: Tree) -> RobinsonFoulds:
-    """Unrooted Robinson–Foulds distance over the non-trivial splits of both trees.
+    """Unrooted Robinson–Foulds distance over the non-trivial splits of both trees (``_split_counts``)."""
+    splits_a, splits_b, shared = _split_counts(a, b)
+    distance = splits_a + splits_b - 2 * shared
+    max_distance = splits_a + splits_b
+    return RobinsonFoulds(distance, max_distance, distance / max_distance if max_distance else 0.0)
+
+
+def split_recovery(reference: Tree, estimate: Tree) -> float:
+    """The share of the reference's distinct non-trivial splits that the estimate also has; higher is better.
+
+    In place of RF for a reference with polytomies: a split the estimate adds inside a polytomy
+    contradicts nothing the reference says, so it costs nothing here (RF counts it as a difference).
+    nan when the reference has no non-trivial split (a star): nothing to recover, not a score of 0.
+    """
+    in_reference, _, shared = _split_counts(reference, estimate)
+    return shared / in_reference if in_reference else math.nan
+
+
+def split_compatibility(reference: Tree, estimate: Tree) -> float:
+    """The share of the estimate's distinct non-trivial splits compatible with every split of the
+    reference; higher is better.
+
+    Splits X|X' and Y|Y' are compatible iff one of X∩Y, X∩Y', X'∩Y, X'∩Y' is empty (one tree can hold
+    both): a split inside a polytomy of the reference is compatible with all of it. The complement of
+    ``split_recovery``'s view: it reads what the estimate asserts, not what it recovers. nan when either
+    tree has no non-trivial split: with a star reference every split would score as compatible.
+    """
+    n = len(_shared_leaf_order(reference, estimate))
+    # pruning to every leaf suppresses unary nodes, so each edge below is one split (but at the root)
+    reference, estimate = prune(reference, reference.leaf_names), prune(estimate, estimate.leaf_names)
+    edges_r, edges_e = _split_edges(reference), _split_edges(estimate)
+    if not (edges_r.size and edges_e.size):
+        return math.nan
+    overlap = clade_overlaps(estimate, reference, edges_r)[edges_e].astype(np.int64)
+    size_e, size_r = (_clade_sizes(tree)[edges] for tree, edges in ((estimate, edges_e), (reference, edges_r)))
+    size_e = size_e[:, None]
+    incompatible = (overlap > 0) & (overlap < size_e) & (overlap < size_r) & (size_e + size_r - overlap < n)
+    return float(1.0 - incompatible.any(axis=1).mean())
+
+
+def _split_edges(tree: Tree) -> np.ndarray:
+    """The nodes whose edges to their parents are the tree's non-trivial splits, once each, for a tree
+    without unary nodes: the two edges below a root of degree 2 are one split."""
+    size = _clade_sizes(tree)
+    edges = np.flatnonzero((size >= 2) & (size <= size[0] - 2))
+    kids = tree.children[0]
+    return edges[edges != kids[1]] if len(kids) == 2 else edges
+
+
+def _clade_sizes(tree: Tree) -> np.ndarray:
+    start, stop = tree.leaf_span
+    return stop - start
+
+
+def _split_counts(a: Tree, b: Tree) -> tuple[int, int, int]:
+    """The distinct non-trivial splits of ``a``, of ``b`` and of both.
 
     Exact in O(n log n) (Day 1985, unrooted): with the leaves numbered in ``a``'s Newick order, each
     split of ``a`` has a side that is a range of numbers without 0, so a split of ``b`` is one of ``a``'s
@@ -38,9 +94,7 @@ def robinson_foulds(a: Tree, b: Tree) -> RobinsonFoulds:
     splits_a = _ranges_without_zero(a, np.arange(n))
     splits_b = _ranges_without_zero(b, np.arange(n))  # b's own numbering: only counts its distinct splits
     shared = _ranges_without_zero(b, numbers_in_b) & splits_a
-    distance = len(splits_a) + len(splits_b) - 2 * len(shared)
-    max_distance = len(splits_a) + len(splits_b)
-    return RobinsonFoulds(distance, max_distance, distance / max_distance if max_distance else 0.0)
+    return len(splits_a), len(splits_b), len(shared)
 
 
 def _ranges_without_zero(tree: Tree, numbers: np.ndarray) -> set[tuple[int, int]]:
@@ -96,96 +150,15 @@ def _range_extremes(values: np.ndarray, start: np.ndarray, stop: np.ndarray) -> 
 def quartet_distance(a: Tree, b: Tree) -> float:
     """Exact fraction of the C(n, 4) quartets whose unrooted topologies differ (a star differs from a resolved one).
 
-    For a leaf pair (p, q), every other leaf x hangs off the path p–q at an attachment vertex
-    (the median of p, q, x) through one of its branches, x's "component". Quartet pq|xy is
-    resolved that way iff x and y share a component, and is a star iff they share the vertex
-    but not the component. Counting such pairs {x, y} for every pair {p, q} sees each resolved
-    quartet twice (once from each side), so per-quartet counts follow in O(n³ log n).
-    Two binary trees go to ``quartets.binary_quartet_distance`` instead: O(n²), the same value.
+    Two binary trees go to ``quartets.binary_quartet_distance``, others to ``quartets.quartet_counts``:
+    both O(n²) (see their module), the same integer count divided by C(n, 4).
     """
-    order = _shared_leaf_order(a, b)
-    n = len(order)
+    n = len(_shared_leaf_order(a, b))
     if n < 4:
         raise InputError(f"the quartet distance needs at least 4 leaves, got {n}")
     if is_binary(a) and is_binary(b):
         return binary_quartet_distance(a, b)
-    view_a, view_b = _PathComponents(a, order), _PathComponents(b, order)
-    # labels and vertices lie in [0, 2N); x = p and x = q get the unique values 2N and 2N + 1
-    sentinel = 2 * max(a.n_nodes, b.n_nodes)
-    base = sentinel + 2  # base**3 must fit in int64: fine for trees far beyond O(n³) reach
-    # summed over pairs p < q: pairs {x, y} in one component of A, of B, of both, and in one
-    # component of A while only sharing the attachment vertex in B
-    same_a = same_b = same_both = same_a_vertex_b = 0
-    for p in range(n - 1):
-        label_a, _ = view_a.components(p)
-        label_b, vertex_b = view_b.components(p)
-        q = (np.arange(n - 1 - p), np.arange(p + 1, n))
-        for array in (label_a, label_b, vertex_b):
-            array[:, p] = sentinel
-            array[q] = sentinel + 1
-        # one sort by (label A, vertex B, label B) serves all three prefixes; label B fixes vertex B
-        by_a = np.sort((label_a * base + vertex_b) * base + label_b, axis=1)
-        same_both += _equal_pairs(by_a)
-        same_a_vertex_b += _equal_pairs(by_a // base)
-        same_a += _equal_pairs(by_a // base**2)
-        same_b += _equal_pairs(np.sort(label_b, axis=1))
-    resolved_a, resolved_b, shared = same_a // 2, same_b // 2, same_both // 2
-    resolved_a_star_b = (same_a_vertex_b - same_both) // 2
-    total = math.comb(n, 4)
-    resolved_in_both = resolved_a - resolved_a_star_b
-    star_in_both = total - resolved_a - resolved_b + resolved_in_both
-    return (total - shared - star_in_both) / total
-
-
-class _PathComponents:
-    """One tree's leaf LCAs and ancestors, to place every leaf relative to the path between two leaves."""
-
-    def __init__(self, tree: Tree, order: tuple[str, ...]) -> None:
-        nodes = tree.leaf_indices(order)
-        position = tree.leaf_position[nodes]
-        self.n_nodes = tree.n_nodes
-        self.lca = tree.leaf_lca()[np.ix_(position, position)]
-        self.lca_depth = tree.depth[self.lca]
-        # ancestor[i, k]: leaf i's ancestor at depth k, -1 past the leaf; the spare last
-        # column lets the child lookup below run unchecked for x = p and x = q
-        leaf_depth = tree.depth[nodes]
-        width = int(leaf_depth.max()) + 2
-        ancestor = np.full((nodes.size, width), -1, dtype=np.int64)
-        rows, at, depth = np.arange(nodes.size), nodes.copy(), leaf_depth.copy()
-        while rows.size:
-            ancestor[rows, depth] = at
-            climbing = depth > 0
-            rows, at, depth = rows[climbing], tree.parent[at[climbing]], depth[climbing] - 1
-        self.ancestor = ancestor.ravel()
-        self.child_offset = np.arange(nodes.size) * width + 1  # + depth d: flat index of ancestor[x, d + 1]
-
-    def components(self, p: int) -> tuple[np.ndarray, np.ndarray]:
-        """(n - 1 - p, n) component labels and attachment vertices of every leaf x on the paths p–q, q > p.
-
-        A label is the child of the vertex on the way to x, or n_nodes + vertex when x hangs
-        off the edge above the vertex. Columns x = p and x = q hold no meaning.
-        """
-        pq, d_pq = self.lca[p, p + 1 :, None], self.lca_depth[p, p + 1 :, None]
-        px, d_px = self.lca[p], self.lca_depth[p]
-        qx, d_qx = self.lca[p + 1 :], self.lca_depth[p + 1 :]
-        # the three LCAs are, two by two, ancestors of one leaf, so they nest: x lies below the
-        # attachment vertex iff LCA(p, x) or LCA(q, x) reaches LCA(p, q), and the deeper one is the vertex
-        deeper = np.maximum(d_px, d_qx)
-        below = deeper >= d_pq
-        label = np.where(below, self.ancestor[self.child_offset + deeper], self.n_nodes + pq)
-        vertex = np.where(below, np.where(d_px >= d_qx, px, qx), pq)
-        return label, vertex
-
-
-def _equal_pairs(ordered: np.ndarray) -> int:
-    """Number of pairs of equal entries within each row of a row-sorted array, summed over rows."""
-    rows, columns = ordered.shape
-    # run starts per row, plus one closing mark per row; between a row's closing mark and the
-    # next row's start lies a "run" of length 1, which adds no pair
-    boundary = np.ones((rows, columns + 1), dtype=bool)
-    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=boundary[:, 1:columns])
-    run_length = np.diff(np.flatnonzero(boundary))
-    return int((run_length * (run_length - 1)).sum() // 2)
+    return quartet_counts(a, b).distance
 
 
 def qdist_sampled(d_est: np.ndarray, d_ref: np.ndarray, n_quartets: int, rng: np.random.Generator) -> float:

@@ -1,9 +1,10 @@
 """Scores of the lineage track: every run against the true tree of its seed's prepared dataset.
 
-Every ``ok`` run gets RF, the exact quartet distance and QDist on a seeded quartet sample; runs
-trained under a weak supervision setting (recorded by the method in ``uns["supervision"]``) also get
-the metrics that split quartets by what the setting revealed. The leaderboard adds the Δ against the
-baseline method (``celldag.report.leaderboard``).
+Every ``ok`` run gets RF, the exact quartet distance and QDist on a seeded quartet sample; against a
+reference with polytomies (a reconstructed barcode tree) also the scores over what that reference
+resolves (``polytomy_scores``); runs trained under a weak supervision setting (recorded by the method in
+``uns["supervision"]``) also get the metrics that split quartets by what the setting revealed. The
+leaderboard adds the Δ against the baseline method (``celldag.report.leaderboard``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 
 import numpy as np
 
+from celldag.contracts import SCORE_NOTE
 from celldag.lineage.track import scored_features
 from celldag.scoring import relative_reduction
 from celldag.tracks import ScoringContext
@@ -24,8 +26,9 @@ def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[st
             for output in outputs]  # fmt: skip
 
 
-def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float]:
+def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float | str]:
     from celldag.lineage.metrics import quartet_distance, robinson_foulds
+    from celldag.lineage.quartets import is_binary
     from celldag.lineage.reconstruct import euclidean_distances
     from celldag.lineage.tree import parse_newick, path_distances
 
@@ -40,11 +43,12 @@ def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float]
         estimated = path_distances(estimate, names, topology_only=True)
     reference = path_distances(truth, names, topology_only=True)
     quartets = QuartetSample(len(names), n_quartets, np.random.default_rng(seed))
-    scores = {
-        "rf": robinson_foulds(estimate, truth).normalized,
-        "quartet_dist": quartet_distance(estimate, truth),
-        "qdist_sampled": quartets.qdist(estimated, reference),
-    }
+    scores = {"rf": robinson_foulds(estimate, truth).normalized}
+    if is_binary(truth):
+        scores["quartet_dist"] = quartet_distance(estimate, truth)
+    else:
+        scores |= polytomy_scores(truth, estimate)
+    scores["qdist_sampled"] = quartets.qdist(estimated, reference)
     supervision = dict(output.uns.get("supervision", {}))
     if supervision.get("setting") == "high_level_partition":
         raw = euclidean_distances(scored_features(prepared)[order])  # output rows are the prepared rows
@@ -52,7 +56,39 @@ def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float]
     elif supervision.get("setting") == "partially_labelled":
         known = np.isin(names, list(supervision["known_leaves"]))
         scores |= partial_label_scores(truth, estimate, names, known, estimated, reference, quartets)
-    return {metric: value for metric, value in scores.items() if math.isfinite(value)}
+    finite: dict[str, float | str] = {metric: value for metric, value in scores.items() if math.isfinite(value)}
+    if not is_binary(truth):  # the leaderboard prints it under the dataset: what its numbers can mean
+        finite[SCORE_NOTE] = reconstructed_reference_note(truth)
+    return finite
+
+
+def reconstructed_reference_note(truth) -> str:
+    """What a reference with polytomies is, and which of its scores to read (docs/metrics.md)."""
+    from celldag.lineage.track import tree_fact
+
+    return (f"The reference tree is {tree_fact(truth)}: a reconstruction such as a barcode tree, not the true "
+            "lineage. Its scores measure agreement with it; RF and quartet_dist count what it leaves unresolved "
+            "as differences, resolved_quartet_dist and split_recovery read only what it resolves")
+
+
+def polytomy_scores(truth, estimate) -> dict[str, float]:
+    """``quartet_dist`` and the scores over what a reference with polytomies resolves (docs/metrics.md).
+
+    One exact count of the quartet categories serves every quartet score: ``quartet_dist`` is the value
+    ``quartet_distance(estimate, truth)`` gives, from the same integers. A star reference resolves
+    nothing: its resolved-quartet and split scores are nan, which ``run_scores`` leaves out.
+    """
+    from celldag.lineage.metrics import split_compatibility, split_recovery
+    from celldag.lineage.quartets import quartet_counts
+
+    counts = quartet_counts(truth, estimate)
+    return {
+        "quartet_dist": counts.distance,
+        "resolved_quartet_dist": counts.resolved_distance,
+        "resolved_quartet_contradicted": counts.contradicted,
+        "split_recovery": split_recovery(truth, estimate),
+        "split_compatibility": split_compatibility(truth, estimate),
+    }
 
 
 class QuartetSample:

@@ -4,16 +4,20 @@ Prepared dataset: one row per leaf, ``uns['tree_newick']`` the true tree over ``
 optionally an independent replicate pair (layers ``train`` / ``test``): methods train on ``train``
 and are scored on ``test``; with a pair, optionally a third replicate (layer ``validation``) on which
 supervised methods select their model, never on the test replicate. Scores: RF and quartet distances against the truth, plus the metrics that
-split quartets by what a weak supervision setting revealed (``celldag.lineage.scoring``).
+split quartets by what a weak supervision setting revealed and, for a true tree with polytomies, those over
+what it resolves (``celldag.lineage.scoring``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from celldag.contracts import MIN_LEAVES, ContractError, require_finite_matrix
+from celldag.lineage.quartets import is_binary, resolved_quartets
+from celldag.lineage.tree import parse_newick
 from celldag.report.figures import COMMON
 from celldag.tracks import Figure, Metric, MetricGroup, Track
 
@@ -32,6 +36,12 @@ TRACK = Track(
             Metric("rf", higher_is_better=False, core=True, delta=True),
             Metric("quartet_dist", higher_is_better=False, core=True, delta=True),
             Metric("qdist_sampled", higher_is_better=False, core=True, delta=True),
+            # only against a reference with polytomies (scoring.polytomy_scores), where RF and quartet_dist
+            # count what the reference leaves unresolved: in the main table, where such a dataset is read
+            Metric("resolved_quartet_dist", higher_is_better=False, delta=True),
+            Metric("resolved_quartet_contradicted", higher_is_better=False),
+            Metric("split_recovery", higher_is_better=True),
+            Metric("split_compatibility", higher_is_better=True),
         )),
         # K-/U-QDist and their relative reduction against raw-feature distances on the same quartets
         MetricGroup("high-level partition", (
@@ -120,8 +130,6 @@ def method_input(prepared, work_dir: str | None, gene_table=None) -> LineageInpu
 
 
 def tree_leaf_names(newick: str, path: str) -> set[str]:
-    from celldag.lineage.tree import parse_newick
-
     try:
         return set(parse_newick(newick).leaf_names)
     except ValueError as err:
@@ -181,4 +189,14 @@ def dataset_facts(prepared, entry: dict) -> list[tuple[str, str]]:
         ("features", str(prepared.n_vars)),
         ("replicate pair", "yes (train/test layers)" if "train" in prepared.layers else "no (one profile per leaf)"),
         ("validation replicate", validation_fact(prepared)),
+        ("true tree", tree_fact(parse_newick(prepared.uns["tree_newick"]))),
     ]
+
+
+def tree_fact(tree) -> str:
+    """Whether the true tree is binary, else how much of it is resolved: what its scores can say."""
+    if is_binary(tree):
+        return "binary"
+    resolved = resolved_quartets(tree) / math.comb(len(tree.leaf_names), 4)
+    return (f"with polytomies (up to {max(len(kids) for kids in tree.children)} children), resolving {resolved:.1%} "
+            "of the quartets")
