@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 
 from celldag import contracts
-from celldag.plan import Run, make_run
+from celldag import plan
+from celldag.plan import ORG_ROLE, Run, make_run
 from celldag.registry import Registries, apply_schema, load_config, read_yaml
 from celldag.tracks import tracks_of
 
 REPO = Path(__file__).resolve().parents[1]
+# exact copies of published files laid out <host>/<path> of their URLs: a download mirror (docs/mirror.md)
+REALDATA = REPO.parent / "shared" / "realdata"
 TRACKS = tracks_of(read_yaml(REPO / "config/tracks.yaml"))  # the shipped tracks by id
 
 
@@ -60,6 +63,36 @@ def registries() -> Registries:
         apply_schema(embeddings, "embeddings", "embeddings.yaml"),
         apply_schema(read_yaml(REPO / "config/tracks.yaml"), "tracks", "tracks.yaml"),
     )
+
+
+@pytest.fixture(scope="session")
+def realdata() -> Path:
+    if not REALDATA.is_dir():
+        pytest.skip(f"{REALDATA} is missing (the shared copies of published files)")
+    return REALDATA
+
+
+@pytest.fixture(scope="session")
+def org_db(pytestconfig) -> Path:
+    """The real org.Hs.eg.sqlite as the pipeline gets it: the Debian package config/embeddings.yaml pins, through
+    celldag's download (and $CELLDAG_MIRROR's mirror when set), kept in pytest's cache between sessions; a run's
+    download in resources/ when there is one. Skipped only when it cannot be fetched (no network, no mirror)."""
+    from celldag.download import DownloadError, configured_mirror, fetch_registry_file
+
+    files = [f for entry in read_yaml(REPO / "config/embeddings.yaml").values() for f in entry.get("files", [])]
+    spec = next(f for f in files if f["role"] == ORG_ROLE)
+    downloaded = REPO / plan.DOWNLOAD.format(source=plan.EMBEDDING_SOURCE, file=spec["name"])
+    if downloaded.is_file():
+        return downloaded
+    folder = pytestconfig.cache.mkdir("celldag-org-hs-eg")
+    target = folder / spec["name"]
+    if not target.is_file():
+        try:
+            fetch_registry_file(spec, target, pin_file=folder / "checksums.json", mirror=configured_mirror(None))
+        except DownloadError as err:
+            pytest.skip(f"org.Hs.eg.db cannot be fetched here ({err}); set $CELLDAG_MIRROR to a mirror holding "
+                        f"{spec['url']}, or run the pipeline once (it downloads the file to {downloaded})")
+    return target
 
 
 def copy_workflow(workdir: Path) -> Path:

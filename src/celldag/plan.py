@@ -55,6 +55,8 @@ CHAINED_SCORES = "results/{name}/scores/{dataset}.{track}.parquet"
 # elsewhere): the run's dataset and seed, and for a chained track's run the run it chains on (method-variant)
 FILE_FIELDS = ("dataset", "seed")
 UPSTREAM_FIELD = "upstream"
+# embed_genes' input file that maps a dataset's human Ensembl ids to symbols: org.Hs.eg.db (config/embeddings.yaml)
+ORG_ROLE = "org_hs_eg_sqlite"
 
 
 @dataclass(frozen=True, order=True)
@@ -311,14 +313,14 @@ def make_plan(config: dict, registries: Registries) -> Plan:
     tables = set()
     for run in runs:
         for embedding in embeddings_needed(run_embedding(run, registries), registries.embeddings):
-            tables.add((embedding, run.path(GENE_TABLE, embedding=embedding)))
+            tables.add((embedding, run.dataset, run.path(GENE_TABLE, embedding=embedding)))
     downloads |= {
         DOWNLOAD.format(source=EMBEDDING_SOURCE, file=file["name"])
-        for embedding in {embedding for embedding, _ in tables}
-        for file in registries.embeddings[embedding]["files"]
+        for embedding, dataset in {(embedding, dataset) for embedding, dataset, _ in tables}
+        for file in gene_table_files(embedding, registries.datasets[dataset], registries.embeddings)
         if "url" in file
     }
-    gene_tables = {path for _, path in tables}
+    gene_tables = {path for _, _, path in tables}
     figures = []
     for dataset in sorted({run.dataset for run in runs}):
         track_id = registries.datasets[dataset]["track"]
@@ -390,6 +392,29 @@ def embeddings_needed(embedding: str | None, embeddings: dict[str, dict]) -> lis
         needed.append(embedding)
         embedding = embeddings[embedding].get("of")
     return needed
+
+
+def declared_genes(dataset_entry: dict) -> tuple[str, str]:
+    """(what the dataset's var_names are, its species): the registry entry's, by default symbols of human genes.
+
+    Defaults here, not in the schema: a filled-in default would change every existing entry and so the
+    key of every prepared dataset (``data_key``).
+    """
+    return dataset_entry.get("gene_ids", "symbol"), dataset_entry.get("species", "human")
+
+
+def gene_table_files(embedding: str, dataset_entry: dict, embeddings: dict[str, dict]) -> list[dict]:
+    """The registry files rule embed_genes reads for ``embedding``'s table of a dataset: the embedding entry's
+    own, and for human Ensembl ids org.Hs.eg.db to map them (the file entry of the embeddings registry that
+    lists it, e.g. go_text's: one download serves both; ``celldag.embeddings.gene_ids``)."""
+    files = list(embeddings[embedding]["files"])
+    if declared_genes(dataset_entry) != ("ensembl", "human") or any(file["role"] == ORG_ROLE for file in files):
+        return files
+    listed = [file for entry in embeddings.values() for file in entry["files"] if file["role"] == ORG_ROLE]
+    if not listed:
+        raise ValueError(f"a dataset with gene_ids: ensembl needs org.Hs.eg.db to map its ids to symbols: no entry of "
+                         f"the embeddings registry lists a file with role {ORG_ROLE!r} (config/embeddings.yaml's go_text does)")
+    return [*files, listed[0]]
 
 
 def method_params(method_entry: dict, variant: str) -> dict:

@@ -297,11 +297,12 @@ def download_pins(wildcards):
 
 
 def embedding_inputs(wildcards):
-    """embed_genes inputs: the dataset's gene list, the entry's files by role, a shuffled entry's base table."""
+    """embed_genes inputs: the dataset's gene list, the entry's files by role (org.Hs.eg.db too for Ensembl ids),
+    a shuffled entry's base table."""
     entry = REGISTRIES.embeddings[wildcards.embedding]
     key = prepared_key(wildcards)
     inputs = {"genes": plan.DATASET_GENES.format(dataset=wildcards.dataset, data_key=key)}
-    for file in entry["files"]:
+    for file in plan.gene_table_files(wildcards.embedding, REGISTRIES.datasets[wildcards.dataset], REGISTRIES.embeddings):
         inputs[file["role"]] = (
             plan.DOWNLOAD.format(source=plan.EMBEDDING_SOURCE, file=file["name"]) if "url" in file else file["path"]
         )
@@ -312,6 +313,11 @@ def embedding_inputs(wildcards):
 
 def embedding_entry(wildcards):
     return REGISTRIES.embeddings[wildcards.embedding]
+
+
+def embedding_dataset_entry(wildcards):
+    """The dataset's registry entry: its gene_ids and species say how its genes meet the table's."""
+    return REGISTRIES.datasets[wildcards.dataset]
 
 
 def run_seeds(wildcards):

@@ -89,6 +89,7 @@ rule embed_genes:
         facts=plan.GENE_TABLE.replace(".parquet", ".json"),
     params:
         entry=embedding_entry,
+        dataset_entry=embedding_dataset_entry,
     log:
         "results/logs/embed_genes/{embedding}/{dataset}-{data_key}.log",
     conda:

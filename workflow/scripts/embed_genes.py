@@ -9,4 +9,5 @@ write_gene_table(
     table_path=snakemake.output.table,
     facts_path=snakemake.output.facts,
     threads=snakemake.threads,
+    dataset_entry=snakemake.params.dataset_entry,
 )

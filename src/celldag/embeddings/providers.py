@@ -9,13 +9,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from contextlib import closing
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from celldag.embeddings import annotation, sources
-from celldag.embeddings.table import GeneTable, check_frame, gene_frame, match_genes
+from celldag.embeddings.gene_ids import GeneIdMap, map_ensembl, no_orthology
+from celldag.embeddings.table import MAPPING, NOT_APPLICABLE, GeneTable, check_frame, gene_frame, match_genes
 from celldag.errors import InputError
+from celldag.plan import ORG_ROLE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,13 +41,19 @@ def provider(**defaults):
 
 
 def embed_genes(reference: str, params: dict, genes: Sequence[str], files: Mapping[str, str], seed: int,
-                base_table: GeneTable | None = None, threads: int = 1) -> tuple[pd.DataFrame, dict]:
+                base_table: GeneTable | None = None, threads: int = 1, gene_ids: str = "symbol",
+                species: str = "human") -> tuple[pd.DataFrame, dict]:
     """Embed ``genes`` with the provider ``reference`` names; return (table, facts).
 
     The table (columns gene_id, embedding) holds the genes that got a vector, in the order of
     ``genes``; facts count requested, embedded and missing genes, plus provider-specific details.
     ``files`` maps input names to local paths; ``base_table`` is the table of the entry's ``of`` (the
     one ``shuffled`` permutes); ``threads`` caps the cores a model may use.
+
+    ``gene_ids`` and ``species`` are the dataset's declaration (``plan.declared_genes``). Providers see human
+    symbols only: Ensembl ids are mapped first (``files`` then needs org.Hs.eg.db as ``org_hs_eg_sqlite``)
+    and the table keyed by the dataset's ids again, the mapping's counts in its attrs; for another species
+    the table is empty and says why (``not_applicable``), and no provider runs.
     """
     from celldag.extensions import load
 
@@ -55,14 +64,40 @@ def embed_genes(reference: str, params: dict, genes: Sequence[str], files: Mappi
     genes = list(genes)
     if len(set(genes)) != len(genes):
         raise ValueError(f"provider {reference!r}: requested gene names must be unique")
-    ids, vectors, details = embed(embed.defaults | params, genes, files, seed, base_table, threads)
+    facts = {"provider": reference, "n_genes_requested": len(genes)}
+    if species != "human":  # every source is keyed by human genes: no vectors, the runs reading it are not_applicable
+        table = gene_frame([], [])
+        table.attrs = {NOT_APPLICABLE: no_orthology(species)}
+        return table, facts | {"n_genes_embedded": 0, "n_genes_missing": len(genes)} | table.attrs
+    mapped = _ensembl_symbols(genes, files) if gene_ids == "ensembl" else None
+    symbols = list(mapped.symbols.values()) if mapped else genes
+    if mapped and base_table is not None:  # the base table is keyed by the dataset's ids, its provider by symbols
+        base_table = replace(base_table, gene_ids=tuple(mapped.symbols[gene] for gene in base_table.gene_ids))
+    ids, vectors, details = embed(embed.defaults | params, symbols, files, seed, base_table, threads)
     if not ids:
-        raise InputError(f"provider {reference!r} embedded none of the {len(genes)} requested genes (first: {genes[:3]}); "
+        hint = ("; they look like Ensembl ids: declare `gene_ids: ensembl` in the dataset's registry entry"
+                if sum(gene.startswith("ENS") for gene in genes) > len(genes) / 2 else "")
+        raise InputError(f"provider {reference!r} embedded none of the {len(symbols)} requested genes (first: {symbols[:3]}); "
                          "genes are matched by exact name: the dataset's var_names must be the ids the source uses "
-                         "(e.g. HGNC symbols, not Ensembl ids)")
-    facts = {"provider": reference, "n_genes_requested": len(genes), "n_genes_embedded": len(ids),
-             "n_genes_missing": len(genes) - len(ids), "dim": int(vectors.shape[1])}
-    return gene_frame(ids, vectors), facts | details
+                         f"(e.g. HGNC symbols, not Ensembl ids){hint}")
+    if mapped:  # back to the dataset's ids: methods match the table to its var_names
+        dataset_id = {symbol: gene for gene, symbol in mapped.symbols.items()}
+        ids = [dataset_id[symbol] for symbol in ids]
+    table = gene_frame(ids, vectors)
+    table.attrs = {MAPPING: mapped.facts()} if mapped else {}
+    facts |= {"n_genes_embedded": len(ids), "n_genes_missing": len(genes) - len(ids), "dim": int(vectors.shape[1])}
+    return table, facts | table.attrs | details
+
+
+def _ensembl_symbols(genes: list[str], files: Mapping[str, str]) -> GeneIdMap:
+    """The dataset's human Ensembl ids mapped to symbols; none mapping is the dataset's mistake, not a provider's."""
+    org = sources.required_file(files, ORG_ROLE, "mapping the dataset's Ensembl ids to symbols (gene_ids: ensembl)")
+    with closing(annotation.open_annotation(org)) as db:
+        mapped = map_ensembl(db, genes)
+    if not mapped.symbols:
+        raise InputError(f"none of the dataset's {len(genes)} genes (first: {genes[:3]}) is a human Ensembl gene id "
+                         "that org.Hs.eg.db links to a symbol, yet its registry entry declares `gene_ids: ensembl`")
+    return mapped
 
 
 @provider(text_source="go", model=DEFAULT_TEXT_MODEL, max_seq_length=128, batch_size=64, normalize=True, device="cpu",

@@ -1,25 +1,31 @@
 """Gene-embedding tables: Parquet with ``gene_id`` (string) and ``embedding`` (list<float32>), one row per gene.
 
 The contract (columns present, unique non-empty gene ids, vectors of one length, finite values) is
-checked before a table is written and right after it is read, like every other artifact.
+checked before a table is written and right after it is read, like every other artifact. Gene ids are
+the dataset's own (its var_names), whatever ids the source used (``gene_ids``). The frame's ``attrs``
+travel in the file (pandas keeps them in the Parquet metadata): ``gene_id_mapping``, how the dataset's
+Ensembl ids were mapped to the source's symbols, and ``not_applicable``, why a table has no rows (a
+dataset of another species): the only table allowed to be empty.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from celldag.artifacts import write_parquet
 from celldag.contracts import ContractError
+from celldag.embeddings.gene_ids import note as mapping_note
 
 if TYPE_CHECKING:
     import pandas as pd
 
 COLUMNS = ("gene_id", "embedding")
+MAPPING, NOT_APPLICABLE = "gene_id_mapping", "not_applicable"  # keys of the table's attrs
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,12 @@ class GeneTable:
     gene_ids: tuple[str, ...]
     vectors: np.ndarray  # (genes, d) float32
     provider: str = ""
+    mapping: Mapping = field(default_factory=dict)  # gene_ids.GeneIdMap.facts when the dataset's ids were mapped
+    not_applicable: str = ""  # why the table has no vector for this dataset's genes; "" when it applies
+
+    def mapping_facts(self) -> dict:
+        """What a run that read the table records of the id mapping: the counts, and the leaderboard's note."""
+        return {MAPPING: dict(self.mapping), "note": mapping_note(self.mapping)} if self.mapping else {}
 
 
 def gene_frame(gene_ids: Sequence[str], vectors: Sequence[np.ndarray] | np.ndarray) -> pd.DataFrame:
@@ -45,6 +57,8 @@ def check_frame(frame: pd.DataFrame, path: str | os.PathLike) -> np.ndarray:
         if column not in frame.columns:
             raise ContractError(path, f"column '{column}'", "missing")
     if len(frame) == 0:
+        if frame.attrs.get(NOT_APPLICABLE):
+            return np.zeros((0, 0), dtype=np.float32)
         raise ContractError(path, "rows", "empty table (no gene has a vector)")
     ids = frame["gene_id"].tolist()
     for row, gene in enumerate(ids):
@@ -84,9 +98,11 @@ def _vector_matrix(vectors: list, ids: list[str], path: str) -> np.ndarray:
 
 
 def write_table(table: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Check the contract, then write atomically with float32 vectors."""
+    """Check the contract, then write atomically with float32 vectors (and the table's attrs)."""
     vectors = check_frame(table, path)
-    write_parquet(gene_frame(table["gene_id"].tolist(), vectors), path)
+    frame = gene_frame(table["gene_id"].tolist(), vectors)
+    frame.attrs = dict(table.attrs)
+    write_parquet(frame, path)
 
 
 def read_table(path: str | os.PathLike, provider: str = "") -> GeneTable:
@@ -98,7 +114,8 @@ def read_table(path: str | os.PathLike, provider: str = "") -> GeneTable:
     except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
         raise ContractError(str(path), "file", f"not a readable Parquet file ({err})") from err
     vectors = check_frame(frame, path)
-    return GeneTable(gene_ids=tuple(frame["gene_id"]), vectors=vectors, provider=provider)
+    return GeneTable(gene_ids=tuple(frame["gene_id"]), vectors=vectors, provider=provider,
+                     mapping=frame.attrs.get(MAPPING, {}), not_applicable=frame.attrs.get(NOT_APPLICABLE, ""))
 
 
 def match_genes(gene_names: Sequence[str], table: GeneTable) -> tuple[np.ndarray, np.ndarray, int]:

@@ -35,9 +35,12 @@ def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     del seed  # deterministic: a fixed weighted average
     from celldag.embeddings import match_genes
 
-    columns, vectors, n_missing = match_genes(list(inputs.gene_names), inputs.gene_embedding)
+    table = inputs.gene_embedding
+    if table.not_applicable:  # e.g. mouse genes against a human table: never a run on the few names that match
+        raise NotApplicable(table.not_applicable)
+    columns, vectors, n_missing = match_genes(list(inputs.gene_names), table)
     if len(columns) == 0:
-        raise NotApplicable(f"no gene of the dataset has a vector in {inputs.gene_embedding.provider!r}")
+        raise NotApplicable(f"no gene of the dataset has a vector in {table.provider!r}")
     vectors = np.asarray(vectors, dtype=np.float64)
     if params["normalize"]:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -46,7 +49,7 @@ def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     return MethodResult(
         embedding=embedding.astype(np.float32),
         uns={"genes": {"n_modelled": len(columns), "n_without_embedding": n_missing},
-             "n_cells_without_expression": n_empty},
+             "n_cells_without_expression": n_empty, **table.mapping_facts()},
     )  # fmt: skip
 
 

@@ -87,8 +87,11 @@ def static_gene_space(output, table_paths: list[str], read_table=None) -> tuple[
         return None
     if read_table is None:
         from celldag.embeddings import read_table
+    table = read_table(path)
+    if table.not_applicable:  # e.g. a mouse dataset: the run read it and stopped, nothing to compare with
+        return None
     genes = list(output.var_names)
-    columns, vectors, _ = match_genes(genes, read_table(path))
+    columns, vectors, _ = match_genes(genes, table)
     if output.uns.get("gene_input") in CONTROLS:  # sciLaMA's control: the vectors it drew from the table
         vectors = static_vectors(vectors, str(output.uns["gene_input"]), int(output.uns["seed"]))
     return [genes[i] for i in columns], vectors

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from celldag.methods import MethodResult
+from celldag.methods import MethodResult, NotApplicable
 from celldag.representation.track import RepresentationInput
 from celldag.methods.scilama.train import fit_scilama
 from celldag.representation.scoring import CONTROLS, static_vectors
@@ -29,6 +29,8 @@ def modelled_genes(inputs: RepresentationInput, params: dict) -> tuple[np.ndarra
         return all_columns, None
     if inputs.gene_embedding is None:
         raise ValueError(f"gene_input {params['gene_input']!r} needs a gene-embedding table (params 'embedding')")
+    if inputs.gene_embedding.not_applicable:  # e.g. mouse genes against a human table: never a run on a few matches
+        raise NotApplicable(inputs.gene_embedding.not_applicable)
     from celldag.embeddings import match_genes
 
     columns, vectors, _missing = match_genes(list(inputs.gene_names), inputs.gene_embedding)
@@ -63,6 +65,8 @@ def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
             "gene_input": params["gene_input"],
             "genes": {"n_modelled": len(columns), "n_without_embedding": len(inputs.gene_names) - len(columns)},
             "training": {"phases": result.phase_facts, "device": result.device},
+            # how the dataset's Ensembl ids met the table's symbols, when they did (its note reaches the leaderboard)
+            **(inputs.gene_embedding.mapping_facts() if vectors is not None else {}),
         },
     )
 
