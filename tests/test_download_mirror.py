@@ -29,7 +29,6 @@ from celldag.download import (
 from conftest import copy_workflow, ok, run_snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
-REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 COMMIT_PATH = "LuyiTian/sc_mixology/7d00ffb0bd043467f365a9358d7312f294f13c9f/data/csv"
 URL = f"https://raw.githubusercontent.com/{COMMIT_PATH}/sc_dropseq.metadata.csv.gz"
 SHA = "4c48f3e13778e89192d9861095bc102cc0deb9eba1a7f47a093f5a058ce1aa6a"  # of the published file
@@ -53,13 +52,6 @@ def no_internet(monkeypatch) -> list[str]:
     monkeypatch.setattr(socket, "getaddrinfo", local_only)
     monkeypatch.delenv(MIRROR_VARIABLE, raising=False)
     return contacted
-
-
-@pytest.fixture
-def realdata() -> Path:
-    if not REALDATA.is_dir():
-        pytest.skip(f"{REALDATA} is missing (the shared copies of published files)")
-    return REALDATA
 
 
 class QuietHandler(SimpleHTTPRequestHandler):
