@@ -352,3 +352,99 @@ def test_a_run_shows_a_labs_table_and_an_edit_of_it_rebuilds_the_page(tmp_path):
     job = listed[listed.index("rule report_html:") :]
     assert f"reason: Updated input files: {paper}" in job
     assert "rule aggregate:" not in listed  # only the page
+
+
+# ---------------------------------------------------------------- a lab's copy of a shipped dataset (stands_for)
+
+DIFFERS = "700 cells of our own, labels from our annotation"
+
+
+def with_copy(registries, stands_for=None):
+    """The registries with lab_pbmc, a lab's entry standing for pbmc68k_batched unless told otherwise."""
+    registries.datasets["lab_pbmc"] = copy.deepcopy(registries.datasets["pbmc68k_batched"]) | {
+        "stands_for": stands_for or {"dataset": "pbmc68k_batched", "differs": DIFFERS}}
+    return registries
+
+
+def test_a_labs_copy_is_held_against_the_tables_of_the_dataset_it_stands_for(tmp_path, registries):
+    with_copy(registries)
+    config = apply_schema({"datasets": ["bm_default", "lab_pbmc"], "methods": ["nj_raw", "upgma_raw", "pca"]},
+                          "config", "config.yaml")  # fmt: skip
+    tables = published.load_published(write_paper(tmp_path / "published", SMALL).parent, registries)
+    context = published.context_of(config, make_plan(config, registries), registries)
+    scores = SCORES.replace({"dataset": {"pbmc68k_batched": "lab_pbmc"}})
+    found = {(v.table.table, v.number.method): v for v in published.verdicts(tables, scores, context)}
+    copy_line = f"on lab_pbmc, a lab's copy of pbmc68k_batched: {DIFFERS}"
+    pca = found["Table B", "PCA"]
+    assert pca.verdict == published.INSIDE_INTERVAL and pca.mean == pytest.approx(0.52)
+    assert pca.text == f"inside celldag's interval; {copy_line}"
+    assert found["Table B", "Harmony"].text == f"not computed (harmony/default is not run by this config); {copy_line}"
+    assert found["Table A", "NJ"].text == published.INSIDE_SPREAD  # the shipped dataset itself: no copy line
+    assert published.summary(list(found.values()))[-1] == f"held {copy_line}"
+    # the report's section shows the copy's tables; the shipped dataset itself, where a config has it, comes first
+    assert any(getattr(block, "text", "") == "Tiny Table B" for block in published.report_blocks(tables, scores, context))
+    both = published.Context(("pbmc68k_batched", "lab_pbmc"), (), "nj_raw", (), context.stand_ins)
+    assert both.scored_as("pbmc68k_batched") == ("pbmc68k_batched", "")
+
+
+def test_two_copies_of_one_dataset_in_a_config_are_refused(registries):
+    with_copy(registries)
+    registries.datasets["lab_pbmc_2"] = copy.deepcopy(registries.datasets["lab_pbmc"])
+    config = apply_schema({"datasets": ["lab_pbmc", "lab_pbmc_2"], "methods": ["pca"]}, "config", "config.yaml")
+    with pytest.raises(InputError, match="^datasets lab_pbmc and lab_pbmc_2 of the config both stand for pbmc68k_batched"):
+        published.context_of(config, make_plan(config, registries), registries)
+
+
+@pytest.mark.parametrize(("stands_for", "message"), [
+    ({"dataset": "pbmc3k_typo", "differs": "x"}, "lab_pbmc.stands_for.dataset: unknown dataset id 'pbmc3k_typo'"),
+    ({"dataset": "lab_pbmc", "differs": "x"}, "lab_pbmc.stands_for.dataset: a dataset cannot stand for itself"),
+    ({"dataset": "bm_default", "differs": "x"}, "bm_default is a lineage dataset, this one a representation one"),
+])  # fmt: skip
+def test_a_copy_must_stand_for_a_dataset_of_its_track(stands_for, message, registries):
+    from celldag.registry import ConfigError, check_references
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_references(with_copy(registries, stands_for))
+
+
+def test_standing_for_a_dataset_changes_no_prepared_file_of_the_copy(registries):
+    from celldag.plan import data_key
+
+    entry = registries.datasets["pbmc68k_batched"]
+    assert data_key(with_copy(registries).datasets["lab_pbmc"]) == data_key(entry)
+
+
+@pytest.mark.e2e
+def test_a_local_copy_of_pbmc3k_gets_verdicts_for_its_published_rows_with_what_differs(tmp_path, monkeypatch, capsys):
+    """A lab's local h5ad declared as standing for pbmc3k (made up here from scanpy's bundled pbmc68k cells), run with
+    scilama/self_informed: `celldag compare --published` holds Table S7's self-informed row against it."""
+    import scanpy as sc
+
+    from celldag.cli import main
+
+    workdir = copy_workflow(tmp_path / "wf")
+    cells = sc.datasets.pbmc68k_reduced().raw.to_adata()  # log-normalised, 765 genes, bulk_labels
+    cells.write_h5ad(workdir / "our_pbmc.h5ad")
+    datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
+    differs = "700 cells and 765 genes of pbmc68k, its bulk_labels, log-normalised values (no counts)"
+    datasets["our_pbmc3k"] = {
+        "track": "representation", "source": "local", "loader": "celldag.data.h5ad:prepare_h5ad",
+        "description": "our copy", "license": "internal", "files": [{"name": "our_pbmc.h5ad", "path": "our_pbmc.h5ad"}],
+        "params": {"file": "our_pbmc.h5ad", "label_key": "bulk_labels", "batch_key": None, "counts_layer": None,
+                   "lognorm_layer": "X", "n_top_genes": 500},
+        "markers": datasets["pbmc3k"]["markers"], "stands_for": {"dataset": "pbmc3k", "differs": differs}}  # fmt: skip
+    (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
+    (workdir / "ours.yaml").write_text(yaml.safe_dump({
+        "name": "ours", "datasets": ["our_pbmc3k"], "methods": ["scilama/self_informed"], "seeds": [0, 1],
+        "method_params": {"scilama": {"hidden_dims": [32, 16], "gene_hidden_dims": [32, 16], "latent_dim": 8,
+                                      "max_epochs": 6, "kl_warmup_epochs": 2, "kl_ramp_epochs": 2, "patience": 3}}}))  # fmt: skip
+    run_snakemake(workdir, "--configfile", "ours.yaml")
+    monkeypatch.chdir(workdir)
+    main(["compare", "--published", "--configfile", "ours.yaml"])
+    printed = capsys.readouterr().out
+    assert f"held on our_pbmc3k, a lab's copy of pbmc3k: {differs}" in printed.splitlines()
+    text = (workdir / "results/ours/published.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| sciLaMA (s.i.) | DaviesBouldin ↓ | 0.977 |"))
+    assert "scilama/self_informed · marker_db" in row and "(2 seeds)" in row
+    assert row.rstrip(" |").endswith(f"; on our_pbmc3k, a lab's copy of pbmc3k: {differs}")
+    assert any(verdict in row for verdict in (published.INSIDE_SPREAD, published.INSIDE_INTERVAL, published.NEITHER))

@@ -269,8 +269,9 @@ WHERE_IT_RUNS = ("env", "packages")
 def preparation_entry(dataset_entry: dict) -> dict:
     """A dataset entry without ``chained``: which tracks chain on its runs changes neither its prepared files
     nor its runs (adding the annotation track to a dataset recomputes nothing of the representation track);
-    nor ``env`` and ``packages``: the conda env its jobs run in under --sdm conda."""
-    return {key: value for key, value in dataset_entry.items() if key not in ("chained", *WHERE_IT_RUNS)}
+    nor ``env`` and ``packages``: the conda env its jobs run in under --sdm conda; nor ``stands_for``: which
+    published tables its scores are held against."""
+    return {key: value for key, value in dataset_entry.items() if key not in ("chained", "stands_for", *WHERE_IT_RUNS)}
 
 
 def run_key(dataset_entry: dict, params: dict) -> str:

@@ -247,9 +247,30 @@ class Context:
     runs: tuple[str, ...]  # "dataset method/variant" of every run the config plans
     delta_baseline: str
     missing: tuple[tuple[str, str], ...] = ()  # (dataset, a file of it not downloaded)
+    # (shipped id, the config's dataset standing for it, what differs): a lab's copy (stands_for in its entry)
+    stand_ins: tuple[tuple[str, str, str], ...] = ()
+
+    def scored_as(self, dataset: str | None) -> tuple[str | None, str]:
+        """The config's dataset whose scores a table of ``dataset`` is held against — itself, else a lab's copy
+        standing for it — and, for a copy, the line saying so; None where the config has neither."""
+        if dataset in self.datasets:
+            return dataset, ""
+        for shipped, copy, differs in self.stand_ins:
+            if shipped == dataset:
+                return copy, f"on {copy}, a lab's copy of {shipped}: {differs}"
+        return None, ""
 
 
 def context_of(config: dict, plan: planning.Plan, registries: Registries, check_downloads: bool = True) -> Context:
+    stand_ins: dict[str, tuple[str, str]] = {}
+    for dataset in config["datasets"]:
+        declared = registries.datasets[dataset].get("stands_for")
+        if declared is None:
+            continue
+        if declared["dataset"] in stand_ins:
+            raise InputError(f"datasets {stand_ins[declared['dataset']][0]} and {dataset} of the config both stand for "
+                             f"{declared['dataset']}: its published tables can be held against one of them only")  # fmt: skip
+        stand_ins[declared["dataset"]] = (dataset, declared["differs"])
     missing = []
     for dataset in config["datasets"] if check_downloads else ():
         entry = registries.datasets[dataset]
@@ -257,7 +278,8 @@ def context_of(config: dict, plan: planning.Plan, registries: Registries, check_
         if entry["source"] == "url" and files:
             missing.append((dataset, files[0]))
     runs = sorted({f"{run.dataset} {run.method}/{run.variant}" for run in plan.runs})
-    return Context(tuple(config["datasets"]), tuple(runs), config["evaluation"]["delta_baseline"], tuple(missing))
+    return Context(tuple(config["datasets"]), tuple(runs), config["evaluation"]["delta_baseline"], tuple(missing),
+                   tuple((shipped, copy, differs) for shipped, (copy, differs) in stand_ins.items()))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -270,10 +292,12 @@ class Verdict:
     low: float = math.nan  # its 95 % Student-t interval (NaN for one seed)
     high: float = math.nan
     n: int = 0  # seeds
+    stand_in: str = ""  # held against a lab's copy of the dataset: which, and what differs (Context.scored_as)
 
     @property
     def text(self) -> str:
-        return f"{self.verdict} ({self.why})" if self.why else self.verdict
+        text = f"{self.verdict} ({self.why})" if self.why else self.verdict
+        return f"{text}; {self.stand_in}" if self.stand_in else text
 
 
 def verdicts(tables: Sequence[PublishedTable], scores: pd.DataFrame, context: Context) -> list[Verdict]:
@@ -295,11 +319,12 @@ def judge(table: PublishedTable, number: Number, scores: pd.DataFrame, context: 
     why = incomparable(table, number, context)
     if why:
         return Verdict(table, number, NOT_COMPARABLE, why)
-    dataset, run, metric = table.dataset_id, number.run.celldag, number.score.celldag
-    if dataset not in context.datasets:
+    run, metric = number.run.celldag, number.score.celldag
+    dataset, stand_in = context.scored_as(table.dataset_id)
+    if dataset is None:
         return Verdict(table, number, NOT_COMPUTED, "dataset not in this config")
     if f"{dataset} {run}" not in context.runs:
-        return Verdict(table, number, NOT_COMPUTED, f"{run} is not run by this config")
+        return Verdict(table, number, NOT_COMPUTED, f"{run} is not run by this config", stand_in=stand_in)
     method, _, variant = run.partition("/")
     of_run = scores[(scores["dataset"] == dataset) & (scores["method"] == method) & (scores["variant"] == variant)]
     rows = of_run[of_run["metric"] == metric]
@@ -312,7 +337,7 @@ def judge(table: PublishedTable, number: Number, scores: pd.DataFrame, context: 
             why = f"its runs have no {metric} score"
         else:
             why = "no ok runs: " + ", ".join(f"{n} {status}" for status, n in sorted(Counter(rows["status"]).items()))
-        return Verdict(table, number, NOT_COMPUTED, why)
+        return Verdict(table, number, NOT_COMPUTED, why, stand_in=stand_in)
     interval = t_interval(ok)
     delta, tolerance = interval["mean"] - number.value, table.tolerance(number)
     if tolerance is not None and (abs(delta) <= tolerance or math.isclose(abs(delta), tolerance)):
@@ -321,7 +346,7 @@ def judge(table: PublishedTable, number: Number, scores: pd.DataFrame, context: 
         verdict = INSIDE_INTERVAL
     else:
         verdict = NEITHER
-    return Verdict(table, number, verdict, **interval)
+    return Verdict(table, number, verdict, **interval, stand_in=stand_in)
 
 
 # ---------------------------------------------------------------------------------------------- rendering
@@ -393,6 +418,7 @@ def summary(found: Sequence[Verdict]) -> list[str]:
     lines = [f"{len(found)} published numbers: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS)]
     missing = Counter(verdict.why for verdict in found if verdict.verdict == NOT_COMPUTED)
     lines += [f"not computed, {why}: {count}" for why, count in missing.most_common()]
+    lines += [f"held {stand_in}" for stand_in in dict.fromkeys(verdict.stand_in for verdict in found) if stand_in]
     return lines
 
 
@@ -403,7 +429,7 @@ def section(title: str, found: Sequence[Verdict], level: int, anchor: str = "") 
 
 def report_blocks(tables: Sequence[PublishedTable], scores: pd.DataFrame, context: Context) -> list[Block]:
     """The index page's section: the tables of the config's datasets, every number of them."""
-    shown = [table for table in tables if table.dataset_id in context.datasets]
+    shown = [table for table in tables if context.scored_as(table.dataset_id)[0] is not None]
     return section("published vs reproduced", verdicts(shown, scores, context), 2, "published") if shown else []
 
 

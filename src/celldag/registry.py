@@ -263,6 +263,8 @@ def check_references(registries: Registries) -> None:
             if "track" in entry and entry["track"] not in registries.tracks:
                 raise ConfigError(f"{where}.track: unknown track {entry['track']!r}; known: {known_tracks}")
     for dataset, entry in registries.datasets.items():
+        if "stands_for" in entry:
+            check_stand_in(dataset, entry, registries)
         for chained in entry["chained"]:
             where = f"{registries.origin('datasets', dataset)}: {dataset}.chained.{chained}"
             if chained not in registries.tracks:
@@ -291,6 +293,22 @@ def check_references(registries: Registries) -> None:
 
 
 PIN_ON_FIRST_FETCH = "pin-on-first-fetch"  # a url's sha256 when the publisher gives none
+
+
+def check_stand_in(dataset: str, entry: dict, registries: Registries) -> None:
+    """A lab's copy stands for another dataset of its track that stands for none itself."""
+    where = f"{registries.origin('datasets', dataset)}: {dataset}.stands_for.dataset"
+    shipped = entry["stands_for"]["dataset"]
+    if shipped == dataset:
+        raise ConfigError(f"{where}: a dataset cannot stand for itself")
+    if shipped not in registries.datasets:
+        raise ConfigError(f"{where}: unknown dataset id {shipped!r}; known: {', '.join(sorted(registries.datasets))}")
+    if "stands_for" in registries.datasets[shipped]:
+        raise ConfigError(f"{where}: {shipped} stands for {registries.datasets[shipped]['stands_for']['dataset']} "
+                          "itself: name that one")  # fmt: skip
+    if registries.datasets[shipped]["track"] != entry["track"]:
+        raise ConfigError(f"{where}: {shipped} is a {registries.datasets[shipped]['track']} dataset, this one a "
+                          f"{entry['track']} one")  # fmt: skip
 
 
 def check_source_files(registries: Registries, kind: str) -> None:
