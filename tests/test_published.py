@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from celldag import published
+from celldag.cli import compare_published
 from celldag.errors import InputError
 from celldag.plan import make_plan
 from celldag.registry import apply_schema, load_workflow_config
@@ -314,10 +315,10 @@ def test_compare_published_writes_every_table_and_exits_1_on_a_number_that_does_
     (tmp_path / "run.yaml").write_text(yaml.safe_dump({"name": "tiny", "datasets": ["bm_default", "pbmc68k_batched"],
                                                        "methods": ["nj_raw", "upgma_raw", "pca"]}))  # fmt: skip
     with pytest.raises(InputError, match=r"^results/tiny/scores.parquet: no scores table"):
-        published.published_compare(None, "run.yaml", str(workflow), None, None)
+        compare_published(None, "run.yaml", str(workflow), None, None)
     (tmp_path / "results/tiny").mkdir(parents=True)
     SCORES.to_parquet(tmp_path / "results/tiny/scores.parquet")
-    assert published.published_compare(None, "run.yaml", str(workflow), None, None) == 1  # UPGMA's RF: neither
+    assert compare_published(None, "run.yaml", str(workflow), None, None) == 1  # UPGMA's RF: neither
     printed = capsys.readouterr().out
     # 315 shipped + 6 of the lab's; 33 shipped comparable ones on tran2020_pancreas and pbmc3k, not in this config
     assert printed.splitlines()[:4] == [

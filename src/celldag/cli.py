@@ -125,18 +125,73 @@ def _compare(args) -> int:
     if args.published:
         if len(args.folders) > 1 or args.rtol is not None or args.atol is not None or args.show_all:
             raise InputError("celldag compare --published [RESULTS]: one results folder at most, without --rtol/--atol/--all")
-        from celldag.published import published_compare
-
         results = args.folders[0] if args.folders else None  # None: the config's results/{name}
-        return published_compare(results, args.configfile or DEFAULT_CONFIG, args.workflow, args.config_key, args.out)
+        return compare_published(results, args.configfile or DEFAULT_CONFIG, args.workflow, args.config_key, args.out)
     if len(args.folders) != 2:
         raise InputError(f"celldag compare A B: two results folders, got {len(args.folders)} (or --published [RESULTS])")
     if args.configfile or args.config_key:
         raise InputError("celldag compare A B: --configfile and --config-key are for --published (A and B are read as they are)")
-    from celldag.compare import DEFAULT_OUT, compare
+    from celldag.compare import DEFAULT_OUT
 
-    return compare(*args.folders, out=args.out or DEFAULT_OUT, rtol=args.rtol, atol=args.atol, show_all=args.show_all,
-                   workflow=args.workflow)  # fmt: skip
+    return compare_folders(*args.folders, out=args.out or DEFAULT_OUT, rtol=args.rtol, atol=args.atol,
+                           show_all=args.show_all, workflow=args.workflow)  # fmt: skip
+
+
+def compare_folders(a: str, b: str, out: str, rtol: float | None = None, atol: float | None = None,
+                    show_all: bool = False, workflow: str = ".") -> int:  # fmt: skip
+    """``celldag compare A B``: compare results folders ``a`` and ``b`` (``celldag.compare``), write compare.md and
+    compare.html to ``out`` (``celldag.report.comparison``) and print a summary; 0 when every score is identical or
+    within tolerance and no order changed, else 1."""
+    from pathlib import Path
+
+    from celldag.compare import compare_sides, declared_tracks, read_side
+    from celldag.report.comparison import summary_lines, write_comparison
+
+    sides = (read_side(a), read_side(b))
+    comparison = compare_sides(*sides, declared_tracks(workflow, sides), rtol, atol)
+    files = write_comparison(comparison, Path(out), show_all)
+    print("\n".join(summary_lines(comparison, files)))
+    return 1 if comparison.failed else 0
+
+
+def compare_published(results: str | None, configfile: str, workflow: str, config_key: str | None,
+                      out: str | None) -> int:  # fmt: skip
+    """``celldag compare --published``: every published number (``celldag.published``) against the scores of
+    ``results`` (default results/{name}/ of the config), written to ``out`` (default: that folder) as published.md
+    and published.html. 0 when no comparable computed number is ``neither``, 1 when one is; InputError (2) for a
+    bad argument."""
+    from pathlib import Path
+
+    from celldag import artifacts
+    from celldag import plan as planning
+    from celldag.published import DEFAULT_FOLDER, NEITHER, context_of, load_published, section, summary, verdicts
+    from celldag.registry import load_workflow_config
+    from celldag.report.html import page, render
+    from celldag.report.leaderboard import markdown
+
+    config, registries = load_workflow_config(configfile, workflow, config_key)
+    folder = Path(workflow) / DEFAULT_FOLDER
+    tables = load_published(folder, registries)
+    if not tables:
+        raise InputError(f"{folder}: no published tables (*.yaml)")
+    results = results or str(Path(planning.SCORES.format(name=config["name"])).parent)
+    scores_path = Path(results) / "scores.parquet"
+    if not scores_path.is_file():
+        raise InputError(f"{scores_path}: no scores table: run the workflow for this config, or name its results "
+                         "folder")  # fmt: skip
+    try:
+        plan = planning.make_plan(config, registries)
+    except ValueError as err:  # a config that selects nothing to run
+        raise InputError(f"{configfile}: {err}") from err
+    found = verdicts(tables, artifacts.read_scores(scores_path), context_of(config, plan, registries))
+    blocks = section(f"published vs reproduced: {results}", found, 1)
+    out_dir = Path(out or results)
+    with artifacts.atomic_path(out_dir / "published.md") as tmp:
+        tmp.write_text(markdown(blocks))
+    with artifacts.atomic_path(out_dir / "published.html") as tmp:
+        tmp.write_text(page("celldag: published vs reproduced", render(blocks)))
+    print("\n".join([*summary(found), f"written: {out_dir / 'published.md'}, {out_dir / 'published.html'}"]))
+    return 1 if any(verdict.verdict == NEITHER for verdict in found) else 0
 
 
 def _resources(results: str, workflow: str) -> int:

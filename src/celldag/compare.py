@@ -317,15 +317,3 @@ def compare_sides(a: Side, b: Side, tracks: dict[str, Track], rtol: float | None
     return Comparison(a, b, judge_scores(a, b, tracks, tolerance, overridden), rankings(a, b, tracks), per_run, summary,
                       tolerance, overridden)  # fmt: skip
 
-
-def compare(a: str, b: str, out: str = DEFAULT_OUT, rtol: float | None = None, atol: float | None = None,
-            show_all: bool = False, workflow: str = ".") -> int:  # fmt: skip
-    """Compare results folders ``a`` and ``b``, write compare.md and compare.html to ``out`` and print a
-    summary; 0 when every score is identical or within tolerance and no order changed, else 1."""
-    from celldag.report.comparison import summary_lines, write_comparison
-
-    sides = (read_side(a), read_side(b))
-    comparison = compare_sides(*sides, declared_tracks(workflow, sides), rtol, atol)
-    files = write_comparison(comparison, Path(out), show_all)
-    print("\n".join(summary_lines(comparison, files)))
-    return 1 if comparison.failed else 0

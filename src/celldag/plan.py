@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from celldag.provenance import config_hash
-from celldag.registry import Registries, file_params, split_method_selector
+from celldag.registry import UPSTREAM_FIELD, Registries, file_params, split_method_selector
 
 EMBEDDING_SOURCE = "embeddings"  # resources/embeddings/ holds gene-embedding inputs (no dataset has this id)
 DOWNLOAD = "resources/{source}/{file}"  # source: a dataset id or EMBEDDING_SOURCE
@@ -51,10 +51,6 @@ CHAINED_OUTPUT = CHAINED_DIR + "/{chained_method}/output.h5ad"
 CHAINED_RECORD = CHAINED_DIR + "/{chained_method}/run.json"
 CHAINED_LOG = "results/logs/run_chained/{dataset}/{method}/{variant}/{key}/{track}-{chain_key}.log"
 CHAINED_SCORES = "results/{name}/scores/{dataset}.{track}.parquet"
-# placeholders of a method's file params (celldag.registry.file_params: a lab's files, e.g. an embedding computed
-# elsewhere): the run's dataset and seed, and for a chained track's run the run it chains on (method-variant)
-FILE_FIELDS = ("dataset", "seed")
-UPSTREAM_FIELD = "upstream"
 # embed_genes' input file that maps a dataset's human Ensembl ids to symbols: org.Hs.eg.db (config/embeddings.yaml)
 ORG_ROLE = "org_hs_eg_sqlite"
 

@@ -8,8 +8,8 @@ folder and checks it against the schema and the registries (ids, tracks, directi
 the file and the field per problem.
 
 ``verdicts`` holds each number against the config's scores: celldag's mean over seeds with a 95 %
-Student-t interval, celldag − published, and one of ``VERDICTS``. ``published_compare`` is ``celldag
-compare --published`` (every number of every table, in published.md and published.html); the report's
+Student-t interval, celldag − published, and one of ``VERDICTS``. ``celldag compare --published``
+(``cli.compare_published``) writes (every number of every table, in published.md and published.html); the report's
 index page shows the tables of the config's datasets (``report_blocks``).
 """
 
@@ -432,38 +432,3 @@ def report_blocks(tables: Sequence[PublishedTable], scores: pd.DataFrame, contex
     shown = [table for table in tables if context.scored_as(table.dataset_id)[0] is not None]
     return section("published vs reproduced", verdicts(shown, scores, context), 2, "published") if shown else []
 
-
-def published_compare(results: str | None, configfile: str, workflow: str, config_key: str | None,
-                      out: str | None) -> int:  # fmt: skip
-    """``celldag compare --published``: every published number against the scores of ``results`` (default
-    results/{name}/ of the config), written to ``out`` (default: that folder) as published.md and
-    published.html. 0 when no comparable computed number is ``neither``, 1 when one is; InputError (2) for
-    a bad argument."""
-    from celldag import artifacts
-    from celldag.registry import load_workflow_config
-    from celldag.report.html import page, render
-
-    config, registries = load_workflow_config(configfile, workflow, config_key)
-    folder = Path(workflow) / DEFAULT_FOLDER
-    tables = load_published(folder, registries)
-    if not tables:
-        raise InputError(f"{folder}: no published tables (*.yaml)")
-    results = results or str(Path(planning.SCORES.format(name=config["name"])).parent)
-    scores_path = Path(results) / "scores.parquet"
-    if not scores_path.is_file():
-        raise InputError(f"{scores_path}: no scores table: run the workflow for this config, or name its results "
-                         "folder")  # fmt: skip
-    try:
-        plan = planning.make_plan(config, registries)
-    except ValueError as err:  # a config that selects nothing to run
-        raise InputError(f"{configfile}: {err}") from err
-    context = context_of(config, plan, registries)
-    found = verdicts(tables, artifacts.read_scores(scores_path), context)
-    blocks = section(f"published vs reproduced: {results}", found, 1)
-    out_dir = Path(out or results)
-    with artifacts.atomic_path(out_dir / "published.md") as tmp:
-        tmp.write_text(markdown(blocks))
-    with artifacts.atomic_path(out_dir / "published.html") as tmp:
-        tmp.write_text(page("celldag: published vs reproduced", render(blocks)))
-    print("\n".join([*summary(found), f"written: {out_dir / 'published.md'}, {out_dir / 'published.html'}"]))
-    return 1 if any(verdict.verdict == NEITHER for verdict in found) else 0

@@ -11,6 +11,7 @@ before Snakemake schedules a single job.
 from __future__ import annotations
 
 import importlib
+import string
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,12 +20,16 @@ from pathlib import Path
 import yaml
 
 from celldag.errors import InputError
-from celldag.extensions import check_reference
+from celldag.extensions import check_reference, declared_attribute
 from celldag.tracks import Track, check_track, load_track
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"  # package data: installed with celldag
 DEFAULT_VARIANT = "default"
 DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's configfile: a --configfile overrides it key by key
+# placeholders of a method's file params (a lab's files, e.g. an embedding computed elsewhere): the run's dataset
+# and seed, and for a chained track's run the run it chains on (method-variant); plan.method_files fills them
+FILE_FIELDS = ("dataset", "seed")
+UPSTREAM_FIELD = "upstream"
 
 
 class ConfigError(InputError):
@@ -362,8 +367,6 @@ def declared_params(reference: str, where: str) -> tuple[frozenset[str] | None, 
     """The parameter names a loader or run function accepts (its ``accepted_params``; None: undeclared)
     and, for names it no longer takes, what they became (its ``renamed_params``). Read from the module's
     source when the declaration is made of literals (celldag's are), so that parsing imports nothing."""
-    from celldag.extensions import declared_attribute
-
     accepted = declared_attribute(reference, "accepted_params", where)
     renamed = declared_attribute(reference, "renamed_params", where) or {}
     return (None if accepted is None else frozenset(accepted)), dict(renamed)
@@ -406,8 +409,6 @@ def fill_keyed_defaults(registries: Registries) -> None:
     after results were keyed by their entries (``plan.data_key``). An entry relying on the default then gets
     new data and run keys with its new data, and its run records name the value; one that gives a value
     keeps its keys. Read from the module's source, as ``accepted_params``."""
-    from celldag.extensions import declared_attribute
-
     for dataset, entry in registries.datasets.items():
         where = f"{registries.origin('datasets', dataset)}: {dataset}.loader"
         defaults = declared_attribute(entry["loader"], "keyed_defaults", where)
@@ -480,19 +481,13 @@ def file_params(entry: dict) -> tuple[str, ...]:
     is in the run record (celldag.plan.method_files). ``check_file_params`` reads it first, with a lab's
     ``packages:`` on the path; the source is cached by module and ``where``, so the plan's later reads
     (input functions, off that path) find it."""
-    from celldag.extensions import declared_attribute
-
     return tuple(declared_attribute(entry["run"], "file_params", entry["run"]) or ())
 
 
 def check_file_params(registries: Registries, overrides: dict[str, dict], source: Source) -> None:
     """Every file param of a method is a path pattern in each variant, its placeholders among
-    ``plan.FILE_FIELDS`` (and ``plan.UPSTREAM_FIELD`` for a chained track's methods, whose runs each chain on
+    ``FILE_FIELDS`` (and ``UPSTREAM_FIELD`` for a chained track's methods, whose runs each chain on
     one upstream run): a typo fails the parse, not a job."""
-    import string
-
-    from celldag.plan import FILE_FIELDS, UPSTREAM_FIELD
-
     for method, entry in registries.methods.items():
         names = file_params(entry)
         chained = bool(names) and registries.track(entry["track"]).upstream is not None
