@@ -137,10 +137,9 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
                 blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics, tracks[track], clipped)]
             if clipped:
                 blocks.append(Paragraph(CLIPPED_NOTE))
-        if first:  # a dataset's notes and paired differences once, under its first section
-            blocks += run_notes(runs, dataset)
-        blocks += subsample_notes(table) + scoring_notes(table)
-        if first:
+            if index == 0:  # the notes under the main table, before the sub-sections: they say how to read it
+                blocks += (run_notes(runs, dataset) if first else []) + subsample_notes(table) + scoring_notes(table)
+        if first:  # a dataset's paired differences once, under its first section
             blocks += paired_sections.get(dataset, [])
     return blocks
 
