@@ -34,6 +34,7 @@ import numpy as np
 from celldag import plan as planning
 from celldag.errors import InputError
 from celldag.registry import DEFAULT_CONFIG, load_workflow_config
+from celldag.tolerance import CUDA_TOLERANCE, Tolerance, plural, values_match
 
 EVALUATE_THREADS = 1  # workflow/rules/evaluate.smk: the scoring job's threads
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -43,23 +44,6 @@ REQUIRED_FIELDS = ("seed", "status", "track", "device", "threads", "config.datas
                    "config.method.run", "config.variant", "config.params", "input_sha256", "inputs.prepared",
                    "output_sha256", "source_sha256")  # fmt: skip
 SHOWN_RUNS = 4  # runs named per changed input before "…"
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """|now − recorded| ≤ abs + rel·|recorded|, for scores and for every value of an embedding."""
-
-    rel: float
-    abs: float
-
-    def __str__(self) -> str:
-        return f"|Δ| ≤ {self.abs:g} + {self.rel:g}·|recorded|"
-
-
-# Runs recorded on CUDA train with deterministic kernels (celldag.training.seed_everything) and
-# reproduce bit for bit on the same GPU model and driver; another model or driver may sum in another
-# order, a float32 rounding difference that training can grow by a few orders of magnitude.
-CUDA_TOLERANCE = Tolerance(rel=1e-4, abs=1e-6)
 
 
 class RecordError(InputError):
@@ -81,10 +65,6 @@ class Report:
         if kind:
             self.counts[kind] += 1
         print(line, flush=True)  # a re-run takes a while: each line as soon as it is known
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'s' * (count != 1)}"
 
 
 def used_by(runs: list[str]) -> str:
@@ -298,17 +278,6 @@ def edited_rows(recorded: dict[str, dict[str, str]], now: dict[str, dict[str, st
 
 
 # ------------------------------------------------------------------------------------------ comparison
-
-
-def values_match(recorded: float | None, now: float | None, tolerance: Tolerance | None) -> bool:
-    """Exact (the same bits; NaN matches NaN) without a tolerance; else within it."""
-    if recorded is None or now is None:
-        return recorded is now
-    if math.isnan(recorded) or math.isnan(now):
-        return math.isnan(recorded) and math.isnan(now)
-    if tolerance is None:
-        return float(recorded).hex() == float(now).hex()
-    return abs(now - recorded) <= tolerance.abs + tolerance.rel * abs(recorded)
 
 
 def score_differences(recorded: dict[str, float], now: dict[str, float], tolerance: Tolerance | None):

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from celldag.audit import CUDA_TOLERANCE, Tolerance, values_match
 from celldag.errors import InputError
 from celldag.plan import method_kind
 from celldag.record_differences import INPUT, FieldDifference, record_differences
 from celldag.registry import read_yaml, shipped_registries
 from celldag.report.leaderboard import metric_groups, metric_is_count, rank_key
 from celldag.tracks import Track, tracks_of
+from celldag.tolerance import CUDA_TOLERANCE, Tolerance, values_match
 
 KEY = ["dataset", "track", "method", "variant", "seed", "metric"]
 MOVED, STATUS_CHANGED, ONLY_A, ONLY_B = "moved", "status changed", "only in A", "only in B"

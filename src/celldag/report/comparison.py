@@ -11,11 +11,11 @@ import math
 from pathlib import Path
 
 from celldag import artifacts
-from celldag.audit import plural
 from celldag.compare import IDENTICAL, MOVED, VERDICTS, Comparison, Judged, Ranking
 from celldag.record_differences import shown
 from celldag.report.html import page, render
 from celldag.report.leaderboard import Block, Heading, Paragraph, Table, markdown
+from celldag.tolerance import plural
 
 SCORE_HEADER = ("verdict", "dataset", "track", "method", "variant", "seed", "metric", "A", "B", "Δ", "relative Δ", "rule",
                 "what differs in the run")  # fmt: skip
