@@ -4,8 +4,8 @@ against the last one (docs/compare.md).
 Every score row is matched by (dataset, track, method, variant, seed, metric) and judged: ``identical``
 (the same float64 bits, NaN = NaN, the same status), ``within tolerance``, ``moved``, ``status changed``,
 or on one side only. Bit identity is the promise where both runs (and the runs they chain on) ran on a
-CPU; where either ran on CUDA, or is missing from runs.parquet, a continuous metric may move by the audit's
-``CUDA_TOLERANCE`` and a count not at all. Then each leaderboard's order by its headline metric, and the
+CPU; where either ran on CUDA, or is missing from runs.parquet, a continuous metric may move by
+``tolerance.CUDA_TOLERANCE`` (the audit's too) and a count not at all. Then each leaderboard's order by its headline metric, and the
 run-record fields — inputs, packages, machine, threads — that differ between the matched runs.
 
 The record fields are compared by ``celldag.record_differences``; the Markdown and HTML files are
