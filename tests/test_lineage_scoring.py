@@ -7,7 +7,7 @@ import pytest
 
 from celldag.data.bm import simulate_bm
 from celldag.lineage.scoring import QuartetSample, partial_label_scores, partition_scores
-from celldag.scoring import relative_reduction
+from celldag.tracks import relative_reduction
 from celldag.lineage.reconstruct import euclidean_distances
 from celldag.lineage.supervision import clade_labels, known_quartets
 from celldag.lineage.tree import parse_newick, path_distances

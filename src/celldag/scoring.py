@@ -20,11 +20,6 @@ from celldag import contracts, artifacts
 from celldag.tracks import ScoringContext, Track
 
 
-def relative_reduction(baseline: float, value: float) -> float:
-    """(baseline − value) / baseline: 1 is perfect, 0 no better than the baseline; nan if baseline is 0."""
-    return (baseline - value) / baseline if baseline > 0 else math.nan
-
-
 def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_paths: list[str], scores_path: str,
                   track_id: str, track: Track, dataset: dict, evaluation: dict) -> None:  # fmt: skip
     import pandas as pd

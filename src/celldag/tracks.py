@@ -20,8 +20,9 @@ workflow can read every track when it parses, and each job imports only the func
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import importlib.util
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -35,6 +36,11 @@ if TYPE_CHECKING:
     from anndata import AnnData
 
 DELTA_PREFIX = "delta_"  # the leaderboard's Δ against the run config's delta_baseline method
+
+
+def relative_reduction(baseline: float, value: float) -> float:
+    """A Δ: (baseline − value) / baseline: 1 is perfect, 0 no better than the baseline; nan if baseline is 0."""
+    return (baseline - value) / baseline if baseline > 0 else math.nan
 
 
 @dataclass(frozen=True)

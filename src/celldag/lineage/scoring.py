@@ -15,8 +15,7 @@ import numpy as np
 
 from celldag.contracts import SCORE_NOTE
 from celldag.lineage.track import scored_features
-from celldag.scoring import relative_reduction
-from celldag.tracks import ScoringContext
+from celldag.tracks import ScoringContext, relative_reduction
 
 
 def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[str, float]]:

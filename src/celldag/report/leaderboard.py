@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from celldag import artifacts, contracts
-from celldag.scoring import relative_reduction
-from celldag.tracks import DELTA_PREFIX, Track
+from celldag.tracks import DELTA_PREFIX, Track, relative_reduction
 
 RUN_COLUMNS = ["dataset", "method", "variant", "seed", "status", "status_reason", "wall_time_s", "peak_rss_mb",
                "device", "config_hash", "note", "record"]  # fmt: skip
