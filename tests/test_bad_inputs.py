@@ -269,7 +269,8 @@ CASES = {
     "unknown dataset id": (
         lambda d: load(d, {"datasets": ["pbmc_68k"]}),
         "run.yaml: datasets[0]: unknown dataset id 'pbmc_68k'; known ids: bm_2k, bm_8k, bm_default, bm_easy, bm_hard, "
-        "celegans_packer2019, cengen_neurons, pbmc3k, pbmc68k_batched, scib_immune_human, scib_pancreas, "
+        "celegans_packer2019, cellbench_plates, cellbench_protocols, cengen_neurons, kptracer_3457_apc_t1_fam, "
+        "kptracer_3513_nt_t4, kptracer_3726_nt_t2, pbmc3k, pbmc68k_batched, scib_immune_human, scib_pancreas, "
         "synthetic_100k, synthetic_20k, tran2020_pancreas"),
     "unknown method id": (
         lambda d: load(d, {"methods": ["scilamma"]}),

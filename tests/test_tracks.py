@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from celldag import contracts
 from celldag.errors import InputError
 from celldag.extensions import check_reference, load
 from celldag.prepare import prepare_dataset
@@ -68,7 +69,13 @@ def test_every_metric_the_lineage_scorer_returns_is_declared_and_every_declared_
     failed = anndata.AnnData(obs=pd.DataFrame(index=prepared.obs_names))
     failed.uns["status"] = "failed"
     scored = track.call("scorer", prepared, [*outputs, failed], ScoringContext(0, BM, {"qdist_quartets": 5000}))
-    returned = set().union(*scored)
+    # a reference with polytomies (leaves in fours under one root, as a barcode tree leaves cells) adds its scores
+    reconstructed = prepared.copy()
+    fours = [leaves[i : i + 4] for i in range(0, len(leaves), 4)]
+    reconstructed.uns["tree_newick"] = "(" + ",".join("(" + ",".join(four) + ")" for four in fours) + ");"
+    against_polytomies = track.call("scorer", reconstructed, outputs[:1], ScoringContext(0, BM, {"qdist_quartets": 5000}))
+    assert "a reconstruction" in against_polytomies[0].pop(contracts.SCORE_NOTE)
+    returned = set().union(*scored, *against_polytomies)
     assert returned == set(track.metrics), "scorer and declaration disagree"
     assert scored[-1] == {}
 
