@@ -134,17 +134,6 @@ def test_the_sample_is_seeded_and_only_of_ok_runs():
     assert [run.seed for run in audit.sample_runs(runs, 20, seed=0)] == [0, 1, 2, 4, 5, 6, 7]
 
 
-def test_a_record_without_a_needed_field_is_one_error_naming_it(tmp_path):
-    record = {field.split(".")[0]: {} for field in audit.REQUIRED_FIELDS}
-    path = tmp_path / "run.json"
-    path.write_text(json.dumps(record))
-    with pytest.raises(audit.RecordError, match=r"run.json: field 'config.dataset' missing"):
-        audit.read_record(str(path))
-    path.write_text("{not json")
-    with pytest.raises(audit.RecordError, match="not a JSON run record"):
-        audit.read_record(str(path))
-
-
 def test_a_rerun_gets_exactly_the_recorded_params(tmp_path):
     # a GPU job that fell back to the CPU recorded device: cpu, which its registry entry does not say
     method = {"track": "lineage", "run": "celldag.methods.celltreeqm:run", "params": {"device": "cuda", "steps": 5},

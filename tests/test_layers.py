@@ -94,16 +94,17 @@ def test_celldag_has_no_import_cycle():
 # of the longest prefix that names it (``celldag.report.leaderboard``, a model of results, before ``celldag.report``).
 FLOORS = (
     ("base", ("celldag", "celldag.errors", "celldag.provenance")),
-    ("registry", ("celldag.extensions", "celldag.tracks", "celldag.contracts", "celldag.artifacts", "celldag.registry")),
+    ("registry", ("celldag.extensions", "celldag.tracks", "celldag.contracts", "celldag.artifacts", "celldag.records",
+                  "celldag.registry")),
     ("plan", ("celldag.plan",)),
     ("science", ("celldag.data", "celldag.embeddings", "celldag.lineage", "celldag.representation", "celldag.annotation",
                  "celldag.methods", "celldag.training")),
     ("execution", ("celldag.joblog", "celldag.archives", "celldag.prepare", "celldag.runner", "celldag.chained",
                    "celldag.scoring", "celldag.download", "celldag.resources", "celldag.envs", "celldag.prefetch")),
     ("results", ("celldag.tolerance", "celldag.compare", "celldag.published", "celldag.record_differences",
-                 "celldag.report.leaderboard")),
+                 "celldag.report.leaderboard", "celldag.reference")),
     ("report", ("celldag.report",)),
-    ("commands", ("celldag.cli", "celldag.audit", "celldag.validate")),
+    ("commands", ("celldag.cli", "celldag.audit", "celldag.validate", "celldag.check", "celldag.reference_runs")),
 )  # fmt: skip
 # Upward imports that stand today, each to be moved down (issue 36): the plotting basics every track's figures
 # borrow (report.figures → a base module) and paired_rows. A new upward import fails the test; one of these removed must leave this list too.

@@ -33,21 +33,14 @@ import numpy as np
 
 from celldag import plan as planning
 from celldag.errors import InputError
+from celldag.records import AUDITED_FIELDS, RecordError, read_record
 from celldag.registry import DEFAULT_CONFIG, load_workflow_config
 from celldag.tolerance import CUDA_TOLERANCE, Tolerance, plural, values_match
 
 EVALUATE_THREADS = 1  # workflow/rules/evaluate.smk: the scoring job's threads
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # what Snakemake sets for a job  # fmt: skip
-# what the checks read of a run record; a record without one of them is reported, not re-run
-REQUIRED_FIELDS = ("seed", "status", "track", "device", "threads", "config.dataset", "config.method",
-                   "config.method.run", "config.variant", "config.params", "input_sha256", "inputs.prepared",
-                   "output_sha256", "source_sha256")  # fmt: skip
 SHOWN_RUNS = 4  # runs named per changed input before "…"
-
-
-class RecordError(InputError):
-    """A run record that lacks (or garbles) a field the audit reads."""
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -87,30 +80,6 @@ def named_runs(texts: list[str], runs: tuple[planning.Run, ...]) -> list[plannin
 # ------------------------------------------------------------------------------------------ records
 
 
-def field_of(record: dict, dotted: str):
-    value = record
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            raise KeyError(dotted)
-        value = value[part]
-    return value
-
-
-def read_record(path: str) -> dict:
-    """A run record holding every field of ``REQUIRED_FIELDS``, else a RecordError naming the field."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except ValueError as err:
-        raise RecordError(f"{path}: not a JSON run record ({err})") from None
-    for dotted in REQUIRED_FIELDS:
-        try:
-            field_of(record, dotted)
-        except KeyError:
-            raise RecordError(f"{path}: field '{dotted}' missing: the audit cannot check this run (records written "
-                              "before celldag audit lack some fields; rerunning the run rewrites its record)") from None
-    return record
-
-
 def load_records(runs, report: Report) -> dict[planning.Run, dict]:
     records = {}
     for run in runs:
@@ -119,7 +88,7 @@ def load_records(runs, report: Report) -> dict[planning.Run, dict]:
             report.say(f"missing: {path} (run {run.name})", problem=True, kind="missing")
             continue
         try:
-            records[run] = read_record(path)
+            records[run] = read_record(path, AUDITED_FIELDS)
         except RecordError as err:
             report.say(f"error: {err}", problem=True, kind="error")
     return records
@@ -438,7 +407,7 @@ def rerun(run, record, registries, scratch: Path, report: Report) -> Rerun | Non
     if failure:
         report.say(f"error: re-run of {run.name} failed: {failure}", problem=True, kind="error")
         return None
-    device_now = json.loads(Path(kwargs["record_path"]).read_text())["device"]
+    device_now = read_record(kwargs["record_path"])["device"]
     if device_now.split(" ")[0] != str(record["device"]).split(" ")[0]:
         report.say(f"note: {run.name} re-ran on {device_now}, was recorded on {record['device']}")
     recorded_path = run.path(planning.RUN_OUTPUT)

@@ -13,10 +13,10 @@ The input records which run it came from (``uns['upstream']``, ``upstream_status
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from celldag import artifacts, contracts
+from celldag.records import read_record
 from celldag.tracks import Track
 
 
@@ -47,7 +47,7 @@ def run_chained(*, track_id: str, track: Track, upstream: Track, dataset_id: str
     for index, seed in enumerate(seeds):
         task = artifacts.read_h5ad(task_paths[index], contracts.check_prepared_dataset, track_id=track_id, track=track)
         output = artifacts.read_h5ad(upstream_outputs[index], contracts.check_method_output, track=upstream)
-        record = json.loads(Path(upstream_records[index]).read_text())
+        record = read_record(upstream_records[index])
         chained_input = track.call("chain_input", task, output, record)
         label = f"{output.uns['method_id']}/{output.uns['variant']}"
         chained_input.uns.update(upstream=label, upstream_status=str(output.uns["status"]),

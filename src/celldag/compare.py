@@ -14,7 +14,6 @@ The record fields are compared by ``celldag.record_differences``; the Markdown a
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import pandas as pd
 from celldag.errors import InputError
 from celldag.plan import method_kind
 from celldag.record_differences import INPUT, FieldDifference, record_differences
+from celldag.records import read_record
 from celldag.registry import read_yaml, shipped_registries
 from celldag.report.leaderboard import metric_groups, metric_is_count, rank_key
 from celldag.tracks import Track, tracks_of
@@ -94,10 +94,7 @@ def read_side(text: str) -> Side:
     records = {}
     for key, row in runs.items():
         path = workflow / row["record"]
-        try:
-            records[key] = json.loads(path.read_text()) if path.is_file() else None
-        except ValueError as err:
-            raise InputError(f"{path}: not a JSON run record ({err})") from None
+        records[key] = read_record(path) if path.is_file() else None
     return Side(folder, pd.read_parquet(folder / "scores.parquet"), runs, records)
 
 

@@ -16,6 +16,8 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
+from celldag.records import read_record
+
 UNITS = {
     "leaves_squared": lambda n_obs: n_obs**2,
     "cells": lambda n_obs: n_obs,
@@ -64,8 +66,6 @@ def measured(results: str, models: Mapping) -> list[dict]:
     """
     import csv
     import glob
-    import json
-
     import h5py
 
     from celldag.joblog import ENDED_PATTERN
@@ -81,7 +81,7 @@ def measured(results: str, models: Mapping) -> list[dict]:
     def exact_peak(rule: str, benchmark: str, job: list[str]) -> float | None:
         if rule == "run_method":  # logs/run_method/{dataset}/{method}/{variant}/{key}[/seed{seed}].benchmark.tsv
             records = glob.glob(os.path.join(results, "runs", *job[:4], "seed*", "run.json"))
-            peaks = [json.loads(open(path).read()).get("peak_rss_mb") for path in records]
+            peaks = [read_record(path).get("peak_rss_mb") for path in records]
             return max((p for p in peaks if p is not None), default=None)
         with open(benchmark.replace(".benchmark.tsv", ".log")) as handle:
             ended = ENDED_PATTERN.findall(handle.read())

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from celldag import artifacts, contracts, extensions
+from celldag import artifacts, contracts, extensions, records
 from celldag.errors import InputError
 from celldag.methods import MethodResult, NotApplicable
 from celldag.plan import method_files, method_needs, method_params
@@ -228,7 +228,7 @@ def run_method(
         dataset_facts=scalar_facts(prepared.uns),
         **audit_facts(prepared, prepared_path, gene_table_path, output_path, threads),
     )  # fmt: skip
-    artifacts.write_json(record, record_path)
+    records.write_record(record, record_path)
     # a finished run needs no checkpoint; paper-sized models would leave hundreds of MB per run
     shutil.rmtree(work_dir / CHECKPOINT_DIR, ignore_errors=True)
     log.info("status %s%s; wall %.2f s, peak RSS %.0f MB", status, f" ({reason})" if reason else "",

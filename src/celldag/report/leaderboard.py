@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
 from celldag import artifacts, contracts
+from celldag.records import read_record
 from celldag.tracks import DELTA_PREFIX, Track, relative_reduction
 
 RUN_COLUMNS = ["dataset", "method", "variant", "seed", "status", "status_reason", "wall_time_s", "peak_rss_mb",
@@ -22,8 +22,7 @@ def collect_scores(paths: Sequence[str]) -> pd.DataFrame:
 def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
     records = []
     for path in paths:
-        with open(path) as handle:
-            record = json.load(handle)
+        record = read_record(path)
         # a method's note for readers (uns["note"]: e.g. CellTreeQM's selection fallback) reaches the leaderboard
         note = (record.get("method_facts") or {}).get("note", "")
         records.append({"dataset": record["dataset_id"], "method": record["method_id"], **record, "note": note,
