@@ -1,5 +1,6 @@
-# Two commands for a fresh machine: `make run` (the default benchmark) and `make test` (the test suite).
-# Both create .venv from the pinned lock file when it is missing or older than the lock.
+# Three commands for a fresh machine: `make run` (the default benchmark), `make test` (the test suite) and
+# `make check` (the default run against the shipped reference, docs/check.md). They create .venv from the pinned
+# lock file when it is missing or older than the lock.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ TORCH_INDEX_URL ?=
 CORES ?= all
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test bench lint dry-run validate audit compare prefetch lock clean
+.PHONY: run test check reference bench lint dry-run validate audit compare prefetch lock clean
 
 $(BIN)/.installed: requirements/lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +32,17 @@ run: $(BIN)/.installed
 # --durations: the 15 slowest tests, so that the suite's own cost stays visible
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest --durations=15
+
+# Does this installation reproduce the release? The default run (made where missing or not current: Snakemake reruns
+# nothing otherwise), its scores held against the shipped reference/default (docs/check.md): one verdict, the
+# environment that differs, this machine's cost per rule. Exit 0 when nothing changed beyond noise.
+check: run
+	$(BIN)/celldag check
+
+# The reference of the default run, for a release or a lab's own cluster (docs/check.md): the default run, the same on
+# more seeds and perturbed reruns (config/reference.yaml), ≈ 4× the default run's time; writes reference/default/.
+reference: $(BIN)/.installed
+	$(BIN)/celldag reference --cores $(CORES)
 
 # Speed against named peers (benchmarks/run_all.py): writes docs/performance.md and docs/performance-scaling.png
 bench: $(BIN)/.installed

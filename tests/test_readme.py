@@ -25,9 +25,9 @@ def readme_commands() -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def test_the_readme_has_its_two_commands_first():
+def test_the_readme_has_its_three_commands_first():
     commands = readme_commands()
-    assert commands[:2] == ["make run", "make test"]
+    assert commands[:3] == ["make run", "make test", "make check"]
     assert not re.search(r"revision [0-9a-f]{7}|\d+\.\d s and \d+\.\d s", (ROOT / "README.md").read_text())
 
 

@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     resources.add_argument("--results", default="results", help="the results directory (default results)")
     _add_module_options(resources)
     _add_prefetch(commands)
+    _add_check(commands)
     args = parser.parse_args(argv)
     try:
         if args.command == "audit":
@@ -59,6 +60,14 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.command == "resources":
             return _resources(args.results, args.workflow)
+        if args.command == "check":
+            from celldag.check import check
+
+            return check(args.reference, args.results, args.workflow, args.out)
+        if args.command == "reference":
+            from celldag.check import make_reference
+
+            return make_reference(args.workflow, args.out, args.cores, run=not args.no_run)
         if args.command == "prefetch":
             return _prefetch(args.configfile, args.dest, args.list_only, args.workflow, args.config_key)
         return _validate(args.datasets, args.configfile, args.workflow, args.config_key)
@@ -102,6 +111,8 @@ def _add_compare(commands) -> None:
     compare.add_argument("--atol", type=float, metavar="T", help="absolute tolerance of continuous metrics, for every run "
                                                                  "(default: same bits on CPU, else 1e-6)")  # fmt: skip
     compare.add_argument("--all", action="store_true", dest="show_all", help="list identical scores too")
+    compare.add_argument("--noise", metavar="REFERENCE", help="judge B against A with this reference's noise model "
+                                                             "(docs/check.md) instead of bit identity")  # fmt: skip
     compare.add_argument("--published", action="store_true",
                          help="compare RESULTS (default: the config's results folder) with the published numbers")
     compare.add_argument("--configfile", help=f"with --published: the run config (default {DEFAULT_CONFIG})")
@@ -121,6 +132,24 @@ def _add_prefetch(commands) -> None:
     _add_module_options(prefetch)
 
 
+def _add_check(commands) -> None:
+    check = commands.add_parser("check", help="does this installation reproduce the release: the default run's scores "
+                                              "against the shipped reference (docs/check.md)")  # fmt: skip
+    check.add_argument("--reference", default="reference/default", metavar="DIR",
+                       help="the reference folder (default reference/default, the release's)")
+    check.add_argument("--results", default="results/default", metavar="DIR",
+                       help="the results folder to check (default results/default: make run's)")
+    check.add_argument("--out", default="results/check", metavar="DIR", help="where check.md and check.html go")
+    check.add_argument("--workflow", default=".", metavar="DIR",
+                       help="the celldag workflow folder (its config/ and lock file; default: the current directory)")
+    reference = commands.add_parser("reference", help="make the reference of the default run: the run, more seeds, "
+                                                      "perturbed reruns, the noise model (docs/check.md)")  # fmt: skip
+    reference.add_argument("--out", default="reference/default", metavar="DIR", help="where it goes (default reference/default)")
+    reference.add_argument("--cores", default="all", help="snakemake --cores of the runs (default all)")
+    reference.add_argument("--no-run", action="store_true", help="build from the runs already made, run nothing")
+    reference.add_argument("--workflow", default=".", metavar="DIR", help="the celldag workflow folder (default: here)")
+
+
 def _compare(args) -> int:
     if args.published:
         if len(args.folders) > 1 or args.rtol is not None or args.atol is not None or args.show_all:
@@ -131,6 +160,12 @@ def _compare(args) -> int:
         raise InputError(f"celldag compare A B: two results folders, got {len(args.folders)} (or --published [RESULTS])")
     if args.configfile or args.config_key:
         raise InputError("celldag compare A B: --configfile and --config-key are for --published (A and B are read as they are)")
+    if args.noise:
+        if args.rtol is not None or args.atol is not None:
+            raise InputError("celldag compare A B --noise REFERENCE: the reference's noise model sets the tolerances (no --rtol/--atol)")
+        from celldag.check import check
+
+        return check(args.noise, args.folders[1], args.workflow, args.out or "results/compare", baseline=args.folders[0])
     from celldag.compare import DEFAULT_OUT
 
     return compare_folders(*args.folders, out=args.out or DEFAULT_OUT, rtol=args.rtol, atol=args.atol,

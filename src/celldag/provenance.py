@@ -30,6 +30,9 @@ NUMERIC_ISA = frozenset({"avx", "avx2", "fma", "fma4", "sse4_2", "neon", "asimd"
 NUMERIC_ISA_PREFIXES = ("avx512", "avx_vnni", "amx")
 # thread counts of the BLAS/OpenMP/numba pools (Snakemake sets the first three to a job's threads)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
+# variables that pick other numerical kernels on the same CPU: OpenBLAS' core type, MKL's code path, ATen's vector
+# width, XLA's instruction set (config/reference.yaml perturbs a rerun with them; a check names them when they differ)
+KERNEL_VARIABLES = ("OPENBLAS_CORETYPE", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "XLA_FLAGS")
 LIBRARY_FIELDS = ("internal_api", "version", "num_threads", "architecture")  # of threadpoolctl's report, with the file name
 
 
@@ -113,7 +116,8 @@ def machine_description() -> dict:
     """What a run's numbers may depend on besides its inputs, seed and packages (a few ms)."""
     model, isa = cpu_model_and_isa()
     return {"cpu_model": model, "isa": isa, "cpus": os.cpu_count(), "os": platform.platform(),
-            "libraries": loaded_libraries(), "threads": thread_settings(), "gpu": gpu_description()}  # fmt: skip
+            "libraries": loaded_libraries(), "threads": thread_settings(), "gpu": gpu_description(),
+            "kernels": {name: os.environ[name] for name in KERNEL_VARIABLES if name in os.environ}}  # fmt: skip
 
 
 def status_mb(field: str) -> float | None:

@@ -34,6 +34,8 @@ def machine_facts(machine: dict | None) -> dict[str, str]:
         libraries[f"machine.{library['internal_api']}"].append(" ".join(str(part) for part in parts if part))
     facts |= {name: "; ".join(sorted(found)) for name, found in libraries.items()}
     facts |= {f"machine.threads.{name}": text(value) for name, value in machine["threads"].items()}
+    # variables that pick other kernels, where set (recorded since celldag check: none in older records)
+    facts |= {f"machine.kernels.{name}": value for name, value in machine.get("kernels", {}).items()}
     facts |= {f"machine.gpu.{name}": text(value) for name, value in (machine["gpu"] or {}).items()}
     return facts
 

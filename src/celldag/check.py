@@ -1,0 +1,114 @@
+"""``celldag check`` and ``celldag reference`` (docs/check.md): does this installation reproduce the release — its
+default run held against the reference the release ships — and making that reference.
+
+``check`` judges every score of ``results/default`` against ``reference/default`` bit for bit where nothing that
+may change a number differs from the reference's environment, else with the reference's noise model
+(``celldag.reference``), and prints one verdict, the environment that differs and the cost per rule. Exit 0 when
+nothing changed beyond noise, 1 otherwise.
+
+``reference`` makes the runs (``celldag.reference_runs``), builds the reference from them, and checks the held-out
+perturbed reruns against it as a lab's run would be checked; their verdicts go into reference.yaml.
+"""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from celldag import reference as ref
+from celldag.compare import Side, declared_tracks, read_side
+from celldag.errors import InputError
+from celldag.registry import read_yaml
+from celldag.reference_runs import SEEDS, config_name, make_runs, reference_config, rerun_folder
+from celldag.report.check import check_blocks, summary_lines, write_check
+from celldag.resources import measured
+
+DEFAULT_REFERENCE = "reference/default"
+DEFAULT_RESULTS = "results/default"
+DEFAULT_OUT = "results/check"
+
+
+def measured_jobs(side: Side, workflow: Path) -> list[dict]:
+    """The prepare and evaluate jobs Snakemake benchmarked under the side's results folder."""
+    return measured(str(side.folder.parent), read_yaml(workflow / "config" / "resources.yaml"))
+
+
+def judged(reference: ref.Reference, side: Side, workflow: Path):
+    here = ref.environment_of(side.records, workflow)
+    differences = ref.environment_differences(reference.environment, here)
+    rule = ref.rule_for(differences)
+    found = ref.judge(reference, side.scores, rule)
+    ratios = ref.cost_ratios(reference, ref.cost_table(side, measured_jobs(side, workflow)))
+    return found, rule, differences, ratios
+
+
+def check(reference_folder: str, results: str, workflow: str, out: str, baseline: str | None = None) -> int:
+    """``results`` judged against the reference, or (``baseline``, ``celldag compare A B --noise``) against another
+    results folder with the reference's noise model: its scores and environment stand in for the reference's."""
+    workflow_path = Path(workflow)
+    reference = ref.read(reference_folder)
+    side = read_side(results)
+    if baseline is not None:
+        base = read_side(baseline)
+        environment = ref.environment_of(base.records, workflow_path)
+        reference = replace(reference, scores=base.scores[[*ref.KEY, "status", "value"]],
+                            cost=ref.cost_table(base, measured_jobs(base, workflow_path)),
+                            meta=reference.meta | {"environment": environment})  # fmt: skip
+    found, rule, differences, ratios = judged(reference, side, workflow_path)
+    blocks = check_blocks(reference, found, rule, differences, ratios, side.folder, Path(reference_folder))
+    files = write_check(blocks, Path(out))
+    print("\n".join(summary_lines(found, rule, differences, ratios, files)))
+    return 0 if ref.reproduces(found) else 1
+
+
+def commit_of(workflow: Path) -> str:
+    """The workflow's git commit, "+ changes" where its tracked files differ from it; "unknown" outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workflow, capture_output=True, text=True, check=True).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=workflow,
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.strip()[:12] + (" + changes" if dirty.strip() else "")
+
+
+def make_reference(workflow: str, out: str, cores: str, run: bool = True) -> int:
+    """Make (``run``) or reuse the runs, build the reference into ``out``, check the held-out reruns against it."""
+    workflow_path = Path(workflow).resolve()
+    config = reference_config(workflow_path)
+    folders = make_runs(workflow_path, cores) if run else existing_runs(workflow_path, config)
+    default = read_side(str(folders["default"]))
+    tracks = declared_tracks(str(workflow_path), (default, default))
+    seeds = pd.read_parquet(folders[SEEDS] / "scores.parquet")
+    reruns = {item["name"]: pd.read_parquet(folders[item["name"]] / "scores.parquet") for item in config["perturbations"]}
+    made = {"commit": commit_of(workflow_path), "made_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "made_by": "make reference (celldag reference)"}  # fmt: skip
+    reference = ref.build(default, seeds, reruns, tracks, config, measured_jobs(default, workflow_path), workflow_path, made)
+    held_out = {}
+    for item in config["held_out"]:
+        found, rule, differences, _ = judged(reference, read_side(str(folders[item["name"]])), workflow_path)
+        held_out[item["name"]] = {"rule": rule, "verdict": ref.summary_line(found),
+                                  "environment": [f"{name}: {a} → {b}" for name, (a, b) in differences.items()]}  # fmt: skip
+    reference.meta["held_out"] = held_out
+    ref.write(reference, Path(out))
+    print(f"reference written to {out}: {len(reference.scores):,} scores, {len(reference.noise):,} score groups "
+          f"({reference.noise['kind'].value_counts().to_dict()}), numerical tolerance {reference.tolerance}")  # fmt: skip
+    for name, result in held_out.items():
+        print(f"held-out rerun {name} ({result['rule']}): {result['verdict']}")
+    return 0 if all(result["verdict"].startswith("reproduces") for result in held_out.values()) else 1
+
+
+def existing_runs(workflow: Path, config: dict) -> dict[str, Path]:
+    name = config_name(workflow)
+    folders = {"default": workflow / "results" / name}
+    for rerun in [SEEDS, *(item["name"] for item in [*config["perturbations"], *config["held_out"]])]:
+        folders[rerun] = rerun_folder(workflow, rerun) / "results" / name
+    for role, folder in folders.items():
+        if not (folder / "scores.parquet").is_file():
+            raise InputError(f"{folder / 'scores.parquet'}: not found — the {role} run of the reference is not made "
+                             "(celldag reference without --no-run makes it)")  # fmt: skip
+    return folders

@@ -1,0 +1,83 @@
+"""``celldag reference`` and CI's score snapshot (.ci/check-scores) on a tiny workflow, end to end: the reference is
+made from real runs (more seeds, a perturbed rerun, a held-out one), the workflow's own run passes bit for bit, and a
+change to a method's settings that moves its scores fails the snapshot naming them — until the reference is remade."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from celldag.cli import main
+from conftest import REPO, dry_run_jobs, run_snakemake, tiny_lineage_workflow
+
+TINY = {"name": "tiny", "datasets": ["bm_small"], "methods": ["nj_raw", "upgma_raw"], "seeds": [0, 1]}
+REFERENCE_CONFIG = {
+    "seeds": [0, 1, 2],
+    "family_false_alarm": 0.01,
+    "perturbations": [{"name": "sandybridge_two_threads", "env": {"OPENBLAS_CORETYPE": "Sandybridge"},
+                       "threads": {"run_method": 2}}],
+    "held_out": [{"name": "nehalem", "env": {"OPENBLAS_CORETYPE": "Nehalem"}}],
+}  # fmt: skip
+
+
+def snapshot(workdir: Path) -> subprocess.CompletedProcess:
+    """The CI script as .ci/run calls it, in the tiny workflow, with this interpreter's celldag."""
+    env = os.environ | {"RESULTS": "results/tiny", "CELLDAG": str(Path(sys.executable).parent / "celldag")}
+    return subprocess.run(["bash", ".ci/check-scores"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def referenced(tmp_path_factory):
+    workdir = tiny_lineage_workflow(tmp_path_factory.mktemp("referenced"), TINY)
+    (workdir / ".ci").mkdir()
+    shutil.copy(REPO / ".ci/check-scores", workdir / ".ci/check-scores")
+    (workdir / "requirements").mkdir()
+    shutil.copy(REPO / "requirements/lock.txt", workdir / "requirements/lock.txt")
+    (workdir / "config/reference.yaml").write_text(yaml.safe_dump(REFERENCE_CONFIG))
+    status = main(["reference", "--workflow", str(workdir), "--out", str(workdir / "reference/default"), "--cores", "2"])
+    return workdir, status
+
+
+@pytest.mark.e2e
+def test_the_reference_holds_the_runs_scores_its_noise_model_and_the_held_out_reruns_verdict(referenced):
+    workdir, status = referenced
+    assert status == 0
+    folder = workdir / "reference/default"
+    scores = pd.read_csv(folder / "scores.tsv", sep="\t")
+    made = pd.read_parquet(workdir / "results/tiny/scores.parquet")
+    assert len(scores) == len(made) and set(scores["seed"]) == {0, 1}  # the workflow's own seeds
+    noise = pd.read_csv(folder / "noise.tsv", sep="\t")
+    assert set(noise["seeds"]) == {3} and (noise["df"] == 2 + 2).all()  # 3 seeds, 2 perturbed moves per group
+    meta = yaml.safe_load((folder / "reference.yaml").read_text())
+    assert meta["seeds"] == [0, 1, 2] and meta["noise"]["reruns"] == ["sandybridge_two_threads"]
+    held_out = meta["held_out"]["nehalem"]
+    assert held_out["rule"] == "noise-aware" and held_out["verdict"].startswith("reproduces the release")
+    assert "machine.kernels.OPENBLAS_CORETYPE: absent → Nehalem" in held_out["environment"]
+    cost = pd.read_csv(folder / "cost.tsv", sep="\t")
+    assert {"run nj_raw", "run upgma_raw", "prepare_dataset", "evaluate"} <= set(cost["rule"])
+    assert dry_run_jobs(workdir) == {}  # make check's `make run` then reruns nothing
+
+
+@pytest.mark.e2e
+def test_ci_passes_bit_for_bit_then_fails_on_a_change_that_moves_scores_until_the_reference_is_remade(referenced):
+    workdir, _ = referenced
+    passed = snapshot(workdir)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "rule: bit for bit" in passed.stdout and "exit 0: nothing changed beyond noise" in passed.stdout
+
+    config = yaml.safe_load((workdir / "config/config.yaml").read_text())
+    config["method_params"] = {"nj_raw": {"features": "pca", "n_components": 3}}  # a commit that moves nj_raw's scores
+    (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
+    run_snakemake(workdir, "results/tiny/scores.parquet", "results/tiny/runs.parquet")
+    failed = snapshot(workdir)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "changed: bm_small/lineage/nj_raw/default/" in failed.stdout
+    assert "updates the reference in the same commit" in failed.stderr
+    assert "upgma_raw" not in "".join(line for line in failed.stdout.splitlines() if line.startswith("changed"))
