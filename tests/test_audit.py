@@ -286,9 +286,11 @@ def test_a_record_without_a_field_is_one_error_line(results, capsys):
     status, lines = run_audit(capsys, "--sample", "0")
     assert status == 1
     assert [line for line in lines if line.startswith("error: ")] == [
-        f"error: {path}: field 'config.params' missing: the audit cannot check this run "
-        "(records written before celldag audit lack some fields; rerunning the run rewrites its record)"
+        f"error: {path}: field 'config.params' missing from the run record "
+        "(records written by an older celldag lack some fields; rerunning the run rewrites its record)"
     ]
+    assert "not checked: results/tiny/scores.parquet, results/tiny/runs.parquet, results/tiny/leaderboard.md " \
+           "(a run record they come from is unreadable)" in lines
 
 
 @e2e

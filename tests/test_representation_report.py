@@ -71,6 +71,7 @@ def test_a_methods_note_on_its_runs_shows_under_its_dataset_with_the_seeds(tmp_p
     for seed, note in enumerate(["no validation replicate here", "no validation replicate here", None]):
         record = {"dataset_id": "lab", "method_id": "celltreeqm", "variant": "supervised", "seed": seed, "status": "ok",
                   "status_reason": None, "wall_time_s": 1.0, "peak_rss_mb": 1.0, "device": "cpu", "config_hash": "x",
+                  "track": "lineage", "config": {"params": {}}, "input_sha256": "0" * 64,
                   "method_facts": {"training": {}} | ({"note": note} if note else {})}  # fmt: skip
         paths.append(tmp_path / f"{seed}.json")
         paths[-1].write_text(json.dumps(record))

@@ -38,7 +38,7 @@ from celldag.registry import DEFAULT_CONFIG, load_workflow_config
 from celldag.tolerance import CUDA_TOLERANCE, Tolerance, plural, values_match
 
 EVALUATE_THREADS = 1  # workflow/rules/evaluate.smk: the scoring job's threads
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+SNAKEMAKE_THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # what Snakemake sets for a job  # fmt: skip
 SHOWN_RUNS = 4  # runs named per changed input before "…"
 
@@ -167,10 +167,11 @@ def check_scores_table(path: str, digest: Digests, report: Report) -> None:
 AGGREGATE_KEYS = {"scores": ["dataset", "method", "variant", "seed", "metric"], "runs": ["dataset", "method", "variant", "seed"]}
 
 
-def check_aggregate(plan, config, registries, report: Report) -> None:
+def check_aggregate(plan, config, registries, readable: int, report: Report) -> None:
     """The tables people read — results/<name>/scores.parquet, runs.parquet and leaderboard.md — against
     what the per-dataset scores tables and run records give: the aggregate job is rebuilt in a scratch
-    folder from them (themselves checked above) and every row and line compared."""
+    folder from them (themselves checked above) and every row and line compared. ``readable``: how many run
+    records load_records read; with one unreadable (said there) the tables cannot be rebuilt."""
     from celldag.report.leaderboard import aggregate
     from celldag.tracks import tracks_of
 
@@ -180,6 +181,9 @@ def check_aggregate(plan, config, registries, report: Report) -> None:
     score_paths = [*plan.dataset_scores, *plan.chained_scores]
     if not all(Path(path).is_file() for path in [*score_paths, *records]):
         report.say(f"not checked: {', '.join(shown.values())} (a scores table or run record they come from is missing)")
+        return
+    if readable < len(records):
+        report.say(f"not checked: {', '.join(shown.values())} (a run record they come from is unreadable)")
         return
     evaluation = config["evaluation"]
     with tempfile.TemporaryDirectory(prefix="celldag-audit-") as scratch:
@@ -354,7 +358,7 @@ def rerun_kwargs(run: planning.Run, record: dict, scratch: Path) -> dict:
 
 
 def child_env(threads: int, cuda: bool) -> dict[str, str]:
-    env = dict(os.environ) | dict.fromkeys(THREAD_VARIABLES, str(threads))
+    env = dict(os.environ) | dict.fromkeys(SNAKEMAKE_THREAD_VARIABLES, str(threads))
     if not cuda:  # a run recorded on the CPU re-runs there, even where a method's device "auto" would find a GPU
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
@@ -539,7 +543,7 @@ def audit(configfile: str = DEFAULT_CONFIG, sample: int = 3, seed: int = 0, runs
     damaged = check_files(records, digest, report)
     for path in (*plan.dataset_scores, *plan.chained_scores):
         check_scores_table(path, digest, report)
-    check_aggregate(plan, config, registries, report)
+    check_aggregate(plan, config, registries, len(records), report)
     chosen = chosen_by_name if chosen_by_name is not None else sample_runs(records, sample, seed)
     how = "named by --run" if chosen_by_name is not None else f"seeded sample (--sample {sample} --seed {seed})"
     report.say(f"re-running {plural(len(chosen), 'run')}, {how}: {', '.join(run.name for run in chosen) or 'none'}")

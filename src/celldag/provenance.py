@@ -29,7 +29,7 @@ RECORDED_PACKAGES = (
 NUMERIC_ISA = frozenset({"avx", "avx2", "fma", "fma4", "sse4_2", "neon", "asimd", "asimdhp", "sve", "sve2"})
 NUMERIC_ISA_PREFIXES = ("avx512", "avx_vnni", "amx")
 # thread counts of the BLAS/OpenMP/numba pools (Snakemake sets the first three to a job's threads)
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
+RECORDED_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
 # variables that pick other numerical kernels on the same CPU: OpenBLAS' core type, MKL's code path, ATen's vector
 # width, XLA's instruction set (config/reference.yaml perturbs a rerun with them; a check names them when they differ)
 KERNEL_VARIABLES = ("OPENBLAS_CORETYPE", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "XLA_FLAGS")
@@ -93,7 +93,7 @@ def loaded_libraries() -> list[dict]:
 
 
 def thread_settings() -> dict[str, str | int | None]:
-    settings: dict[str, str | int | None] = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    settings: dict[str, str | int | None] = {name: os.environ.get(name) for name in RECORDED_THREAD_VARIABLES}
     torch = sys.modules.get("torch")  # never imported here: importing torch costs seconds
     if torch is not None:
         settings["torch"] = torch.get_num_threads()

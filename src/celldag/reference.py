@@ -185,10 +185,14 @@ def cost_table(side: Side, measured: list[dict]) -> pd.DataFrame:
     runs = pd.DataFrame(side.runs.values())
     rows = [{"rule": "run " + method, "wall_s": group["wall_time_s"].sum(), "peak_mb": group["peak_rss_mb"].max()}
             for method, group in runs.groupby("method")]  # fmt: skip
-    datasets, seeds, name = set(runs["dataset"]), {f"seed{seed}" for seed in runs["seed"]}, side.folder.name
+    # prepare jobs by the prepared files the side's runs read (results/data/{dataset}/{key}/seed{seed}.h5ad)
+    prepared = {tuple(Path(record["inputs"]["prepared"]).with_suffix("").parts[-3:])
+                for record in side.records.values() if record and "prepared" in record.get("inputs", {})}  # fmt: skip
+    datasets, name = set(runs["dataset"]), side.folder.name
     for rule in ("prepare_dataset", "evaluate"):
         jobs = [job for job in measured if job["rule"] == rule and job["dataset"] in datasets
-                and (job["job"].split("/")[-1] in seeds if rule == "prepare_dataset" else job["job"].startswith(name + "/"))]  # fmt: skip
+                and ((*job["job"].split("/"), job["seed"]) in prepared if rule == "prepare_dataset"
+                     else job["job"].startswith(name + "/"))]  # fmt: skip
         if jobs:
             rows.append({"rule": rule, "wall_s": sum(job["wall_s"] for job in jobs), "peak_mb": max(job["max_rss_mb"] for job in jobs)})
     return pd.DataFrame(rows, columns=["rule", "wall_s", "peak_mb"]).round({"wall_s": 1, "peak_mb": 0})

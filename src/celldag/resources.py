@@ -103,7 +103,8 @@ def measured(results: str, models: Mapping) -> list[dict]:
                 peak = exact_peak(rule, path, parts[:-1])
             except OSError:
                 peak = None
-            found.append({"rule": rule, "dataset": dataset, "job": "/".join(parts[:-1]), "rows": rows,
+            seed = parts[-1].removesuffix(".benchmark.tsv") if rule == "prepare_dataset" else None  # one job per seed
+            found.append({"rule": rule, "dataset": dataset, "job": "/".join(parts[:-1]), "seed": seed, "rows": rows,
                           "wall_s": float(row["s"]), "max_rss_mb": float(row["max_rss"]) if peak is None else peak,
                           "exact_peak": peak is not None, "requested_mb": asked})  # fmt: skip
     return found
