@@ -66,6 +66,24 @@ def test_the_noise_model_pools_the_seeds_spread_with_the_reruns_moves_and_sets_b
     assert tolerance.rel == pytest.approx(1e-11, rel=1e-3) and tolerance.abs == pytest.approx(1e-14, rel=1e-3)
 
 
+def test_a_deterministic_method_without_spread_of_its_own_gets_its_metrics_spread_on_the_dataset():
+    """The expression baseline's kBET: the same at every seed, unmoved by the reruns, yet kNN flips on another
+    machine move it — its sd is the pooled one of every method of the dataset for that metric."""
+    default, seeds, reruns = reference_inputs()
+    fixed = ("d", "representation", "expression/default")
+    seeds = pd.concat([seeds, scores({(*fixed, seed, "total"): 0.3 for seed in SEED_VALUES})], ignore_index=True)
+    default = seeds[seeds["seed"] <= 2].reset_index(drop=True)
+    reruns = {"avx": pd.concat([reruns["avx"], default[default["method"] == "expression"]], ignore_index=True)}
+    noise, _, how = ref.noise_model(default, seeds, reruns, TRACKS, false_alarm=0.01)
+    rows = noise.set_index(["method", "metric"])
+    trained, expression = rows.loc[("scilama", "total")], rows.loc[("expression", "total")]
+    squares = sum((v - 0.506) ** 2 for v in SEED_VALUES.values()) + (0.01**2 + 0.02**2) / 2  # scilama's; expression's 0
+    assert expression["sd"] == pytest.approx(math.sqrt(squares / (7 + 7)), rel=1e-12) and expression["df"] == 14
+    assert trained["sd"] == pytest.approx(math.sqrt(squares / 7), rel=1e-12) and trained["df"] == 7  # its own: larger
+    assert expression["kind"] == "smooth" and expression["margin"] > 0 and how["groups_at_the_metric_floor"] == 1
+    assert rows.loc[("nj_raw", "rf"), "df"] == 7  # another metric, another dataset's floor: untouched
+
+
 def test_without_any_smooth_move_the_tolerance_is_the_floor_and_a_large_move_is_never_rounding():
     default, seeds, reruns = reference_inputs()
     reruns["avx"].loc[reruns["avx"]["method"] == "nj_raw", "value"] = default.loc[default["method"] == "nj_raw", "value"] + [0, 0.25, 0]
