@@ -210,3 +210,11 @@ def server():
     yield state
     httpd.shutdown()
     httpd.server_close()
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Every test of a tests/test_e2e_*.py module is end to end (`make test`'s fast tier leaves them out), whether or
+    not it carries the marker itself."""
+    for item in items:
+        if item.path.name.startswith("test_e2e"):
+            item.add_marker(pytest.mark.e2e)

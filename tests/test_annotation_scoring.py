@@ -30,6 +30,7 @@ def shifted_probabilities(seed: int, n_cells: int = 3000):
     return proba, truth, batch, soft, calibration, ~calibration
 
 
+@pytest.mark.slow
 def test_marginal_sets_undercover_the_noisy_batch_and_batch_aware_procedures_restore_it():
     """Five seeds, ~1,000 query cells of the noisy batch each (binomial sd ≈ 0.01): marginal split conformal
     covers it 0.15 below 1 − α in every seed; Mondrian by batch and Kandinsky (batch one-hot among its

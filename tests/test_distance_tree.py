@@ -79,6 +79,7 @@ import torch  # reported missing to scikit-bio only while it was imported
 """
 
 
+@pytest.mark.slow
 def test_nj_imports_scikit_bio_without_its_array_backend_probe():
     """scikit-bio's import-time probe would import torch (≈ 2.5 s of an NJ job) and switch an
     already imported JAX to 64-bit floats for the whole process; neither happens, and torch stays

@@ -144,6 +144,7 @@ def test_a_run_on_ensembl_ids_records_the_mapping_and_the_leaderboard_shows_it(t
     assert paragraph.lines == (f"`genept_w/default` (seeds 0): {NOTE}",)
 
 
+@pytest.mark.slow
 def test_mouse_genes_are_not_applicable_never_a_run_on_the_names_that_match(tmp_path, registries):
     table_path, _ = symbol_table(tmp_path, ["EGFR", "TP53"])  # "EGFR" is also a name in the mouse dataset
     genes = ["Trp53", "Brca1", "EGFR", "Gapdh", "Actb"]

@@ -264,6 +264,7 @@ def simulated_coverage():
     return result
 
 
+@pytest.mark.slow
 def test_the_augmented_fit_covers_every_group_at_the_default_size(simulated_coverage):
     rate, error = simulated_coverage["augmented"]
     n_features = N_BATCHES + N_TYPES + N_SOFT

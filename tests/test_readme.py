@@ -15,6 +15,8 @@ import pytest
 from conda_standin import install
 from conftest import copy_workflow
 
+# Each command runs Snakemake (a dry run, or the conda env set-up) in a subprocess: 4-17 s apiece
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
 

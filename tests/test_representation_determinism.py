@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from celldag.representation.metrics import SCIB_METRICS
 
@@ -56,6 +57,7 @@ def knife_edge_cells(seed: int = 0):
     return labels, batch, embedding.astype(np.float32), reference
 
 
+@pytest.mark.slow
 def test_one_embedding_scored_in_two_processes_gives_bit_identical_scores(tmp_path):
     """The second process reads the kernels the first compiled (a cold, then a warm JAX cache): same bits."""
     labels, batch, embedding, reference = knife_edge_cells()

@@ -226,6 +226,7 @@ def test_a_marker_type_without_a_label_gets_a_colour_no_label_has():
     assert colours["Megakaryocyte"] not in label_colours.values()
 
 
+@pytest.mark.slow
 def test_umap_coordinates_above_scanpys_exact_neighbour_size_are_computed_and_repeat():
     # above 4,096 cells scanpy's approximate neighbours fail on scipy sparse arrays (scanpy 1.11): exact ones
     from celldag.representation.figures import SCANPY_EXACT_NEIGHBOURS_UP_TO, umap_coordinates

@@ -82,6 +82,7 @@ def test_bio_only_scores_match_the_full_call(toy_scores):
 GRAPH = ("nmi_kmeans", "ari_kmeans", "clisi", "ilisi", "kbet", "graph_connectivity")
 
 
+@pytest.mark.slow
 def test_a_subsample_scores_the_graph_metrics_on_every_cell_and_the_rest_on_its_rows(toy_scores):
     """subsample: neighbour-graph and k-means metrics of every cell (what a sparser sample would move), the
     silhouettes on the rows; the aggregates the Benchmarker's means. All rows: the full call's scores."""

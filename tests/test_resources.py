@@ -59,6 +59,7 @@ def job_resources(log: str, rule: str) -> list[dict[str, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_the_jobs_of_a_larger_dataset_ask_for_more(tmp_path):
     workdir = copy_workflow(tmp_path / "run")
     datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
