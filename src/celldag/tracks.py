@@ -91,6 +91,14 @@ class Figure:
         return Path(spec.origin).parent / self.caption
 
 
+# The figures a track may list beside its own: drawn by celldag.report.figures, named here so that a track module
+# lists them without importing a view
+COMMON_FIGURES = (
+    Figure("scores", "celldag.report.figures:scores_heatmap", "captions/scores.rst", needs=("scores",)),
+    Figure("cost", "celldag.report.figures:cost", "captions/cost.rst", needs=("runs",)),
+)
+
+
 @dataclass(frozen=True)
 class FigureData:
     """What a figure's ``draw`` gets: one dataset, read by the figure job (fields it did not need are empty)."""

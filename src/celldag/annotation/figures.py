@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from celldag.report.figures import label, new_figure, note_figure, style_label
 from celldag.tracks import FigureData
 
 GROUP_STYLE = {"batch": ("tab:blue", "o", 28), "type": ("tab:orange", "s", 18), "batch_type": ("0.6", ".", 10)}
@@ -30,7 +31,6 @@ def coverage_by_group(data: FigureData):
     from celldag.annotation.metrics import group_coverage
     from celldag.annotation.scoring import Settings, query_groupings, random_split
     from celldag.annotation.track import PROCEDURES
-    from celldag.report.figures import label, new_figure, note_figure, style_label
 
     settings = Settings.of(data.evaluation)
     alpha, min_cells, procedures = settings.alpha, settings.min_cells, settings.procedures
@@ -76,7 +76,6 @@ def set_size_vs_coverage(data: FigureData):
     """Mean set size against the worst batch or cell-type coverage, one point per run and procedure (mean
     over seeds): the better runs sit near the 1 − α line at the left."""
     from celldag.annotation.track import PROCEDURES
-    from celldag.report.figures import new_figure, note_figure
 
     alpha = alpha_of(data)
     scores = data.scores[data.scores["status"] == "ok"]

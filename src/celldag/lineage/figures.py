@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from celldag.report.figures import new_figure
+from celldag.report.figures import label, new_figure, style_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -281,7 +281,6 @@ def trees(data: FigureData) -> Figure:
     """The true tree of ``data.seed`` beside the trees of the best run (mean RF) and of nj_raw."""
     from celldag.lineage.metrics import robinson_foulds
     from celldag.lineage.tree import parse_newick
-    from celldag.report.figures import label, style_label
 
     if data.prepared is None:
         raise ValueError("the trees figure needs the prepared dataset (FigureData.prepared)")
@@ -404,7 +403,6 @@ def _dot_figure(scores: pd.DataFrame, metrics: Sequence[str], kinds: Mapping[str
                 reference: pd.DataFrame | None = None) -> Figure:  # fmt: skip
     import pandas as pd
 
-    from celldag.report.figures import label, style_label
 
     values = ok_values(scores, metrics)[["run", "seed", "metric", "value"]]
     runs = _runs_by_mean(scores, metrics)

@@ -18,8 +18,7 @@ import numpy as np
 from celldag.contracts import MIN_LEAVES, ContractError, require_finite_matrix
 from celldag.lineage.quartets import is_binary, resolved_quartets
 from celldag.lineage.tree import parse_newick
-from celldag.report.figures import COMMON
-from celldag.tracks import Figure, Metric, MetricGroup, Track
+from celldag.tracks import COMMON_FIGURES, Figure, Metric, MetricGroup, Track
 
 TRACK = Track(
     x_dtype="float64",  # leaves × features is small
@@ -59,7 +58,7 @@ TRACK = Track(
     ),  # fmt: skip
     dataset_facts="celldag.lineage.track:dataset_facts",
     figures=(
-        *COMMON,
+        *COMMON_FIGURES,
         Figure("trees", "celldag.lineage.figures:trees", "captions/trees.rst", needs=("scores", "outputs")),
         Figure("distances", "celldag.lineage.figures:distances", "captions/distances.rst", needs=("scores",)),
         Figure("partition", "celldag.lineage.figures:partition", "captions/partition.rst", needs=("scores",)),

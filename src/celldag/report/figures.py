@@ -4,7 +4,8 @@ A figure job reads what its ``Figure.needs`` names, fills a ``FigureData``, call
 ``draw`` and writes one PNG. PNGs are deterministic: Agg rendering, no timestamp or version in the
 file (``metadata={"Software": None}``), so an unchanged input gives an identical file. Every figure is made
 by ``new_figure``, whose layout wraps each title to fit (``celldag.report.titles``).
-Imports nothing heavy at module level: track modules list ``COMMON`` and the workflow reads them at parse time.
+Imports nothing heavy at module level: the workflow reads the figures' module at parse time. The two figures
+here are listed in ``celldag.tracks.COMMON_FIGURES``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,6 @@ from collections.abc import Mapping, Sequence
 
 from celldag.tracks import DELTA_PREFIX, Figure, FigureData, Track
 
-COMMON = (
-    Figure("scores", "celldag.report.figures:scores_heatmap", "captions/scores.rst", needs=("scores",)),
-    Figure("cost", "celldag.report.figures:cost", "captions/cost.rst", needs=("runs",)),
-)
 KIND_STYLE = {  # how a row label shows what a method is: controls are what a reader must not mistake for results
     "method": {"color": "black", "fontweight": "bold", "fontstyle": "normal"},
     "baseline": {"color": "#333333", "fontweight": "normal", "fontstyle": "normal"},

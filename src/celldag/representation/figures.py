@@ -14,6 +14,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from celldag.report import figures as report_figures
+from celldag.report.leaderboard import paired_rows
 from celldag.representation.numba_cache import cache_umap_graph_kernels
 
 if TYPE_CHECKING:
@@ -322,7 +323,6 @@ def paired(data: FigureData) -> Figure:
     """A forest plot of the paired differences over seeds (``evaluation.paired``): a panel per metric (their
     scales differ), a line per comparison shared by the panels."""
     comparisons = data.evaluation.get("paired") or []
-    from celldag.report.leaderboard import paired_rows
 
     rows = paired_rows(data.scores, comparisons) if data.scores is not None else []
     if not rows:

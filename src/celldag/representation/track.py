@@ -14,8 +14,7 @@ import numpy as np
 
 from celldag.contracts import ContractError, require_finite_matrix
 from celldag.embeddings.table import GeneTable
-from celldag.report.figures import COMMON
-from celldag.tracks import Figure, Metric, MetricGroup, Track
+from celldag.tracks import COMMON_FIGURES, Figure, Metric, MetricGroup, Track
 
 
 def _higher(*names: str) -> tuple[Metric, ...]:
@@ -49,7 +48,7 @@ TRACK = Track(
     ),  # fmt: skip
     dataset_facts="celldag.representation.track:dataset_facts",
     figures=(
-        *COMMON,
+        *COMMON_FIGURES,
         Figure("umap", "celldag.representation.figures:umap", "captions/umap.rst", needs=("outputs",)),
         Figure("markers", "celldag.representation.figures:markers", "captions/markers.rst",
                needs=("outputs", "tables")),
