@@ -236,7 +236,7 @@ def draw(rng, n: int, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def simulated_coverage():
+def simulated_coverage():  # ≈ 50 s: the tests that read it are marked slow
     """Per group, the weighted coverage E[w_g 1{covered}] / E[w_g] of the augmented and the plain fit over
     TRIALS exchangeable calibration/query draws, and its standard error over trials."""
     rng = np.random.default_rng(20230517)
@@ -274,6 +274,7 @@ def test_the_augmented_fit_covers_every_group_at_the_default_size(simulated_cove
     assert (rate <= 1 - ALPHA + n_features / (N_CAL + 1) + 4 * error).all(), rate
 
 
+@pytest.mark.slow
 def test_the_randomised_augmented_fit_covers_every_group_exactly(simulated_coverage):
     """Exact coverage 1 - alpha for every group function in Phi's span: every group within binomial noise of 0.9,
     not above it as the unrandomised fit is (docs/annotation.md gives the numbers)."""
@@ -284,6 +285,7 @@ def test_the_randomised_augmented_fit_covers_every_group_exactly(simulated_cover
     assert unrandomised.mean() > rate.mean() + 0.02  # the over-coverage the randomisation removes
 
 
+@pytest.mark.slow
 def test_the_plain_fit_under_covers_by_about_g_over_n(simulated_coverage):
     """The paper's fit, kept as `kandinsky`: ~0.86 for every group at target 0.9 (docs/annotation.md)."""
     rate, error = simulated_coverage["plain"]
