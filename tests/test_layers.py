@@ -131,3 +131,12 @@ def test_the_floors_find_a_model_importing_a_view():
 def test_every_module_imports_only_from_its_floor_or_lower_ones():
     upward = sorted(upward_imports(import_graph()))
     assert not upward, "imports from a higher floor (tests/test_layers.py FLOORS): " + "; ".join(f"{a} → {b}" for a, b in upward)
+
+
+def test_the_import_paths_labs_were_given_still_import():
+    """A name that moved down a floor keeps the path the docs once gave labs, as a re-export of the same object."""
+    from celldag import tracks
+    from celldag.report import figures
+
+    assert figures.COMMON is tracks.COMMON_FIGURES
+    assert [figure.name for figure in figures.COMMON] == ["scores", "cost"]

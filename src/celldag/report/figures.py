@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from celldag.tracks import DELTA_PREFIX, Figure, FigureData, Track
+from celldag.tracks import COMMON_FIGURES, DELTA_PREFIX, Figure, FigureData, Track
+
+COMMON = COMMON_FIGURES  # its name before tracks held it: labs' track modules import it (docs/adding-a-track.md did)
 
 KIND_STYLE = {  # how a row label shows what a method is: controls are what a reader must not mistake for results
     "method": {"color": "black", "fontweight": "bold", "fontstyle": "normal"},
