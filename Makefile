@@ -74,6 +74,7 @@ prefetch: $(BIN)/.installed
 	$(BIN)/celldag prefetch $(if $(MIRROR),--dest $(MIRROR)) $(if $(CONFIG),--configfile $(CONFIG))
 
 lint: $(BIN)/.installed
+	$(BIN)/ruff check src workflow tests benchmarks
 	$(BIN)/snakemake --lint
 
 dry-run: $(BIN)/.installed

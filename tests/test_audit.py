@@ -14,7 +14,7 @@ import pytest
 
 from celldag import audit, prepare
 from celldag.artifacts import sha256_file
-from celldag.audit import CUDA_TOLERANCE, Tolerance
+from celldag.audit import CUDA_TOLERANCE
 from celldag.cli import main
 from celldag.plan import DATASET_SCORES, PREPARED, RUN_OUTPUT, RUN_RECORD, Run, method_params
 from celldag.scoring import checksums_path, write_scores

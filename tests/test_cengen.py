@@ -8,7 +8,6 @@ import pytest
 from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 
-from celldag import contracts
 from celldag.data import cengen
 from celldag.data.cengen import map_classes, prepare_cengen_neurons, read_cell_lineage
 from celldag.lineage.tree import parse_newick, path_distances

@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag import contracts
 from celldag.errors import InputError
 from celldag.lineage.tree import parse_newick
 from celldag.prepare import prepare_dataset

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from celldag.annotation import conformal, quantile_lp
-from celldag.annotation.quantile_lp import (TILT, Coordinates, Program, QuantileRegressionError, Ray, UnverifiedPrograms,
-                                            Vertex, augmented_thresholds, independent_columns, pinball_loss,
+from celldag.annotation.quantile_lp import (TILT, Coordinates, Program, QuantileRegressionError, Ray, Vertex,
+                                            augmented_thresholds, independent_columns, pinball_loss,
                                             quantile_regression)  # fmt: skip
 
 REGRESSIONS = {"kandinsky_lp_ipm_infeasible": 5.840826, "kandinsky_lp_both_fail": 3.420711}  # verified optima

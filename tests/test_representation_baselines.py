@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from celldag.embeddings.table import GeneTable
 from celldag.methods import genept_w, harmony, pca, scvi_baseline

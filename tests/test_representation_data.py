@@ -187,7 +187,7 @@ def pbmc68k():
 
 
 def test_pbmc68k_batched_holds_the_contract(pbmc68k, tmp_path):
-    from celldag import contracts, artifacts
+    from celldag import artifacts
 
     adata = pbmc68k[0]
     assert adata.shape == (700, 765) and "counts" not in adata.layers

@@ -13,7 +13,6 @@ The input records which run it came from (``uns['upstream']``, ``upstream_status
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from celldag import artifacts, contracts
 from celldag.records import read_record

@@ -1,0 +1,31 @@
+"""ruff's checks (pyproject.toml [tool.ruff]) hold over src, workflow, tests and benchmarks: an unused import or an
+undefined name fails the fast tier, not a reviewer's eye."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+RUFF = Path(sys.executable).parent / "ruff"  # installed beside this Python from requirements/lock.txt
+LINTED = ("src", "workflow", "tests", "benchmarks")
+
+
+def ruff_check(*paths: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([str(RUFF), "check", "--no-cache", *paths], cwd=cwd, capture_output=True, text=True)
+
+
+def test_the_tree_passes_ruff():
+    checked = ruff_check(*LINTED)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_ruff_with_the_projects_settings_finds_an_unused_import_and_an_undefined_name(tmp_path):
+    (tmp_path / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
+    (tmp_path / "module.py").write_text("import os\n\n\ndef f():\n    return undefined_name\n")
+    (tmp_path / "script.py").write_text("print(snakemake.input)\n")  # Snakemake's script object: a builtin here
+    checked = ruff_check("module.py", "script.py", cwd=tmp_path)
+    assert checked.returncode == 1
+    assert "F401" in checked.stdout and "F821" in checked.stdout and "script.py" not in checked.stdout
