@@ -221,3 +221,23 @@ def test_listing_a_chained_track_recomputes_nothing_of_the_dataset(registries):
     from celldag.plan import run_key
 
     assert run_key(entry, params) == run_key(without, params)
+
+
+def test_a_run_records_log_is_found_by_the_patterns_that_spell_both():
+    from celldag import plan
+
+    record = plan.fill(plan.RUN_RECORD, dataset="bm", method="nj_raw", variant="default", key="0123456789", seed=2)
+    assert plan.log_of_record(record) == "results/logs/run_method/bm/nj_raw/default/0123456789/seed2.log"
+    chained = plan.fill(plan.CHAINED_RECORD, dataset="pbmc", method="scilama", variant="text", key="abcdef0123", seed=0,
+                        track="annotation", chain_key="9876543210", chained_method="knn")  # fmt: skip
+    assert plan.parse(plan.CHAINED_RECORD, chained)["chained_method"] == "knn"
+    assert plan.log_of_record(chained) == "results/logs/run_chained/pbmc/scilama/text/abcdef0123/annotation-9876543210.log"
+    assert plan.log_of_record("elsewhere/run.json") is None  # a record at no planned path gets no link, not a guess
+
+
+def test_the_scores_digests_sit_beside_every_scores_table_and_pattern():
+    from celldag import plan
+
+    assert plan.checksums_path("results/x/scores/bm.parquet") == "results/x/scores/bm.sha256.json"
+    assert plan.checksums_path(plan.fill(plan.CHAINED_SCORES, track="annotation")) == (
+        "results/{name}/scores/{dataset}.annotation.sha256.json")

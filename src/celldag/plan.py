@@ -1,8 +1,9 @@
 """Planning: (run config, registries) → the runs and files one Snakemake call produces.
 
 Pure functions over plain data, so the expansion is unit-tested by job counts per rule without
-Snakemake. The path patterns below are the single place where artifact paths are spelled; the rules
-use them as their input/output patterns.
+Snakemake. The path patterns below are the single place where artifact paths are spelled, every job's log
+included; the rules use them as their input, output and log patterns, and ``parse`` reads a path back into its
+fields (the report finds a run's log from its record so).
 
 Prepared datasets and runs are keyed by the settings that determine them (``data_key``, ``key``): two
 configurations share what they compute alike and keep apart what they compute differently. Scores and
@@ -11,6 +12,8 @@ the leaderboard belong to a configuration: they sit under its ``name``.
 
 from __future__ import annotations
 
+import pathlib
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -51,6 +54,18 @@ CHAINED_OUTPUT = CHAINED_DIR + "/{chained_method}/output.h5ad"
 CHAINED_RECORD = CHAINED_DIR + "/{chained_method}/run.json"
 CHAINED_LOG = "results/logs/run_chained/{dataset}/{method}/{variant}/{key}/{track}-{chain_key}.log"
 CHAINED_SCORES = "results/{name}/scores/{dataset}.{track}.parquet"
+# every job's log (Snakemake's `log:`), under results/logs/<what the job does>/; RUN_LOG and CHAINED_LOG above
+DOWNLOAD_LOG = "results/logs/download/{source}/{file}.log"
+VALIDATION_LOG = "results/logs/validate_dataset/{dataset}/{data_key}.log"
+PREPARE_LOG = "results/logs/prepare_dataset/{dataset}/{data_key}/seed{seed}.log"
+DATASET_GENES_LOG = "results/logs/dataset_genes/{dataset}/{data_key}.log"
+GENE_TABLE_LOG = "results/logs/embed_genes/{embedding}/{dataset}-{data_key}.log"
+EVALUATE_LOG = "results/logs/evaluate/{name}/{dataset}.log"
+CHAIN_TASK_LOG = "results/logs/{track}_task/{dataset}/{data_key}-{chain_key}.log"
+CHAINED_EVALUATE_LOG = "results/logs/evaluate_{track}/{name}/{dataset}.log"
+FIGURE_LOG = "results/logs/figures/{name}/{dataset}/{figure}.log"
+AGGREGATE_LOG = "results/logs/aggregate/{name}.log"
+REPORT_LOG = "results/logs/report_html/{name}.log"
 # embed_genes' input file that maps a dataset's human Ensembl ids to symbols: org.Hs.eg.db (config/embeddings.yaml)
 ORG_ROLE = "org_hs_eg_sqlite"
 
@@ -223,6 +238,30 @@ class _Wildcards(dict):
 def fill(pattern: str, **values) -> str:
     """``pattern`` with the fields of ``values`` filled in and the others left as Snakemake wildcards."""
     return pattern.format_map(_Wildcards(values))
+
+
+def parse(pattern: str, path: str) -> dict[str, str] | None:
+    """The fields of ``path``, a file of ``pattern`` (each field within one folder name), or None where it is not
+    one: ``fill``'s inverse."""
+    regex = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+?)", re.escape(pattern))
+    found = re.fullmatch(regex, path)
+    return None if found is None else found.groupdict()
+
+
+def checksums_path(scores_path: str) -> str:
+    """The per-row digests of a scores table (for celldag audit) beside it: ``….parquet`` → ``….sha256.json``; also of
+    a pattern (``DATASET_SCORES``, ``CHAINED_SCORES``)."""
+    return str(pathlib.PurePosixPath(scores_path).with_suffix(".sha256.json"))
+
+
+def log_of_record(record: str) -> str | None:
+    """The log of the job that wrote a run record: RUN_LOG for a run's, CHAINED_LOG for a chained track's (one
+    job per upstream run); None for a file at neither path."""
+    for record_pattern, log_pattern in ((CHAINED_RECORD, CHAINED_LOG), (RUN_RECORD, RUN_LOG)):
+        fields = parse(record_pattern, record)
+        if fields is not None:
+            return fill(log_pattern, **fields)
+    return None
 
 
 # Snakemake's benchmark of each heavy job (wall s, max RSS MB, …, a TSV row): what config/resources.yaml's

@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from pathlib import Path
 
 from celldag import contracts, artifacts
+from celldag.plan import checksums_path
 from celldag.tracks import ScoringContext, Track
 
 
@@ -73,11 +73,6 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
     table = pd.concat(frames, ignore_index=True)
     contracts.check_scores(table, scores_path)
     write_scores(table, scores_path)
-
-
-def checksums_path(scores_path: str) -> str:
-    """``results/{name}/scores/{dataset}.sha256.json`` beside ``{dataset}.parquet``."""
-    return str(Path(scores_path).with_suffix(".sha256.json"))
 
 
 def write_scores(table, scores_path: str) -> None:

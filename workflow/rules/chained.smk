@@ -24,7 +24,7 @@ for _track_id in CHAINED_TRACKS:
         wildcard_constraints:
             dataset=_one_of(_datasets) if _datasets else "(?!)",
         log:
-            f"results/logs/{_track_id}_task/{{dataset}}/{{data_key}}-{{chain_key}}.log",
+            plan.fill(plan.CHAIN_TASK_LOG, track=_track_id),
         conda:
             dataset_env
         threads: 1
@@ -72,7 +72,7 @@ for _track_id in CHAINED_TRACKS:
             unpack(chained_evaluation_inputs(_track_id)),
         output:
             scores=plan.fill(plan.CHAINED_SCORES, track=_track_id),
-            checksums=plan.fill(plan.CHAINED_SCORES, track=_track_id).replace(".parquet", ".sha256.json"),
+            checksums=plan.checksums_path(plan.fill(plan.CHAINED_SCORES, track=_track_id)),
         params:
             track_id=_track_id,
             track=REGISTRIES.tracks[_track_id],
@@ -81,7 +81,7 @@ for _track_id in CHAINED_TRACKS:
         wildcard_constraints:
             dataset=_one_of(_datasets) if _datasets else "(?!)",
         log:
-            f"results/logs/evaluate_{_track_id}/{{name}}/{{dataset}}.log",
+            plan.fill(plan.CHAINED_EVALUATE_LOG, track=_track_id),
         conda:
             dataset_env
         threads: 1

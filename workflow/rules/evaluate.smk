@@ -5,14 +5,14 @@ rule evaluate:
         unpack(evaluation_inputs),
     output:
         scores=plan.DATASET_SCORES,
-        checksums=plan.DATASET_SCORES.replace(".parquet", ".sha256.json"),  # per-row digests for celldag audit
+        checksums=plan.checksums_path(plan.DATASET_SCORES),  # per-row digests for celldag audit
     params:
         dataset=dataset_entry,
         track_id=lambda wildcards: REGISTRIES.datasets[wildcards.dataset]["track"],
         track=dataset_track,
         evaluation=config["evaluation"],
     log:
-        "results/logs/evaluate/{name}/{dataset}.log",
+        plan.EVALUATE_LOG,
     benchmark:
         plan.EVALUATE_BENCHMARK
     conda:

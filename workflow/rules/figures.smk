@@ -31,7 +31,7 @@ for _track_id in REGISTRIES.tracks:
             wildcard_constraints:
                 dataset=_one_of(_datasets) if _datasets else "(?!)",
             log:
-                f"results/logs/figures/{{name}}/{{dataset}}/{_figure.name}.log",
+                plan.fill(plan.FIGURE_LOG, figure=_figure.name),
             conda:
                 dataset_env
             threads: 1

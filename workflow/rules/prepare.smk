@@ -5,7 +5,7 @@ rule download_file:
         file=download_entry,
         pins=download_pins,
     log:
-        "results/logs/download/{source}/{file}.log",
+        plan.DOWNLOAD_LOG,
     conda:
         "../../envs/lineage.yaml"
     localrule: True  # compute nodes may have no internet; downloads run where Snakemake runs
@@ -29,7 +29,7 @@ rule validate_dataset:
     params:
         entry=dataset_entry,
     log:
-        "results/logs/validate_dataset/{dataset}/{data_key}.log",
+        plan.VALIDATION_LOG,
     conda:
         dataset_env
     threads: 1
@@ -49,7 +49,7 @@ rule prepare_dataset:
         entry=dataset_entry,
         track=dataset_track,
     log:
-        "results/logs/prepare_dataset/{dataset}/{data_key}/seed{seed}.log",
+        plan.PREPARE_LOG,
     benchmark:
         plan.PREPARE_BENCHMARK
     conda:
@@ -68,7 +68,7 @@ rule dataset_genes:
     output:
         plan.DATASET_GENES,
     log:
-        "results/logs/dataset_genes/{dataset}/{data_key}.log",
+        plan.DATASET_GENES_LOG,
     conda:
         dataset_env
     localrule: True  # reads one file's gene names: not worth a cluster submission
@@ -91,7 +91,7 @@ rule embed_genes:
         entry=embedding_entry,
         dataset_entry=embedding_dataset_entry,
     log:
-        "results/logs/embed_genes/{embedding}/{dataset}-{data_key}.log",
+        plan.GENE_TABLE_LOG,
     conda:
         "../../envs/representation.yaml"
     priority: 10  # many training jobs wait on the gene tables

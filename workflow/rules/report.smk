@@ -17,7 +17,7 @@ rule aggregate:
         tracks=REGISTRIES.tracks,
         kinds=KINDS_OF_ROWS,
     log:
-        "results/logs/aggregate/{name}.log",
+        plan.AGGREGATE_LOG,
     conda:
         "../../envs/report.yaml"
     localrule: True
@@ -68,7 +68,7 @@ rule report_html:
         published=[table for table in PUBLISHED if table.dataset_id in config["datasets"]],
         published_context=celldag_published.context_of(config, PLAN, REGISTRIES, check_downloads=False),
     log:
-        "results/logs/report_html/{name}.log",
+        plan.REPORT_LOG,
     conda:
         "../../envs/report.yaml"
     localrule: True

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from celldag import artifacts
+from celldag import artifacts, plan
 from celldag.published import Context, PublishedTable, report_blocks
 from celldag.report.leaderboard import Block, Heading, Paragraph, Table, leaderboard_blocks
 from celldag.tracks import Track
@@ -97,22 +97,13 @@ def runs_not_ok(runs: pd.DataFrame, index_dir: str) -> list[str]:
         return parts + ["<p>Every run finished with status <code>ok</code>.</p>"]
     rows = []
     for run in shown.itertuples(index=False):
-        log = run_log(run.record)
+        files = (("record", run.record), ("log", plan.log_of_record(run.record)))
         links = " ".join(f'<a href="{html.escape(os.path.relpath(path, index_dir))}">{name}</a>'
-                         for name, path in (("record", run.record), ("log", log)))  # fmt: skip
+                         for name, path in files if path is not None)  # fmt: skip
         rows.append((run.status, run.dataset, f"{run.method}/{run.variant}", str(run.seed), run.status_reason or "", links))
     head = "".join(f"<th>{name}</th>" for name in ("status", "dataset", "run", "seed", "reason", "files"))
     body = "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in row[:-1]) + f"<td>{row[-1]}</td></tr>" for row in rows)
     return parts + [f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
-
-
-def run_log(record: str) -> str:
-    """The log of the job that wrote a run record: run_method's per seed, or a chained track's per upstream
-    job (…/seed<s>/<track>-<key>/<method>/run.json → run_chained/…/<track>-<key>.log: plan.CHAINED_LOG)."""
-    parts = record.split("/")
-    if len(parts) == 10:  # results/runs/<dataset>/<method>/<variant>/<key>/seed<s>/<track>-<key>/<method>/run.json
-        return "/".join(["results/logs/run_chained", *parts[2:6], parts[7] + ".log"])
-    return record.replace("results/runs/", "results/logs/run_method/").replace("/run.json", ".log")
 
 
 def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Track], figures: Sequence[ShownFigure],
