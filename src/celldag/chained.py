@@ -13,7 +13,6 @@ The input records which run it came from (``uns['upstream']``, ``upstream_status
 
 from __future__ import annotations
 
-
 from celldag import artifacts, contracts
 from celldag.records import read_record
 from celldag.tracks import Track

@@ -266,8 +266,8 @@ def log_of_record(record: str) -> str | None:
 
 # Snakemake's benchmark of each heavy job (wall s, max RSS MB, …, a TSV row): what config/resources.yaml's
 # requests are fitted to, in every run of every lab
-PREPARE_BENCHMARK = "results/logs/prepare_dataset/{dataset}/{data_key}/seed{seed}.benchmark.tsv"
-EVALUATE_BENCHMARK = "results/logs/evaluate/{name}/{dataset}.benchmark.tsv"
+PREPARE_BENCHMARK = PREPARE_LOG.replace(".log", ".benchmark.tsv")  # beside the job's log, as run_benchmark's
+EVALUATE_BENCHMARK = EVALUATE_LOG.replace(".log", ".benchmark.tsv")
 
 
 def run_benchmark(config: dict) -> str:

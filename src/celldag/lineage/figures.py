@@ -403,7 +403,6 @@ def _dot_figure(scores: pd.DataFrame, metrics: Sequence[str], kinds: Mapping[str
                 reference: pd.DataFrame | None = None) -> Figure:  # fmt: skip
     import pandas as pd
 
-
     values = ok_values(scores, metrics)[["run", "seed", "metric", "value"]]
     runs = _runs_by_mean(scores, metrics)
     kinds = dict(kinds)

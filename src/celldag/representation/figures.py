@@ -323,7 +323,6 @@ def paired(data: FigureData) -> Figure:
     """A forest plot of the paired differences over seeds (``evaluation.paired``): a panel per metric (their
     scales differ), a line per comparison shared by the panels."""
     comparisons = data.evaluation.get("paired") or []
-
     rows = paired_rows(data.scores, comparisons) if data.scores is not None else []
     if not rows:
         what = "no paired comparison in the run config" if not comparisons else "no paired comparison applies"
