@@ -9,6 +9,8 @@ a tie from the reader, not from the graph). ``from celldag.pkg import name`` is 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 from conftest import REPO
@@ -90,31 +92,34 @@ def test_celldag_has_no_import_cycle():
     assert not found, "import cycles: " + "; ".join(" ⇄ ".join(component) for component in found)
 
 
-# The floors, lowest first: a module imports only from its own floor or lower ones. A module belongs to the floor
-# of the longest prefix that names it (``celldag.report.leaderboard``, a model of results, before ``celldag.report``).
-FLOORS = (
-    ("base", ("celldag", "celldag.errors", "celldag.provenance")),
-    ("registry", ("celldag.extensions", "celldag.tracks", "celldag.contracts", "celldag.artifacts", "celldag.records",
-                  "celldag.registry")),
-    ("plan", ("celldag.plan",)),
-    ("science", ("celldag.data", "celldag.embeddings", "celldag.lineage", "celldag.representation", "celldag.annotation",
-                 "celldag.methods", "celldag.training")),
-    ("execution", ("celldag.joblog", "celldag.archives", "celldag.prepare", "celldag.runner", "celldag.chained",
-                   "celldag.scoring", "celldag.download", "celldag.resources", "celldag.envs", "celldag.prefetch")),
-    ("results", ("celldag.tolerance", "celldag.compare", "celldag.published", "celldag.record_differences",
-                 "celldag.report.leaderboard", "celldag.reference")),
-    # a track's figures are views of its scores: they sit on the report floor, beside the shared ones they draw with
-    ("report", ("celldag.report", "celldag.lineage.figures", "celldag.representation.figures", "celldag.annotation.figures")),
-    ("commands", ("celldag.cli", "celldag.audit", "celldag.validate", "celldag.check", "celldag.reference_runs")),
-)  # fmt: skip
+# The floors are declared once, in pyproject.toml's import-linter contract ``floors`` (highest first, a module with
+# everything under it; lint-imports checks them too). Here, lowest first, each the full names of its modules.
+def floors_of_the_contract(pyproject: Path = REPO / "pyproject.toml") -> tuple[tuple[str, ...], ...]:
+    contracts = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]["contracts"]
+    contract = next(contract for contract in contracts if contract["id"] == "floors")
+    (container,) = contract["containers"]
+    return tuple(tuple(f"{container}.{name.strip()}" for name in re.split(r"[:|]", layer))
+                 for layer in reversed(contract["layers"]))  # fmt: skip
+
+
+FLOORS = floors_of_the_contract()
+
+
+def naming(module: str) -> list[int]:
+    """The floors whose layers name ``module`` or a package above it: one at most (import-linter refuses a layer
+    inside another)."""
+    return [index for index, names in enumerate(FLOORS) for name in names
+            if module == name or module.startswith(name + ".")]  # fmt: skip
 
 
 def floor_of(module: str) -> int:
-    """The index in FLOORS of the floor whose longest prefix names ``module``."""
-    named = [(len(prefix), index) for index, (_, prefixes) in enumerate(FLOORS) for prefix in prefixes
-             if module == prefix or (prefix != "celldag" and module.startswith(prefix + "."))]  # fmt: skip
-    assert named, f"{module} is on no floor: add it to FLOORS in {__file__}"
-    return max(named)[1]
+    """The index in FLOORS of ``module``'s floor. A package no layer can name, because its modules sit on two floors
+    (``celldag.report``: its leaderboard is on the results floor), or celldag itself, is on the lowest floor of its
+    modules: Python runs it whenever one of them is imported."""
+    below = [index for index, names in enumerate(FLOORS) for name in names if name.startswith(module + ".")]
+    assert naming(module) or below, (f"{module} is on no floor: add it to a layer of the floors contract in "
+                                     "pyproject.toml [tool.importlinter]")  # fmt: skip
+    return naming(module)[0] if naming(module) else min(below)
 
 
 def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
@@ -130,7 +135,19 @@ def test_the_floors_find_a_model_importing_a_view():
 
 def test_every_module_imports_only_from_its_floor_or_lower_ones():
     upward = sorted(upward_imports(import_graph()))
-    assert not upward, "imports from a higher floor (tests/test_layers.py FLOORS): " + "; ".join(f"{a} → {b}" for a, b in upward)
+    assert not upward, "imports from a higher floor (pyproject.toml [tool.importlinter], the floors contract): " + "; ".join(
+        f"{a} → {b}" for a, b in upward)
+
+
+def test_every_module_is_on_a_floor_and_lint_imports_sees_every_import():
+    """lint-imports checks only the modules its layers name (its exhaustive option covers celldag's children, not the
+    modules of the packages split over two floors): every module is on a floor, and a module no layer names
+    (celldag's own __init__, a split package's) imports no celldag module."""
+    graph = import_graph()
+    for module in graph:
+        floor_of(module)
+    unchecked = {module: sorted(graph[module]) for module in graph if not naming(module) and graph[module]}
+    assert not unchecked, f"imports lint-imports does not check: {unchecked}"
 
 
 def test_the_import_paths_labs_were_given_still_import():
