@@ -18,7 +18,7 @@ import pytest
 from celldag import artifacts, audit, contracts
 from celldag.prepare import prepare_dataset
 from celldag.report.leaderboard import leaderboard_markdown
-from celldag.representation import figures, metrics, numba_cache
+from celldag.representation import figures
 from celldag.representation import scoring as representation_scoring
 from celldag.representation.scoring import allocate, score_seed, stratified_subsample
 from celldag.scoring import checksums_path, score_dataset
@@ -67,9 +67,9 @@ def scib_inputs(monkeypatch) -> list[dict]:
                       "ilisi": float(np.asarray(pre_integration, dtype=np.float64).sum()),
                       "clisi": float(scored)} for key, x in embeddings.items()}  # fmt: skip
 
-    monkeypatch.setattr(metrics, "scib_scores", stand_in)
+    monkeypatch.setattr(representation_scoring, "scib_scores", stand_in)
     monkeypatch.setattr(representation_scoring, "enable_jax_cache", lambda: None)
-    monkeypatch.setattr(numba_cache, "cache_umap_graph_kernels", lambda: None)
+    monkeypatch.setattr(representation_scoring, "cache_umap_graph_kernels", lambda: None)
     return calls
 
 

@@ -31,11 +31,17 @@ from pathlib import Path
 
 import numpy as np
 
+from celldag import artifacts
 from celldag import plan as planning
+from celldag.artifacts import sha256_file
 from celldag.errors import InputError
+from celldag.provenance import package_versions
 from celldag.records import AUDITED_FIELDS, RecordError, read_record
 from celldag.registry import DEFAULT_CONFIG, load_workflow_config
+from celldag.runner import run_method
+from celldag.scoring import checksums_path, score_dataset, score_digests
 from celldag.tolerance import CUDA_TOLERANCE, Tolerance, plural, values_match
+from celldag.tracks import load_track, tracks_of
 
 EVALUATE_THREADS = 1  # workflow/rules/evaluate.smk: the scoring job's threads
 SNAKEMAKE_THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -104,8 +110,6 @@ class Digests:
         self._known: dict[str, str | None] = {}
 
     def __call__(self, path: str) -> str | None:
-        from celldag.artifacts import sha256_file
-
         if path not in self._known:
             self._known[path] = sha256_file(path) if Path(path).is_file() else None
         return self._known[path]
@@ -139,8 +143,6 @@ def check_files(records: dict[planning.Run, dict], digest: Digests, report: Repo
 
 def check_scores_table(path: str, digest: Digests, report: Report) -> None:
     """The table against the digests its evaluate job wrote beside it: edited rows by run and metric."""
-    from celldag.scoring import checksums_path, score_digests
-
     sidecar = checksums_path(path)
     for needed in (path, sidecar):
         if digest(needed) is None:
@@ -173,7 +175,6 @@ def check_aggregate(plan, config, registries, readable: int, report: Report) -> 
     folder from them (themselves checked above) and every row and line compared. ``readable``: how many run
     records load_records read; with one unreadable (said there) the tables cannot be rebuilt."""
     from celldag.report.leaderboard import aggregate
-    from celldag.tracks import tracks_of
 
     shown = {"scores": planning.SCORES, "runs": planning.RUNS, "leaderboard": planning.LEADERBOARD}
     shown = {kind: pattern.format(name=plan.name) for kind, pattern in shown.items()}
@@ -381,10 +382,6 @@ def run_job(kind: str, track: str, kwargs: dict, env: dict, log: Path) -> str | 
 
 def _job(argv: list[str]) -> int:
     """The child process of ``run_job``."""
-    from celldag.runner import run_method
-    from celldag.scoring import score_dataset
-    from celldag.tracks import load_track
-
     spec = json.loads(Path(argv[0]).read_text())
     function = {"run": run_method, "score": score_dataset}[spec["kind"]]
     function(**spec["kwargs"], track=load_track(spec["track"]))
@@ -401,8 +398,6 @@ class Rerun:
 
 def rerun(run, record, registries, scratch: Path, report: Report) -> Rerun | None:
     """Re-run one run in ``scratch`` and compare its output with the recorded one."""
-    from celldag import artifacts
-
     tolerance = tolerance_of(record)
     kwargs = rerun_kwargs(run, record, scratch)
     definition = registries.tracks[record["track"]]["definition"]
@@ -470,8 +465,6 @@ def verdict(item: Rerun, n_scores: int | None, report: Report) -> None:
 
 def package_notes(item: Rerun, report: Report) -> None:
     """Versions that differ from the record's: the likeliest reason for a difference, said before it."""
-    from celldag.provenance import package_versions
-
     now = package_versions()
     for name, version in sorted(item.record.get("packages", {}).items()):
         if now.get(name) != version:

@@ -29,9 +29,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from celldag import plan as planning
 from celldag.errors import InputError
 from celldag.joblog import one_line
-from celldag.registry import DEFAULT_CONFIG
+from celldag.plan import make_plan
+from celldag.registry import DEFAULT_CONFIG, PIN_ON_FIRST_FETCH, load_workflow_config, read_yaml
+from celldag.validate import validate_dataset
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,9 +201,7 @@ def compare_published(results: str | None, configfile: str, workflow: str, confi
     from pathlib import Path
 
     from celldag import artifacts
-    from celldag import plan as planning
     from celldag.published import DEFAULT_FOLDER, NEITHER, context_of, load_published, section, summary, verdicts
-    from celldag.registry import load_workflow_config
     from celldag.report.html import page, render
     from celldag.report.leaderboard import markdown
 
@@ -232,7 +233,6 @@ def compare_published(results: str | None, configfile: str, workflow: str, confi
 def _resources(results: str, workflow: str) -> int:
     import os
 
-    from celldag.registry import read_yaml
     from celldag.resources import measured
 
     jobs = measured(results, read_yaml(os.path.join(workflow, "config", "resources.yaml")))
@@ -251,8 +251,6 @@ def _prefetch(configfile: str, dest: str | None, list_only: bool, workflow: str,
     from celldag.artifacts import sha256_file
     from celldag.download import DownloadError, configured_mirror, download, mirror_path
     from celldag.prefetch import needed_files
-    from celldag.plan import make_plan
-    from celldag.registry import PIN_ON_FIRST_FETCH, load_workflow_config
 
     config, registries = load_workflow_config(configfile, workflow, config_key)
     try:
@@ -288,9 +286,6 @@ def _prefetch(configfile: str, dest: str | None, list_only: bool, workflow: str,
 
 
 def _validate(dataset_ids: list[str], configfile: str, workflow: str, config_key: str | None) -> int:
-    from celldag.registry import load_workflow_config
-    from celldag.validate import validate_dataset
-
     _, registries = load_workflow_config(configfile, workflow, config_key)
     reports, wrong_ids = [], False
     for dataset_id in dataset_ids:

@@ -32,8 +32,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from celldag.errors import InputError
+from celldag.archives import extract_member
 from celldag.artifacts import atomic_path, sha256_file
+from celldag.embeddings.sources import mark_verified
+from celldag.errors import InputError
+from celldag.registry import PIN_ON_FIRST_FETCH
 
 PROGRESS_INTERVAL_S = 5.0
 # client errors that a retry cannot fix: fail at once rather than hammer the server
@@ -208,21 +211,17 @@ def fetch_registry_file(entry: Mapping[str, str | None], target: str | os.PathLi
     log = logging.getLogger(__name__)
     target = Path(target)
     fetched = target.with_name(target.name + ".archive") if entry.get("extract") else target
-    from celldag.registry import PIN_ON_FIRST_FETCH
 
     given = entry.get("sha256")
     pinned = given if given != PIN_ON_FIRST_FETCH else read_pins(pin_file).get(target.name)
     try:
         digest = fetch(entry["url"], fetched, sha256=pinned, mirror=mirror, progress=log)
         if entry.get("extract"):
-            from celldag.archives import extract_member
-
             extract_member(fetched, entry["extract"], target)
     finally:
         if fetched != target:
             fetched.unlink(missing_ok=True)
     if target.suffix in (".pickle", ".pkl"):  # unpickling runs code: only these verified bytes may be loaded
-        from celldag.embeddings.sources import mark_verified
 
         mark_verified(target)
     if pinned is None:

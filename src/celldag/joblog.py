@@ -30,7 +30,9 @@ import time
 import traceback
 from pathlib import Path
 
+import celldag
 from celldag.errors import InputError
+from celldag.provenance import peak_rss_mb
 
 ATTEMPT_RESOURCES = ("mem_mb", "runtime")  # per_attempt in workflow/rules/common.smk: they grow on every retry
 # the job's own stderr (Snakemake's console) and the log that stderr goes to instead
@@ -47,8 +49,6 @@ ENDED_PATTERN = re.compile(r"job ended: wall ([0-9.]+) s, peak RSS ([0-9]+) MB")
 
 
 def _log_end(started: float) -> None:
-    from celldag.provenance import peak_rss_mb
-
     print(ENDED.format(wall=time.perf_counter() - started, peak=peak_rss_mb()), file=sys.stderr, flush=True)
 
 
@@ -91,7 +91,6 @@ def where_it_runs(console) -> None:
     """The job's celldag must be the workflow's, from the job's own env under --sdm conda
     (celldag.envs.job_environment_problem); else one line on the console and in the log, and the job stops.
     Under --sdm conda the log says which celldag and env the job runs with."""
-    import celldag
     from celldag.envs import SDM_CONDA_VARIABLE, job_environment_problem
 
     problem = job_environment_problem(celldag.__version__, celldag.__file__)

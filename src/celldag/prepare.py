@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from celldag import extensions
+from celldag import artifacts, contracts, extensions
+from celldag.artifacts import sha256_file
+from celldag.contracts import ContractError
 from celldag.tracks import Track
 
 
@@ -21,9 +23,6 @@ def local_file_problems(entry: dict, digests: Mapping[str, str] | None = None) -
 
     ``digests``: sha256 by path already computed (a lab's file may be gigabytes: hash it once).
     """
-    from celldag.contracts import ContractError
-    from celldag.artifacts import sha256_file
-
     digests = digests or {}
 
     problems = []
@@ -48,8 +47,6 @@ def check_local_files(entry: dict, digests: Mapping[str, str] | None = None) -> 
 
 def prepare_dataset(dataset_id: str, entry: dict, track: Track, seed: int, files: Mapping[str, str] | None = None):
     """Build the prepared dataset of one registry entry for one seed (ids and track in ``uns``)."""
-    from celldag.artifacts import sha256_file
-
     files = files or {}
     digests = {str(path): sha256_file(path) for path in files.values() if Path(path).is_file()}
     check_local_files(entry, digests)
@@ -81,8 +78,6 @@ def source_files(files: Mapping[str, str], digests: Mapping[str, str]) -> dict[s
 def write_prepared_dataset(dataset_id: str, entry: dict, track: Track, seed: int, path: str,
                            files: Mapping[str, str] | None = None) -> None:  # fmt: skip
     """Prepare, hold to the dataset contract, and write atomically (no partial file on failure)."""
-    from celldag import artifacts, contracts
-
     adata = prepare_dataset(dataset_id, entry, track, seed, files)
     contracts.check_prepared_dataset(adata, path, entry["track"], track)
     artifacts.write_h5ad(adata, path)
@@ -96,7 +91,6 @@ def write_dataset_genes(prepared_path: str, path: str) -> None:
     """
     import anndata
 
-    from celldag import artifacts
 
     genes = anndata.read_h5ad(prepared_path, backed="r").var_names
     with artifacts.atomic_path(path) as tmp:

@@ -16,6 +16,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
+from celldag.joblog import ENDED_PATTERN
 from celldag.records import read_record
 
 UNITS = {
@@ -66,9 +67,9 @@ def measured(results: str, models: Mapping) -> list[dict]:
     """
     import csv
     import glob
+
     import h5py
 
-    from celldag.joblog import ENDED_PATTERN
 
     rows_of: dict[str, tuple[int, str]] = {}  # dataset → (rows, track), from any of its prepared files
     for path in sorted(glob.glob(os.path.join(results, "data", "*", "*", "seed*.h5ad"))):

@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from celldag import artifacts, contracts, extensions, records
+from celldag.embeddings import read_table
 from celldag.errors import InputError
 from celldag.methods import MethodResult, NotApplicable
 from celldag.plan import method_files, method_needs, method_params
+from celldag.prepare import SOURCE_FILES
 from celldag.provenance import RunClock, config_hash
 from celldag.tracks import Track
 
@@ -170,8 +172,6 @@ def audit_facts(prepared, prepared_path: str, gene_table_path: str | None, outpu
     prepared dataset's source digests are those ``prepare`` stored in it; ``threads`` because BLAS
     results differ in their last bits between thread counts.
     """
-    from celldag.prepare import SOURCE_FILES
-
     inputs = {"prepared": prepared_path} | ({"gene_table": gene_table_path} if gene_table_path else {})
     sources = {file["path"]: file["sha256"] for file in dict(prepared.uns.get(SOURCE_FILES, {})).values()}
     return {"inputs": inputs, "output_sha256": artifacts.sha256_file(output_path), "source_sha256": sources,
@@ -195,8 +195,6 @@ def run_method(
     work_dir = Path(output_path).parent
     gene_table = None
     if gene_table_path is not None:
-        from celldag.embeddings import read_table
-
         gene_table = read_table(gene_table_path)
     # a lab's files the method reads (its file params, e.g. an embedding computed elsewhere), by a chained run
     # also by the run it chains on: digested like the prepared dataset, so `celldag audit` checks them

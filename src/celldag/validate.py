@@ -13,10 +13,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from celldag import plan
+from celldag import extensions, plan
 from celldag.errors import InputError
-from celldag.registry import Registries
-
+from celldag.registry import PIN_ON_FIRST_FETCH, SCHEMA_DIR, Registries, read_yaml
 
 
 @dataclass
@@ -41,8 +40,6 @@ class Report:
 
 def validate_dataset(dataset_id: str, registries: Registries) -> Report:
     """The report of one registry dataset; paths are relative to the working directory (the workflow's)."""
-    from celldag.registry import SCHEMA_DIR, read_yaml
-
     id_pattern = read_yaml(SCHEMA_DIR / "datasets.schema.yaml")["propertyNames"]["pattern"]  # the registry's own rule
     if not re.match(id_pattern, dataset_id):
         raise InputError(f"{dataset_id!r} is not a dataset id: ids are lower-case letters, digits and '_', "
@@ -97,10 +94,9 @@ def write_validation(dataset_id: str, entry: dict, files: dict[str, str], path: 
 
 def _file_problems(dataset_id: str, entry: dict, files: dict[str, str]) -> list[str]:
     """Local files as preparation checks them; downloads present and matching their registry sha256 or pin."""
-    from celldag.download import DownloadError, verify_pinned
     from celldag.artifacts import sha256_file
+    from celldag.download import DownloadError, verify_pinned
     from celldag.prepare import local_file_problems
-    from celldag.registry import PIN_ON_FIRST_FETCH
 
     problems = [str(problem) for problem in local_file_problems(entry)]
     for spec in entry.get("files", []):
@@ -123,8 +119,6 @@ def _file_problems(dataset_id: str, entry: dict, files: dict[str, str]) -> list[
 
 def _check_source(entry: dict, files: dict[str, str], report: Report) -> None:
     """A loader's own source check (its ``check_source`` attribute), for loaders that read a lab's files."""
-    from celldag import extensions
-
     check = getattr(extensions.load(entry["loader"]), "check_source", None)
     if check is None:  # preparing the dataset (below) finds its problems
         return

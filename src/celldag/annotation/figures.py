@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from celldag.annotation.track import PROCEDURES
 from celldag.report.figures import label, new_figure, note_figure, style_label
 from celldag.tracks import FigureData
 
@@ -30,7 +31,6 @@ def coverage_by_group(data: FigureData):
     and the 1 − α line."""
     from celldag.annotation.metrics import group_coverage
     from celldag.annotation.scoring import Settings, query_groupings, random_split
-    from celldag.annotation.track import PROCEDURES
 
     settings = Settings.of(data.evaluation)
     alpha, min_cells, procedures = settings.alpha, settings.min_cells, settings.procedures
@@ -75,8 +75,6 @@ def coverage_by_group(data: FigureData):
 def set_size_vs_coverage(data: FigureData):
     """Mean set size against the worst batch or cell-type coverage, one point per run and procedure (mean
     over seeds): the better runs sit near the 1 − α line at the left."""
-    from celldag.annotation.track import PROCEDURES
-
     alpha = alpha_of(data)
     scores = data.scores[data.scores["status"] == "ok"]
     if scores.empty:

@@ -35,6 +35,8 @@ from celldag.data.leaf_profiles import (
     validation_share,
 )
 from celldag.errors import InputError
+from celldag.lineage.celegans import lineage_path, tree_from_paths
+from celldag.lineage.tree import parse_newick, to_newick
 from celldag.representation.preprocess import DEFAULTS as PREPROCESS_DEFAULTS
 from celldag.representation.preprocess import integer_counts, preprocess, split_params
 
@@ -261,7 +263,6 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
     """Prepared lineage dataset (leaves × features, the true tree) from a lab's cells- or leaves-by-features h5ad."""
     import anndata
 
-    from celldag.lineage.tree import to_newick
 
     own, _, path = source_params("lineage_h5ad", params, files)
     adata = read_source(path)
@@ -404,8 +405,6 @@ def _uns_tree(uns: Mapping, path: str, key: str):
 
 def _parsed_tree(text: str, path: str, field: str):
     """(tree, problems) of a Newick text that must parse and hold more than one leaf."""
-    from celldag.lineage.tree import parse_newick
-
     try:
         tree = parse_newick(text)
     except ValueError as err:
@@ -417,8 +416,6 @@ def _parsed_tree(text: str, path: str, field: str):
 
 def _sulston_tree(obs: pd.DataFrame, path: str, key: str):
     """(tree, problems, each row's lineage name) from the Sulston names in ``obs[key]``."""
-    from celldag.lineage.celegans import lineage_path, tree_from_paths
-
     problems = _column_problems(obs, path, key, "lineage name")
     if problems:
         return None, problems, None

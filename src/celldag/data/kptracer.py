@@ -25,6 +25,7 @@ import pandas as pd
 
 from celldag.contracts import ContractError
 from celldag.errors import InputError
+from celldag.lineage.tree import parse_newick, to_newick
 
 KPTRACER_DEFAULTS = {
     "tumour": None,        # the file prefix, e.g. 3513_NT_T4
@@ -41,7 +42,6 @@ def prepare_kptracer(dataset_id: str, params: Mapping, seed: int, files: Mapping
     import anndata
 
     from celldag.data.leaf_profiles import standardise
-    from celldag.lineage.tree import parse_newick, to_newick
 
     del dataset_id, seed
     tumour, standardize = _check_params(params)

@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from celldag.errors import InputError
+
 
 def rows_by_leaf(leaf_of_cell, leaves: list[str]) -> list[np.ndarray]:
     """Per leaf (in ``leaves`` order), the indices of its cells."""
@@ -35,8 +37,6 @@ AUTO_FRACTION = 0.25  # as Packer 2019's entry: 3 of 4 training cells stay in th
 def validation_fraction(value, loader: str, auto: bool = False) -> float | str:
     """A loader's ``validation_cells`` param, checked: a fraction in [0, 1) (0: no validation replicate);
     with ``auto``, also AUTO (the share is decided per dataset: ``validation_share``)."""
-    from celldag.errors import InputError
-
     if auto and value == AUTO:
         return AUTO
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:

@@ -18,6 +18,7 @@ from celldag.embeddings import annotation, sources
 from celldag.embeddings.gene_ids import GeneIdMap, map_ensembl, no_orthology
 from celldag.embeddings.table import MAPPING, NOT_APPLICABLE, GeneTable, check_frame, gene_frame, match_genes
 from celldag.errors import InputError
+from celldag.extensions import load
 from celldag.plan import ORG_ROLE
 
 if TYPE_CHECKING:
@@ -55,8 +56,6 @@ def embed_genes(reference: str, params: dict, genes: Sequence[str], files: Mappi
     and the table keyed by the dataset's ids again, the mapping's counts in its attrs; for another species
     the table is empty and says why (``not_applicable``), and no provider runs.
     """
-    from celldag.extensions import load
-
     embed = load(reference)
     unknown = set(params) - set(embed.defaults)
     if unknown:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from celldag.embeddings import annotation
 from celldag.artifacts import atomic_path, sha256_file
+from celldag.embeddings import annotation
+from celldag.embeddings.table import read_table
 
 TEXT_SOURCES = ("go", "genept_json", "tsv")
 
@@ -154,7 +155,5 @@ def _is_header(fields: list[str]) -> bool:
 
 
 def _read_parquet(path: str) -> Mapping:
-    from celldag.embeddings.table import read_table
-
     table = read_table(path)
     return dict(zip(table.gene_ids, table.vectors))

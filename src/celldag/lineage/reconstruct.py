@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from celldag.lineage import fast_nj
 from celldag.lineage.tree import Tree
 
 RECONSTRUCTIONS = ("nj", "upgma")
@@ -46,8 +47,6 @@ def neighbor_joining(distances: np.ndarray, names: Sequence[str]) -> Tree:
     """Unrooted NJ tree (scikit-bio's; its root is a trifurcation): scikit-bio's ``nj`` below
     FAST_NJ_FROM leaves, celldag.lineage.fast_nj's exact pruned search (the same tree) from there."""
     if len(names) >= FAST_NJ_FROM:
-        from celldag.lineage import fast_nj  # imported on use, as scikit-bio is
-
         return fast_nj.neighbor_joining(distances, names)
     return skbio_neighbor_joining(distances, names)
 

@@ -14,7 +14,19 @@ import math
 import numpy as np
 
 from celldag.contracts import SCORE_NOTE
-from celldag.lineage.track import scored_features
+from celldag.lineage.metrics import (
+    qdist_on_quartets,
+    quartet_distance,
+    robinson_foulds,
+    sample_quartets,
+    split_compatibility,
+    split_recovery,
+)
+from celldag.lineage.quartets import is_binary, quartet_counts
+from celldag.lineage.reconstruct import euclidean_distances
+from celldag.lineage.supervision import clade_labels, known_quartets
+from celldag.lineage.track import scored_features, tree_fact
+from celldag.lineage.tree import parse_newick, path_distances, prune
 from celldag.tracks import ScoringContext, relative_reduction
 
 
@@ -26,11 +38,6 @@ def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[st
 
 
 def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float | str]:
-    from celldag.lineage.metrics import quartet_distance, robinson_foulds
-    from celldag.lineage.quartets import is_binary
-    from celldag.lineage.reconstruct import euclidean_distances
-    from celldag.lineage.tree import parse_newick, path_distances
-
     truth = parse_newick(prepared.uns["tree_newick"])
     estimate = parse_newick(output.uns["tree_newick"])
     # leaves in name order: the sampled quartets, and so every score, do not depend on the row order
@@ -63,8 +70,6 @@ def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float 
 
 def reconstructed_reference_note(truth) -> str:
     """What a reference with polytomies is, and which of its scores to read (docs/metrics.md)."""
-    from celldag.lineage.track import tree_fact
-
     return (f"The reference tree is {tree_fact(truth)}: a reconstruction such as a barcode tree, not the true "
             "lineage. Its scores measure agreement with it; RF and quartet_dist count what it leaves unresolved "
             "as differences, resolved_quartet_dist and split_recovery read only what it resolves")
@@ -77,9 +82,6 @@ def polytomy_scores(truth, estimate) -> dict[str, float]:
     ``quartet_distance(estimate, truth)`` gives, from the same integers. A star reference resolves
     nothing: its resolved-quartet and split scores are nan, which ``run_scores`` leaves out.
     """
-    from celldag.lineage.metrics import split_compatibility, split_recovery
-    from celldag.lineage.quartets import quartet_counts
-
     counts = quartet_counts(truth, estimate)
     return {
         "quartet_dist": counts.distance,
@@ -94,13 +96,9 @@ class QuartetSample:
     """One seeded sample of quartets (all of them when there are few), shared by every QDist of a run."""
 
     def __init__(self, n_leaves: int, n_quartets: int, rng: np.random.Generator):
-        from celldag.lineage.metrics import sample_quartets
-
         self.quartets = sample_quartets(n_leaves, n_quartets, rng)
 
     def qdist(self, estimated: np.ndarray, reference: np.ndarray, subset: np.ndarray | None = None) -> float:
-        from celldag.lineage.metrics import qdist_on_quartets
-
         quartets = self.quartets if subset is None else self.quartets[subset]
         return qdist_on_quartets(estimated, reference, quartets) if len(quartets) else math.nan
 
@@ -111,8 +109,6 @@ def partition_scores(truth, names, level, estimated, reference, raw, quartets: Q
     The reductions compare with the raw-feature distances on the same quartets — nj_raw's QDist there,
     since QDist reads only the distance matrix.
     """
-    from celldag.lineage.supervision import clade_labels, known_quartets
-
     known = known_quartets(quartets.quartets, clade_labels(truth, names, level))
     scores = {}
     for name, subset in (("k_qdist", known), ("u_qdist", ~known)):
@@ -123,9 +119,6 @@ def partition_scores(truth, names, level, estimated, reference, raw, quartets: Q
 
 def partial_label_scores(truth, estimate, names, known, estimated, reference, quartets: QuartetSample) -> dict[str, float]:
     """QDist by the number of known leaves in a quartet, and RF on the subtree of the unknown leaves."""
-    from celldag.lineage.metrics import robinson_foulds
-    from celldag.lineage.tree import prune
-
     known_count = known[quartets.quartets].sum(axis=1)
     scores = {
         "qdist_known4": quartets.qdist(estimated, reference, known_count == 4),

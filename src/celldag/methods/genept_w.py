@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from celldag.embeddings import match_genes
 from celldag.methods import MethodResult, NotApplicable
 from celldag.representation.track import RepresentationInput
 
@@ -33,7 +34,6 @@ def weighted_average(expression, vectors: np.ndarray) -> tuple[np.ndarray, int]:
 
 def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     del seed  # deterministic: a fixed weighted average
-    from celldag.embeddings import match_genes
 
     table = inputs.gene_embedding
     if table.not_applicable:  # e.g. mouse genes against a human table: never a run on the few names that match

@@ -26,8 +26,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from celldag import artifacts
+from celldag.annotation.track import check_output
 from celldag.contracts import ContractError, require_finite_matrix
 from celldag.errors import InputError
+from celldag.lineage.reconstruct import RECONSTRUCTIONS, reconstruct
+from celldag.lineage.tree import parse_newick, to_newick
 from celldag.methods import MethodResult
 
 if TYPE_CHECKING:  # the tracks' input types, for the signatures only (a job has loaded its own track)
@@ -93,9 +96,6 @@ def tree(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
     """A Newick tree over exactly the prepared leaves, or a distance matrix between them turned into a tree
     by ``reconstruction`` (nj, the default, or upgma) as ``celldag.methods.distance_tree`` builds its trees.
     Which of the two: ``format`` (newick | matrix), else the file's suffix."""
-    from celldag.lineage.reconstruct import RECONSTRUCTIONS, reconstruct
-    from celldag.lineage.tree import to_newick
-
     del seed  # NJ and UPGMA are deterministic
     path = params["path"]
     how = params.get("reconstruction", "nj")
@@ -130,8 +130,6 @@ def tree_format(path: str, given: str | None) -> str:
 
 def read_newick(path: str, leaves: Sequence[str]) -> str:
     """The tree of a Newick file, written back as celldag writes trees, once its leaves are checked."""
-    from celldag.lineage.tree import parse_newick, to_newick
-
     try:
         parsed = parse_newick(Path(path).read_text())
     except ValueError as err:
@@ -185,8 +183,6 @@ def read_distances(path: str, leaves: Sequence[str]) -> np.ndarray:
 def probabilities(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult:
     """``obsm['proba_<fit>']`` for every fit of the task (``proba_random``, ``proba_without_<i>``) with
     columns ``uns['classes']`` (the task's classes, any order), rows the task's cells by id (any order)."""
-    from celldag.annotation.track import check_output
-
     del seed
     path = params["path"]
     adata = artifacts.read_h5ad(path)

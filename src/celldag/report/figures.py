@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from celldag import extensions
 from celldag.tracks import COMMON_FIGURES, DELTA_PREFIX, Figure, FigureData, Track
 
 COMMON = COMMON_FIGURES  # its name before tracks held it: labs' track modules import it (docs/adding-a-track.md did)
@@ -162,8 +163,6 @@ def save_png(figure, path: str) -> None:
 
 def draw_figure(*, figure: Figure, data: FigureData, path: str) -> None:
     """Draw one figure and write its PNG."""
-    from celldag import extensions
-
     save_png(extensions.load(figure.draw)(data), path)
 
 

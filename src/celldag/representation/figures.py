@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 
 from celldag.report import figures as report_figures
 from celldag.report.leaderboard import paired_rows
+from celldag.representation.metrics import marker_clustering, marker_types
 from celldag.representation.numba_cache import cache_umap_graph_kernels
+from celldag.representation.scoring import CONTROLS, static_gene_space, stratified_subsample
 
 if TYPE_CHECKING:
     import numpy as np
@@ -131,8 +133,6 @@ def umap_rows(data: FigureData, max_cells: int = UMAP_MAX_CELLS) -> np.ndarray |
     """The cells a UMAP shows: None for every cell (``max_cells`` or fewer), else the scorer's stratified
     subsample (``stratified_subsample``: label × batch) of ``max_cells`` cells, drawn with the seed of
     ``evaluation.score_cells`` (0 without one) and the figure's dataset seed."""
-    from celldag.representation.scoring import stratified_subsample
-
     obs = data.prepared.obs
     if len(obs) <= max_cells:
         return None
@@ -196,8 +196,6 @@ def umap(data: FigureData) -> Figure:
 
 def davies_bouldin(vectors: np.ndarray, genes: list[str], markers: dict) -> str:
     """The marker_db value of these vectors (the scorer's function), or why there is none."""
-    from celldag.representation.metrics import marker_clustering
-
     try:
         return f"DB {marker_clustering(vectors, genes, markers)['davies_bouldin']:.2f}"
     except ValueError:
@@ -257,8 +255,6 @@ def markers(data: FigureData) -> Figure:
     import numpy as np
 
     from celldag.embeddings import read_table
-    from celldag.representation.metrics import marker_types
-    from celldag.representation.scoring import CONTROLS, static_gene_space
 
     marker_lists = data.dataset_entry.get("markers", {})
     with_genes = {key: output for key, output in ok_outputs(data.outputs).items() if "X_gene_emb" in output.varm}

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from celldag.representation.metrics import marker_clustering, scib_scores
+from celldag.representation.numba_cache import cache_umap_graph_kernels
 from celldag.tracks import ScoringContext
 
 CONTROLS = ("random", "shuffled")  # sciLaMA's gene inputs drawn from a static table with the run's seed
@@ -63,8 +65,6 @@ def marker_scores(output, markers: dict[str, list[str]], table_paths: list[str])
     Static: the vectors the run started from — the table's, or for a random / shuffled control
     (``uns["gene_input"]``) the ones it drew from the table with its seed, redrawn here the same way.
     """
-    from celldag.representation.metrics import marker_clustering
-
     genes = list(output.var_names)
     contextual = marker_clustering(np.asarray(output.varm["X_gene_emb"]), genes, markers)
     scores = {"marker_db": contextual["davies_bouldin"], "marker_ch": contextual["calinski_harabasz"],
@@ -238,9 +238,6 @@ def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[st
     On a subsample (``score_subsample``) every output's dict also holds the score facts ``scored_cells``
     and ``subsample_seed`` (``contracts.SCORE_FACTS``), which become columns of its rows.
     """
-    from celldag.representation.metrics import scib_scores
-    from celldag.representation.numba_cache import cache_umap_graph_kernels
-
     markers, table_paths = context.dataset.get("markers", {}), list(context.table_paths)
     ok = [i for i, output in enumerate(outputs) if output.uns["status"] == "ok"]
     rows = score_subsample(prepared, context)

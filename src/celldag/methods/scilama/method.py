@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from celldag.embeddings import match_genes
 from celldag.methods import MethodResult, NotApplicable
-from celldag.representation.track import RepresentationInput
 from celldag.methods.scilama.train import fit_scilama
 from celldag.representation.scoring import CONTROLS, static_vectors
+from celldag.representation.track import RepresentationInput
 
 NEEDS_TABLE = ("embeddings", *CONTROLS)
 
@@ -31,8 +32,6 @@ def modelled_genes(inputs: RepresentationInput, params: dict) -> tuple[np.ndarra
         raise ValueError(f"gene_input {params['gene_input']!r} needs a gene-embedding table (params 'embedding')")
     if inputs.gene_embedding.not_applicable:  # e.g. mouse genes against a human table: never a run on a few matches
         raise NotApplicable(inputs.gene_embedding.not_applicable)
-    from celldag.embeddings import match_genes
-
     columns, vectors, _missing = match_genes(list(inputs.gene_names), inputs.gene_embedding)
     if len(columns) < 2:
         raise ValueError(f"only {len(columns)} of {len(inputs.gene_names)} genes have an embedding "
