@@ -58,7 +58,9 @@ def main(device: str, steps: int) -> None:
         print(f"device {device} ({torch.cuda.get_device_name() if device.startswith('cuda') else 'cpu'}), "
               f"torch {torch.__version__}: {steps} steps in {seconds:.1f} s "
               f"({1000 * seconds / steps:.1f} ms/step incl. setup), peak GPU memory {peak:.0f} MiB")  # fmt: skip
-        child = subprocess.Popen([sys.executable, __file__, device, str(steps), "--child", killed], start_new_session=True)
+        child = subprocess.Popen(
+            [sys.executable, __file__, device, str(steps), "--child", killed], start_new_session=True
+        )
         checkpoint = Path(killed) / "checkpoint" / "checkpoint.pt"
         while not checkpoint.exists() and child.poll() is None:
             time.sleep(0.05)

@@ -41,7 +41,13 @@ OFFICIAL = {  # ../shared/fidelity/README.md, last step of each curve (seed 42) 
 }
 SIZES = {"paper": AUTHORS_PROTOCOL, "default": {}}  # default: the registry's own sizes, lr and loss settings
 COMMON = {"standardize_input": True, "device": "cpu", "reconstruction": "nj", "checkpoint_every": 10**6}
-HLP = {"setting": "high_level_partition", "level": 2, "selection": "none", "steps": AUTHORS_STEPS, "validate_every": 100}
+HLP = {
+    "setting": "high_level_partition",
+    "level": 2,
+    "selection": "none",
+    "steps": AUTHORS_STEPS,
+    "validate_every": 100,
+}
 SUPERVISED_STEPS, SEEDS = 3296, (42, 43, 44)
 SELECTIONS = ("validation_replicate", "holdout_refit", "none")
 VALIDATION_NOISE_SEED = 0x7A11
@@ -59,7 +65,9 @@ def runs(scale: float) -> list[tuple[str, dict, int]]:
                                      "quartet_order": "shuffled"}  # fmt: skip
             table += [(f"supervised, {sizes} sizes, {selection}, seed {seed}", params, seed) for seed in SEEDS]
     cost = {"HLP": 3, "paper sizes, holdout": 4, "paper": 2, "default sizes, holdout": 1}
-    return sorted(table, key=lambda job: -next((c for key, c in cost.items() if all(k in job[0] for k in key.split(", "))), 0))
+    return sorted(
+        table, key=lambda job: -next((c for key, c in cost.items() if all(k in job[0] for k in key.split(", "))), 0)
+    )
 
 
 def one_run(job: tuple[str, dict, int], reference: str) -> dict:
@@ -92,7 +100,11 @@ def scores(data, result) -> dict[str, float]:
 
     truth = parse_newick(str(data["newick"]))
     names = [str(n) for n in data["leaf_names"]]
-    estimated, reference, quartets = euclidean_distances(result.embedding), data["ref_dm_topology"], data["eval_quartets"]
+    estimated, reference, quartets = (
+        euclidean_distances(result.embedding),
+        data["ref_dm_topology"],
+        data["eval_quartets"],
+    )
     known = known_quartets(quartets, clade_labels(truth, names, 2))
     return {
         "RF": robinson_foulds(parse_newick(result.tree_newick), truth).normalized,
@@ -128,7 +140,7 @@ def main() -> None:
         groups.setdefault(row["name"].rsplit(", seed", 1)[0], []).append(row)
     for name, rows in groups.items():
         rf, qdist = [r["RF"] for r in rows], [r["QDist"] for r in rows]
-        spread = (lambda values: np.std(values, ddof=1) if len(values) > 1 else float("nan"))
+        spread = lambda values: np.std(values, ddof=1) if len(values) > 1 else float("nan")
         print(f"| {name.split(', ')[1]} | {name.split(', ')[2]} | {' / '.join(str(r['training']['steps']) for r in rows)} | "
               f"{np.mean(rf):.3f} ± {spread(rf):.3f} | {np.mean(qdist):.4f} ± {spread(qdist):.4f} | "
               f"{np.mean([r['seconds'] for r in rows]):.0f} |")  # fmt: skip

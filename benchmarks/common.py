@@ -156,6 +156,7 @@ def load_average(seconds: float = 2.0) -> list[float]:
     The first is what tells a busy machine: the load average also counts the benchmark that ran just
     before (make bench runs its scripts back to back), and so called an idle machine busy.
     """
+
     def cpu_times() -> list[int]:
         return [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
 

@@ -35,10 +35,16 @@ def cells(rng, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     labels = rng.integers(N_CLASSES, size=n)
     logits = 2.5 * np.eye(N_CLASSES)[labels] + (1 + batch[:, None]) * rng.normal(size=(n, N_CLASSES))
     proba = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return np.column_stack([np.eye(N_BATCHES)[batch], soft]), labels, conformal.lac_scores(proba / proba.sum(1, keepdims=True))
+    return (
+        np.column_stack([np.eye(N_BATCHES)[batch], soft]),
+        labels,
+        conformal.lac_scores(proba / proba.sum(1, keepdims=True)),
+    )
 
 
-def naive_seconds(cal_features: np.ndarray, cal_scores: np.ndarray, candidates: np.ndarray, scores: np.ndarray) -> float:
+def naive_seconds(
+    cal_features: np.ndarray, cal_scores: np.ndarray, candidates: np.ndarray, scores: np.ndarray
+) -> float:
     """Seconds per candidate of the definition: a cold program per candidate on n + 1 points."""
     start = time.perf_counter()
     for phi, score in zip(candidates, scores):
@@ -77,7 +83,9 @@ def augmented_section(quick: bool, out: Section) -> None:
         ours.append(seconds), peer.append(naive)
     out.tables.append(table.show())
     out.series["augmented fit (celldag)"] = series("calibration cells", sizes, ours)
-    out.series["one program per candidate (scipy linprog, scaled)"] = series("calibration cells", sizes, peer, peer=True)
+    out.series["one program per candidate (scipy linprog, scaled)"] = series(
+        "calibration cells", sizes, peer, peer=True
+    )
     out.targets.append(target("augmented fit at the default size (175 calibration cells) <= 0.5 s a fit",
                               f"{ours[0]:.2f} s", ours[0] <= 0.5))  # fmt: skip
     out.notes.append(f"Column basis of the default groups: {len(independent_columns(cal_features))} of "

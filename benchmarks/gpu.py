@@ -121,8 +121,10 @@ def main() -> None:
     celltreeqm(device, args.quick, table, out)
     scilama(device, args.quick, table, out)
     out.tables.append(table.show())
-    out.notes.append("benchmarks/gpu.py on a GPU machine (never run by `make bench`): CellTreeQM steps after 3 "
-                     "warm-up steps, synchronised; sciLaMA one whole stepwise fit with early stopping, bf16 autocast.")
+    out.notes.append(
+        "benchmarks/gpu.py on a GPU machine (never run by `make bench`): CellTreeQM steps after 3 "
+        "warm-up steps, synchronised; sciLaMA one whole stepwise fit with early stopping, bf16 autocast."
+    )
     write_results("gpu", args.quick, out.series, out.tables, out.targets, out.notes)
 
 

@@ -157,7 +157,9 @@ def quartet_section(quick: bool, out: Section) -> None:
     from dendropy.calculate import treecompare
 
     # binary trees: the O(n²) algorithm (celldag.lineage.quartets); general: metrics.quartet_distance's own
-    sizes, enumerated = ([16, 32, 64, 128], {16, 32}) if quick else ([64, 128, 256, 512, 1000, 2000, 5000, 10000], {64, 128})
+    sizes, enumerated = (
+        ([16, 32, 64, 128], {16, 32}) if quick else ([64, 128, 256, 512, 1000, 2000, 5000, 10000], {64, 128})
+    )
     general_up_to = 64 if quick else 512
     rng = np.random.default_rng(0)
     table = Table("Exact quartet distance and Robinson–Foulds on two random binary trees",

@@ -107,7 +107,8 @@ def per_epoch(starts: list[float], ends: dict[int, float], steps_per_epoch: int,
     skip = max(len(starts) // 10, 1)
     step = (starts[-1] - starts[skip]) / (len(starts) - 1 - skip)
     return step * steps_per_epoch + validation_seconds, (
-        f"extrapolated from {len(starts) - 1 - skip} steps after {skip} warm-up steps")
+        f"extrapolated from {len(starts) - 1 - skip} steps after {skip} warm-up steps"
+    )
 
 
 def scilama_epoch(spec: dict) -> dict:
@@ -267,8 +268,10 @@ def scoring_data(cells: int):
     types, batch = rng.integers(N_TYPES, size=cells), rng.integers(N_BATCHES, size=cells)
     centres = 4 * rng.normal(size=(N_TYPES, 100))
     x = centres[types] + rng.normal(size=(cells, 100)) + 1.5 * rng.normal(size=(N_BATCHES, 100))[batch]
-    obs = pd.DataFrame({"label": pd.Categorical([f"type{t}" for t in types]),
-                        "batch": pd.Categorical([f"batch{b}" for b in batch])}, index=[str(i) for i in range(cells)])
+    obs = pd.DataFrame(
+        {"label": pd.Categorical([f"type{t}" for t in types]), "batch": pd.Categorical([f"batch{b}" for b in batch])},
+        index=[str(i) for i in range(cells)],
+    )
     prepared = anndata.AnnData(X=x.astype(np.float32), obs=obs)
     projection = rng.normal(size=(100, 2 * LATENT)) / 10
     embedding = x @ projection
@@ -307,7 +310,9 @@ def scoring_run(spec: dict) -> dict:
         before, numba = dict(counters), []
         start = time.perf_counter()
         with event.install_timer("numba:compile", numba.append):
-            scores = score_seed(prepared, [output], ScoringContext(seed=0, dataset={}, evaluation=spec["evaluation"]))[0]
+            scores = score_seed(prepared, [output], ScoringContext(seed=0, dataset={}, evaluation=spec["evaluation"]))[
+                0
+            ]
         calls.append({"seconds": time.perf_counter() - start, "numba_compile_s": sum(numba),
                       **{key: counters[key] - before[key] for key in counters},
                       "scores": {metric: float(value).hex() for metric, value in scores.items()}})  # fmt: skip
@@ -338,7 +343,14 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
         label = f"{n:,} (pbmc68k_batched)" if cells == 0 else f"{n:,}"
         if max_cells:
             label += f", score_cells {max_cells:,}"
-        row = [label, first["seconds"], first["jax_compile_s"], first["numba_compile_s"], second["seconds"], cold["peak_mb"]]
+        row = [
+            label,
+            first["seconds"],
+            first["jax_compile_s"],
+            first["numba_compile_s"],
+            second["seconds"],
+            cold["peak_mb"],
+        ]
         if max_cells:
             table.add(*row, *["–"] * 6)
             continue
@@ -350,15 +362,22 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
             table.add(*row, fresh["seconds"], fresh["jax_compile_s"],
                       f"{fresh['jax_cache_hits']} / {fresh['jax_cache_misses']}", fresh["numba_compile_s"],
                       fresh["seconds"] / first["seconds"], "yes" if identical else "NO")  # fmt: skip
-            out.targets.append(target(
-                f"scoring fixed cost: first call of a new process with a warm JAX cache <= 10 % of the cold first "
-                f"call ({n:,} cells)", f"{fresh['seconds']:.1f} s vs {first['seconds']:.1f} s "
-                f"({fresh['seconds'] / first['seconds']:.0%}; {fresh['numba_compile_s']:.1f} s of it compiling numba)",
-                fresh["seconds"] <= 0.1 * first["seconds"]))
-            out.targets.append(target(
-                f"warm call: a second embedding in the same process <= 10 % of the cold first call ({n:,} cells)",
-                f"{second['seconds']:.1f} s vs {first['seconds']:.1f} s ({second['seconds'] / first['seconds']:.0%})",
-                second["seconds"] <= 0.1 * first["seconds"]))
+            out.targets.append(
+                target(
+                    f"scoring fixed cost: first call of a new process with a warm JAX cache <= 10 % of the cold first "
+                    f"call ({n:,} cells)",
+                    f"{fresh['seconds']:.1f} s vs {first['seconds']:.1f} s "
+                    f"({fresh['seconds'] / first['seconds']:.0%}; {fresh['numba_compile_s']:.1f} s of it compiling numba)",
+                    fresh["seconds"] <= 0.1 * first["seconds"],
+                )
+            )
+            out.targets.append(
+                target(
+                    f"warm call: a second embedding in the same process <= 10 % of the cold first call ({n:,} cells)",
+                    f"{second['seconds']:.1f} s vs {first['seconds']:.1f} s ({second['seconds'] / first['seconds']:.0%})",
+                    second["seconds"] <= 0.1 * first["seconds"],
+                )
+            )
             out.targets.append(target(
                 f"JAX's part of it: loading from the warm cache <= 10 % of compiling ({n:,} cells)",
                 f"{fresh['jax_compile_s']:.1f} s vs {first['jax_compile_s']:.1f} s",
@@ -493,8 +512,13 @@ def prepare_section(quick: bool, out: Section) -> None:
                   step["rss_mb"])  # fmt: skip
     out.tables.append(table.show())
     peak_gb = result["peak_mb"] / 1024
-    out.targets.append(target(f"preprocess() of {spec['cells']:,} × {spec['genes']:,} sparse counts: peak RSS <= 8 GB",
-                              f"{peak_gb:.1f} GB in {result['seconds']:.0f} s", peak_gb <= 8))
+    out.targets.append(
+        target(
+            f"preprocess() of {spec['cells']:,} × {spec['genes']:,} sparse counts: peak RSS <= 8 GB",
+            f"{peak_gb:.1f} GB in {result['seconds']:.0f} s",
+            peak_gb <= 8,
+        )
+    )
     out.notes.append(
         f"Preparation: one child process (peak RSS includes generating the counts, {result['generate_seconds']:.0f} s, "
         "not in 's since start'). Sparse through QC, normalisation, log1p and HVG selection; the first dense matrix "
@@ -553,7 +577,9 @@ def subsample_section(quick: bool, out: Section) -> None:
                           track_id="representation", track=track, dataset=entry, evaluation=evaluation)  # fmt: skip
             table = artifacts.read_scores(path)
             table = table[table["metric"].isin(AGGREGATES)]
-            return {(row.method, row.metric): float(row.value) for row in table.itertuples()}, time.perf_counter() - start
+            return {
+                (row.method, row.metric): float(row.value) for row in table.itertuples()
+            }, time.perf_counter() - start
 
         full, full_seconds = aggregates({})
         runs = []

@@ -47,7 +47,9 @@ def _no_proxy(monkeypatch):
 def registries() -> Registries:
     """The shipped registries plus a second lineage dataset and a two-variant method, defaults filled."""
     datasets = read_yaml(REPO / "config/datasets.yaml")
-    datasets["bm_small"] = copy.deepcopy(datasets["bm_default"]) | {"params": {**datasets["bm_default"]["params"], "depth": 3}}
+    datasets["bm_small"] = copy.deepcopy(datasets["bm_default"]) | {
+        "params": {**datasets["bm_default"]["params"], "depth": 3}
+    }
     methods = read_yaml(REPO / "config/methods.yaml")
     methods["nj_multi"] = {
         "track": "lineage",
@@ -90,8 +92,10 @@ def org_db(pytestconfig) -> Path:
         try:
             fetch_registry_file(spec, target, pin_file=folder / "checksums.json", mirror=configured_mirror(None))
         except DownloadError as err:
-            pytest.skip(f"org.Hs.eg.db cannot be fetched here ({err}); set $CELLDAG_MIRROR to a mirror holding "
-                        f"{spec['url']}, or run the pipeline once (it downloads the file to {downloaded})")
+            pytest.skip(
+                f"org.Hs.eg.db cannot be fetched here ({err}); set $CELLDAG_MIRROR to a mirror holding "
+                f"{spec['url']}, or run the pipeline once (it downloads the file to {downloaded})"
+            )
     return target
 
 

@@ -110,7 +110,10 @@ LAB_DATASETS = {
         "loader": "celldag.data.h5ad:prepare_lineage_h5ad",
         "description": "the lab's lineage-traced cells, pseudo-bulked per leaf",
         "license": "lab-internal",
-        "files": [{"name": "lineage.h5ad", "path": "build/lineage.h5ad"}, {"name": "tree.nwk", "path": "build/tree.nwk"}],
+        "files": [
+            {"name": "lineage.h5ad", "path": "build/lineage.h5ad"},
+            {"name": "tree.nwk", "path": "build/tree.nwk"},
+        ],
         "params": {"file": "lineage.h5ad", "leaf_key": "leaf", "newick": "tree.nwk", "replicates": True},
     },
     "lab_rna": {
@@ -141,7 +144,10 @@ CELLDAG_CONFIG = {
 }
 
 
-LAB_ENV = {"channels": ["conda-forge", "nodefaults"], "dependencies": ["python=3.11", "pandas=2.3.3", "anndata=0.12.19"]}
+LAB_ENV = {
+    "channels": ["conda-forge", "nodefaults"],
+    "dependencies": ["python=3.11", "pandas=2.3.3", "anndata=0.12.19"],
+}
 
 
 def write_lab_workflow(folder: Path, snakefile: str | None = None) -> Path:
@@ -152,7 +158,9 @@ def write_lab_workflow(folder: Path, snakefile: str | None = None) -> Path:
     snakefile = snakefile or os.path.relpath(REPO / "workflow/Snakefile", folder)
     (folder / "Snakefile").write_text(OUTER_SNAKEFILE.format(snakefile=snakefile))
     (folder / "envs/lab.yaml").write_text(yaml.safe_dump(LAB_ENV))
-    (folder / "config/config.yaml").write_text(yaml.safe_dump({"lab_contact": "lab@example.org", "celldag": CELLDAG_CONFIG}))
+    (folder / "config/config.yaml").write_text(
+        yaml.safe_dump({"lab_contact": "lab@example.org", "celldag": CELLDAG_CONFIG})
+    )
     (folder / "lab/datasets.yaml").write_text(yaml.safe_dump(LAB_DATASETS, sort_keys=False))
     (folder / "lab/methods.yaml").write_text(yaml.safe_dump(LAB_METHODS, sort_keys=False))
     (folder / "labpkg_root/labpkg/__init__.py").write_text("")
@@ -188,9 +196,13 @@ def write_csv_tables(data: Path, seed: int = 0) -> None:
             rows.append(rng.poisson(type_means[t] * (1.0 + 0.5 * b), (per_group, n_genes)))
             meta += [(cell_type, batch)] * per_group
     cells = [f"r{i:03d}" for i in range(len(meta))]
-    rna = pd.DataFrame(np.vstack(rows), index=pd.Index(cells, name="cell"), columns=[f"GENE{j:02d}" for j in range(n_genes)])
+    rna = pd.DataFrame(
+        np.vstack(rows), index=pd.Index(cells, name="cell"), columns=[f"GENE{j:02d}" for j in range(n_genes)]
+    )
     rna.to_csv(data / "rna_counts.csv")
-    pd.DataFrame(meta, index=pd.Index(cells, name="cell"), columns=["cell_type", "batch"]).to_csv(data / "rna_cells.csv")
+    pd.DataFrame(meta, index=pd.Index(cells, name="cell"), columns=["cell_type", "batch"]).to_csv(
+        data / "rna_cells.csv"
+    )
 
 
 def lab_env(folder: Path, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -44,8 +44,10 @@ def test_marginal_sets_undercover_the_noisy_batch_and_batch_aware_procedures_res
         assert abs(covered["split_lac"].mean() - (1 - ALPHA)) < 0.02  # marginal coverage holds ...
         assert covered["split_lac"][noisy].mean() < 1 - ALPHA - 0.15  # ... by over-covering the clean batches
         assert covered["split_lac"][~noisy].mean() > 0.98
-        worst_batch_or_type = min(min(covered["kandinsky_augmented"][batch[query] == b].mean() for b in range(N_BATCHES)),
-                                  min(covered["kandinsky_augmented"][truth[query] == k].mean() for k in range(N_CLASSES)))
+        worst_batch_or_type = min(
+            min(covered["kandinsky_augmented"][batch[query] == b].mean() for b in range(N_BATCHES)),
+            min(covered["kandinsky_augmented"][truth[query] == k].mean() for k in range(N_CLASSES)),
+        )
         # the lowest of 8 groups of 600–1,000 query cells, each off by sd ≈ 0.015 (calibration and query draws):
         # measured 0.849 (seed 4, where Mondrian by batch has 0.86 too) to 0.89
         assert worst_batch_or_type >= 1 - ALPHA - 0.06, (seed, worst_batch_or_type)
@@ -126,7 +128,9 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
     for row in scores:
         assert set(row) - {"note"} == set(TRACK.metrics)
         assert row["accuracy"] > 0.9
-        assert all(0 <= row[name] <= 1 for name in row if not name.endswith(("set_size", "groups", "unverified", "note")))
+        assert all(
+            0 <= row[name] <= 1 for name in row if not name.endswith(("set_size", "groups", "unverified", "note"))
+        )
         assert row["kandinsky_augmented_unverified"] == row["kandinsky_unverified"] == 0
         assert 0.5 <= row["split_lac_set_size"] <= 4  # LAC sets may be empty
         assert row["permuted_set_size"] > row["split_lac_set_size"]  # a calibration that knows nothing costs
@@ -135,11 +139,25 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
     from celldag.annotation.figures import coverage_by_group, set_size_vs_coverage
     from celldag.tracks import FigureData
 
-    table = pd.DataFrame([{"method": name, "variant": "pca/default", "seed": 0, "metric": metric, "value": value,
-                           "status": "ok"} for name, row in zip(("knn", "logistic"), scores) for metric, value in row.items()
-                          if metric != "note"])
-    data = FigureData("toy", {}, "annotation", TRACK, 0, {"annotation": {"alpha": 0.1, "min_group_cells": 5}},
-                      scores=table, prepared=task, outputs={f"{o.uns['method_id']}/pca/default": o for o in outputs})
+    table = pd.DataFrame(
+        [
+            {"method": name, "variant": "pca/default", "seed": 0, "metric": metric, "value": value, "status": "ok"}
+            for name, row in zip(("knn", "logistic"), scores)
+            for metric, value in row.items()
+            if metric != "note"
+        ]
+    )
+    data = FigureData(
+        "toy",
+        {},
+        "annotation",
+        TRACK,
+        0,
+        {"annotation": {"alpha": 0.1, "min_group_cells": 5}},
+        scores=table,
+        prepared=task,
+        outputs={f"{o.uns['method_id']}/pca/default": o for o in outputs},
+    )
     coverage = coverage_by_group(data)
     assert len(coverage.axes) == len(PROCEDURES) and all(len(axes.get_yticklabels()) == 2 for axes in coverage.axes[:1])
     assert len(set_size_vs_coverage(data).axes[0].collections) == len(PROCEDURES)  # one point set per procedure
@@ -223,10 +241,14 @@ def test_groups_too_small_to_calibrate_are_counted_and_named_in_a_note():
     for row in scores:
         assert row["class_conditional_small_groups"] == 1.0 and row["mondrian_batch_small_groups"] == 0.0
         assert row["kandinsky_augmented_dropped_groups"] == row["kandinsky_dropped_groups"] >= 1.0
-        assert row["note"].startswith("groups with less than 1/α − 1 = 9 calibration cells' weight, too few to "
-                                      "calibrate at α = 0.1, in every set: random split — class_conditional: type type3")
-        dropped = row["note"].split("dropped from the design of kandinsky_augmented, kandinsky (their directions have "
-                                    "less than 50 calibration cells' weight; their coverage is not guaranteed): ")[1]
+        assert row["note"].startswith(
+            "groups with less than 1/α − 1 = 9 calibration cells' weight, too few to "
+            "calibrate at α = 0.1, in every set: random split — class_conditional: type type3"
+        )
+        dropped = row["note"].split(
+            "dropped from the design of kandinsky_augmented, kandinsky (their directions have "
+            "less than 50 calibration cells' weight; their coverage is not guaranteed): "
+        )[1]
         # type3's direction and that of the lightest common type, which the constant ties to it: their union is kept
         random_split_dropped = dropped.split(" | ")[0]
         assert random_split_dropped.startswith("random split — ") and "type type3 (" in random_split_dropped

@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 
 from celldag.annotation import classifiers
-from celldag.annotation.task import (SPLITS, fit_masks, labelled_in_new_batch, principal_components, soft_groups,
-                                     split_cells)
+from celldag.annotation.task import (
+    SPLITS,
+    fit_masks,
+    labelled_in_new_batch,
+    principal_components,
+    soft_groups,
+    split_cells,
+)
 
 try:
     from celldag.annotation.track import AnnotationInput
@@ -29,12 +35,17 @@ except ImportError:  # stand-in until celldag.annotation.track lands (same field
 
 def make_input(features, labels, batch, fits) -> AnnotationInput:
     labels, batch = np.asarray(labels, dtype=str), np.asarray(batch, dtype=str)
-    return AnnotationInput(features=np.asarray(features, dtype=np.float32), labels=labels, batch=batch,
-                           classes=tuple(sorted(set(labels.tolist()))),
-                           fits={name: np.asarray(mask, dtype=bool) for name, mask in fits.items()})
+    return AnnotationInput(
+        features=np.asarray(features, dtype=np.float32),
+        labels=labels,
+        batch=batch,
+        classes=tuple(sorted(set(labels.tolist()))),
+        fits={name: np.asarray(mask, dtype=bool) for name, mask in fits.items()},
+    )
 
 
 # ---------------------------------------------------------------- split_cells
+
 
 def strata_cells(sizes: dict[tuple[str, str], int], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """labels, batch with the given (batch, label) stratum sizes, cells in a shuffled order."""
@@ -44,8 +55,18 @@ def strata_cells(sizes: dict[tuple[str, str], int], seed: int = 0) -> tuple[np.n
     return labels[order], batch[order]
 
 
-SIZES = {("b0", "T"): 1, ("b0", "B"): 2, ("b0", "NK"): 3, ("b1", "T"): 4, ("b1", "B"): 7, ("b1", "NK"): 10,
-         ("b2", "T"): 50, ("b2", "B"): 101, ("b2", "mono"): 5, ("b0", "mono"): 33}
+SIZES = {
+    ("b0", "T"): 1,
+    ("b0", "B"): 2,
+    ("b0", "NK"): 3,
+    ("b1", "T"): 4,
+    ("b1", "B"): 7,
+    ("b1", "NK"): 10,
+    ("b2", "T"): 50,
+    ("b2", "B"): 101,
+    ("b2", "mono"): 5,
+    ("b0", "mono"): 33,
+}
 
 
 @pytest.mark.parametrize("fractions", [(0.5, 0.25, 0.25), (0.8, 0.1, 0.1), (0.6, 0.2, 0.2)])
@@ -72,10 +93,12 @@ def test_split_cells_is_stratified_with_every_part_in_every_stratum(fractions):
 def test_split_cells_counts_by_hand():
     labels, batch = strata_cells({("a", "x"): 10, ("a", "y"): 3, ("b", "x"): 101})
     split = split_cells(labels, batch, (0.5, 0.25, 0.25), seed=0)
-    count = {key: [np.count_nonzero((batch == key[0]) & (labels == key[1]) & (split == p)) for p in SPLITS]
-             for key in [("a", "x"), ("a", "y"), ("b", "x")]}
-    assert count[("a", "x")] == [5, 3, 2]    # 5, 2.5, 2.5: the tied remainder goes to the earlier part
-    assert count[("a", "y")] == [1, 1, 1]    # 1.5, 0.75, 0.75: floors 1, 0, 0 and two remainders
+    count = {
+        key: [np.count_nonzero((batch == key[0]) & (labels == key[1]) & (split == p)) for p in SPLITS]
+        for key in [("a", "x"), ("a", "y"), ("b", "x")]
+    }
+    assert count[("a", "x")] == [5, 3, 2]  # 5, 2.5, 2.5: the tied remainder goes to the earlier part
+    assert count[("a", "y")] == [1, 1, 1]  # 1.5, 0.75, 0.75: floors 1, 0, 0 and two remainders
     assert count[("b", "x")] == [51, 25, 25]  # 50.5, 25.25, 25.25
     split = split_cells(labels, batch, (0.8, 0.1, 0.1), seed=0)
     # 2.4, 0.3, 0.3 -> 3, 0, 0 -> calibration and query each take one from train
@@ -103,11 +126,15 @@ def test_split_cells_refuses_bad_fractions(fractions):
 
 # ---------------------------------------------------------------- labelled_in_new_batch
 
-@pytest.mark.parametrize(("fraction", "expected"), [
-    (0.3, {1: 0, 2: 1, 3: 1, 10: 3, 25: 8}),  # 0.6 -> 1, 0.9 -> 1, 7.5 -> 8 (half up)
-    (0.9, {1: 0, 2: 1, 3: 2, 10: 9, 25: 23}),  # 1.8 -> 2 -> never all: 1; 2.7 -> 3 -> 2; 22.5 -> 23
-    (0.01, {1: 0, 2: 1, 3: 1, 10: 1, 25: 1}),  # at least one
-])
+
+@pytest.mark.parametrize(
+    ("fraction", "expected"),
+    [
+        (0.3, {1: 0, 2: 1, 3: 1, 10: 3, 25: 8}),  # 0.6 -> 1, 0.9 -> 1, 7.5 -> 8 (half up)
+        (0.9, {1: 0, 2: 1, 3: 2, 10: 9, 25: 23}),  # 1.8 -> 2 -> never all: 1; 2.7 -> 3 -> 2; 22.5 -> 23
+        (0.01, {1: 0, 2: 1, 3: 1, 10: 1, 25: 1}),  # at least one
+    ],
+)
 def test_labelled_in_new_batch_counts(fraction, expected):
     sizes = {(b, f"type{m}"): m for b in ("b0", "b1") for m in expected}
     labels, batch = strata_cells(sizes)
@@ -127,6 +154,7 @@ def test_labelled_in_new_batch_is_seeded_and_its_own_stream():
 
 
 # ---------------------------------------------------------------- soft_groups
+
 
 def clustered(seed: int, n_per: int = 100, dim: int = 30):
     rng = np.random.default_rng(seed)
@@ -167,6 +195,7 @@ def test_soft_groups_refuses_more_groups_than_cells():
 
 # ---------------------------------------------------------------- fit_masks
 
+
 def test_fit_masks_by_hand():
     split = ["train", "train", "calibration", "train", "query", "train"]
     batch = ["b", "a", "a", "c", "b", "b"]
@@ -199,10 +228,28 @@ def test_knn_probabilities_are_the_neighbour_frequencies():
     result = classifiers.knn(inputs, {"n_neighbors": 3}, seed=0)
     third = 1 / 3
     # columns A, B, C, D; by hand from the distances on the line
-    random = [[2, 1, 0, 0], [2, 1, 0, 0], [2, 1, 0, 0], [0, 1, 2, 0], [0, 1, 2, 0], [0, 1, 2, 0],
-              [2, 1, 0, 0], [0, 1, 2, 0], [0, 1, 2, 0]]
-    without_b2 = [[2, 1, 0, 0], [2, 1, 0, 0], [2, 1, 0, 0], [1, 2, 0, 0], [1, 2, 0, 0], [1, 2, 0, 0],
-                  [2, 1, 0, 0], [1, 2, 0, 0], [1, 2, 0, 0]]
+    random = [
+        [2, 1, 0, 0],
+        [2, 1, 0, 0],
+        [2, 1, 0, 0],
+        [0, 1, 2, 0],
+        [0, 1, 2, 0],
+        [0, 1, 2, 0],
+        [2, 1, 0, 0],
+        [0, 1, 2, 0],
+        [0, 1, 2, 0],
+    ]
+    without_b2 = [
+        [2, 1, 0, 0],
+        [2, 1, 0, 0],
+        [2, 1, 0, 0],
+        [1, 2, 0, 0],
+        [1, 2, 0, 0],
+        [1, 2, 0, 0],
+        [2, 1, 0, 0],
+        [1, 2, 0, 0],
+        [1, 2, 0, 0],
+    ]
     # training cells 2–5 (B at 2.5 and 10, C at 11 and 12.5): cells near 0 see 2.5, 10, 11; the others 10, 11, 12.5
     without_b0 = [[0, 2, 1, 0] if x < 5 else [0, 1, 2, 0] for x in X]
     assert set(result.obsm) == {"proba_random", "proba_without_0", "proba_without_1", "proba_without_2"}
@@ -229,16 +276,18 @@ def test_knn_without_a_batch_never_sees_its_cells():
 
 
 def test_knn_caps_k_at_the_training_cells_and_weights_by_distance():
-    inputs = make_input(np.array([[0.0], [1.0], [3.0]]), ["A", "B", "B"], ["x", "x", "x"],
-                        {"two": [True, True, False]})
+    inputs = make_input(np.array([[0.0], [1.0], [3.0]]), ["A", "B", "B"], ["x", "x", "x"], {"two": [True, True, False]})
     uniform = classifiers.knn(inputs, {"n_neighbors": 15}, seed=0)
     np.testing.assert_allclose(uniform.obsm["proba_two"], 0.5)
     assert uniform.uns["neighbors_used"] == {"two": 2}
     distance = classifiers.knn(inputs, {"n_neighbors": 2, "weights": "distance"}, seed=0).obsm["proba_two"]
-    np.testing.assert_allclose(distance[2], [1 / 3 / (1 / 3 + 1 / 2), 1 / 2 / (1 / 3 + 1 / 2)])  # 3 away from A, 2 from B
+    np.testing.assert_allclose(
+        distance[2], [1 / 3 / (1 / 3 + 1 / 2), 1 / 2 / (1 / 3 + 1 / 2)]
+    )  # 3 away from A, 2 from B
 
 
 # ---------------------------------------------------------------- logistic
+
 
 def separable(seed: int = 0):
     rng = np.random.default_rng(seed)

@@ -101,7 +101,9 @@ def scores_table(values: dict[tuple[str, int, str], float]) -> pd.DataFrame:
 
 def test_an_edited_score_is_named_by_its_run_and_metric(tmp_path, capsys):
     path = str(tmp_path / "scores/bm.parquet")
-    write_scores(scores_table({("nj_raw", 0, "rf"): 0.5, ("nj_raw", 0, "quartet_dist"): 0.25, ("nj_pca", 0, "rf"): 0.75}), path)
+    write_scores(
+        scores_table({("nj_raw", 0, "rf"): 0.5, ("nj_raw", 0, "quartet_dist"): 0.25, ("nj_pca", 0, "rf"): 0.75}), path
+    )
     assert json.loads((tmp_path / "scores/bm.sha256.json").read_text())["sha256"] == sha256_file(path)
     report = audit.Report()
     audit.check_scores_table(path, audit.Digests(), report)
@@ -156,7 +158,12 @@ def test_prepared_datasets_carry_the_digests_of_their_source_files(tmp_path, mon
         return adata
 
     monkeypatch.setattr(prepare.extensions, "load", lambda reference: loader)
-    entry = {"loader": "lab:loader", "params": {}, "track": "toy", "files": [{"name": "counts.csv", "path": str(source)}]}
+    entry = {
+        "loader": "lab:loader",
+        "params": {},
+        "track": "toy",
+        "files": [{"name": "counts.csv", "path": str(source)}],
+    }
     adata = prepare.prepare_dataset("lab", entry, Track(**{**vars(TRACKS["lineage"]), "arrange": None}), 0,
                                     {"counts.csv": str(source)})  # fmt: skip
     assert adata.uns[prepare.SOURCE_FILES] == {"counts.csv": {"path": str(source), "sha256": sha256_file(source)}}
@@ -270,7 +277,7 @@ def test_an_edited_leaderboard_is_named_by_file_and_line(results, capsys):
     lines_before = path.read_text().splitlines()
     number = next(i for i, line in enumerate(lines_before) if line.startswith("| nj_pca | default | "))
     edited = re.sub(r"^\| nj_pca \| default \| [0-9.]+", "| nj_pca | default | 0.000", lines_before[number])
-    path.write_text("\n".join([*lines_before[:number], edited, *lines_before[number + 1:]]) + "\n")
+    path.write_text("\n".join([*lines_before[:number], edited, *lines_before[number + 1 :]]) + "\n")
     status, lines = run_audit(capsys, "--sample", "0")
     assert status == 1
     assert (f"leaderboard changed: results/tiny/leaderboard.md line {number + 1}: {edited!r}; the scores give "
@@ -289,8 +296,10 @@ def test_a_record_without_a_field_is_one_error_line(results, capsys):
         f"error: {path}: field 'config.params' missing from the run record "
         "(records written by an older celldag lack some fields; rerunning the run rewrites its record)"
     ]
-    assert "not checked: results/tiny/scores.parquet, results/tiny/runs.parquet, results/tiny/leaderboard.md " \
-           "(a run record they come from is unreadable)" in lines
+    assert (
+        "not checked: results/tiny/scores.parquet, results/tiny/runs.parquet, results/tiny/leaderboard.md "
+        "(a run record they come from is unreadable)" in lines
+    )
 
 
 @e2e

@@ -11,8 +11,7 @@ from celldag.data.bm import BMSimulation, prepare_bm_simulator, simulate_bm
 LEAF_NAME = re.compile(r"[(,]([^:(),;]+):")
 BRANCH_LENGTH = re.compile(r":([^:(),;]+)")
 
-BASE = dict(depth=6, n_signal=20, n_noise=10, n_spurious=10, max_walk=3.0,
-            noise_std=1.0, measurement_std=0.5, seed=7)
+BASE = dict(depth=6, n_signal=20, n_noise=10, n_spurious=10, max_walk=3.0, noise_std=1.0, measurement_std=0.5, seed=7)
 
 
 def simulate(**overrides) -> BMSimulation:
@@ -156,12 +155,24 @@ def test_replicates_differ_only_by_measurement_noise():
     assert np.std(noisy.test - clean.test) == pytest.approx(0.7, rel=0.03)
 
 
-@pytest.mark.parametrize("name, value", [
-    ("depth", 1), ("depth", 15), ("depth", 4.0),
-    ("n_signal", 0), ("n_noise", -1), ("n_spurious", -1), ("n_signal", 2.5),
-    ("max_walk", 0.5), ("max_walk", float("nan")), ("max_walk", float("inf")),
-    ("noise_std", -0.1), ("noise_std", float("nan")), ("measurement_std", -1.0),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("depth", 1),
+        ("depth", 15),
+        ("depth", 4.0),
+        ("n_signal", 0),
+        ("n_noise", -1),
+        ("n_spurious", -1),
+        ("n_signal", 2.5),
+        ("max_walk", 0.5),
+        ("max_walk", float("nan")),
+        ("max_walk", float("inf")),
+        ("noise_std", -0.1),
+        ("noise_std", float("nan")),
+        ("measurement_std", -1.0),
+    ],
+)
 def test_invalid_parameters_raise_naming_the_parameter(name, value):
     with pytest.raises(ValueError, match=name):
         simulate(**{name: value})

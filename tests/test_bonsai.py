@@ -22,7 +22,9 @@ from celldag.registry import apply_schema, read_yaml
 from celldag.runner import run_method
 from conftest import REPO, TRACKS
 
-BONSAI = apply_schema({"bonsai": read_yaml(REPO / "config/methods.yaml")["bonsai"]}, "methods", "methods.yaml")["bonsai"]
+BONSAI = apply_schema({"bonsai": read_yaml(REPO / "config/methods.yaml")["bonsai"]}, "methods", "methods.yaml")[
+    "bonsai"
+]
 EASY = {"depth": 4, "n_signal": 60, "n_noise": 0, "n_spurious": 0, "max_walk": 3.0, "noise_std": 1.0,
         "measurement_std": 0.3, "count_depth": 50000}  # fmt: skip
 
@@ -35,7 +37,9 @@ def test_bonsai_recovers_a_small_simulated_count_tree(seed):
     rf = robinson_foulds(parse_newick(prepared.uns["tree_newick"]), parse_newick(result.tree_newick))
     assert rf.normalized <= 0.16  # at most 2 of the 13 splits of a 16-leaf binary tree wrong
     assert result.embedding.shape[0] == 16 and result.uns["bonsai"]["genes_kept"] > 0
-    assert run(method_input(prepared, None), BONSAI["params"], seed + 10).tree_newick == result.tree_newick  # seed unused
+    assert (
+        run(method_input(prepared, None), BONSAI["params"], seed + 10).tree_newick == result.tree_newick
+    )  # seed unused
 
 
 def test_simulated_counts_leave_the_features_as_they_were():
@@ -84,4 +88,3 @@ def test_bonsai_is_not_applicable_without_counts(tmp_path):
     assert status == "not_applicable"
     reason = json.loads((tmp_path / "run/run.json").read_text())["status_reason"]
     assert reason == "bonsai/default needs raw counts per leaf; this dataset has transformed values only"
-

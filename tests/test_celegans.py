@@ -69,8 +69,14 @@ def test_hand_checked_path_distances(u, v, divisions):
 
 
 def test_tree_structure_and_internal_names():
-    tree = tree_from_paths({"ADA": lineage_path("ABplapaaaapp"), "ADE": lineage_path("ABplapaaaapa"),
-                            "I3": lineage_path("MSaaaaapaa"), "gut": lineage_path("Eal")})
+    tree = tree_from_paths(
+        {
+            "ADA": lineage_path("ABplapaaaapp"),
+            "ADE": lineage_path("ABplapaaaapa"),
+            "I3": lineage_path("MSaaaaapaa"),
+            "gut": lineage_path("Eal"),
+        }
+    )
     assert to_newick(tree) == "((ADE:1.0,ADA:1.0)ABplapaaaap:10.0,(I3:9.0,gut:3.0)EMS:2.0)P0;"
     assert tree.leaf_names == ("ADE", "ADA", "I3", "gut")  # paths in sorted order: a < p
     # EMS = "pa" is 2 divisions from P0; I3 ("paa" + 8) and gut ("pap" + 2) are 9 and 3 below it
@@ -129,7 +135,9 @@ def test_expand_pattern_wildcard_matches_any_division():
 def test_expand_pattern_alternatives():
     assert expand_pattern("ABalppppa/ABpraaapa", CANDIDATES) == ["ABalppppa", "ABpraaapa"]
     assert expand_pattern("ABpraaapa/MSxppap", CANDIDATES, include_descendants=False) == [
-        "MSappap", "MSpppap", "ABpraaapa"  # candidate order, not alternative order
+        "MSappap",
+        "MSpppap",
+        "ABpraaapa",  # candidate order, not alternative order
     ]
 
 

@@ -94,11 +94,15 @@ def test_additivity_loss_is_zero_on_a_tree_metric(select):
     distances, quartets, topology = tree_metric_quartets(0)
     sums = pair_sums(distances, quartets)
     for margin, sign in [(0.1, "code"), (0.0, "page")]:
-        assert float(additivity_loss(sums, topology, margin=margin, margin_sign=sign, select=select)) == pytest.approx(0, abs=1e-12)
+        assert float(additivity_loss(sums, topology, margin=margin, margin_sign=sign, select=select)) == pytest.approx(
+            0, abs=1e-12
+        )
     # every gap (twice the internal path between the two pairs) exceeds the margin
     gap = (sums.sum(dim=1) - 3 * sums.gather(1, topology[:, None])[:, 0]) / 2
     assert gap.min() > 0.1
-    assert float(additivity_loss(sums, topology, margin=0.1, margin_sign="page", select=select)) == pytest.approx(0, abs=1e-12)
+    assert float(additivity_loss(sums, topology, margin=0.1, margin_sign="page", select=select)) == pytest.approx(
+        0, abs=1e-12
+    )
     wrong = (topology + 1) % 3
     assert float(additivity_loss(sums, wrong, select=select)) > 0
 
@@ -152,7 +156,9 @@ def test_distance_preservation_loss_is_the_frobenius_norm():
     input_scaled = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
     # D_Z/√2 = 5/√2 off the diagonal
     expected = (2 * (1 - 5 / 2**0.5) ** 2) ** 0.5
-    assert float(distance_preservation_loss(embedding_distances(embedding), input_scaled, embedding_dim=2)) == pytest.approx(expected)
+    assert float(
+        distance_preservation_loss(embedding_distances(embedding), input_scaled, embedding_dim=2)
+    ) == pytest.approx(expected)
 
 
 def test_embedding_distances_have_finite_gradients_on_the_diagonal():
@@ -162,9 +168,7 @@ def test_embedding_distances_have_finite_gradients_on_the_diagonal():
 
 
 def test_triplet_and_quadruplet_on_a_hand_computed_quartet():
-    distances = torch.tensor(
-        [[0.0, 1.0, 2.0, 3.0], [1.0, 0.0, 2.5, 1.5], [2.0, 2.5, 0.0, 0.8], [3.0, 1.5, 0.8, 0.0]]
-    )
+    distances = torch.tensor([[0.0, 1.0, 2.0, 3.0], [1.0, 0.0, 2.5, 1.5], [2.0, 2.5, 0.0, 0.8], [3.0, 1.5, 0.8, 0.0]])
     quartets = torch.tensor([[0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]])
     target = torch.tensor([0, 1, 2])
     # (anchor, positive, negative, other): (0,1,2,3), (0,2,1,3), (0,3,1,2)
@@ -210,8 +214,12 @@ def inputs_of(sim, tree_newick=None, replicate=True, work_dir=None) -> LineageIn
 
 @pytest.mark.parametrize("loss", ["additivity", "triplet", "quadruplet"])
 @pytest.mark.parametrize(
-    "setting", [{"setting": "supervised"}, {"setting": "high_level_partition", "level": 2},
-                {"setting": "partially_labelled", "known_fraction": 0.5}]  # fmt: skip
+    "setting",
+    [
+        {"setting": "supervised"},
+        {"setting": "high_level_partition", "level": 2},
+        {"setting": "partially_labelled", "known_fraction": 0.5},
+    ],  # fmt: skip
 )
 def test_run_returns_an_embedding_a_tree_and_what_evaluation_needs(sim, loss, setting):
     result = run(inputs_of(sim), PARAMS | setting | {"loss": loss}, seed=0)
@@ -295,9 +303,12 @@ def test_gate_penalty_enters_the_loss(sim, monkeypatch):
     calls = []
     penalty = CellTreeQMEncoder.gate_penalty
     monkeypatch.setattr(CellTreeQMEncoder, "gate_penalty", lambda self, kind: calls.append(kind) or penalty(self, kind))
-    run(inputs_of(sim), PARAMS | NO_SELECTION | {"gate": "sigmoid", "gate_penalty": 0.5, "gate_penalty_kind": "retain"}, seed=0)
+    run(
+        inputs_of(sim),
+        PARAMS | NO_SELECTION | {"gate": "sigmoid", "gate_penalty": 0.5, "gate_penalty_kind": "retain"},
+        seed=0,
+    )
     assert calls == ["retain"] * 4
-
 
 
 def test_gate_lr_gives_the_gate_its_own_learning_rate():
@@ -326,6 +337,7 @@ def test_gate_lr_lets_the_gate_move(sim):
             ctqm_train.build_model = original
         moved[gate_lr] = float((seen[-1].gate.logit.detach() - 1.0).abs().max())
     assert moved[None] < 0.01 < moved[0.1]
+
 
 def test_a_rerun_resumes_from_the_checkpoint_and_matches(sim, tmp_path):
     fresh = run(inputs_of(sim), PARAMS, seed=0)
@@ -360,7 +372,9 @@ def test_the_row_order_changes_nothing_with_shuffled_quartets_and_everything_wit
 def test_the_leaf_order_control_relabels_what_sorted_quartets_read(sim):
     params = PARAMS | {"setting": "high_level_partition", "level": 2}
     control = {"leaf_order": "relabelled"}
-    np.testing.assert_array_equal(run(inputs_of(sim), params, 0).embedding, run(inputs_of(sim), params | control, 0).embedding)
+    np.testing.assert_array_equal(
+        run(inputs_of(sim), params, 0).embedding, run(inputs_of(sim), params | control, 0).embedding
+    )
     sorted_params = params | {"quartet_order": "sorted"}
     assert not np.array_equal(run(inputs_of(sim), sorted_params, 0).embedding,
                               run(inputs_of(sim), sorted_params | control, 0).embedding)  # fmt: skip
@@ -445,7 +459,7 @@ def test_selection_on_the_validation_replicate_keeps_the_best_validated_step_wit
     assert training["selection"] == "validation_replicate" and "note" not in result.uns
     assert training["steps_run"] == 8 and training["validation_leaves"] == 13
     # one validation set, on the validation replicate z-scored with the training replicate's statistics
-    (features, quartets), = validated
+    ((features, quartets),) = validated
     _, expected = ctqm_train.standardized(sim.train, inputs.validation_features)
     np.testing.assert_allclose(features, expected.astype(np.float32))
     assert not np.isin(quartets, [0, 5, 9]).any()
@@ -463,7 +477,10 @@ def test_without_a_validation_replicate_auto_falls_back_to_held_out_leaves_and_s
     assert asked.uns["training"]["selection"] == "holdout_refit" and "note" not in asked.uns
     with pytest.raises(ValueError, match="selection: validation_replicate needs a validation replicate"):
         run(inputs_of(sim), PARAMS | {"selection": "validation_replicate"}, seed=0)
-    assert "validation replicate" in inputs_of(sim).unmet("validation") and with_validation(sim).unmet("validation") is None
+    assert (
+        "validation replicate" in inputs_of(sim).unmet("validation")
+        and with_validation(sim).unmet("validation") is None
+    )
 
 
 def test_sorted_quartets_say_when_they_cannot_reproduce_the_authors_curve():
@@ -473,4 +490,6 @@ def test_sorted_quartets_say_when_they_cannot_reproduce_the_authors_curve():
     assert ctqm_train.ordering_note(small).startswith("smoke-sized for the official ordering (hidden_dim, lr, ")
     authors = small | ctqm_train.AUTHORS_PROTOCOL | {"steps": ctqm_train.AUTHORS_STEPS}
     assert ctqm_train.ordering_note(authors) is None
-    assert ctqm_train.ordering_note(authors | {"steps": 4000}).startswith("smoke-sized for the official ordering (steps ")
+    assert ctqm_train.ordering_note(authors | {"steps": 4000}).startswith(
+        "smoke-sized for the official ordering (steps "
+    )

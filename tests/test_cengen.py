@@ -125,16 +125,29 @@ def test_read_cell_lineage_repairs_the_table(tmp_path):
         "hyp7 \tAB x\ttrailing space in the name\n"
     )
     assert read_cell_lineage(table) == {
-        "ADFL": "AB alpppppaa", "ALML": "AB arppaappa", "D": "P0 pppa", "PDB": "P12.apa",
-        "DB1": "AB plpaaaapp", "AVFL": "P1.aaaa", "hyp7": "AB x",
+        "ADFL": "AB alpppppaa",
+        "ALML": "AB arppaappa",
+        "D": "P0 pppa",
+        "PDB": "P12.apa",
+        "DB1": "AB plpaaaapp",
+        "AVFL": "P1.aaaa",
+        "hyp7": "AB x",
     }
 
 
 def test_map_classes_rules_and_conflicts():
     lineage = {
-        "ADAL": "AB plapaaaapp", "ADAR": "AB prapaaaapp", "AVG": "AB prpapppap", "CEPDL": "AB plaaaaappa",
-        "RMED": "AB alapppaap", "DB1": "AB plpaaaapp", "DB2": "AB arappappa", "AVM": "QR.paa",
-        "XL": "AB plapaaaap", "YL": "MS aa", "ZL": "MS aa",
+        "ADAL": "AB plapaaaapp",
+        "ADAR": "AB prapaaaapp",
+        "AVG": "AB prpapppap",
+        "CEPDL": "AB plaaaaappa",
+        "RMED": "AB alapppaap",
+        "DB1": "AB plpaaaapp",
+        "DB2": "AB arappappa",
+        "AVM": "QR.paa",
+        "XL": "AB plapaaaap",
+        "YL": "MS aa",
+        "ZL": "MS aa",
     }
     classes = ["ADA", "AVG", "CEP", "RME_DV", "DB", "DB01", "AVM", "AWC_ON", "NONE", "X", "Y", "Z"]
     paths, mapping, dropped = map_classes(classes, lineage)

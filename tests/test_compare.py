@@ -49,8 +49,12 @@ def side(values: dict[tuple, float], device: str = CPU, status: dict[tuple, str]
                      "status": status.get((dataset, entry, seed, metric), "ok")})  # fmt: skip
     keys = runs if runs is not None else sorted({(d, *e.split("/", 1), s) for d, e, s, _ in values})
     records = records or {}
-    return Side(Path("results/x"), pd.DataFrame(rows), {key: {"device": device} for key in keys},
-                {key: records.get(f"{key[1]}/{key[2]}", record(key[1], key[2])) for key in keys})
+    return Side(
+        Path("results/x"),
+        pd.DataFrame(rows),
+        {key: {"device": device} for key in keys},
+        {key: records.get(f"{key[1]}/{key[2]}", record(key[1], key[2])) for key in keys},
+    )
 
 
 def verdicts(a: Side, b: Side, **tolerance) -> dict[tuple, tuple[str, str]]:
@@ -84,14 +88,18 @@ def test_cuda_runs_move_within_the_audits_bound_and_counts_not_at_all():
     assert found == {("scvi/default", 0, "nmi_kmeans"): ("within tolerance", bound),  # 4e-5 ≤ 1e-6 + 1e-4 · 0.5
                      ("scvi/default", 0, "ari_kmeans"): ("moved", bound),
                      ("scvi/default", 0, "n_marker_genes"): ("moved", "Δ = 0 (a count)")}  # fmt: skip
-    rows = [line for line in markdown(comparison_blocks(compare_sides(a, b, TRACKS))).splitlines() if line.startswith("| ")]
+    rows = [
+        line for line in markdown(comparison_blocks(compare_sides(a, b, TRACKS))).splitlines() if line.startswith("| ")
+    ]
     assert {line.count(" | ") for line in rows[1:]} == {len(SCORE_HEADER) - 1}  # the rule's text does not split a cell
 
 
 def test_a_run_without_record_is_compared_within_the_tolerance():
     a = side({("d", "nj/default", 0, "rf"): 0.5})
     b = side({("d", "nj/default", 0, "rf"): 0.5 + ULP}, runs=[])
-    assert verdicts(a, b) == {("nj/default", 0, "rf"): ("within tolerance", "abs(Δ) ≤ 1e-06 + 0.0001·abs(A) (not in runs.parquet in B)")}
+    assert verdicts(a, b) == {
+        ("nj/default", 0, "rf"): ("within tolerance", "abs(Δ) ≤ 1e-06 + 0.0001·abs(A) (not in runs.parquet in B)")
+    }
 
 
 def test_rtol_and_atol_replace_the_tolerance_everywhere_and_are_stated():
@@ -113,7 +121,10 @@ def test_status_changes_and_rows_on_one_side_only_come_first():
              status={("d", "nj/default", 0, "rf"): "failed"})  # fmt: skip
     comparison = compare_sides(a, b, TRACKS)
     assert [(j.verdict, j.key[2], j.key[4]) for j in comparison.scores] == [
-        ("status changed", "nj", 0), ("only in A", "upgma", 0), ("only in B", "nj", 1)]
+        ("status changed", "nj", 0),
+        ("only in A", "upgma", 0),
+        ("only in B", "nj", 1),
+    ]
     assert comparison.counts["status changed"] == 1 and comparison.failed
     table = markdown(comparison_blocks(comparison))
     assert "| status changed | d | lineage | nj | default | 0 | rf | 0.5 | nan (failed) | – | – |" in table
@@ -194,13 +205,17 @@ def test_the_fields_that_differ_are_summarised_with_their_values_inputs_first():
 def test_records_without_machine_or_without_a_file_are_compared_as_not_recorded():
     old = record("nj")  # written before the machine section
     new = record("nj", machine=MACHINE | {"cpu_model": "Intel Xeon"})
-    assert record_differences.differing_facts(run_facts(old), run_facts(new)) == {"machine": ("not recorded", "recorded")}
+    assert record_differences.differing_facts(run_facts(old), run_facts(new)) == {
+        "machine": ("not recorded", "recorded")
+    }
     assert record_differences.differing_facts(run_facts(None), run_facts(new)) == {"run record": ("missing", "found")}
     assert record_differences.differing_facts(run_facts(None), run_facts(None)) == {}
     gpu = MACHINE | {"gpu": {"name": "NVIDIA H200", "cuda": "12.8", "cudnn": 91002, "driver_cuda": "12.8"},
                      "libraries": [*MACHINE["libraries"], {"internal_api": "openmp", "version": None, "num_threads": 16,
                                                            "architecture": None, "file": "libgomp.so.1"}]}  # fmt: skip
-    differences = record_differences.differing_facts(run_facts(record("nj", machine=MACHINE)), run_facts(record("nj", machine=gpu)))
+    differences = record_differences.differing_facts(
+        run_facts(record("nj", machine=MACHINE)), run_facts(record("nj", machine=gpu))
+    )
     assert differences["machine.gpu.name"] == ("absent", "NVIDIA H200")
     assert differences["machine.openmp"] == ("absent", "(16 threads, libgomp.so.1)")
 
@@ -222,7 +237,9 @@ print(json.dumps([machine, time.perf_counter() - start, "torch" in sys.modules])
 def machine_now(*args: str) -> tuple[dict, float, bool]:
     """A fresh process's machine section, the seconds it took and whether torch got imported."""
     env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "3"}
-    done = subprocess.run([sys.executable, "-c", MACHINE_NOW, *args], capture_output=True, text=True, check=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", MACHINE_NOW, *args], capture_output=True, text=True, check=True, env=env
+    )
     return tuple(json.loads(done.stdout))
 
 
@@ -235,7 +252,9 @@ def test_the_machine_section_names_cpu_isa_libraries_and_threads_without_importi
                                   "NUMBA_NUM_THREADS": None}  # fmt: skip
     assert machine["gpu"] is None and machine["cpus"] >= 1 and machine["os"].startswith("Linux")
     assert machine["isa"] == sorted(machine["isa"])
-    assert all(flag in provenance.NUMERIC_ISA or flag.startswith(provenance.NUMERIC_ISA_PREFIXES) for flag in machine["isa"])
+    assert all(
+        flag in provenance.NUMERIC_ISA or flag.startswith(provenance.NUMERIC_ISA_PREFIXES) for flag in machine["isa"]
+    )
     without_numpy, _, _ = machine_now("bare")
     assert without_numpy["libraries"] == []  # threadpoolctl is asked only once numpy is loaded
 
@@ -245,7 +264,9 @@ def test_only_the_flags_that_change_numerics_are_recorded(tmp_path):
     x86.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu sse2 sse4_2 avx2 avx "
                    "avx512f avx512_bf16 amx_tile fma ht\n\nprocessor\t: 1\nmodel name\t: other\n")  # fmt: skip
     assert provenance.cpu_model_and_isa(str(x86)) == (
-        "Intel(R) Xeon(R) Platinum 8480+", ["amx_tile", "avx", "avx2", "avx512_bf16", "avx512f", "fma", "sse4_2"])
+        "Intel(R) Xeon(R) Platinum 8480+",
+        ["amx_tile", "avx", "avx2", "avx512_bf16", "avx512f", "fma", "sse4_2"],
+    )
     arm = tmp_path / "arm"
     arm.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes sve crc32\nCPU part\t: 0xd40\n")
     model, isa = provenance.cpu_model_and_isa(str(arm))
@@ -295,7 +316,9 @@ def test_published_hands_its_arguments_to_celldag_published(monkeypatch):
 def test_make_compare_names_the_baseline_it_needs():
     missing = subprocess.run(["make", "-n", "compare"], cwd=REPO, capture_output=True, text=True)
     assert missing.returncode == 2 and "make compare BASELINE=path/to/results/default" in missing.stderr
-    given = subprocess.run(["make", "-n", "compare", "BASELINE=old/results/default"], cwd=REPO, capture_output=True, text=True)
+    given = subprocess.run(
+        ["make", "-n", "compare", "BASELINE=old/results/default"], cwd=REPO, capture_output=True, text=True
+    )
     assert ".venv/bin/celldag compare old/results/default results/default --out results/compare" in given.stdout
 
 
@@ -367,9 +390,17 @@ def test_an_edited_copy_names_the_moved_score_the_missing_run_and_the_record_fie
     moved = next(line for line in report.splitlines() if line.startswith("| moved |"))
     assert moved.endswith(f"| +0.125 | {0.125 / before:+.3g} | same bits (both on CPU) | "
                           f"machine.threads.OMP_NUM_THREADS 1 → 4; numpy {numpy} → 9.9.9 |")  # fmt: skip
-    assert sum(line.startswith("| only in A | bm_small | lineage | upgma_raw | default | 1 |") for line in report.splitlines()) == 6
+    assert (
+        sum(
+            line.startswith("| only in A | bm_small | lineage | upgma_raw | default | 1 |")
+            for line in report.splitlines()
+        )
+        == 6
+    )
     assert f"| numpy | 1 of 3 | {numpy} | 9.9.9 |" in report
     assert "| machine.threads.OMP_NUM_THREADS | 1 of 3 | 1 | 4 |" in report
     assert "11 identical rows are counted, not listed (--all lists them)." in report
     status, _ = run_compare(capsys, str(finished / "results"), str(copy), "--out", str(tmp_path / "all"), "--all")
-    assert sum(line.startswith("| identical |") for line in (tmp_path / "all/compare.md").read_text().splitlines()) == 11
+    assert (
+        sum(line.startswith("| identical |") for line in (tmp_path / "all/compare.md").read_text().splitlines()) == 11
+    )

@@ -48,7 +48,9 @@ def test_the_celldag_package_of_a_checkout_is_its_source_and_its_digest_follows_
     assert package.files["celldag/__init__.py"] == (REPO / "src/celldag/__init__.py").read_bytes()
     assert "celldag/schemas/methods.schema.yaml" in package.files  # package data travels with it
     assert not [name for name in package.files if "__pycache__" in name or name.endswith(".pyc")]
-    assert envs.celldag_package(envs.directory_tree(checkout)).digest == package.digest  # the same source, the same digest
+    assert (
+        envs.celldag_package(envs.directory_tree(checkout)).digest == package.digest
+    )  # the same source, the same digest
     plan = checkout / "src/celldag/plan.py"
     plan.write_text(plan.read_text() + "# a comment is a change\n")
     assert envs.celldag_package(envs.directory_tree(checkout)).digest != package.digest
@@ -82,9 +84,14 @@ def test_the_wheel_is_byte_identical_and_installable_metadata(checkout):
     assert package.wheel_name == "celldag-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(io.BytesIO(wheel)) as archive:
         names = archive.namelist()
-        assert names[-4:] == [f"celldag-0.1.0.dist-info/{n}" for n in ("METADATA", "WHEEL", "entry_points.txt", "RECORD")]
+        assert names[-4:] == [
+            f"celldag-0.1.0.dist-info/{n}" for n in ("METADATA", "WHEEL", "entry_points.txt", "RECORD")
+        ]
         assert "Name: celldag\nVersion: 0.1.0\n" in archive.read("celldag-0.1.0.dist-info/METADATA").decode()
-        assert archive.read("celldag-0.1.0.dist-info/entry_points.txt") == b"[console_scripts]\ncelldag = celldag.cli:main\n"
+        assert (
+            archive.read("celldag-0.1.0.dist-info/entry_points.txt")
+            == b"[console_scripts]\ncelldag = celldag.cli:main\n"
+        )
         record = archive.read("celldag-0.1.0.dist-info/RECORD").decode().splitlines()
         assert len(record) == len(names) and record[-1] == "celldag-0.1.0.dist-info/RECORD,,"
         assert {info.date_time for info in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
@@ -178,7 +185,9 @@ SITE = "/work/.snakemake/conda/abc_/lib/python3.11/site-packages/celldag/__init_
 def test_a_job_outside_a_celldag_workflow_or_plain_run_passes():
     assert envs.job_environment_problem("0.1.0", "/anywhere/celldag/__init__.py", {}) is None
     plain = {envs.VERSION_VARIABLE: "0.1.0", "CONDA_PREFIX": "/opt/conda"}  # conda's base active, no --sdm conda
-    assert envs.job_environment_problem("0.1.0", "/work/main/src/celldag/__init__.py", plain, prefix="/work/.venv") is None
+    assert (
+        envs.job_environment_problem("0.1.0", "/work/main/src/celldag/__init__.py", plain, prefix="/work/.venv") is None
+    )
 
 
 def test_a_job_with_another_celldag_version_stops_with_one_line():
@@ -189,7 +198,11 @@ def test_a_job_with_another_celldag_version_stops_with_one_line():
 
 
 def test_under_sdm_conda_celldag_and_python_must_be_the_envs():
-    environ = {envs.VERSION_VARIABLE: "0.1.0", envs.SDM_CONDA_VARIABLE: "1", "CONDA_PREFIX": "/work/.snakemake/conda/abc_"}
+    environ = {
+        envs.VERSION_VARIABLE: "0.1.0",
+        envs.SDM_CONDA_VARIABLE: "1",
+        "CONDA_PREFIX": "/work/.snakemake/conda/abc_",
+    }
     env = environ["CONDA_PREFIX"]
     assert envs.job_environment_problem("0.1.0", SITE, environ, prefix=env) is None
     outside = envs.job_environment_problem("0.1.0", "/work/main/src/celldag/__init__.py", environ, prefix=env)
@@ -197,7 +210,10 @@ def test_under_sdm_conda_celldag_and_python_must_be_the_envs():
                        "outside that env: the env lacks celldag (its post-deploy script did not install it); "
                        "remove the env and rerun")  # fmt: skip
     python = envs.job_environment_problem("0.1.0", SITE, environ, prefix="/work/main/.venv")
-    assert python == f"this job runs under --sdm conda in {env}, but with the Python of /work/main/.venv: the env has no Python of its own"
+    assert (
+        python
+        == f"this job runs under --sdm conda in {env}, but with the Python of /work/main/.venv: the env has no Python of its own"
+    )
     unset = {k: v for k, v in environ.items() if k != "CONDA_PREFIX"}
     assert "CONDA_PREFIX unset" in envs.job_environment_problem("0.1.0", SITE, unset, prefix=env)
 

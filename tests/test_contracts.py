@@ -117,7 +117,9 @@ def test_method_output_contract():
     contracts.check_method_output(method_output("failed", status_reason="boom"), "o.h5ad", TRACKS["lineage"])
     good.obsm["X_emb"] = np.ones((4, 2))
     good.obsm["X_emb"][1, 1] = np.nan
-    with pytest.raises(contracts.ContractError, match=r"obsm\['X_emb'\]: 1 non-finite values \(first at row 1, column 1\)"):
+    with pytest.raises(
+        contracts.ContractError, match=r"obsm\['X_emb'\]: 1 non-finite values \(first at row 1, column 1\)"
+    ):
         contracts.check_method_output(good, "o.h5ad", TRACKS["lineage"])
     with pytest.raises(contracts.ContractError, match=r"obsm\['X_emb'\]: missing"):
         contracts.check_method_output(method_output(), "o.h5ad", TRACKS["representation"])

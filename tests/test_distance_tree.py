@@ -33,7 +33,9 @@ def test_reconstruction_recovers_tree_and_lengths_from_its_exact_metric(newick, 
 def test_nj_recovers_random_bm_tree_from_patristic_distances():
     from celldag.data.bm import simulate_bm
 
-    sim = simulate_bm(depth=5, n_signal=1, n_noise=0, n_spurious=0, max_walk=3.0, noise_std=0.0, measurement_std=0.0, seed=4)
+    sim = simulate_bm(
+        depth=5, n_signal=1, n_noise=0, n_spurious=0, max_walk=3.0, noise_std=0.0, measurement_std=0.0, seed=4
+    )
     truth = parse_newick(sim.tree_newick)
     names = list(truth.leaf_names)
     estimate = reconstruct(path_distances(truth, names, topology_only=False), names, "nj")

@@ -165,8 +165,9 @@ def test_part_is_not_resumed_without_a_digest_to_check_it(server, tmp_path):
     (whole_as_range, b"x" * 100, ["bytes=100-", None], [len(DATA)] * 2),  # a range not asked for: refetch
     (ranged, DATA + b"x", [f"bytes={len(DATA) + 1}-", None], [len(DATA)]),  # 416: drop the .part, refetch
 ], ids=["200", "other-range", "416"])  # fmt: skip
-def test_part_is_refetched_from_the_start_when_the_server_does_not_resume_it(server, tmp_path, route, part,
-                                                                             ranges, sent):
+def test_part_is_refetched_from_the_start_when_the_server_does_not_resume_it(
+    server, tmp_path, route, part, ranges, sent
+):
     server.routes["/data.txt"] = route(DATA)
     target = tmp_path / "data.txt"
     (tmp_path / "data.txt.part").write_bytes(part)  # not a prefix of DATA: only a fresh start gives DATA

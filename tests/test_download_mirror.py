@@ -104,7 +104,10 @@ def test_mirror_path_is_host_and_path_with_the_query_in_the_file_name():
     assert Mirror("http://127.0.0.1:1/m/").location(ZENODO) == (
         "http://127.0.0.1:1/m/zenodo.org/records/10833191/files/GenePT_emebdding_v2.zip%3Fdownload%3D1"
     )
-    assert Mirror("/srv/m").location(ZENODO) == "/srv/m/zenodo.org/records/10833191/files/GenePT_emebdding_v2.zip?download=1"
+    assert (
+        Mirror("/srv/m").location(ZENODO)
+        == "/srv/m/zenodo.org/records/10833191/files/GenePT_emebdding_v2.zip?download=1"
+    )
 
 
 def test_the_config_key_wins_over_the_environment(monkeypatch):
@@ -139,7 +142,9 @@ def test_a_changed_byte_in_the_mirror_stops_with_the_checksum_line(kind, realdat
     copy.write_bytes(bytes(data))
     target = tmp_path / "resources" / "sc_dropseq.metadata.csv.gz"
     with mirror_of(kind, tmp_path / "mirror") as base:  # not strict: still no fall-back to the origin
-        with pytest.raises(DownloadError, match=f"checksum mismatch for .*sc_dropseq.metadata.csv.gz.*expected sha256 {SHA}"):
+        with pytest.raises(
+            DownloadError, match=f"checksum mismatch for .*sc_dropseq.metadata.csv.gz.*expected sha256 {SHA}"
+        ):
             fetch_registry_file(entry(), target, pin_file=tmp_path / "pins.json", mirror=Mirror(base))
     assert not target.exists() and not list(target.parent.iterdir())
     assert no_internet == []
@@ -182,8 +187,12 @@ def test_a_url_with_a_query_string_is_found_under_its_file_name_with_the_query(k
 
 
 def test_a_mirror_folder_that_does_not_exist_stops(tmp_path):
-    with pytest.raises(DownloadError, match=r"download mirror .*/typo: no such folder \(downloads.mirror or \$CELLDAG_MIRROR\)"):
-        fetch_registry_file(entry(), tmp_path / "x.gz", pin_file=tmp_path / "pins.json", mirror=Mirror(str(tmp_path / "typo")))
+    with pytest.raises(
+        DownloadError, match=r"download mirror .*/typo: no such folder \(downloads.mirror or \$CELLDAG_MIRROR\)"
+    ):
+        fetch_registry_file(
+            entry(), tmp_path / "x.gz", pin_file=tmp_path / "pins.json", mirror=Mirror(str(tmp_path / "typo"))
+        )
 
 
 # ---------------------------------------------------------------- celldag prefetch
@@ -210,7 +219,9 @@ def test_prefetch_lists_exactly_the_files_of_the_run(tmp_path, monkeypatch, caps
 
     # a pin of this working directory's first fetch is the digest the prefetch checks
     Path("resources/embeddings").mkdir(parents=True)
-    Path("resources/embeddings/checksums.json").write_text('{"GenePT_gene_embedding_ada_text.pickle": "' + "a" * 64 + '"}')
+    Path("resources/embeddings/checksums.json").write_text(
+        '{"GenePT_gene_embedding_ada_text.pickle": "' + "a" * 64 + '"}'
+    )
     assert main(["prefetch", "--configfile", "run.yaml", "--workflow", str(ROOT), "--list"]) == 0
     assert f"{ZENODO}\t{'a' * 64}\t" in capsys.readouterr().out
 
@@ -259,4 +270,6 @@ def test_the_workflow_downloads_through_the_mirror_of_the_environment(realdata, 
     for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):  # a stray origin request dies on 127.0.0.1
         monkeypatch.setenv(proxy, "http://127.0.0.1:9")
     run_snakemake(workdir, "resources/lab_cellbench/sc_dropseq.metadata.csv.gz")
-    assert (workdir / "resources/lab_cellbench/sc_dropseq.metadata.csv.gz").read_bytes() == (realdata / mirror_path(URL)).read_bytes()
+    assert (workdir / "resources/lab_cellbench/sc_dropseq.metadata.csv.gz").read_bytes() == (
+        realdata / mirror_path(URL)
+    ).read_bytes()

@@ -18,7 +18,11 @@ from debian_packages import NotInstallable
 
 pytestmark = pytest.mark.e2e
 
-TINY_CONFIG = {"datasets": ["bm_clean", "bm_small"], "methods": ["nj_raw", "nj_pca", "upgma_raw", "broken"], "seeds": [0, 1]}
+TINY_CONFIG = {
+    "datasets": ["bm_clean", "bm_small"],
+    "methods": ["nj_raw", "nj_pca", "upgma_raw", "broken"],
+    "seeds": [0, 1],
+}
 
 
 snakemake = run_snakemake
@@ -56,14 +60,25 @@ def test_dry_run_lists_the_planned_jobs(workflow_copy):
 
 def test_scores_table_and_leaderboard(finished_run):
     scores = pd.read_parquet(finished_run / "results/default/scores.parquet")
-    assert list(scores.columns[:8]) == ["dataset", "track", "method", "variant", "seed", "metric", "value", "higher_is_better"]
+    assert list(scores.columns[:8]) == [
+        "dataset",
+        "track",
+        "method",
+        "variant",
+        "seed",
+        "metric",
+        "value",
+        "higher_is_better",
+    ]
     core = scores[~scores["metric"].str.startswith("delta_")]
     assert len(core) == 2 * 4 * 2 * 3  # datasets × methods × seeds × metrics
     ok = core[core["status"] == "ok"]
     assert set(ok["metric"]) == {"rf", "quartet_dist", "qdist_sampled"}
     assert ok["value"].between(0, 1).all()
     # Δ against nj_raw per seed; none on bm_clean, where nj_raw is perfect (0) and Δ is undefined
-    deltas = scores[scores["metric"].str.startswith("delta_")].set_index(["dataset", "method", "seed", "metric"])["value"]
+    deltas = scores[scores["metric"].str.startswith("delta_")].set_index(["dataset", "method", "seed", "metric"])[
+        "value"
+    ]
     assert set(deltas.index.get_level_values("dataset")) == {"bm_small"}
     by_run = ok.set_index(["dataset", "method", "seed", "metric"])["value"]
     for seed in (0, 1):
@@ -89,11 +104,16 @@ def test_failing_method_is_recorded_and_does_not_stop_the_dag(finished_run):
     runs = pd.read_parquet(finished_run / "results/default/runs.parquet")
     reason = runs.loc[runs["method"] == "broken", "status_reason"].iloc[0]
     assert reason == "ValueError: params.features must be 'raw' or 'pca', got 'umap'"
-    assert "| broken | default | failed | failed | failed | 0/2 |" in (finished_run / "results/default/leaderboard.md").read_text()
+    assert (
+        "| broken | default | failed | failed | failed | 0/2 |"
+        in (finished_run / "results/default/leaderboard.md").read_text()
+    )
 
 
 def test_run_records_hold_provenance(finished_run):
-    record = json.loads((finished_run / planned_run(finished_run, "bm_small", "nj_pca", "default", 1).path(RUN_RECORD)).read_text())
+    record = json.loads(
+        (finished_run / planned_run(finished_run, "bm_small", "nj_pca", "default", 1).path(RUN_RECORD)).read_text()
+    )
     assert record["seed"] == 1 and record["status"] == "ok"
     assert record["config"]["params"] == {"features": "pca", "n_components": 10, "reconstruction": "nj"}
     assert len(record["config_hash"]) == 64
@@ -106,7 +126,9 @@ def test_run_records_hold_provenance(finished_run):
 def test_every_dataset_has_its_figures_and_the_index_shows_them_in_chromium(finished_run):
     figures = sorted((finished_run / "results/default/figures").glob("*/*.png"))
     names = [figure.name for figure in TRACKS["lineage"].figures]
-    assert [f"{p.parent.name}/{p.stem}" for p in figures] == sorted(f"{d}/{n}" for d in ("bm_clean", "bm_small") for n in names)
+    assert [f"{p.parent.name}/{p.stem}" for p in figures] == sorted(
+        f"{d}/{n}" for d in ("bm_clean", "bm_small") for n in names
+    )
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in figures)
     try:
         dom, widths = rendered_dom(finished_run / "results/default/index.html")
@@ -159,6 +181,8 @@ def test_unknown_method_id_stops_before_any_job(workflow_copy, tmp_path):
 
 
 def test_workflow_lints_clean(repo):
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=repo, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint"], cwd=repo, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr

@@ -30,7 +30,9 @@ REFERENCE_CONFIG = {
 def snapshot(workdir: Path) -> subprocess.CompletedProcess:
     """The CI script as .ci/run calls it, in the tiny workflow, with this interpreter's celldag."""
     env = os.environ | {"RESULTS": "results/tiny", "CELLDAG": str(Path(sys.executable).parent / "celldag")}
-    return subprocess.run(["bash", ".ci/check-scores"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", ".ci/check-scores"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,9 @@ def referenced(tmp_path_factory):
     (workdir / "requirements").mkdir()
     shutil.copy(REPO / "requirements/lock.txt", workdir / "requirements/lock.txt")
     (workdir / "config/reference.yaml").write_text(yaml.safe_dump(REFERENCE_CONFIG))
-    status = main(["reference", "--workflow", str(workdir), "--out", str(workdir / "reference/default"), "--cores", "2"])
+    status = main(
+        ["reference", "--workflow", str(workdir), "--out", str(workdir / "reference/default"), "--cores", "2"]
+    )
     return workdir, status
 
 

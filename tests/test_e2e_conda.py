@@ -51,7 +51,9 @@ def conda_environ(standin: Path) -> dict[str, str]:
 
 def snakemake(folder: Path, standin: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "snakemake", "--sdm", "conda", "--cores", "2", *args]
-    result = subprocess.run(command, cwd=folder, env=conda_environ(standin), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        command, cwd=folder, env=conda_environ(standin), capture_output=True, text=True, timeout=600
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-4000:]}")
     return result
@@ -100,12 +102,16 @@ def test_a_clone_runs_its_jobs_in_envs_that_carry_its_own_celldag(tmp_path, stan
     assert any(call[:2] == ["env", "create"] for call in calls)  # Snakemake's own env creation, through the stand-in
 
     generated = folder / ".snakemake/celldag-envs/lineage.yaml"
-    assert len(envs_of(folder)) == 2  # of the DAG's families, lineage (its jobs ran) and report (aggregate, report_html)
+    assert (
+        len(envs_of(folder)) == 2
+    )  # of the DAG's families, lineage (its jobs ran) and report (aggregate, report_html)
     env = env_made_from(folder, generated)  # prepare_dataset and run_method of a lineage method
     assert Path(f"{env}.post-deploy.sh").read_text() == generated.with_suffix(".post-deploy.sh").read_text()
     digest = header_digest(generated)
     assert f"celldag 0.1.0: checkout {folder.resolve()}" in generated.read_text()
-    assert installed_from(env, "celldag-0.1.0.dist-info").endswith(f"/wheels/{digest[:16]}/celldag-0.1.0-py3-none-any.whl")
+    assert installed_from(env, "celldag-0.1.0.dist-info").endswith(
+        f"/wheels/{digest[:16]}/celldag-0.1.0-py3-none-any.whl"
+    )
     for log in [*folder.glob("results/logs/prepare_dataset/bm_default/*/seed0.log"),
                 *folder.glob("results/logs/run_method/bm_default/nj_raw/default/*/seed0.log")]:  # fmt: skip
         assert f"celldag 0.1.0 from {site_packages(env).resolve()}/celldag, env {env.resolve()}" in log.read_text(), log
@@ -119,14 +125,20 @@ def test_a_clone_runs_its_jobs_in_envs_that_carry_its_own_celldag(tmp_path, stan
     assert header_digest(generated) != digest
     new_env = env_made_from(folder, generated)
     assert new_env != env and env.is_dir()
-    assert installed_from(new_env, "celldag-0.1.0.dist-info").endswith(f"/wheels/{header_digest(generated)[:16]}/celldag-0.1.0-py3-none-any.whl")
+    assert installed_from(new_env, "celldag-0.1.0.dist-info").endswith(
+        f"/wheels/{header_digest(generated)[:16]}/celldag-0.1.0-py3-none-any.whl"
+    )
 
     # an env without celldag: the job would import the celldag of Snakemake's own environment (its sys.path is
     # appended to every script, snakemake#840); it stops with one line instead
-    subprocess.run([new_env / "bin/python", "-m", "pip", "uninstall", "-qy", "celldag"], check=True, capture_output=True)
+    subprocess.run(
+        [new_env / "bin/python", "-m", "pip", "uninstall", "-qy", "celldag"], check=True, capture_output=True
+    )
     result = snakemake(folder, standin, "--until", "prepare_dataset", check=False)
     assert result.returncode != 0
-    errors = {line for line in result.stderr.splitlines() if line.startswith("error: ")}  # the profile's retry says it again
+    errors = {
+        line for line in result.stderr.splitlines() if line.startswith("error: ")
+    }  # the profile's retry says it again
     assert errors == {f"error: this job runs under --sdm conda in {new_env.resolve()}, but imported celldag from "
                       f"{REPO / 'src/celldag'}, outside that env: the env lacks celldag (its post-deploy script did not "
                       "install it); remove the env and rerun"}, result.stderr[-3000:]  # fmt: skip
@@ -137,16 +149,25 @@ def test_a_pin_file_beside_a_family_is_used_and_celldag_still_comes_by_post_depl
     the env from its copy beside the generated env file; the post-deploy script still installs celldag."""
     folder = clone(tmp_path / "celldag")
     report = yaml.safe_load((folder / "envs/report.yaml").read_text())
-    urls = [f"https://conda.anaconda.org/conda-forge/linux-64/{name}-{version}-0.conda"
-            for name, _, version in (d.split("#")[0].strip().partition("=") for d in report["dependencies"] if isinstance(d, str))]
+    urls = [
+        f"https://conda.anaconda.org/conda-forge/linux-64/{name}-{version}-0.conda"
+        for name, _, version in (
+            d.split("#")[0].strip().partition("=") for d in report["dependencies"] if isinstance(d, str)
+        )
+    ]
     (folder / "envs/report.linux-64.pin.txt").write_text("# platform: linux-64\n@EXPLICIT\n" + "\n".join(urls) + "\n")
     result = snakemake(folder, standin, "--conda-create-envs-only")
     copy = folder / ".snakemake/celldag-envs/report.linux-64.pin.txt"
     assert copy.read_text() == (folder / "envs/report.linux-64.pin.txt").read_text()
     assert f"Using pinnings from {copy}" in result.stderr
-    (env,) = [env for env in envs_of(folder).values() if Path(f"{env}.pin.txt").is_file()]  # Snakemake's copy of the pins
+    (env,) = [
+        env for env in envs_of(folder).values() if Path(f"{env}.pin.txt").is_file()
+    ]  # Snakemake's copy of the pins
     assert Path(f"{env}.pin.txt").read_text() == copy.read_text()
-    assert Path(f"{env}.post-deploy.sh").read_text() == (folder / ".snakemake/celldag-envs/report.post-deploy.sh").read_text()
+    assert (
+        Path(f"{env}.post-deploy.sh").read_text()
+        == (folder / ".snakemake/celldag-envs/report.post-deploy.sh").read_text()
+    )
     assert json.loads((env / "conda-meta/standin.json").read_text())["file"].endswith(".pin.txt")  # made from the pins
     assert installed_from(env, "celldag-0.1.0.dist-info").endswith("/celldag-0.1.0-py3-none-any.whl")
 
@@ -162,7 +183,10 @@ def lab_with_packages(folder: Path) -> Path:
     methods["lab_corr_nj"] |= {"env": "envs/lab_method.yaml", "packages": ["labpkg_root"]}
     (folder / "lab/methods.yaml").write_text(yaml.safe_dump(methods, sort_keys=False))
     lineage = yaml.safe_load((REPO / "envs/lineage.yaml").read_text())
-    lab_env = {"channels": lineage["channels"], "dependencies": [d for d in lineage["dependencies"] if isinstance(d, str)]}
+    lab_env = {
+        "channels": lineage["channels"],
+        "dependencies": [d for d in lineage["dependencies"] if isinstance(d, str)],
+    }
     (folder / "envs/lab_method.yaml").write_text(yaml.safe_dump(lab_env))  # the lab's own: lineage's, no pip section
     return folder
 
@@ -249,10 +273,15 @@ def test_a_module_from_github_installs_the_commit_its_tag_resolves_to(tmp_path, 
     result = subprocess.run(command, cwd=folder, env=environ, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     generated = folder / ".snakemake/celldag-envs/lineage.yaml"
-    assert f"#   celldag 0.1.0: git repository https://github.com/lab/celldag commit {commit}, content sha256 " in generated.read_text()
+    assert (
+        f"#   celldag 0.1.0: git repository https://github.com/lab/celldag commit {commit}, content sha256 "
+        in generated.read_text()
+    )
     assert header_digest(generated) == celldag_package(directory_tree(repository)).digest  # the commit's content
     env = env_made_from(folder, generated)
-    assert installed_from(env, "celldag-0.1.0.dist-info").endswith(f"/wheels/{header_digest(generated)[:16]}/celldag-0.1.0-py3-none-any.whl")
+    assert installed_from(env, "celldag-0.1.0.dist-info").endswith(
+        f"/wheels/{header_digest(generated)[:16]}/celldag-0.1.0-py3-none-any.whl"
+    )
     assert (site_packages(env) / "celldag/plan.py").read_bytes() == (repository / "src/celldag/plan.py").read_bytes()
 
 
@@ -276,7 +305,11 @@ def test_a_module_from_a_url_installs_the_celldag_files_served_there(tmp_path, s
     finally:
         server.shutdown()
     generated = folder / ".snakemake/celldag-envs/lineage.yaml"
-    assert f"#   celldag 0.1.0: URL http://127.0.0.1:{server.server_address[1]}, content sha256 " in generated.read_text()
-    assert header_digest(generated) == celldag_package(directory_tree(REPO)).digest  # the checkout's files, read at the URL
+    assert (
+        f"#   celldag 0.1.0: URL http://127.0.0.1:{server.server_address[1]}, content sha256 " in generated.read_text()
+    )
+    assert (
+        header_digest(generated) == celldag_package(directory_tree(REPO)).digest
+    )  # the checkout's files, read at the URL
     env = env_made_from(folder, generated)
     assert (site_packages(env) / "celldag/envs.py").read_bytes() == (REPO / "src/celldag/envs.py").read_bytes()

@@ -44,7 +44,9 @@ def importing(track: str, function: str, path: str, **entry) -> dict:
 LAB_METHODS = {
     "our_pca": importing("representation", "embedding", EMBEDDING, kind="method"),  # pca's, cells in another order
     "our_tree": importing("lineage", "tree", TREE),  # nj_raw's tree as Newick
-    "our_knn": importing("annotation", "probabilities", PROBABILITIES),  # knn's probabilities, cells and classes shuffled
+    "our_knn": importing(
+        "annotation", "probabilities", PROBABILITIES
+    ),  # knn's probabilities, cells and classes shuffled
     "our_nan": importing("representation", "embedding", "lab/bad/nan-{seed}.h5ad"),
     "our_short": importing("representation", "embedding", "lab/bad/short-{seed}.h5ad"),
     "our_missing": importing("representation", "embedding", "lab/bad/none-{seed}.h5ad"),
@@ -140,7 +142,10 @@ def scores(workdir, dataset: str, pattern: str = DATASET_SCORES) -> pd.DataFrame
 
 
 def values(table: pd.DataFrame) -> dict:
-    return {(seed, metric): float(value).hex() for seed, metric, value in zip(table["seed"], table["metric"], table["value"])}
+    return {
+        (seed, metric): float(value).hex()
+        for seed, metric, value in zip(table["seed"], table["metric"], table["value"])
+    }
 
 
 def test_an_imported_embedding_scores_as_the_run_it_came_from_bit_for_bit(workdir):
@@ -184,7 +189,9 @@ def test_an_imported_newick_scores_as_the_tree_of_the_nj_run(workdir):
     run = planned(workdir, "bm_default", "nj_raw")
     output = anndata.read_h5ad(workdir / run.output)
     del output.obsm["X_emb"]
-    expected = run_scores(anndata.read_h5ad(workdir / run.path(PREPARED)), output, SEED, COMMON["evaluation"]["qdist_quartets"])
+    expected = run_scores(
+        anndata.read_h5ad(workdir / run.path(PREPARED)), output, SEED, COMMON["evaluation"]["qdist_quartets"]
+    )
     assert values(our_tree) == {(SEED, metric): float(value).hex() for metric, value in expected.items()}
 
 
@@ -203,7 +210,9 @@ def test_the_record_holds_the_labs_file_digest_and_an_edit_reruns_the_run(workdi
         done = run_snakemake(workdir, "-n", "--configfile=imported.yaml", LEADERBOARD.format(name="imported"))
     finally:
         (workdir / lab_path).write_bytes(original)  # as recorded: the audit below checks it
-    assert re.search(r"^run_method +1$", done.stdout, re.MULTILINE) and re.search(r"^run_annotation +1$", done.stdout, re.MULTILINE)
+    assert re.search(r"^run_method +1$", done.stdout, re.MULTILINE) and re.search(
+        r"^run_annotation +1$", done.stdout, re.MULTILINE
+    )
     assert f"reason: Updated input files: {lab_path}" in done.stdout
 
 
@@ -216,7 +225,9 @@ def test_an_audit_checks_the_labs_files_and_reruns_an_import_from_them(workdir, 
     status = main(["audit", "--configfile=imported.yaml", "--run", f"bm_default/our_tree/default/{SEED}"])
     lines = capsys.readouterr().out.splitlines()
     assert status == 0, "\n".join(lines)
-    assert any(line.startswith(f"reproduced: bm_default/our_tree/default/{SEED} (cpu; output and ") for line in lines), lines
+    assert any(
+        line.startswith(f"reproduced: bm_default/our_tree/default/{SEED} (cpu; output and ") for line in lines
+    ), lines
     # pca, our_pca, nj_raw, our_tree, and knn and our_knn on each embedding
     assert lines[-1].startswith("summary: 8 run records, ") and "(0 changed, 0 missing, 0 errors)" in lines[-1]
     tree = workdir / TREE.format(dataset="bm_default", seed=SEED)

@@ -73,7 +73,18 @@ def test_results_land_in_the_labs_folder_with_its_method_ranked_beside_celldags(
 
 def test_audit_of_the_labs_folder_is_clean(lab_run):
     folder = lab_run["folder"]
-    command = [sys.executable, "-m", "celldag.cli", "audit", "--workflow", str(REPO), "--config-key", "celldag", "--sample", "4"]
+    command = [
+        sys.executable,
+        "-m",
+        "celldag.cli",
+        "audit",
+        "--workflow",
+        str(REPO),
+        "--config-key",
+        "celldag",
+        "--sample",
+        "4",
+    ]
     result = subprocess.run(command, cwd=folder, env=lab_env(folder), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "reproduced: lab_lineage/lab_corr_nj/default/0" in result.stdout
@@ -93,7 +104,9 @@ def test_a_broken_csv_stops_at_the_validate_rule_with_one_line(tmp_path):
     result = run_lab(folder, check=False)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert errors == ["error: build/rna.h5ad: obs['cell_type']: label missing for 2 of 240 rows (first: 'r003')"], result.stderr[-3000:]
+    assert errors == ["error: build/rna.h5ad: obs['cell_type']: label missing for 2 of 240 rows (first: 'r003')"], (
+        result.stderr[-3000:]
+    )
     assert "rule celldag_validate_dataset" in result.stderr
     assert not list(folder.glob("results/data/lab_rna/*/seed*.h5ad"))  # nothing downstream ran on it
 

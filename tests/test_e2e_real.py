@@ -91,10 +91,16 @@ def test_the_tumour_is_scored_over_what_its_barcode_tree_resolves(finished_run):
 
 def test_ensembl_ids_reach_the_gene_table_as_symbols_and_the_counts_reach_the_leaderboard(finished_run):
     workdir, scores = finished_run
-    record = json.loads((workdir / planned_run(workdir, CELLBENCH, "genept_w", "default", 0).path(RUN_RECORD)).read_text())
+    record = json.loads(
+        (workdir / planned_run(workdir, CELLBENCH, "genept_w", "default", 0).path(RUN_RECORD)).read_text()
+    )
     mapping = record["method_facts"]["gene_id_mapping"]
-    assert mapping["n_ids"] == 2000 and mapping["n_symbols"] + mapping["n_without_symbol"] + mapping["n_ambiguous"] == 2000
-    assert mapping["n_symbols"] > 1700  # the preset: 1,806 of CellBench protocols' 2,000 HVGs map one to one (docs/real-data.md)
+    assert (
+        mapping["n_ids"] == 2000 and mapping["n_symbols"] + mapping["n_without_symbol"] + mapping["n_ambiguous"] == 2000
+    )
+    assert (
+        mapping["n_symbols"] > 1700
+    )  # the preset: 1,806 of CellBench protocols' 2,000 HVGs map one to one (docs/real-data.md)
     assert record["method_facts"]["genes"]["n_modelled"] == mapping["n_symbols"]
     text = (workdir / "results/real/leaderboard.md").read_text()
     assert f"genes: 2,000 Ensembl ids → {mapping['n_symbols']:,} symbols" in text

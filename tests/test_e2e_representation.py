@@ -54,7 +54,9 @@ def test_dry_run_lists_the_planned_jobs(finished_run):
     workdir, listed = finished_run
     config, registries = load_config(yaml.safe_load(yaml.safe_dump(CONFIG)), "config.yaml", root=workdir)
     assert listed == dict(make_plan(config, registries).jobs_per_rule())
-    assert listed["embed_genes"] == 1 and listed["evaluate"] == 1 and listed["run_method"] == len(METHODS)  # each job runs both seeds
+    assert (
+        listed["embed_genes"] == 1 and listed["evaluate"] == 1 and listed["run_method"] == len(METHODS)
+    )  # each job runs both seeds
 
 
 def test_scores_cover_every_run_and_mark_scvi_not_applicable(finished_run):
@@ -81,7 +83,9 @@ def test_run_record_counts_genes_and_phases(finished_run):
     record = json.loads((workdir / run.path(RUN_RECORD)).read_text())
     assert record["method_facts"]["genes"] == {"n_modelled": 700, "n_without_embedding": 65}
     phases = record["method_facts"]["training"]["phases"]
-    assert list(phases) == ["cell", "gene", "joint"] and all(p["epochs"] >= 1 and p["seconds"] > 0 for p in phases.values())
+    assert list(phases) == ["cell", "gene", "joint"] and all(
+        p["epochs"] >= 1 and p["seconds"] > 0 for p in phases.values()
+    )
     assert any(path.endswith(run.path(GENE_TABLE, embedding="go_text")) for path in record["input_sha256"])
 
 
@@ -105,7 +109,9 @@ def test_annotation_runs_every_classifier_on_every_representation_run(finished_r
     assert set(scvi["status"]) == {"not_applicable"}  # chains on a run that is not_applicable
     ok = accuracy[accuracy["status"] == "ok"]
     assert len(ok) == 2 * 2 * (len(METHODS) - 1) and ok["value"].between(0.3, 1).all()
-    coverage = scores[(scores["track"] == "annotation") & (scores["metric"] == "split_lac_coverage") & (scores["status"] == "ok")]
+    coverage = scores[
+        (scores["track"] == "annotation") & (scores["metric"] == "split_lac_coverage") & (scores["status"] == "ok")
+    ]
     assert coverage["value"].between(0.75, 1).all()  # 1 − α = 0.9 on ~175 query cells
 
 
@@ -114,14 +120,16 @@ def test_annotation_section_figures_and_records(finished_run):
 
     workdir, _ = finished_run
     text = (workdir / "results/default/leaderboard.md").read_text()
-    section = text[text.index("## pbmc68k_batched (annotation)"):]
+    section = text[text.index("## pbmc68k_batched (annotation)") :]
     assert "| classifier | embedding | accuracy ↑ | macro_f1 ↑ | kandinsky_augmented_coverage ↑" in section
     # pbmc68k's rarest types have 3 and 6 calibration cells (< 1/α − 1 = 9): named under the section, counted
     assert "too few to calibrate at α = 0.1" in section and "type CD34+" in section
     # the headline fit drops the design groups its calibration set cannot size and counts its unverified programs
     assert "kandinsky_augmented_dropped_groups ↓ | kandinsky_augmented_unverified ↓" in section
-    controls = section[section.index("Controls"):section.index("###")]
-    assert "| knn | scilama/random |" in controls and "| knn | pca/default |" not in controls  # the control carries through
+    controls = section[section.index("Controls") : section.index("###")]
+    assert (
+        "| knn | scilama/random |" in controls and "| knn | pca/default |" not in controls
+    )  # the control carries through
     for figure in ("coverage", "set_size"):
         assert (workdir / f"results/default/figures/pbmc68k_batched/{figure}.png").stat().st_size > 10_000
     html = (workdir / "results/default/index.html").read_text()
@@ -131,7 +139,9 @@ def test_annotation_section_figures_and_records(finished_run):
         < html.index("figures/pbmc68k_batched/coverage.png") < html.index('id="not-ok"')  # fmt: skip
     assert html.count("figures/pbmc68k_batched/coverage.png") == 1
     config, registries = load_config(yaml.safe_load(yaml.safe_dump(CONFIG)), "config.yaml", root=workdir)
-    run = next(r for r in make_plan(config, registries).chained if r.chained_method == "knn" and r.label == "pca/default")
+    run = next(
+        r for r in make_plan(config, registries).chained if r.chained_method == "knn" and r.label == "pca/default"
+    )
     record = json.loads((workdir / run.path(CHAINED_RECORD)).read_text())
     assert record["variant"] == "pca/default" and record["dataset_facts"]["upstream"] == "pca/default"
     assert record["dataset_facts"]["transductive"] is True  # PCA is fitted on every cell, query cells included
@@ -147,4 +157,6 @@ def test_audit_checks_annotation_records_and_scores(finished_run, monkeypatch, c
     lines = capsys.readouterr().out.splitlines()
     assert status == 0, "\n".join(lines)
     n_runs = 2 * len(METHODS) * (1 + len(CLASSIFIERS))
-    assert lines[-1].startswith(f"summary: {n_runs} run records, ") and ", 2 scores tables, 3 aggregate files" in lines[-1]
+    assert (
+        lines[-1].startswith(f"summary: {n_runs} run records, ") and ", 2 scores tables, 3 aggregate files" in lines[-1]
+    )

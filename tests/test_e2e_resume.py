@@ -184,7 +184,9 @@ def test_scilama_killed_in_phase_two_resumes_to_identical_embeddings(tmp_path):
     log = (killed / run.path(RUN_LOG)).read_text()
     # phase 1 and phase 2's warm-up are reloaded, not trained again; phase 2 goes on from its last checkpoint
     for segment in ("cell_warmup", "cell", "gene_warmup"):
-        assert re.search(rf"already finished at step \d+/\d+ \(checkpoint \S+/checkpoint/{segment}/checkpoint\.pt\)", log)
+        assert re.search(
+            rf"already finished at step \d+/\d+ \(checkpoint \S+/checkpoint/{segment}/checkpoint\.pt\)", log
+        )
     assert re.search(r"resuming from checkpoint at step \d+/\d+ \(\S+/checkpoint/gene/checkpoint\.pt\)", log)
 
     resumed, reference = (anndata.read_h5ad(workdir / target) for workdir in (killed, uninterrupted))

@@ -108,7 +108,9 @@ def slurm_run(cluster_env, tmp_path_factory):
     started = time.monotonic()
     result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=1200)
     seconds = time.monotonic() - started
-    assert result.returncode == 0, f"snakemake --profile profiles/slurm failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    assert result.returncode == 0, (
+        f"snakemake --profile profiles/slurm failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    )
     (log_file,) = sorted((workdir / ".snakemake/log").glob("*.snakemake.log"))[-1:]
     return {"workdir": workdir, "planned": planned, "log": log_file.read_text(), "seconds": seconds, "env": env}
 
@@ -131,13 +133,17 @@ def test_every_job_but_the_local_rules_went_through_sbatch(slurm_run, capsys):
         assert f"-p {PARTITION}" in call  # CELLDAG_SLURM_PARTITION reached sbatch through the profile
         assert " -A " not in call and "--gres" not in call
     # every job finished as COMPLETED in SLURM's eyes too (MinJobAge keeps them in squeue)
-    squeue = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i %T"], env=slurm_run["env"], capture_output=True, text=True)
+    squeue = subprocess.run(
+        ["squeue", "-h", "--states=all", "-o", "%i %T"], env=slurm_run["env"], capture_output=True, text=True
+    )
     states = dict(line.split() for line in squeue.stdout.splitlines())
     assert {states.get(job_id) for job_id in ids.values()} == {"COMPLETED"}, squeue.stdout
     # the local rules ran here: the leaderboard exists without an sbatch of aggregate
     assert (slurm_run["workdir"] / "results/default/leaderboard.md").exists()
     with capsys.disabled():
-        print(f"\nSLURM e2e: {len(calls)} sbatch jobs, snakemake --profile profiles/slurm took {slurm_run['seconds']:.0f} s")
+        print(
+            f"\nSLURM e2e: {len(calls)} sbatch jobs, snakemake --profile profiles/slurm took {slurm_run['seconds']:.0f} s"
+        )
 
 
 def test_gpu_jobs_ask_for_a_gpu_and_see_one(slurm_run):
@@ -163,7 +169,9 @@ def test_gpu_jobs_ask_for_a_gpu_and_see_one(slurm_run):
 
 def test_scores_equal_those_of_a_local_run(slurm_run, local_run):
     keys = ["dataset", "method", "variant", "seed", "metric"]
-    on_slurm = pd.read_parquet(slurm_run["workdir"] / "results/default/scores.parquet").sort_values(keys, ignore_index=True)
+    on_slurm = pd.read_parquet(slurm_run["workdir"] / "results/default/scores.parquet").sort_values(
+        keys, ignore_index=True
+    )
     local = pd.read_parquet(local_run / "results/default/scores.parquet").sort_values(keys, ignore_index=True)
     assert len(on_slurm) > 0 and set(on_slurm["method"]) == {"nj_raw", "celltreeqm"}
     pd.testing.assert_frame_equal(on_slurm, local, check_exact=True)
@@ -190,12 +198,18 @@ def test_a_labs_outer_workflow_runs_through_the_slurm_profile(cluster_env, tmp_p
     log = sorted((folder / ".snakemake/log").glob("*.snakemake.log"))[-1].read_text()
     calls, ids = submissions(log)
     submitted = Counter(rule for rule, _ in calls)
-    assert submitted == {"celldag_validate_dataset": 1, "celldag_prepare_dataset": 1, "celldag_run_method": 2,
-                         "celldag_evaluate": 1, **{f"celldag_figure_lineage_{figure}": 1
-                                                    for figure in ("cost", "distances", "partition", "scores", "trees")}}
+    assert submitted == {
+        "celldag_validate_dataset": 1,
+        "celldag_prepare_dataset": 1,
+        "celldag_run_method": 2,
+        "celldag_evaluate": 1,
+        **{f"celldag_figure_lineage_{figure}": 1 for figure in ("cost", "distances", "partition", "scores", "trees")},
+    }
     assert set(ids) == set(calls)  # every submission accepted
     runs = pd.read_parquet(folder / "results/lab/runs.parquet")
     assert set(zip(runs["method"], runs["status"])) == {("nj_raw", "ok"), ("lab_corr_nj", "ok")}
     records = [json.loads(path.read_text()) for path in folder.glob("results/runs/lab_lineage/lab_corr_nj/**/run.json")]
     assert len(records) == 1 and records[0]["environment"]["SLURM_JOB_ID"] in ids.values()
-    assert list((folder / "results/logs/slurm").glob("rule_celldag_run_method/*/*.log"))  # SLURM logs in the lab's folder
+    assert list(
+        (folder / "results/logs/slurm").glob("rule_celldag_run_method/*/*.log")
+    )  # SLURM logs in the lab's folder

@@ -28,8 +28,12 @@ def finished_run(tmp_path_factory):
     add_entry(workdir, "datasets", "blobs", {
         "track": "toy", "source": "builtin", "loader": "toy_track:load", "params": {"n": 60, "separation": 6.0},
         "description": "two labelled blobs", "license": "generated"})  # fmt: skip
-    add_entry(workdir, "methods", "centroid", {"track": "toy", "run": "toy_track:run", "description": "nearest centroid"})
-    (workdir / "config/config.yaml").write_text(yaml.safe_dump({"datasets": ["blobs"], "methods": ["centroid"], "seeds": [0, 1]}))
+    add_entry(
+        workdir, "methods", "centroid", {"track": "toy", "run": "toy_track:run", "description": "nearest centroid"}
+    )
+    (workdir / "config/config.yaml").write_text(
+        yaml.safe_dump({"datasets": ["blobs"], "methods": ["centroid"], "seeds": [0, 1]})
+    )
     with pytest.MonkeyPatch.context() as patch:  # the jobs import tests/toy_track.py by its reference
         patch.setenv("PYTHONPATH", str(REPO / "tests"))
         run_snakemake(workdir)

@@ -122,7 +122,11 @@ def source(name: str, path: Path | None = None) -> Source:
                 units[TOP] += node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
         else:
             units[TOP].append(node)
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
                 strings.update((t.id, node.value.value) for t in node.targets if isinstance(t, ast.Name))
     return Source(name, path, package, units, strings)
 
@@ -218,7 +222,9 @@ def unit(module: str, name: str, script: Path | None = None) -> Unit:
         return None
 
     # `f.attribute = …` sets an attribute of f (prepare_h5ad.check_source = …): it does not run f
-    assigned = {id(node.value) for node in walk(nodes) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+    assigned = {
+        id(node.value) for node in walk(nodes) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+    }
     for node in walk(nodes):
         if isinstance(node, ast.Name | ast.Attribute) and id(node) not in assigned:
             reached = target(node)
@@ -357,7 +363,9 @@ def env_jobs() -> dict[str, list[Job]]:
     for method, entry in methods.items():
         if upstream[entry["track"]] is None:
             scripts = {s for _, s, d in rules if d == "method_env"}
-            job = Job(f"method {method}'s jobs", frozenset(scripts), frozenset({entry["run"]}), frozenset({entry["track"]}))
+            job = Job(
+                f"method {method}'s jobs", frozenset(scripts), frozenset({entry["run"]}), frozenset({entry["track"]})
+            )
             add(entry.get("env", "lineage"), job)
     # an env file named in the rule: every track's (aggregate and report_html load them all), every provider
     for rule_file, script, directive in rules:
@@ -366,7 +374,6 @@ def env_jobs() -> dict[str, list[Job]]:
             job = Job(f"{rule_file}'s {script}.py", frozenset({script}), frozenset(references), frozenset(tracks))
             add(env[1], job)
     return jobs
-
 
 
 # ---------------------------------------------------------------- the tests

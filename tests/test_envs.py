@@ -61,7 +61,9 @@ def test_every_env_has_pip(repo):
     """celldag is pip-installed (--no-deps) into each env after it is created: every env lists pip, one version."""
     versions = {}
     for path in env_files(repo):
-        pips = [e for e in yaml.safe_load(path.read_text())["dependencies"] if isinstance(e, str) and e.startswith("pip=")]
+        pips = [
+            e for e in yaml.safe_load(path.read_text())["dependencies"] if isinstance(e, str) and e.startswith("pip=")
+        ]
         assert len(pips) == 1, f"{path.name}: {len(pips)} pip= entries; each env needs one"
         versions[path.name] = pips[0]
     assert len(set(versions.values())) == 1, f"the envs pin different pips: {versions}"

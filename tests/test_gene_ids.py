@@ -86,7 +86,9 @@ def test_ensembl_ids_need_the_mapping_file_and_a_dataset_of_symbols_is_mapped_by
 
 def test_ensembl_ids_declared_as_symbols_stop_with_the_declaration_to_make(tmp_path):
     table_path, _ = symbol_table(tmp_path, ["TP53", "EGFR"])
-    with pytest.raises(InputError, match="look like Ensembl ids: declare `gene_ids: ensembl` in the dataset's registry"):
+    with pytest.raises(
+        InputError, match="look like Ensembl ids: declare `gene_ids: ensembl` in the dataset's registry"
+    ):
         embed_genes(FROM_FILE, {"format": "csv"}, [TP53, EGFR], {"table": str(table_path)}, seed=0)
 
 
@@ -170,7 +172,9 @@ def test_mouse_genes_are_not_applicable_never_a_run_on_the_names_that_match(tmp_
 
 def test_datasets_declare_gene_ids_and_species_and_entries_without_them_keep_their_keys():
     datasets = read_yaml(REPO / "config/datasets.yaml")
-    before = plan.data_key(apply_schema(read_yaml(REPO / "config/datasets.yaml"), "datasets", "datasets.yaml")["pbmc3k"])
+    before = plan.data_key(
+        apply_schema(read_yaml(REPO / "config/datasets.yaml"), "datasets", "datasets.yaml")["pbmc3k"]
+    )
     datasets["lab"] = datasets["pbmc3k"] | {"gene_ids": "ensembl", "species": "mouse"}
     checked = apply_schema(datasets, "datasets", "datasets.yaml")
     assert declared_genes(checked["lab"]) == ("ensembl", "mouse")
@@ -184,7 +188,10 @@ def test_datasets_declare_gene_ids_and_species_and_entries_without_them_keep_the
 def test_a_table_of_ensembl_ids_reads_org_hs_eg_db_whatever_its_source(registries):
     ensembl, symbols = {"gene_ids": "ensembl"}, {"gene_ids": "symbol"}
     org = next(f for f in registries.embeddings["go_text"]["files"] if f["role"] == ORG_ROLE)
-    assert gene_table_files("genept_ada", ensembl, registries.embeddings) == [*registries.embeddings["genept_ada"]["files"], org]
+    assert gene_table_files("genept_ada", ensembl, registries.embeddings) == [
+        *registries.embeddings["genept_ada"]["files"],
+        org,
+    ]
     assert gene_table_files("random_384", ensembl, registries.embeddings) == [org]
     for embedding in ("go_text", "genept_ada"):  # go_text lists it already; a dataset of symbols maps nothing
         assert gene_table_files(embedding, symbols, registries.embeddings) == registries.embeddings[embedding]["files"]
@@ -200,7 +207,9 @@ def test_the_plan_downloads_org_hs_eg_db_for_a_dataset_of_ensembl_ids_only():
     def downloads(dataset: str) -> set[str]:
         config, registries = load_config({"datasets": [dataset], "methods": ["scilama/genept"], "seeds": [0]},
                                          "config.yaml", root=REPO)  # fmt: skip
-        return {path for path in plan.make_plan(config, registries).downloads if path.startswith("resources/embeddings/")}
+        return {
+            path for path in plan.make_plan(config, registries).downloads if path.startswith("resources/embeddings/")
+        }
 
     org = plan.DOWNLOAD.format(source=plan.EMBEDDING_SOURCE, file="org.Hs.eg.sqlite")
     assert org in downloads("cellbench_protocols") and org not in downloads("pbmc68k_batched")

@@ -134,7 +134,8 @@ def test_a_newick_over_other_leaves_or_malformed_is_refused(tmp_path):
         "1 not in the prepared dataset (first: ['other'])"  # fmt: skip
     path.write_text("((leaf0,leaf1),(leaf2,leaf3)")
     assert refused(imported.tree, leaves_input(), {"path": str(path)}, 0).startswith(
-        f"{path}: tree: not a valid Newick tree (malformed Newick at character")
+        f"{path}: tree: not a valid Newick tree (malformed Newick at character"
+    )
 
 
 def bad_matrix(change) -> np.ndarray:
@@ -208,10 +209,12 @@ def test_probabilities_of_other_fits_classes_or_cells_are_refused(tmp_path):
     obsm = task_probabilities()
     missing = write_probabilities(tmp_path / "m.h5ad", {k: v for k, v in obsm.items() if k != "proba_without_1"})
     assert refused(imported.probabilities, task_input(), {"path": missing}, 0) == (
-        f"{missing}: obsm['proba_without_1']: missing; the task's fits need proba_random, proba_without_0, proba_without_1")
+        f"{missing}: obsm['proba_without_1']: missing; the task's fits need proba_random, proba_without_0, proba_without_1"
+    )
     extra = write_probabilities(tmp_path / "e.h5ad", obsm | {"proba_b2": obsm["proba_random"]})
     assert refused(imported.probabilities, task_input(), {"path": extra}, 0).startswith(
-        f"{extra}: obsm['proba_b2']: not a fit of the task")
+        f"{extra}: obsm['proba_b2']: not a fit of the task"
+    )
     classes = write_probabilities(tmp_path / "c.h5ad", obsm, classes=("B", "NK", "Mono"))
     assert refused(imported.probabilities, task_input(), {"path": classes}, 0) == (
         f"{classes}: uns['classes']: 3 classes in the file, 3 in the task: 1 missing (first: ['T']); "
@@ -273,7 +276,9 @@ def test_the_plan_names_each_runs_file_with_its_placeholders_filled_in(tmp_path,
          "with placeholders {dataset}, {seed}; got None"),
     ({"path": "lab/{dataset"}, "lab/methods.yaml: our_emb.params.path: 'lab/{dataset' is not a path pattern"),
 ])  # fmt: skip
-def test_a_file_param_that_is_no_pattern_of_the_runs_placeholders_fails_the_parse(tmp_path, monkeypatch, params, message):
+def test_a_file_param_that_is_no_pattern_of_the_runs_placeholders_fails_the_parse(
+    tmp_path, monkeypatch, params, message
+):
     from celldag.registry import ConfigError
 
     with pytest.raises(ConfigError) as raised:
@@ -299,7 +304,9 @@ def test_the_runner_digests_the_labs_file_and_stops_on_a_bad_one_leaving_nothing
     record = json.loads((run_dir / "run.json").read_text())
     assert status == "ok" and record["input_sha256"]["lab/bm_t-seed0.nwk"] == sha256_file(lab_file)
     assert anndata.read_h5ad(run_dir / "output.h5ad").uns["tree_newick"] == nj.uns["tree_newick"]
-    assert record["config"]["params"] == {"path": "lab/{dataset}-seed{seed}.nwk"}  # the pattern: an audit fills it in again
+    assert record["config"]["params"] == {
+        "path": "lab/{dataset}-seed{seed}.nwk"
+    }  # the pattern: an audit fills it in again
 
     bad = tmp_path / "bad"
 
@@ -313,5 +320,7 @@ def test_the_runner_digests_the_labs_file_and_stops_on_a_bad_one_leaving_nothing
         run_bad()
     assert not bad.exists() or not any(bad.iterdir())  # no output, record or checkpoint
     lab_file.unlink()
-    with pytest.raises(ContractError, match=r"^lab/bm_t-seed0\.nwk: file: missing \(the file ours's params\.path names"):
+    with pytest.raises(
+        ContractError, match=r"^lab/bm_t-seed0\.nwk: file: missing \(the file ours's params\.path names"
+    ):
         run_bad()

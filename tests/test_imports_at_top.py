@@ -36,7 +36,9 @@ def imported_names(node: ast.Import | ast.ImportFrom, modules: set[str]) -> set[
     loaded = set()
     for name in names:
         parts = name.split(".")
-        loaded |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & modules if parts[0] == "celldag" else {parts[0]}
+        loaded |= (
+            {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & modules if parts[0] == "celldag" else {parts[0]}
+        )
     return loaded
 
 
@@ -51,7 +53,9 @@ def top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
             elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
                 continue
             elif isinstance(node, (ast.If, ast.Try, ast.With, ast.ClassDef)):
-                blocks += [getattr(node, field) for field in ("body", "orelse", "finalbody") if getattr(node, field, None)]
+                blocks += [
+                    getattr(node, field) for field in ("body", "orelse", "finalbody") if getattr(node, field, None)
+                ]
                 blocks += [handler.body for handler in getattr(node, "handlers", [])]
     return found
 
@@ -63,7 +67,9 @@ def local_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
 
 def needless_local_imports(source: Path) -> list[str]:
     """``module:line imports target`` for every function-local import of a celldag module that defers nothing."""
-    trees = {module_name(path, source): ast.parse(path.read_text(), filename=str(path)) for path in source.rglob("*.py")}
+    trees = {
+        module_name(path, source): ast.parse(path.read_text(), filename=str(path)) for path in source.rglob("*.py")
+    }
     modules = set(trees)
     direct = {name: set().union(*(imported_names(node, modules) for node in top_level_imports(tree)))
               for name, tree in trees.items()}  # fmt: skip
@@ -74,7 +80,9 @@ def needless_local_imports(source: Path) -> list[str]:
         if module not in third_party:
             third_party[module] = set()  # a cycle adds nothing (test_layers forbids them anyway)
             outside = {name for name in direct[module] - modules if name not in sys.stdlib_module_names}
-            third_party[module] = outside - {"__future__"} | set().union(*map(loads, direct[module] & modules - {module}))
+            third_party[module] = outside - {"__future__"} | set().union(
+                *map(loads, direct[module] & modules - {module})
+            )
         return third_party[module]
 
     needless = []

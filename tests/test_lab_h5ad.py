@@ -73,7 +73,9 @@ def test_lineage_h5ad_keeps_the_files_replicate_pairs(tmp_path):
     # validation_cells 0: the pairs as measured, no validation share
     entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicate_key="rep",
                                  validation_cells=0)  # fmt: skip
-    first, other = (prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files)[list("ABCDE")] for seed in (0, 1))
+    first, other = (
+        prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files)[list("ABCDE")] for seed in (0, 1)
+    )
     x = np.asarray(adata.X, dtype=np.float64)
     for layer, replicate in (("train", "rep1"), ("test", "rep2")):  # train: the first value in sorted order
         rows = adata.obs["rep"] == replicate
@@ -105,7 +107,9 @@ def test_one_matrix_gives_identical_nj_raw_scores_through_the_bm_loader_and_line
         var=pd.DataFrame(index=measured.var_names),
     )  # fmt: skip
     for standardize in (False, True):
-        through_bm = prepare_dataset("bm", bm | {"params": bm_params | {"standardize": standardize}}, TRACKS["lineage"], 0)
+        through_bm = prepare_dataset(
+            "bm", bm | {"params": bm_params | {"standardize": standardize}}, TRACKS["lineage"], 0
+        )
         entry, files = lineage_entry(tmp_path, rows.copy(), measured.uns["tree_newick"], leaf_key="leaf",
                                      replicate_key="replicate", values="transformed", standardize=standardize)  # fmt: skip
         through_h5ad = prepare_dataset("lab", entry, TRACKS["lineage"], 0, files)
@@ -118,8 +122,10 @@ def test_one_matrix_gives_identical_nj_raw_scores_through_the_bm_loader_and_line
 
 def test_lineage_h5ad_builds_the_tree_from_sulston_names(tmp_path):
     names = ["ABala", "ABalp", "ABara", "MSaa", "MSap", "Ea"]
-    adata = anndata.AnnData(X=np.random.default_rng(0).normal(size=(len(names), 4)),
-                            obs=pd.DataFrame({"lineage": names}, index=[f"c{i}" for i in range(len(names))]))
+    adata = anndata.AnnData(
+        X=np.random.default_rng(0).normal(size=(len(names), 4)),
+        obs=pd.DataFrame({"lineage": names}, index=[f"c{i}" for i in range(len(names))]),
+    )
     entry, files = lineage_entry(tmp_path, adata, lineage_key="lineage", values="transformed")
     prepared = prepare_dataset("lab", entry, TRACKS[entry["track"]], 0, files)
     tree = parse_newick(prepared.uns["tree_newick"])
@@ -156,7 +162,9 @@ def test_h5ad_reads_counts_and_lognorm_of_one_file_and_keeps_its_split(tmp_path)
     fold = np.where(np.arange(60) % 4 == 0, "val", "train")
     obs = pd.DataFrame({"type": np.repeat(["x", "y", "z"], 20), "tech": np.tile(["a", "b"], 30), "fold": fold},
                        index=[f"c{i}" for i in range(60)])  # fmt: skip
-    adata = anndata.AnnData(X=lognorm, layers={"counts": counts}, obs=obs, var=pd.DataFrame(index=[f"G{i}" for i in range(20)]))
+    adata = anndata.AnnData(
+        X=lognorm, layers={"counts": counts}, obs=obs, var=pd.DataFrame(index=[f"G{i}" for i in range(20)])
+    )
     adata.write_h5ad(tmp_path / "lab.h5ad")
     params = {"file": "lab.h5ad", "label_key": "type", "batch_key": "tech", "counts_layer": "counts",
               "lognorm_layer": "X", "split_key": "fold", "min_genes": 0, "min_cells": 0}  # fmt: skip
@@ -179,7 +187,9 @@ def test_a_local_file_with_a_changed_sha256_is_refused(tmp_path):
     adata = cells_by_leaf(["A", "B", "C", "D"])
     entry, files = lineage_entry(tmp_path, adata, "((A,B),(C,D));", leaf_key="clone")
     entry["files"][0]["sha256"] = "0" * 64
-    with pytest.raises(InputError, match=rf"^{tmp_path}/cells\.h5ad: sha256: the registry gives 0{{64}}, the file has [0-9a-f]{{64}}$"):
+    with pytest.raises(
+        InputError, match=rf"^{tmp_path}/cells\.h5ad: sha256: the registry gives 0{{64}}, the file has [0-9a-f]{{64}}$"
+    ):
         prepare_dataset("lab", entry, TRACKS[entry["track"]], 0, files)
 
 
@@ -192,7 +202,8 @@ def test_constant_genes_are_found_in_sparse_sources_without_densifying():
     own = H5AD_PARAMS | {"label_key": "type", "batch_key": "tech"}
     constant = anndata.AnnData(X=sparse.csr_matrix(np.full((6, 4), 2.0)), obs=obs)
     assert [str(p) for p in representation_problems(constant, "s.h5ad", own, {})] == [
-        "s.h5ad: X: no gene varies across cells (every gene is constant)"]
+        "s.h5ad: X: no gene varies across cells (every gene is constant)"
+    ]
     varying = constant.copy()
     varying.X = sparse.csr_matrix(np.diag([1.0, 2.0, 0.0, 3.0, 0.0, 0.0])[:, :4])
     assert representation_problems(varying, "s.h5ad", own, {}) == []
@@ -210,13 +221,16 @@ def test_validate_reports_missing_and_changed_downloads(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     target = "resources/scib_pancreas/human_pancreas_norm_complexBatch.h5ad"
     assert validate_dataset("scib_pancreas", registries).problems == [
-        f"{target}: file: not found (downloaded by `snakemake {target}`)"]
+        f"{target}: file: not found (downloaded by `snakemake {target}`)"
+    ]
     (tmp_path / target).parent.mkdir(parents=True)
     (tmp_path / target).write_bytes(b"changed upstream")
     pins = tmp_path / "resources/scib_pancreas/checksums.json"
     pins.write_text(json.dumps({"human_pancreas_norm_complexBatch.h5ad": "0" * 64}))
     (problem,) = validate_dataset("scib_pancreas", registries).problems
-    assert problem.startswith(f"checksum mismatch for {target}: pinned sha256 {'0' * 64} in {pins.relative_to(tmp_path)}")
+    assert problem.startswith(
+        f"checksum mismatch for {target}: pinned sha256 {'0' * 64} in {pins.relative_to(tmp_path)}"
+    )
 
 
 def test_validation_cells_come_out_of_the_train_cells_and_leave_the_test_replicate_as_it_was(tmp_path):
@@ -254,7 +268,10 @@ def test_validation_cells_need_a_replicate_pair(tmp_path):
 def test_validation_cells_are_a_disjoint_share_of_each_leafs_train_cells():
     from celldag.data.leaf_profiles import replicate_cells
 
-    train, test = [np.arange(0, 10), np.array([10]), np.arange(11, 14)], [np.arange(20, 30), np.array([30]), np.arange(31, 34)]
+    train, test = (
+        [np.arange(0, 10), np.array([10]), np.arange(11, 14)],
+        [np.arange(20, 30), np.array([30]), np.arange(31, 34)],
+    )
     split = replicate_cells(train, test, 0.2, seed=3)
     for leaf in range(3):
         kept, held = split["train"][leaf], split["validation"][leaf]

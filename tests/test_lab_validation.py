@@ -95,7 +95,9 @@ def test_the_training_replicate_loses_only_its_validation_cells(tmp_path, pair):
         assert held < half and len(held) == 1 and len(kept) == 3
         row = LEAVES.index(leaf)
         np.testing.assert_allclose(prepared.layers["train"][row], np.log1p(x[kept].mean(axis=0)), rtol=1e-12)
-        np.testing.assert_allclose(prepared.layers["validation"][row], np.log1p(x[sorted(held)].mean(axis=0)), rtol=1e-12)
+        np.testing.assert_allclose(
+            prepared.layers["validation"][row], np.log1p(x[sorted(held)].mean(axis=0)), rtol=1e-12
+        )
         np.testing.assert_allclose(without.layers["train"][row], np.log1p(x[sorted(half)].mean(axis=0)), rtol=1e-12)
 
 
@@ -125,7 +127,10 @@ def test_validation_cells_is_auto_or_a_fraction(tmp_path, value):
                                  validation_cells=value)  # fmt: skip
     with pytest.raises(InputError) as raised:
         prepare_dataset("lab", entry, TRACKS["lineage"], 0, files)
-    assert str(raised.value) == f"lineage_h5ad params: validation_cells must be 'auto' or a fraction in [0, 1), got {value!r}"
+    assert (
+        str(raised.value)
+        == f"lineage_h5ad params: validation_cells must be 'auto' or a fraction in [0, 1), got {value!r}"
+    )
 
 
 CELLTREEQM = apply_schema({"celltreeqm": read_yaml(REPO / "config/methods.yaml")["celltreeqm"]}, "methods",
@@ -135,7 +140,9 @@ TINY = {"proj_dim": 8, "hidden_dim": 16, "n_layers": 1, "n_heads": 2, "output_di
 
 
 @pytest.mark.parametrize("cells_to_spare", [True, False])
-def test_supervised_celltreeqm_on_a_lab_lineage_selects_on_its_validation_replicate_where_it_has_one(tmp_path, cells_to_spare):
+def test_supervised_celltreeqm_on_a_lab_lineage_selects_on_its_validation_replicate_where_it_has_one(
+    tmp_path, cells_to_spare
+):
     adata = cells_by_leaf(LEAVES, cells_per_leaf=8)
     if not cells_to_spare:  # leaf A: 2 cells, a single training cell
         adata = adata[~adata.obs_names.isin([f"c{i}" for i in range(2, 8)])].copy()

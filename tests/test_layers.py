@@ -135,8 +135,10 @@ def test_the_floors_find_a_model_importing_a_view():
 
 def test_every_module_imports_only_from_its_floor_or_lower_ones():
     upward = sorted(upward_imports(import_graph()))
-    assert not upward, "imports from a higher floor (pyproject.toml [tool.importlinter], the floors contract): " + "; ".join(
-        f"{a} → {b}" for a, b in upward)
+    assert not upward, (
+        "imports from a higher floor (pyproject.toml [tool.importlinter], the floors contract): "
+        + "; ".join(f"{a} → {b}" for a, b in upward)
+    )
 
 
 def test_every_module_is_on_a_floor_and_lint_imports_sees_every_import():

@@ -32,7 +32,9 @@ def test_prepared_leaves_come_in_a_seeded_random_order_and_the_truth_keeps_its_n
     assert names == list(again.obs_names) and sorted(names) == sorted(first.obs_names)
     assert list(other.obs_names) != names
     assert first.uns["standardized"] is False
-    simulated = prepare_dataset("bm", BM, TRACKS["lineage"].__class__(**{**vars(TRACKS["lineage"]), "arrange": None}), 0)
+    simulated = prepare_dataset(
+        "bm", BM, TRACKS["lineage"].__class__(**{**vars(TRACKS["lineage"]), "arrange": None}), 0
+    )
     np.testing.assert_array_equal(first.layers["train"], simulated[first.obs_names].layers["train"])
     assert first.uns["tree_newick"] == simulated.uns["tree_newick"]
 
@@ -41,7 +43,9 @@ def scores_of(tmp_path, prepared: anndata.AnnData, method: str, variant: str) ->
     path = tmp_path / "prepared.h5ad"
     artifacts.write_h5ad(prepared, path)
     params = METHODS[method]["params"]
-    entry = {"variants": {"default": {}}} | METHODS[method] | {"params": params | SMALL if "steps" in params else params}
+    entry = (
+        {"variants": {"default": {}}} | METHODS[method] | {"params": params | SMALL if "steps" in params else params}
+    )
     run_dir = tmp_path / method / variant
     run_method(prepared_path=str(path), output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
                dataset_id="bm", dataset_entry=BM, method_id=method, method_entry=entry, variant=variant, seed=0,

@@ -62,7 +62,14 @@ def test_the_layout_re_roots_an_estimate_on_the_true_root_split_and_marks_its_wr
     for clade in correct.clade:
         rows = [i for i in range(6) if clade >> i & 1]
         assert not rows or rows == list(range(rows[0], rows[-1] + 1))
-    assert [correct.y[node] for node in range(len(correct.y)) if correct.clade[node].bit_count() == 1] == [0, 1, 2, 3, 4, 5]
+    assert [correct.y[node] for node in range(len(correct.y)) if correct.clade[node].bit_count() == 1] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
 
     estimate = parse_newick("((A,C),B,(D,(E,F)));")
     wrong = figures.wrong_splits(estimate, truth)
@@ -73,8 +80,20 @@ def test_the_layout_re_roots_an_estimate_on_the_true_root_split_and_marks_its_wr
 
 def scores_table(rows) -> pd.DataFrame:
     return pd.DataFrame(
-        [{"dataset": "d", "track": "lineage", "method": m, "variant": v, "seed": s, "metric": metric, "value": value,
-          "higher_is_better": False, "status": status} for m, v, s, metric, value, status in rows]  # fmt: skip
+        [
+            {
+                "dataset": "d",
+                "track": "lineage",
+                "method": m,
+                "variant": v,
+                "seed": s,
+                "metric": metric,
+                "value": value,
+                "higher_is_better": False,
+                "status": status,
+            }
+            for m, v, s, metric, value, status in rows
+        ]  # fmt: skip
     )
 
 
@@ -118,8 +137,12 @@ def figure_data() -> FigureData:
                 rows += [("celltreeqm", variant, seed, "k_qdist", k_qdist, "ok"),
                          ("celltreeqm", variant, seed, "k_qdist_reduction_vs_raw", 1 - k_qdist / 0.5, "ok"),
                          ("celltreeqm", variant, seed, "u_qdist", 0.4, "ok")]  # fmt: skip
-    kinds = {"nj_raw/default": "baseline", "good/v": "method", "celltreeqm/high_level_partition": "method",
-             "celltreeqm/high_level_partition_relabelled": "control"}  # as methods.yaml's kind / kind_by_variant
+    kinds = {
+        "nj_raw/default": "baseline",
+        "good/v": "method",
+        "celltreeqm/high_level_partition": "method",
+        "celltreeqm/high_level_partition_relabelled": "control",
+    }  # as methods.yaml's kind / kind_by_variant
     return FigureData("d", {}, "lineage", TRACK, 0, {}, kinds=kinds, scores=scores_table(rows), prepared=prepared,
                       outputs=outputs)  # fmt: skip
 

@@ -268,8 +268,13 @@ def test_run_scores_adds_the_polytomy_metrics():
     star = scored("(A,B,C,D,E,F);", "((A,B),(C,D),(E,F));")
     assert set(star) == {"rf", "quartet_dist", "note"}
     # against a reference with polytomies the leaderboard says what it is and which scores read what it resolves
-    assert scores["note"].startswith("The reference tree is with polytomies (up to 3 children), resolving 80.0% of "
-                                     "the quartets: a reconstruction") and "resolved_quartet_dist" in scores["note"]
+    assert (
+        scores["note"].startswith(
+            "The reference tree is with polytomies (up to 3 children), resolving 80.0% of "
+            "the quartets: a reconstruction"
+        )
+        and "resolved_quartet_dist" in scores["note"]
+    )
     declared = TRACK.metrics
     for name in ("resolved_quartet_dist", "resolved_quartet_contradicted", "split_recovery", "split_compatibility"):
         assert name in declared and not declared[name].core

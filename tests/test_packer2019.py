@@ -49,18 +49,52 @@ from celldag.lineage.tree import parse_newick, path_distances
 from conftest import check_prepared
 
 LINEAGES = [
-    "ABalaa", "ABalaa", "ABalaa", "ABalap", "ABalap", "ABala", "MSaa", "MSa", "MSxa", "MSaa", "Ea", "Ea/Dp",
-    "Ep", "Ep", "Ex", "Cpa", "ABalaa/Cpa", "28_cell_or_earlier", "Dxa", "Dpa", '""', "NA", "ABalaa",
+    "ABalaa",
+    "ABalaa",
+    "ABalaa",
+    "ABalap",
+    "ABalap",
+    "ABala",
+    "MSaa",
+    "MSa",
+    "MSxa",
+    "MSaa",
+    "Ea",
+    "Ea/Dp",
+    "Ep",
+    "Ep",
+    "Ex",
+    "Cpa",
+    "ABalaa/Cpa",
+    "28_cell_or_earlier",
+    "Dxa",
+    "Dpa",
+    '""',
+    "NA",
+    "ABalaa",
 ]
 QC_FAILED = {19, 22}
-LEAF_OF_CELL = {**dict.fromkeys([0, 1, 2], "ABalaa"), 3: "ABalap", 4: "ABalap", **dict.fromkeys([6, 7, 8, 9], "MSaa"),
-                10: "Ea", 11: "Ea", 12: "Ep", 13: "Ep"}
+LEAF_OF_CELL = {
+    **dict.fromkeys([0, 1, 2], "ABalaa"),
+    3: "ABalap",
+    4: "ABalap",
+    **dict.fromkeys([6, 7, 8, 9], "MSaa"),
+    10: "Ea",
+    11: "Ea",
+    12: "Ep",
+    13: "Ep",
+}
 LEAF_CONSTANT = {  # gene → value in each used cell of a leaf
     0: {"ABalaa": 3, "ABalap": 0, "Ea": 1, "Ep": 1, "MSaa": 7},
     4: {"ABalaa": 1, "ABalap": 1, "Ea": 0, "Ep": 0, "MSaa": 10},
 }
-GENES = [("WBGene00000001", "lin-1"), ("WBGene00000002", "low-1"), ("WBGene00000003", "flat-1"),
-         ("WBGene00000004", "spl-1"), ("WBGene00000005", "lin-1")]
+GENES = [
+    ("WBGene00000001", "lin-1"),
+    ("WBGene00000002", "low-1"),
+    ("WBGene00000003", "flat-1"),
+    ("WBGene00000004", "spl-1"),
+    ("WBGene00000005", "lin-1"),
+]
 PARAMS = {"min_cells_per_leaf": 2, "min_gene_counts": 10, "standardize": True}  # z-scores: hand-checked below
 LEAVES = ["ABalaa", "ABalap", "Ea", "Ep", "MSaa"]
 
@@ -87,16 +121,20 @@ def geo_files() -> dict[str, bytes]:
     # MatrixMarket is 1-based; GEO's file is sorted by cell, then gene
     matrix += [f"{g + 1} {c + 1} {counts[g, c]}" for c, g in sorted(zip(cells.tolist(), genes.tolist()))]
     # R's write.csv: an unnamed row-name column, quoted strings, NA and TRUE/FALSE bare
-    header = ('"","cell","n.umi","time.point","batch","Size_Factor","cell.type","cell.subtype","plot.cell.type",'
-              '"raw.embryo.time","embryo.time","embryo.time.bin","raw.embryo.time.bin","lineage",'
-              '"passed_initial_QC_or_later_whitelisted"')
+    header = (
+        '"","cell","n.umi","time.point","batch","Size_Factor","cell.type","cell.subtype","plot.cell.type",'
+        '"raw.embryo.time","embryo.time","embryo.time.bin","raw.embryo.time.bin","lineage",'
+        '"passed_initial_QC_or_later_whitelisted"'
+    )
     rows = [header]
     for cell, lineage in enumerate(LINEAGES):
         barcode = f'"AAACCTGAGAC{cell:05d}-300.1.1"'
         quoted = lineage if lineage in ('""', "NA") else f'"{lineage}"'
         qc = "FALSE" if cell in QC_FAILED else "TRUE"
-        rows.append(f'{barcode},{barcode},{int(counts[:, cell].sum())},"300_minutes","Waterston_300_minutes",'
-                    f'1.02,NA,NA,NA,330,350,"330-390","330-390",{quoted},{qc}')
+        rows.append(
+            f'{barcode},{barcode},{int(counts[:, cell].sum())},"300_minutes","Waterston_300_minutes",'
+            f'1.02,NA,NA,NA,330,350,"330-390","330-390",{quoted},{qc}'
+        )
     gene_rows = ['"","id","gene_short_name"'] + [f'"{gid}","{gid}","{name}"' for gid, name in GENES]
     texts = {MATRIX: matrix, CELL_ANNOTATION: rows, GENE_ANNOTATION: gene_rows}
     return {name: gzip.compress(("\n".join(lines) + "\n").encode()) for name, lines in texts.items()}
@@ -142,8 +180,15 @@ def test_end_to_end(geo, tmp_path):
     assert adata.obs["n_cells_train"].tolist() == [1, 1, 1, 1, 2]
     assert adata.obs["n_cells_test"].tolist() == [2, 1, 1, 1, 2]
     assert adata.uns["cell_assignment"] == {
-        "cells": 23, "qc_passed": 21, "annotated": 19, "assigned": 14, "ambiguous_dropped": 3, "unmatched": 2,
-        "in_leaves_below_min_cells": 1, "used": 13, "candidate_leaves": 6,
+        "cells": 23,
+        "qc_passed": 21,
+        "annotated": 19,
+        "assigned": 14,
+        "ambiguous_dropped": 3,
+        "unmatched": 2,
+        "in_leaves_below_min_cells": 1,
+        "used": 13,
+        "candidate_leaves": 6,
     }
     # low-1 fails min_gene_counts (9 counts in used cells), flat-1 does not vary across leaves
     assert list(adata.var_names) == ["lin-1", "spl-1", "lin-1-1"]
@@ -169,8 +214,11 @@ def test_end_to_end(geo, tmp_path):
     raw = tmp_path / "raw"
     assert adata.uns["source_files"] == {
         path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in (raw / "GSE126954_gene_by_cell_count_matrix.txt", raw / "GSE126954_cell_annotation.csv",
-                     raw / "GSE126954_gene_annotation.csv")
+        for path in (
+            raw / "GSE126954_gene_by_cell_count_matrix.txt",
+            raw / "GSE126954_cell_annotation.csv",
+            raw / "GSE126954_gene_annotation.csv",
+        )
     }
     # holds to the prepared-dataset contract and survives an h5ad round trip
     adata.uns |= {"dataset_id": "celegans_packer2019", "track": "lineage", "seed": 0}
@@ -187,8 +235,10 @@ def ea_train_mean(adata) -> int:
     """
     l5, l6 = math.log(5), math.log(6)
     np.testing.assert_allclose(adata.layers["train"][:, 1], np.array([0.2, 0.2, -0.8, 0.2, 0.2]) / math.sqrt(0.2))
-    test_z = {0: (l5 - 0.8 * l6) / (l6 * math.sqrt(0.2)),  # train [l6, l6, 0, l6, l6], test Ea ln 5
-              4: -(0.8 * l6 + 0.2 * l5) / ((l6 - l5) * math.sqrt(0.2))}  # train Ea ln 5, test Ea 0
+    test_z = {
+        0: (l5 - 0.8 * l6) / (l6 * math.sqrt(0.2)),  # train [l6, l6, 0, l6, l6], test Ea ln 5
+        4: -(0.8 * l6 + 0.2 * l5) / ((l6 - l5) * math.sqrt(0.2)),
+    }  # train Ea ln 5, test Ea 0
     matches = [a for a, z in test_z.items() if math.isclose(adata.layers["test"][2, 1], z, rel_tol=1e-9)]
     assert len(matches) == 1, adata.layers["test"][2, 1]
     return matches[0]
@@ -224,14 +274,18 @@ def test_seed_changes_the_split_only(geo, tmp_path):
 def test_validation_cells_leave_the_test_half_as_it_was(geo, tmp_path):
     files = fetch(geo, tmp_path)
     without = prepare_packer2019("celegans_packer2019", PARAMS | {"standardize": False}, 0, files)
-    adata = prepare_packer2019("celegans_packer2019", PARAMS | {"standardize": False, "validation_cells": 0.5}, 0, files)
+    adata = prepare_packer2019(
+        "celegans_packer2019", PARAMS | {"standardize": False, "validation_cells": 0.5}, 0, files
+    )
     np.testing.assert_array_equal(adata.layers["test"], without.layers["test"])
     np.testing.assert_array_equal(adata.layers["counts"], without.layers["counts"])
     assert adata.obs["n_cells_train"].tolist() == [1, 1, 1, 1, 1]  # the last leaf's 2 train cells: 1 + 1 validation
     assert adata.obs["n_cells_validation"].tolist() == [0, 0, 0, 0, 1]
     np.testing.assert_array_equal(adata.layers["validation"][:4], adata.layers["train"][:4])  # no cells: the train row
-    np.testing.assert_allclose(np.expm1(adata.layers["train"][4]) + np.expm1(adata.layers["validation"][4]),
-                               2 * np.expm1(without.layers["train"][4]))  # the two cells' counts, split
+    np.testing.assert_allclose(
+        np.expm1(adata.layers["train"][4]) + np.expm1(adata.layers["validation"][4]),
+        2 * np.expm1(without.layers["train"][4]),
+    )  # the two cells' counts, split
 
 
 def test_gzip_files_read_directly(geo, tmp_path):
@@ -279,7 +333,10 @@ def test_pseudo_bulk_means():
         ({"min_cells_per_leaf": 1, "min_gene_counts": 10}, "min_cells_per_leaf must be an integer >= 2"),
         ({"min_cells_per_leaf": 2}, r"missing \['min_gene_counts'\]"),
         ({**PARAMS, "ambiguous": "spread"}, r"unknown \['ambiguous'\]"),
-        ({**PARAMS, "validation_cells": 1.0}, r"celegans_packer2019 params: validation_cells must be a fraction in \[0, 1\), got 1.0"),
+        (
+            {**PARAMS, "validation_cells": 1.0},
+            r"celegans_packer2019 params: validation_cells must be a fraction in \[0, 1\), got 1.0",
+        ),
     ],
 )
 def test_bad_params(params, message):

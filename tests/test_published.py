@@ -249,7 +249,8 @@ def test_every_row_of_the_transcription_is_encoded_with_its_value_and_provenance
     assert len(rows) == 315 and len(numbers) == sum(len(t.numbers) for t in shipped)  # no number twice
     label = {row["table"]: row["table"].split(" (")[0] for row in rows}  # "Table S9 (caption missing …)" → "Table S9"
     assert Counter((row["paper"], label[row["table"]]) for row in rows) == Counter(
-        {(t.paper, t.table): len(t.numbers) for t in shipped})
+        {(t.paper, t.table): len(t.numbers) for t in shipped}
+    )
     for row in rows:
         table, number = numbers[row["paper"], label[row["table"]], row["method"], row["setting"], row["metric"]]
         assert number.value == float(row["value"]), row
@@ -266,7 +267,8 @@ def test_every_row_of_the_transcription_is_encoded_with_its_value_and_provenance
 def test_the_pancreas_tables_map_to_tran2020_and_each_mapping_says_why_not(shipped):
     by_table = {(t.paper, t.table): t for t in shipped}
     assert {key for key, t in by_table.items() if t.dataset_id == "tran2020_pancreas"} == {
-        ("sciLaMA", name) for name in ("Table 1", "Table 2", "Table S4", "Table S5")}
+        ("sciLaMA", name) for name in ("Table 1", "Table 2", "Table S4", "Table S5")
+    }
     context = published.Context((), (), "nj_raw")
     comparable = Counter(t.table for t in shipped for n in t.numbers if not published.incomparable(t, n, context))
     # Table 1: s.i., scVI-batch, scVI-raw × 5 metrics; S4: GenePT, s.i. × 5; S5: the same 4 methods' cLISI;
@@ -307,7 +309,9 @@ def test_the_paper_presets_index_page_lists_every_mapped_number_of_its_datasets(
     assert "not comparable (celldag&#x27;s genept_w averages the go_text vectors" in section
 
 
-def test_compare_published_writes_every_table_and_exits_1_on_a_number_that_does_not_reproduce(tmp_path, monkeypatch, capsys):
+def test_compare_published_writes_every_table_and_exits_1_on_a_number_that_does_not_reproduce(
+    tmp_path, monkeypatch, capsys
+):
     workflow = tmp_path / "workflow"
     shutil.copytree(REPO / "config", workflow / "config")
     write_paper(workflow / "config/published", SMALL)  # a lab's own table beside the shipped ones
@@ -326,10 +330,14 @@ def test_compare_published_writes_every_table_and_exits_1_on_a_number_that_does_
         "283 not comparable, 35 not computed",
         "not computed, dataset not in this config: 33",
         "not computed, its runs have no delta_rf score: 1",
-        "not computed, harmony/default is not run by this config: 1"]
+        "not computed, harmony/default is not run by this config: 1",
+    ]
     text = (tmp_path / "results/tiny/published.md").read_text()
     assert "## Tiny Table A" in text and "## CellTreeQM project-page figure results_1.png" in text
-    assert "| UPGMA | RF ↓ | 0.6 ± 0.01 | upgma_raw/default · rf | 0.420 [0.370, 0.470] (3 seeds) | -0.180 | neither |" in text
+    assert (
+        "| UPGMA | RF ↓ | 0.6 ± 0.01 | upgma_raw/default · rf | 0.420 [0.370, 0.470] (3 seeds) | -0.180 | neither |"
+        in text
+    )
     assert "<h2>sciLaMA Table 1</h2>" in (tmp_path / "results/tiny/published.html").read_text()
 
 
@@ -363,7 +371,8 @@ DIFFERS = "700 cells of our own, labels from our annotation"
 def with_copy(registries, stands_for=None):
     """The registries with lab_pbmc, a lab's entry standing for pbmc68k_batched unless told otherwise."""
     registries.datasets["lab_pbmc"] = copy.deepcopy(registries.datasets["pbmc68k_batched"]) | {
-        "stands_for": stands_for or {"dataset": "pbmc68k_batched", "differs": DIFFERS}}
+        "stands_for": stands_for or {"dataset": "pbmc68k_batched", "differs": DIFFERS}
+    }
     return registries
 
 
@@ -383,7 +392,9 @@ def test_a_labs_copy_is_held_against_the_tables_of_the_dataset_it_stands_for(tmp
     assert found["Table A", "NJ"].text == published.INSIDE_SPREAD  # the shipped dataset itself: no copy line
     assert published.summary(list(found.values()))[-1] == f"held {copy_line}"
     # the report's section shows the copy's tables; the shipped dataset itself, where a config has it, comes first
-    assert any(getattr(block, "text", "") == "Tiny Table B" for block in published.report_blocks(tables, scores, context))
+    assert any(
+        getattr(block, "text", "") == "Tiny Table B" for block in published.report_blocks(tables, scores, context)
+    )
     both = published.Context(("pbmc68k_batched", "lab_pbmc"), (), "nj_raw", (), context.stand_ins)
     assert both.scored_as("pbmc68k_batched") == ("pbmc68k_batched", "")
 
@@ -392,7 +403,9 @@ def test_two_copies_of_one_dataset_in_a_config_are_refused(registries):
     with_copy(registries)
     registries.datasets["lab_pbmc_2"] = copy.deepcopy(registries.datasets["lab_pbmc"])
     config = apply_schema({"datasets": ["lab_pbmc", "lab_pbmc_2"], "methods": ["pca"]}, "config", "config.yaml")
-    with pytest.raises(InputError, match="^datasets lab_pbmc and lab_pbmc_2 of the config both stand for pbmc68k_batched"):
+    with pytest.raises(
+        InputError, match="^datasets lab_pbmc and lab_pbmc_2 of the config both stand for pbmc68k_batched"
+    ):
         published.context_of(config, make_plan(config, registries), registries)
 
 

@@ -168,7 +168,9 @@ def brute_force_sets(cal_scores, cal_features, query_scores, query_features, alp
         equality = np.hstack([features, np.eye(n + 1), -np.eye(n + 1)])
         costs = np.concatenate([np.zeros(g), np.full(n + 1, level), np.full(n + 1, 1 - level)])
         bounds = [(None, None)] * g + [(0, None)] * (2 * (n + 1))
-        best = linprog(costs, A_eq=equality, b_eq=targets, bounds=bounds, method="highs-ipm", options={"presolve": False})
+        best = linprog(
+            costs, A_eq=equality, b_eq=targets, bounds=bounds, method="highs-ipm", options={"presolve": False}
+        )
         lowest = linprog(np.concatenate([query_features[i, k], np.zeros(2 * (n + 1))]), A_ub=costs[None, :],
                          b_ub=[best.fun + 1e-9], A_eq=equality, b_eq=targets, bounds=bounds, method="highs-ipm",
                          options={"presolve": False})  # fmt: skip
@@ -232,7 +234,9 @@ def draw(rng, n: int, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     soft = np.exp(logits - logits.max(axis=1, keepdims=True))
     soft /= soft.sum(axis=1, keepdims=True)
     spread = (1 + batch) * (1 + 0.5 * np.abs(latent[:, 0])) * (1 + label / N_TYPES)
-    return np.column_stack([np.eye(N_BATCHES)[batch], np.eye(N_TYPES)[label], soft]), np.abs(rng.normal(size=n)) * spread
+    return np.column_stack([np.eye(N_BATCHES)[batch], np.eye(N_TYPES)[label], soft]), np.abs(
+        rng.normal(size=n)
+    ) * spread
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +255,9 @@ def simulated_coverage():  # ≈ 50 s: the tests that read it are marked slow
                       "randomised": augmented_thresholds(cal_features, cal_scores, 1 - ALPHA, query_features, levels),
                       "plain": query_features @ quantile_regression(cal_features, cal_scores, 1 - ALPHA)}  # fmt: skip
         for fit, threshold in thresholds.items():
-            covered[fit].append(((query_scores <= threshold + conformal.SOLVER_TOLERANCE)[:, None] * query_features).sum(0))
+            covered[fit].append(
+                ((query_scores <= threshold + conformal.SOLVER_TOLERANCE)[:, None] * query_features).sum(0)
+            )
         weights.append(query_features.sum(axis=0))
     weights = np.array(weights)
     result = {}

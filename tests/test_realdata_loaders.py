@@ -88,8 +88,10 @@ def test_cellbench_protocols_keeps_the_genotype_singlets_of_both_protocols(prepa
     data = prepared("cellbench_protocols")
     # the files hold 274 and 225 cells, none flagged an outlier (CellBench publishes them after its QC): the
     # filter that bites is the genotype one, dropping 34 and 15 doublets
-    assert data.uns["cellbench"] == {"sc_celseq2": {"cells_in_file": 274, "singlets_kept": 240},
-                                     "sc_dropseq": {"cells_in_file": 225, "singlets_kept": 210}}
+    assert data.uns["cellbench"] == {
+        "sc_celseq2": {"cells_in_file": 274, "singlets_kept": 240},
+        "sc_dropseq": {"cells_in_file": 225, "singlets_kept": 210},
+    }
     assert pd.crosstab(data.obs["batch"], data.obs["label"]).to_dict("index") == {
         "sc_celseq2": {"H1975": 103, "H2228": 67, "HCC827": 70},
         "sc_dropseq": {"H1975": 79, "H2228": 65, "HCC827": 66},
@@ -104,12 +106,19 @@ def test_cellbench_protocols_keeps_the_genotype_singlets_of_both_protocols(prepa
 
 def test_cellbench_plates_keeps_the_genotype_singlets_of_three_plates_whose_well_ids_repeat(prepared):
     data = prepared("cellbench_plates")
-    assert data.uns["cellbench"] == {"sc_celseq2_5cl_p1": {"cells_in_file": 297, "singlets_kept": 156},
-                                     "sc_celseq2_5cl_p2": {"cells_in_file": 307, "singlets_kept": 163},
-                                     "sc_celseq2_5cl_p3": {"cells_in_file": 305, "singlets_kept": 252}}
+    assert data.uns["cellbench"] == {
+        "sc_celseq2_5cl_p1": {"cells_in_file": 297, "singlets_kept": 156},
+        "sc_celseq2_5cl_p2": {"cells_in_file": 307, "singlets_kept": 163},
+        "sc_celseq2_5cl_p3": {"cells_in_file": 305, "singlets_kept": 252},
+    }
     assert data.n_obs == 571 and data.obs["batch"].nunique() == 3
-    assert data.obs["label"].value_counts().to_dict() == {"A549": 186, "H838": 146, "H1975": 89, "H2228": 85,
-                                                           "HCC827": 65}
+    assert data.obs["label"].value_counts().to_dict() == {
+        "A549": 186,
+        "H838": 146,
+        "H1975": 89,
+        "H2228": 85,
+        "HCC827": 65,
+    }
     # every plate names its wells p1_A1, …: the experiment in front keeps the cells apart
     assert {"sc_celseq2_5cl_p1:p1_A1", "sc_celseq2_5cl_p2:p1_A1", "sc_celseq2_5cl_p3:p1_A1"} <= set(data.obs_names)
     assert "counts" in data.layers and data.var_names.str.startswith("ENSG").all()

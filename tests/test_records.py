@@ -64,7 +64,11 @@ def test_the_audit_asks_for_more_than_the_leaderboard():
 def test_run_records_are_parsed_in_one_place():
     """A grep of src/ and workflow/ finds one JSON read of a run record: records.read_record's."""
     readers = []
-    for path in [*(REPO / "src").rglob("*.py"), *(REPO / "workflow").rglob("*.py"), *(REPO / "workflow").rglob("*.smk")]:
+    for path in [
+        *(REPO / "src").rglob("*.py"),
+        *(REPO / "workflow").rglob("*.py"),
+        *(REPO / "workflow").rglob("*.smk"),
+    ]:
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             if re.search(r"json\.loads?\(", line) and re.search(r"\b\w*record(s|_paths?)?\b|run\.json", line):
                 readers.append(f"{path.relative_to(REPO)}:{number}")

@@ -86,10 +86,14 @@ def test_a_deterministic_method_without_spread_of_its_own_gets_its_metrics_sprea
 
 def test_without_any_smooth_move_the_tolerance_is_the_floor_and_a_large_move_is_never_rounding():
     default, seeds, reruns = reference_inputs()
-    reruns["avx"].loc[reruns["avx"]["method"] == "nj_raw", "value"] = default.loc[default["method"] == "nj_raw", "value"] + [0, 0.25, 0]
+    reruns["avx"].loc[reruns["avx"]["method"] == "nj_raw", "value"] = default.loc[
+        default["method"] == "nj_raw", "value"
+    ] + [0, 0.25, 0]
     noise, tolerance, _ = ref.noise_model(default, seeds, reruns, TRACKS, false_alarm=0.01)
     assert noise.set_index("metric").loc["rf", "kind"] == "discontinuous"  # a topology flipped
-    assert tolerance == Tolerance(rel=ref.TOLERANCE_FLOOR, abs=ref.ROUNDING.abs * ref.TOLERANCE_FLOOR / ref.ROUNDING.rel)
+    assert tolerance == Tolerance(
+        rel=ref.TOLERANCE_FLOOR, abs=ref.ROUNDING.abs * ref.TOLERANCE_FLOOR / ref.ROUNDING.rel
+    )
 
 
 def built_reference(tmp_path: Path) -> ref.Reference:
@@ -165,10 +169,15 @@ def test_bit_for_bit_calls_any_move_a_change_and_the_rule_follows_the_environmen
     reference = built_reference(tmp_path)
     found = verdicts(reference, {("scilama", 0, "total"): 1e-15, ("nj_raw", 0, "rf"): 1e-15}, rule=ref.BIT_FOR_BIT)
     assert found[("scilama", 0, "total")] == found[("nj_raw", 0, "rf")] == ref.CHANGED
-    assert ref.rule_for(ref.environment_differences(reference.environment, dict(reference.environment))) == ref.BIT_FOR_BIT
+    assert (
+        ref.rule_for(ref.environment_differences(reference.environment, dict(reference.environment))) == ref.BIT_FOR_BIT
+    )
     here = reference.environment | {"machine.cpu_model": "Intel Xeon", "machine.kernels.OPENBLAS_CORETYPE": "Nehalem"}
     differences = ref.environment_differences(reference.environment, here)
-    assert differences == {"machine.cpu_model": ("AMD EPYC", "Intel Xeon"), "machine.kernels.OPENBLAS_CORETYPE": ("absent", "Nehalem")}
+    assert differences == {
+        "machine.cpu_model": ("AMD EPYC", "Intel Xeon"),
+        "machine.kernels.OPENBLAS_CORETYPE": ("absent", "Nehalem"),
+    }
     assert ref.rule_for(differences) == ref.NOISE_AWARE
 
 
@@ -180,7 +189,8 @@ def test_the_summary_counts_each_verdict_and_says_whether_the_release_is_reprodu
     here = reference.scores.copy()
     here.loc[here["metric"] == "n_marker_genes", "value"] += 1
     assert ref.summary_line(ref.judge(reference, here, ref.NOISE_AWARE)).startswith(
-        "does not reproduce the release: 6 identical, 0 within numerical tolerance, 0 within seed noise, 3 changed")
+        "does not reproduce the release: 6 identical, 0 within numerical tolerance, 0 within seed noise, 3 changed"
+    )
 
 
 def test_cost_ratios_are_this_machines_over_the_references_per_rule(tmp_path):

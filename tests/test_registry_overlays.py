@@ -36,8 +36,12 @@ def overlay(tmp_path, monkeypatch, *, lab_datasets=None, lab_methods=None, **con
 
 
 def test_a_labs_entries_join_celldags_and_keep_their_file(tmp_path, monkeypatch):
-    lab_nj = {"track": "lineage", "run": "celldag.methods.distance_tree:run", "description": "x",
-              "params": {"features": "raw", "reconstruction": "nj"}}
+    lab_nj = {
+        "track": "lineage",
+        "run": "celldag.methods.distance_tree:run",
+        "description": "x",
+        "params": {"features": "raw", "reconstruction": "nj"},
+    }
     _, registries = overlay(tmp_path, monkeypatch, lab_datasets={"lab_rna": LAB_RNA}, lab_methods={"lab_nj": lab_nj})
     assert {"lab_rna", "bm_default", "pbmc68k_batched"} <= set(registries.datasets)
     assert registries.datasets["lab_rna"]["params"]["file"] == "rna.h5ad"
@@ -66,44 +70,118 @@ def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
     ("datasets", "methods", "config", "message"),
     [
         # dataset params, each track
-        ({"lab_rna": LAB_RNA | {"params": LAB_RNA["params"] | {"lable_key": "x"}}}, None, {},
-         "lab/datasets.yaml: lab_rna.params: unknown key 'lable_key'; accepted: batch_key, counts_layer, duplicate_genes, "
-         "file, label_key, lognorm_layer, min_cells, min_genes, n_top_genes, split_key, val_fraction"),
-        ({"lab_tree": LAB_LINEAGE | {"params": LAB_LINEAGE["params"] | {"standardise": True, "replicate": True}}}, None, {},
-         "lab/datasets.yaml: lab_tree.params: unknown keys 'replicate', 'standardise'; accepted: file, layer, leaf_key, "
-         "lineage_key, newick, newick_key, replicate_key, replicates, standardize, validation_cells, values"),
+        (
+            {"lab_rna": LAB_RNA | {"params": LAB_RNA["params"] | {"lable_key": "x"}}},
+            None,
+            {},
+            "lab/datasets.yaml: lab_rna.params: unknown key 'lable_key'; accepted: batch_key, counts_layer, duplicate_genes, "
+            "file, label_key, lognorm_layer, min_cells, min_genes, n_top_genes, split_key, val_fraction",
+        ),
+        (
+            {"lab_tree": LAB_LINEAGE | {"params": LAB_LINEAGE["params"] | {"standardise": True, "replicate": True}}},
+            None,
+            {},
+            "lab/datasets.yaml: lab_tree.params: unknown keys 'replicate', 'standardise'; accepted: file, layer, leaf_key, "
+            "lineage_key, newick, newick_key, replicate_key, replicates, standardize, validation_cells, values",
+        ),
         # the representation loader's earlier names say what they became
-        ({"lab_rna": LAB_RNA | {"params": LAB_RNA["params"] | {"layer": "counts", "values": "lognorm"}}}, None, {},
-         "lab/datasets.yaml: lab_rna.params: unknown keys 'layer', 'values'; layer became counts_layer (layer: counts is "
-         "counts_layer: counts); values became lognorm_layer (values: lognorm is counts_layer: null, lognorm_layer: X); "
-         "accepted: batch_key, counts_layer, duplicate_genes, file, label_key, lognorm_layer, min_cells, min_genes, "
-         "n_top_genes, split_key, val_fraction"),
+        (
+            {"lab_rna": LAB_RNA | {"params": LAB_RNA["params"] | {"layer": "counts", "values": "lognorm"}}},
+            None,
+            {},
+            "lab/datasets.yaml: lab_rna.params: unknown keys 'layer', 'values'; layer became counts_layer (layer: counts is "
+            "counts_layer: counts); values became lognorm_layer (values: lognorm is counts_layer: null, lognorm_layer: X); "
+            "accepted: batch_key, counts_layer, duplicate_genes, file, label_key, lognorm_layer, min_cells, min_genes, "
+            "n_top_genes, split_key, val_fraction",
+        ),
         # method params, variants and param_schema, each track
-        (None, {"lab_pca": {"track": "representation", "run": "celldag.methods.pca:run", "description": "x",
-                            "params": {"n_component": 20}}}, {},
-         "lab/methods.yaml: lab_pca.params: unknown key 'n_component'; accepted: n_components"),
-        (None, {"lab_nj": {"track": "lineage", "run": "celldag.methods.distance_tree:run", "description": "x",
-                           "params": {"features": "raw", "reconstruction": "nj"}, "variants": {"pca": {"feature": "pca"}}}}, {},
-         "lab/methods.yaml: lab_nj.variants.pca: unknown key 'feature'; accepted: features, n_components, reconstruction"),
-        (None, {"lab_nj": {"track": "lineage", "run": "celldag.methods.distance_tree:run", "description": "x",
-                           "params": {"features": "raw", "reconstruction": "nj"},
-                           "param_schema": {"n_components": {"type": "integer"}, "reconstrution": {"enum": ["nj"]}}}}, {},
-         "lab/methods.yaml: lab_nj.param_schema: unknown key 'reconstrution'; accepted: features, n_components, reconstruction"),
+        (
+            None,
+            {
+                "lab_pca": {
+                    "track": "representation",
+                    "run": "celldag.methods.pca:run",
+                    "description": "x",
+                    "params": {"n_component": 20},
+                }
+            },
+            {},
+            "lab/methods.yaml: lab_pca.params: unknown key 'n_component'; accepted: n_components",
+        ),
+        (
+            None,
+            {
+                "lab_nj": {
+                    "track": "lineage",
+                    "run": "celldag.methods.distance_tree:run",
+                    "description": "x",
+                    "params": {"features": "raw", "reconstruction": "nj"},
+                    "variants": {"pca": {"feature": "pca"}},
+                }
+            },
+            {},
+            "lab/methods.yaml: lab_nj.variants.pca: unknown key 'feature'; accepted: features, n_components, reconstruction",
+        ),
+        (
+            None,
+            {
+                "lab_nj": {
+                    "track": "lineage",
+                    "run": "celldag.methods.distance_tree:run",
+                    "description": "x",
+                    "params": {"features": "raw", "reconstruction": "nj"},
+                    "param_schema": {"n_components": {"type": "integer"}, "reconstrution": {"enum": ["nj"]}},
+                }
+            },
+            {},
+            "lab/methods.yaml: lab_nj.param_schema: unknown key 'reconstrution'; accepted: features, n_components, reconstruction",
+        ),
         # a run function without a declaration: its entry's params and param_schema are the declaration
-        (None, {"lab_own": {"track": "lineage", "run": "celldag.lineage.reconstruct:reconstruct", "description": "x",
-                            "params": {"method": "nj"}, "variants": {"fast": {"methd": "upgma"}}}}, {},
-         "lab/methods.yaml: lab_own.variants.fast: unknown key 'methd'; accepted: method"),
+        (
+            None,
+            {
+                "lab_own": {
+                    "track": "lineage",
+                    "run": "celldag.lineage.reconstruct:reconstruct",
+                    "description": "x",
+                    "params": {"method": "nj"},
+                    "variants": {"fast": {"methd": "upgma"}},
+                }
+            },
+            {},
+            "lab/methods.yaml: lab_own.variants.fast: unknown key 'methd'; accepted: method",
+        ),
         # the run config's method_params
-        (None, None, {"methods": ["scilama/text"], "datasets": ["pbmc68k_batched"],
-                      "method_params": {"scilama": {"latent_dims": 30}}},
-         "lab.yaml: method_params.scilama: unknown key 'latent_dims'; accepted: batch_size, checkpoint_every, device, "
-         "dropout, embedding, gamma, gene_hidden_dims, gene_input, hidden_dims, kl_ramp_epochs, kl_warmup_epochs, "
-         "latent_dim, lr, lr_decay, max_epochs, min_delta, mode, patience, use_batch, use_gene_vae, weight_decay"),
-        (None, None, {"methods": ["celltreeqm/supervised"], "method_params": {"celltreeqm": {"step": 30}}},
-         "lab.yaml: method_params.celltreeqm: unknown key 'step'; accepted: checkpoint_every, device,"),
+        (
+            None,
+            None,
+            {
+                "methods": ["scilama/text"],
+                "datasets": ["pbmc68k_batched"],
+                "method_params": {"scilama": {"latent_dims": 30}},
+            },
+            "lab.yaml: method_params.scilama: unknown key 'latent_dims'; accepted: batch_size, checkpoint_every, device, "
+            "dropout, embedding, gamma, gene_hidden_dims, gene_input, hidden_dims, kl_ramp_epochs, kl_warmup_epochs, "
+            "latent_dim, lr, lr_decay, max_epochs, min_delta, mode, patience, use_batch, use_gene_vae, weight_decay",
+        ),
+        (
+            None,
+            None,
+            {"methods": ["celltreeqm/supervised"], "method_params": {"celltreeqm": {"step": 30}}},
+            "lab.yaml: method_params.celltreeqm: unknown key 'step'; accepted: checkpoint_every, device,",
+        ),
     ],
-    ids=["representation dataset", "lineage dataset", "legacy layer/values", "method params", "method variant",
-         "method param_schema", "undeclared run function", "method_params representation", "method_params lineage"],
+    ids=[
+        "representation dataset",
+        "lineage dataset",
+        "legacy layer/values",
+        "method params",
+        "method variant",
+        "method param_schema",
+        "undeclared run function",
+        "method_params representation",
+        "method_params lineage",
+    ],
 )
 def test_unknown_parameter_names_are_refused_at_parse_time(tmp_path, monkeypatch, datasets, methods, config, message):
     with pytest.raises(ConfigError) as raised:
@@ -124,7 +202,16 @@ def test_every_shipped_loader_and_method_declares_its_parameters():
 
 def test_declarations_are_read_from_source_without_importing_the_modules(repo):
     """Parsing the workflow reads every declaration of the registries and imports none of the heavy libraries."""
-    heavy = ("torch", "anndata", "scanpy", "scvi", "skbio", "pandas", "celldag.methods.celltreeqm.train", "celldag.data.h5ad")
+    heavy = (
+        "torch",
+        "anndata",
+        "scanpy",
+        "scvi",
+        "skbio",
+        "pandas",
+        "celldag.methods.celltreeqm.train",
+        "celldag.data.h5ad",
+    )
     code = ("import sys; from celldag.registry import load_config, read_yaml; "
             "load_config(read_yaml('config/config.yaml'), 'c', root='.'); "
             f"print([name for name in {heavy!r} if name in sys.modules])")  # fmt: skip
@@ -152,13 +239,17 @@ def test_a_declaration_that_is_not_literal_is_read_by_importing(tmp_path, monkey
 
 
 def test_method_params_of_a_key_a_selected_variant_fixes_are_refused(tmp_path, monkeypatch):
-    sorted_variant = {"methods": ["celltreeqm/high_level_partition_sorted"], "method_params": {"celltreeqm": {"select": "topology_mismatch"}}}
+    sorted_variant = {
+        "methods": ["celltreeqm/high_level_partition_sorted"],
+        "method_params": {"celltreeqm": {"select": "topology_mismatch"}},
+    }
     with pytest.raises(ConfigError) as raised:
         overlay(tmp_path, monkeypatch, **sorted_variant)
     assert str(raised.value) == (
         "lab.yaml: method_params.celltreeqm.select: the variant celltreeqm/high_level_partition_sorted fixes select "
         f"itself (select: 'ordered_mismatch', {REPO}/config/methods.yaml), so this override would be dropped; select other "
-        "variants or define a variant of your own")
+        "variants or define a variant of your own"
+    )
     # the same override with variants that leave the key to the method's params is applied
     _, registries = overlay(tmp_path, monkeypatch, **sorted_variant | {"methods": ["celltreeqm/high_level_partition"]})
     assert registries.methods["celltreeqm"]["params"]["select"] == "topology_mismatch"
@@ -172,9 +263,11 @@ def test_snakemake_dry_run_refuses_an_unknown_param_in_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=workdir, capture_output=True, text=True)
     assert result.returncode != 0
     console = result.stdout + result.stderr
-    assert ("invalid configuration: config/datasets.yaml: bm_default.params: unknown key 'dept'; accepted: "
-            "count_depth, count_scale, depth, max_walk, measurement_std, n_noise, n_signal, n_spurious, noise_std, "
-            "standardize") in console
+    assert (
+        "invalid configuration: config/datasets.yaml: bm_default.params: unknown key 'dept'; accepted: "
+        "count_depth, count_scale, depth, max_walk, measurement_std, n_noise, n_signal, n_spurious, noise_std, "
+        "standardize"
+    ) in console
 
 
 def test_celldag_validate_says_an_unknown_param_in_one_line(tmp_path, monkeypatch, capsys):

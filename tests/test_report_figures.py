@@ -25,7 +25,11 @@ KINDS = {"celltreeqm/high_level_partition_relabelled": "control", "nj_raw/defaul
 
 def scores_table() -> pd.DataFrame:
     rows = []
-    values = {"nj_raw/default": (0.5, 0.3), "upgma_raw/default": (0.7, 0.2), "celltreeqm/high_level_partition_relabelled": (0.6, 0.4)}
+    values = {
+        "nj_raw/default": (0.5, 0.3),
+        "upgma_raw/default": (0.7, 0.2),
+        "celltreeqm/high_level_partition_relabelled": (0.6, 0.4),
+    }
     for key, (rf, quartet) in values.items():
         method, variant = key.split("/")
         for seed, shift in ((0, -0.1), (1, 0.1)):
@@ -53,7 +57,11 @@ def test_the_heatmap_table_holds_means_of_ok_runs_and_ranks_by_direction():
     assert "broken/default" not in table.index  # failed: no value to show
     assert table.loc["upgma_raw/default", "rf"] == pytest.approx(0.7)
     ranks = figures.column_ranks(table, LINEAGE)  # lower is better for both
-    assert ranks["rf"].to_dict() == {"celltreeqm/high_level_partition_relabelled": 2.0, "nj_raw/default": 1.0, "upgma_raw/default": 3.0}
+    assert ranks["rf"].to_dict() == {
+        "celltreeqm/high_level_partition_relabelled": 2.0,
+        "nj_raw/default": 1.0,
+        "upgma_raw/default": 3.0,
+    }
     assert ranks["quartet_dist"]["upgma_raw/default"] == 1.0
 
 
@@ -62,7 +70,11 @@ def test_the_heatmap_marks_controls_and_baselines_and_is_deterministic():
     first = figures.scores_heatmap(data)
     labels = [text.get_text() for text in first.axes[0].get_yticklabels()]
     # rows sorted by mean rank over the core metrics present (rf, quartet_dist): nj_raw (1, 2), upgma (3, 1), control (2, 3)
-    assert labels == ["nj_raw/default (baseline)", "upgma_raw/default", "celltreeqm/high_level_partition_relabelled (control)"]
+    assert labels == [
+        "nj_raw/default (baseline)",
+        "upgma_raw/default",
+        "celltreeqm/high_level_partition_relabelled (control)",
+    ]
     styles = {t.get_text(): t.get_fontstyle() for t in first.axes[0].get_yticklabels()}
     assert styles["celltreeqm/high_level_partition_relabelled (control)"] == "italic"
     assert png(first) == png(figures.scores_heatmap(data))

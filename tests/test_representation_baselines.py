@@ -127,5 +127,15 @@ def test_scvis_registry_settings_are_scvi_tools_defaults():
     defaults = ({name: model[name].default for name in ("n_latent", "n_layers", "n_hidden")}
                 | {name: train[name].default for name in ("max_epochs", "batch_size", "early_stopping")})  # fmt: skip
     # max_epochs None: scvi-tools' rule, min(round(20,000 / cells · 400), 400)
-    assert {name: params[name] for name in defaults} == defaults == {
-        "n_latent": 10, "n_layers": 1, "n_hidden": 128, "max_epochs": None, "batch_size": 128, "early_stopping": False}
+    assert (
+        {name: params[name] for name in defaults}
+        == defaults
+        == {
+            "n_latent": 10,
+            "n_layers": 1,
+            "n_hidden": 128,
+            "max_epochs": None,
+            "batch_size": 128,
+            "early_stopping": False,
+        }
+    )

@@ -24,8 +24,10 @@ def counts_adata(seed: int = 0, n_genes: int = 30) -> anndata.AnnData:
     codes = pd.Categorical(labels).codes
     counts = rng.poisson(means[codes]).astype(np.float32)  # float storage of integer counts, as in h5ad files
     counts[:, -2:] = 0
-    obs = pd.DataFrame({"celltype": labels, "tech": np.where(np.arange(labels.size) % 2, "smartseq", "10x")},
-                       index=[f"cell{i}" for i in range(labels.size)])
+    obs = pd.DataFrame(
+        {"celltype": labels, "tech": np.where(np.arange(labels.size) % 2, "smartseq", "10x")},
+        index=[f"cell{i}" for i in range(labels.size)],
+    )
     var = pd.DataFrame(index=[f"G{j}" for j in range(n_genes)])
     return anndata.AnnData(X=sparse.csr_matrix(counts), obs=obs, var=var)
 
@@ -146,9 +148,12 @@ def test_split_always_trains_on_every_label():
 def test_missing_label_or_batch_is_an_input_error():
     source = counts_adata()
     source.obs.loc["cell3", "celltype"] = None
-    with pytest.raises(ValueError, match=re.escape(
-        "obs['celltype'] (label) is missing for 1 of 120 cells (first: 'cell3'); every cell needs a label"
-    )):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "obs['celltype'] (label) is missing for 1 of 120 cells (first: 'cell3'); every cell needs a label"
+        ),
+    ):
         run(source)
     with pytest.raises(ValueError, match=re.escape("obs has no batch column 'donor'")):
         preprocess(counts_adata(), label_key="celltype", batch_key="donor", seed=0, params={})
@@ -241,8 +246,13 @@ def test_h5ad_loader_reads_the_counts_layer(tmp_path):
     source.layers["counts"] = counts
     source.X = sparse.csr_matrix(np.log1p(counts.toarray()) / 3)  # the files' normalised X is not used
     source.write_h5ad(tmp_path / "pancreas.h5ad")
-    params = {"file": "pancreas.h5ad", "label_key": "celltype", "batch_key": "tech", "counts_layer": "counts",
-              "min_genes": 0}
+    params = {
+        "file": "pancreas.h5ad",
+        "label_key": "celltype",
+        "batch_key": "tech",
+        "counts_layer": "counts",
+        "min_genes": 0,
+    }
     prepared = prepare_h5ad("scib_pancreas", params, 0, {"pancreas.h5ad": str(tmp_path / "pancreas.h5ad")})
     kept = source.var_names.get_indexer(prepared.var_names)
     np.testing.assert_array_equal(prepared.layers["counts"].toarray(), counts.toarray()[:, kept])
@@ -266,14 +276,20 @@ def test_pbmc3k_joins_labels_by_barcode(tmp_path):
     labelled = rng.permutation(raw.n_obs)[:100]  # in shuffled order: the join must go by barcode
     louvain = pd.Series(np.where(labelled % 3, "CD4 T cells", "B cells"), index=raw.obs_names[labelled])
     louvain["TTTT0000-1"] = "NK cells"  # a label whose cell the raw file lacks
-    processed = anndata.AnnData(X=np.zeros((louvain.size, 1), dtype=np.float32),
-                                obs=pd.DataFrame({"louvain": pd.Categorical(louvain)}, index=louvain.index))
+    processed = anndata.AnnData(
+        X=np.zeros((louvain.size, 1), dtype=np.float32),
+        obs=pd.DataFrame({"louvain": pd.Categorical(louvain)}, index=louvain.index),
+    )
     processed.write_h5ad(tmp_path / PBMC3K_PROCESSED)
     files = {name: str(tmp_path / name) for name in (PBMC3K_RAW, PBMC3K_PROCESSED)}
 
     prepared = prepare_pbmc3k("pbmc3k", {"min_genes": 0}, 0, files)
     assert prepared.n_obs == 100
     assert (prepared.obs["label"].astype(str) == louvain.loc[prepared.obs_names]).all()
-    assert prepared.uns["label_join"] == {"cells_raw": 120, "labelled_cells": 101, "unlabelled_dropped": 20,
-                                         "labels_without_raw_cell": 1}
+    assert prepared.uns["label_join"] == {
+        "cells_raw": 120,
+        "labelled_cells": 101,
+        "unlabelled_dropped": 20,
+        "labels_without_raw_cell": 1,
+    }
     assert set(prepared.obs["batch"]) == {"pbmc3k"}

@@ -119,7 +119,8 @@ def test_the_forest_plot_draws_the_leaderboards_paired_differences(tmp_path):
         ("scilama/shuffled", "total"), ("scilama/shuffled", "marker_db")]  # batch_correction: no rows  # fmt: skip
     for row in rows:
         assert {key: row[key] for key in ("mean", "low", "high", "n")} == paired_difference(
-            scores, "scilama/text", row["other"], row["metric"])
+            scores, "scilama/text", row["other"], row["metric"]
+        )
 
     figure = figures.paired(figure_data(tmp_path, {}, scores, PAIRED))
     by_metric = {axes.get_title(): axes for axes in figure.axes}
@@ -207,7 +208,9 @@ def test_the_umap_legend_lists_batches_under_the_cell_types_in_colours_of_their_
 def test_the_marker_figure_names_and_colours_cell_types_as_the_umap(tmp_path):
     outputs = {"scilama/text": output("scilama", "text", gene_embedding=True), "pca/default": output("pca", "default")}
     data = figure_data(tmp_path, outputs)
-    data = FigureData(**{**vars(data), "dataset_entry": {"markers": MARKERS, "marker_labels": {"T": "T", "Mono": "Mono"}}})
+    data = FigureData(
+        **{**vars(data), "dataset_entry": {"markers": MARKERS, "marker_labels": {"T": "T", "Mono": "Mono"}}}
+    )
     umap_colours = legend_colours(figures.umap(data))
     marker_colours = legend_colours(figures.markers(data))
     # B has no marker_labels entry here but is a label too: it keeps its name, hence its UMAP colour

@@ -99,9 +99,13 @@ def test_a_subsample_scores_the_graph_metrics_on_every_cell_and_the_rest_on_its_
     for key in embeddings:
         for metric in GRAPH:
             assert half[key][metric] == pytest.approx(scores[key][metric], abs=1e-6), (key, metric)
-    assert half["bio"]["silhouette_label"] == pytest.approx((silhouette_score(bio[rows], labels[rows]) + 1) / 2, abs=1e-5)
+    assert half["bio"]["silhouette_label"] == pytest.approx(
+        (silhouette_score(bio[rows], labels[rows]) + 1) / 2, abs=1e-5
+    )
     assert half["bio"]["silhouette_label"] != pytest.approx(scores["bio"]["silhouette_label"], abs=1e-6)
-    bio_mean = np.mean([half["bio"][m] for m in ("nmi_kmeans", "ari_kmeans", "silhouette_label", "clisi", "isolated_labels")])
+    bio_mean = np.mean(
+        [half["bio"][m] for m in ("nmi_kmeans", "ari_kmeans", "silhouette_label", "clisi", "isolated_labels")]
+    )
     assert half["bio"]["bio_conservation"] == pytest.approx(bio_mean, abs=1e-12)
     assert half["bio"]["total"] == pytest.approx(0.6 * bio_mean + 0.4 * half["bio"]["batch_correction"], abs=1e-12)
 

@@ -59,7 +59,9 @@ def test_a_note_about_methods_shows_only_where_they_ran(repo):
     assert "CPU smoke sizes" not in without and "- a plain note is always shown" in without
     rows.append(rows[0] | {"track": "lineage", "method": "triplet", "variant": "supervised", "metric": "rf",
                            "higher_is_better": False})  # fmt: skip
-    assert "- CPU smoke sizes: celltreeqm, triplet and quadruplet train" in leaderboard_markdown(pd.DataFrame(rows), TRACKS, notes=notes)
+    assert "- CPU smoke sizes: celltreeqm, triplet and quadruplet train" in leaderboard_markdown(
+        pd.DataFrame(rows), TRACKS, notes=notes
+    )
 
 
 def test_a_methods_note_on_its_runs_shows_under_its_dataset_with_the_seeds(tmp_path):
@@ -81,7 +83,9 @@ def test_a_methods_note_on_its_runs_shows_under_its_dataset_with_the_seeds(tmp_p
              "metric": "rf", "value": 0.5, "higher_is_better": False, "status": "ok"} for seed in range(3)]  # fmt: skip
     text = leaderboard_markdown(pd.DataFrame(rows), TRACKS, runs=runs)
     assert text.count("no validation replicate") == 1
-    assert text.index("## lab (lineage)") < text.index("- `celltreeqm/supervised` (seeds 0, 1): no validation replicate here")
+    assert text.index("## lab (lineage)") < text.index(
+        "- `celltreeqm/supervised` (seeds 0, 1): no validation replicate here"
+    )
     assert "validation" not in leaderboard_markdown(pd.DataFrame(rows), TRACKS, runs=runs.assign(note=""))
 
 
@@ -90,7 +94,11 @@ def clipped_and_count_scores() -> pd.DataFrame:
     rows = []
     for seed in range(3):
         for method, total, pcr, n_markers in (("pca", 0.5, (0.0, 0.2, 0.1)[seed], 18.0), ("harmony", 0.6, 0.3, 18.0)):
-            for metric, value in (("total", total + seed / 100), ("pcr_comparison", pcr), ("n_marker_genes", n_markers)):
+            for metric, value in (
+                ("total", total + seed / 100),
+                ("pcr_comparison", pcr),
+                ("n_marker_genes", n_markers),
+            ):
                 rows.append({"dataset": "d", "track": "representation", "method": method, "variant": "default",
                              "seed": seed, "metric": metric, "value": value, "higher_is_better": True, "status": "ok"})  # fmt: skip
     return pd.DataFrame(rows)

@@ -76,9 +76,12 @@ def test_the_jobs_of_a_larger_dataset_ask_for_more(tmp_path):
     # every heavy job leaves Snakemake's benchmark beside its log: `celldag resources` sets use beside request
     jobs = resources.measured(str(workdir / "results"), MODELS)
     assert sorted((job["rule"], job["dataset"], job["rows"], job["requested_mb"]) for job in jobs) == [
-        ("evaluate", "bm_16", 16, 1001), ("evaluate", "bm_512", 512, 1008),
-        ("prepare_dataset", "bm_16", 16, None), ("prepare_dataset", "bm_512", 512, None),
-        ("run_method", "bm_16", 16, 1001), ("run_method", "bm_512", 512, 1027),
+        ("evaluate", "bm_16", 16, 1001),
+        ("evaluate", "bm_512", 512, 1008),
+        ("prepare_dataset", "bm_16", 16, None),
+        ("prepare_dataset", "bm_512", 512, None),
+        ("run_method", "bm_16", 16, 1001),
+        ("run_method", "bm_512", 512, 1027),
     ]
     assert all(0 < job["max_rss_mb"] < job["requested_mb"] for job in jobs if job["requested_mb"])
     # exact peaks: run records for training jobs, the log's last line (VmHWM) for the others

@@ -47,7 +47,9 @@ def run_and_score(tmp_path, method_entry, seed=0, tag="a"):
 def test_same_seed_gives_identical_scores(tmp_path):
     _, first = run_and_score(tmp_path / "one", NJ_RAW)
     _, second = run_and_score(tmp_path / "two", NJ_RAW)
-    pd.testing.assert_frame_equal(artifacts.read_scores(first / "scores.parquet"), artifacts.read_scores(second / "scores.parquet"))
+    pd.testing.assert_frame_equal(
+        artifacts.read_scores(first / "scores.parquet"), artifacts.read_scores(second / "scores.parquet")
+    )
     one, two = (json.loads((d / "run.json").read_text()) for d in (first, second))
     assert one["config_hash"] == two["config_hash"] == config_hash(one["config"])
     assert list(one["input_sha256"].values()) == list(two["input_sha256"].values())
@@ -58,7 +60,10 @@ def test_same_seed_gives_identical_scores(tmp_path):
 def test_other_seed_gives_other_scores(tmp_path):
     _, first = run_and_score(tmp_path, NJ_RAW, seed=0)
     _, second = run_and_score(tmp_path, NJ_RAW, seed=1)
-    assert not np.array_equal(artifacts.read_scores(first / "scores.parquet")["value"], artifacts.read_scores(second / "scores.parquet")["value"])
+    assert not np.array_equal(
+        artifacts.read_scores(first / "scores.parquet")["value"],
+        artifacts.read_scores(second / "scores.parquet")["value"],
+    )
 
 
 def test_not_applicable_and_failed_methods_are_recorded(tmp_path, monkeypatch):
@@ -187,7 +192,9 @@ def test_paired_difference_is_a_t_interval_over_seeds():
     # differences 0.1, 0.2, 0.3 (seed 3 unpaired): mean 0.2, sd 0.1, t(0.975, 2) = 4.3027
     assert result["n"] == 3 and result["mean"] == pytest.approx(0.2)
     assert result["high"] - result["mean"] == pytest.approx(4.302653 * 0.1 / 3**0.5, rel=1e-5)
-    text = leaderboard_markdown(scores, TRACKS, paired=[{"method": "scilama/text", "against": ["scilama/random"], "metrics": ["total"]}])
+    text = leaderboard_markdown(
+        scores, TRACKS, paired=[{"method": "scilama/text", "against": ["scilama/random"], "metrics": ["total"]}]
+    )
     assert "| scilama/text − scilama/random | total | 0.200 | [-0.048, 0.448] | 3 |" in text
 
 

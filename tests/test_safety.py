@@ -48,7 +48,9 @@ def test_no_code_runs_on_load_and_no_shell(path):
         where = f"{path.relative_to(REPO)}:{node.lineno}"
         assert name not in ("yaml.unsafe_load", "yaml.full_load", "yaml.load_all"), where
         if name == "yaml.load":  # only with a safe loader named in the call itself
-            assert ast.unparse(keywords.get("Loader", ast.Constant(None))) in ("yaml.SafeLoader", "yaml.CSafeLoader"), where
+            assert ast.unparse(keywords.get("Loader", ast.Constant(None))) in ("yaml.SafeLoader", "yaml.CSafeLoader"), (
+                where
+            )
         assert name not in ("os.system", "os.popen", "eval", "exec"), where
         if name == "torch.load":
             assert ast.unparse(keywords.get("weights_only", ast.Constant(False))) == "True", where

@@ -103,6 +103,7 @@ def test_joint_phase_skips_the_alignment_product_at_gamma_zero(monkeypatch):
     model, x = tiny_model(), torch.randn(6, N_GENES)
     calls = []
     original = SciLaMA.inner_reconstruction
+
     def recording(self, cell, gene):
         calls.append(cell.shape[1])
         return original(self, cell, gene)
@@ -275,5 +276,8 @@ def test_static_marker_scores_of_a_control_are_those_of_the_vectors_the_run_drew
     markers = {"A": ["g0", "g1", "g2", "g3"], "B": ["g4", "g5", "g6", "g7"], "C": ["g8", "g9", "g10", "g11"]}
     scores = marker_scores(output, markers, [str(tmp_path / "go_text/d.parquet")])
     drawn = marker_clustering(used["vectors"], names, markers)
-    assert (scores["marker_db_static"], scores["marker_ch_static"]) == (drawn["davies_bouldin"], drawn["calinski_harabasz"])
+    assert (scores["marker_db_static"], scores["marker_ch_static"]) == (
+        drawn["davies_bouldin"],
+        drawn["calinski_harabasz"],
+    )
     assert scores["marker_db_static"] != marker_clustering(embeddings, names, markers)["davies_bouldin"]

@@ -127,7 +127,9 @@ def test_max_cells_at_or_above_the_size_scores_exactly_as_without_the_option(pre
     outputs = [output(prepared, "pca"), output(prepared, "harmony"), output(prepared, "scvi", "not_applicable")]
     plain = score_seed(prepared, outputs, ScoringContext(0, {}, {"score_cells": None}))
     for max_cells in (600, 100_000):
-        same = score_seed(prepared, outputs, ScoringContext(0, {}, {"score_cells": {"max_cells": max_cells, "seed": 3}}))
+        same = score_seed(
+            prepared, outputs, ScoringContext(0, {}, {"score_cells": {"max_cells": max_cells, "seed": 3}})
+        )
         assert same == plain and "scored_cells" not in same[0]
     assert plain[2] == {}  # a run that is not ok: no scores
     reference = scib_inputs[0]
@@ -181,7 +183,9 @@ def write_run(tmp_path, prepared, evaluation: dict, dataset: str = DATASET) -> p
 def test_the_scores_table_carries_the_subsample_size_and_seed(tmp_path, prepared, scib_inputs):
     table = write_run(tmp_path, prepared, {"score_cells": {"max_cells": 300, "seed": 5}})
     assert (table["scored_cells"] == 300).all() and (table["subsample_seed"] == 5).all()
-    assert pd.api.types.is_integer_dtype(table["scored_cells"]) and pd.api.types.is_integer_dtype(table["subsample_seed"])
+    assert pd.api.types.is_integer_dtype(table["scored_cells"]) and pd.api.types.is_integer_dtype(
+        table["subsample_seed"]
+    )
     assert not set(table["metric"]) & set(contracts.SCORE_FACTS)  # the facts are columns, never metric rows
     assert {"total", "ilisi", "clisi"} <= set(table.loc[table["method"] == "pca", "metric"])
     assert set(table.loc[table["method"] == "scvi", "metric"]) == set(TRACK.core_metrics)  # NaN rows, as before
@@ -208,10 +212,12 @@ def test_the_leaderboard_notes_the_subsample_under_its_dataset(tmp_path, prepare
     audit.compare_rows(str(path), str(path), audit.AGGREGATE_KEYS["scores"], report)  # NaN facts compare equal
     assert report.problems == 0
     text = leaderboard_markdown(scores, TRACKS)
-    note = ("Silhouettes, isolated labels, PCR comparison, Leiden and batch ASW from a stratified subsample of 300 "
-            "cells (by label × batch; `evaluation.score_cells` seed 5 with the dataset seed: seeds 0), the same cells "
-            "for every method of a seed; LISI, kBET, graph connectivity and k-means NMI/ARI on every cell. Aggregates "
-            "scored this way stayed within 0.003 of every cell's at half of 20,000 cells (docs/representation.md).")
+    note = (
+        "Silhouettes, isolated labels, PCR comparison, Leiden and batch ASW from a stratified subsample of 300 "
+        "cells (by label × batch; `evaluation.score_cells` seed 5 with the dataset seed: seeds 0), the same cells "
+        "for every method of a seed; LISI, kBET, graph connectivity and k-means NMI/ARI on every cell. Aggregates "
+        "scored this way stayed within 0.003 of every cell's at half of 20,000 cells (docs/representation.md)."
+    )
     assert text.count(note) == 1
     sub_part, other_part = text.split("## synthetic_test (representation)")[1], text.split("## synthetic_test")[0]
     assert note in sub_part and note not in other_part and "## other_dataset (representation)" in other_part

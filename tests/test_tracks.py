@@ -73,7 +73,9 @@ def test_every_metric_the_lineage_scorer_returns_is_declared_and_every_declared_
     reconstructed = prepared.copy()
     fours = [leaves[i : i + 4] for i in range(0, len(leaves), 4)]
     reconstructed.uns["tree_newick"] = "(" + ",".join("(" + ",".join(four) + ")" for four in fours) + ");"
-    against_polytomies = track.call("scorer", reconstructed, outputs[:1], ScoringContext(0, BM, {"qdist_quartets": 5000}))
+    against_polytomies = track.call(
+        "scorer", reconstructed, outputs[:1], ScoringContext(0, BM, {"qdist_quartets": 5000})
+    )
     assert "a reconstruction" in against_polytomies[0].pop(contracts.SCORE_NOTE)
     returned = set().union(*scored, *against_polytomies)
     assert returned == set(track.metrics), "scorer and declaration disagree"
@@ -96,7 +98,9 @@ def test_the_representation_scorer_returns_declared_metrics_only():
     markers = {"B": genes[:3], "NK": genes[3:]}
     returned = set(marker_scores(output, markers, []))
     assert returned <= set(track.metrics) and set(SCIB_METRICS) | returned == set(track.metrics) - {
-        "marker_db_static", "marker_ch_static"}  # the static pair needs a table: scored in the e2e test
+        "marker_db_static",
+        "marker_ch_static",
+    }  # the static pair needs a table: scored in the e2e test
 
 
 def registry_tree(tmp_path, **changes) -> dict:
@@ -113,29 +117,51 @@ def registry_tree(tmp_path, **changes) -> dict:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"datasets": {"bm_default": {"track": "lineages"}}},
-         "config/datasets.yaml: bm_default.track: unknown track 'lineages'; known: annotation, lineage, representation"),
-        ({"datasets": {"bm_default": {"loader": "celldag.data.bm:prepare_bm"}}},
-         "config/datasets.yaml: bm_default.loader: module 'celldag.data.bm' defines no 'prepare_bm'"),
-        ({"methods": {"nj_raw": {"run": "celldag.methods.distance_tree"}}},
-         "config/methods.yaml: nj_raw.run: 'celldag.methods.distance_tree' is not a reference"),
-        ({"methods": {"nj_raw": {"needs": ["batches"]}}},
-         "config/methods.yaml: nj_raw.needs: the lineage track provides no optional input 'batches'; known: counts, replicates"),
-        ({"methods": {"nj_raw": {"needs_by_variant": {"supervised": ["replicates"]}}}},
-         "config/methods.yaml: nj_raw.needs_by_variant.supervised: 'nj_raw' has no variant 'supervised'"),
-        ({"methods": {"nj_raw": {"kind_by_variant": {"relabelled": "control"}}}},
-         "config/methods.yaml: nj_raw.kind_by_variant: 'nj_raw' has no variant 'relabelled'"),
-        ({"embeddings": {"random_384": {"provider": "celldag.embeddings.providers:noise"}}},
-         "config/embeddings.yaml: random_384.provider: module 'celldag.embeddings.providers' defines no 'noise'"),
-        ({"tracks": {"lineage": {"definition": "celldag.lineage.track:TRACKS"}}},
-         "config/tracks.yaml: lineage.definition: module 'celldag.lineage.track' defines no 'TRACKS'"),
-        ({"datasets": {"bm_default": {"chained": {"annotation": {}}}}},
-         "config/datasets.yaml: bm_default.chained.annotation: the annotation track chains on representation, "
-         "not on this dataset's track lineage"),
-        ({"datasets": {"bm_default": {"chained": {"annotations": {}}}}},
-         "config/datasets.yaml: bm_default.chained.annotations: unknown track; known: annotation, lineage"),
-        ({"methods": {"knn": {"variants": {"default": {}, "k50": {"n_neighbors": 50}}}}},
-         "config/methods.yaml: knn.variants: a method of the chained track annotation has one variant, default"),
+        (
+            {"datasets": {"bm_default": {"track": "lineages"}}},
+            "config/datasets.yaml: bm_default.track: unknown track 'lineages'; known: annotation, lineage, representation",
+        ),
+        (
+            {"datasets": {"bm_default": {"loader": "celldag.data.bm:prepare_bm"}}},
+            "config/datasets.yaml: bm_default.loader: module 'celldag.data.bm' defines no 'prepare_bm'",
+        ),
+        (
+            {"methods": {"nj_raw": {"run": "celldag.methods.distance_tree"}}},
+            "config/methods.yaml: nj_raw.run: 'celldag.methods.distance_tree' is not a reference",
+        ),
+        (
+            {"methods": {"nj_raw": {"needs": ["batches"]}}},
+            "config/methods.yaml: nj_raw.needs: the lineage track provides no optional input 'batches'; known: counts, replicates",
+        ),
+        (
+            {"methods": {"nj_raw": {"needs_by_variant": {"supervised": ["replicates"]}}}},
+            "config/methods.yaml: nj_raw.needs_by_variant.supervised: 'nj_raw' has no variant 'supervised'",
+        ),
+        (
+            {"methods": {"nj_raw": {"kind_by_variant": {"relabelled": "control"}}}},
+            "config/methods.yaml: nj_raw.kind_by_variant: 'nj_raw' has no variant 'relabelled'",
+        ),
+        (
+            {"embeddings": {"random_384": {"provider": "celldag.embeddings.providers:noise"}}},
+            "config/embeddings.yaml: random_384.provider: module 'celldag.embeddings.providers' defines no 'noise'",
+        ),
+        (
+            {"tracks": {"lineage": {"definition": "celldag.lineage.track:TRACKS"}}},
+            "config/tracks.yaml: lineage.definition: module 'celldag.lineage.track' defines no 'TRACKS'",
+        ),
+        (
+            {"datasets": {"bm_default": {"chained": {"annotation": {}}}}},
+            "config/datasets.yaml: bm_default.chained.annotation: the annotation track chains on representation, "
+            "not on this dataset's track lineage",
+        ),
+        (
+            {"datasets": {"bm_default": {"chained": {"annotations": {}}}}},
+            "config/datasets.yaml: bm_default.chained.annotations: unknown track; known: annotation, lineage",
+        ),
+        (
+            {"methods": {"knn": {"variants": {"default": {}, "k50": {"n_neighbors": 50}}}}},
+            "config/methods.yaml: knn.variants: a method of the chained track annotation has one variant, default",
+        ),
     ],  # fmt: skip
 )
 def test_registry_references_fail_at_parse_time_naming_file_and_key(tmp_path, changes, message):

@@ -255,4 +255,6 @@ def test_progress_is_logged(tmp_path, caplog):
     pattern = r"step 15/20 \(75%\) loss \d+\.\d{4} val \d+\.\d{4} \| \d+\.\d steps/s \| eta \d+:\d\d:\d\d"
     assert re.fullmatch(pattern, progress[2])
     assert any(m.startswith("resuming from checkpoint at step 10/20") for m in messages)
-    assert re.match(r"finished at step 20/20 after \d+:\d\d:\d\d in this run; best val \d+\.\d{4} at step \d+", messages[-1])
+    assert re.match(
+        r"finished at step 20/20 after \d+:\d\d:\d\d in this run; best val \d+\.\d{4} at step \d+", messages[-1]
+    )

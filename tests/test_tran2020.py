@@ -30,7 +30,7 @@ TYPES = ("alpha", "beta", "ductal")
 CELLS = [f"{batch}_{i:02d}" for batch in BATCHES for i in range(20)]  # the matrix header's order
 LABEL = {cell: TYPES[i % 3] for batch in BATCHES for i, cell in enumerate(c for c in CELLS if c.startswith(batch))}
 LOW = ("Wang_b4_00", "Xin_b5_00")  # 298 common genes + RARE9 = 299 detected: dropped
-EDGE = "Baron_b1_00"               # exactly 300 detected genes: kept
+EDGE = "Baron_b1_00"  # exactly 300 detected genes: kept
 COMMON = [f"G{g:03d}" for g in range(310)]
 RARE = {"RARE10": 10, "RARE9": 9, "RARE5": 5, "ZERO": 0}  # detected in this many cells that pass min_genes
 SAMPLE_ORDER = CELLS[::-1]  # the sample table lists the cells in another order than the matrix header
@@ -47,7 +47,7 @@ def counts_table() -> pd.DataFrame:
         detected = 300 if cell == EDGE else 298 if cell in LOW else len(COMMON)
         table.iloc[:detected, j] = rng.integers(1, 6, detected)
         marked = 20 * TYPES.index(LABEL[cell])
-        table.iloc[marked:marked + 20, j] += 10
+        table.iloc[marked : marked + 20, j] += 10
     normal = [cell for cell in CELLS if cell not in LOW and cell != EDGE]
     for gene, n in RARE.items():
         table.loc[gene, normal[:n]] = rng.integers(1, 6, n)
@@ -59,17 +59,24 @@ def matrix_text(table: pd.DataFrame, gene_column: str | None = None) -> str:
     """R's write.table(sep = "\\t", quote = F): the header names the cells only, or (col.names = NA) the gene column first."""
     header = [gene_column] if gene_column is not None else []
     lines = ["\t".join([*header, *table.columns])]
-    lines += [f"{gene}\t" + "\t".join(f"{value:g}" for value in row) for gene, row in zip(table.index, table.to_numpy())]
+    lines += [
+        f"{gene}\t" + "\t".join(f"{value:g}" for value in row) for gene, row in zip(table.index, table.to_numpy())
+    ]
     return "\n".join(lines) + "\n"
 
 
-def samples_text(columns: tuple[str, str] = ("batchlb", "celltype"), order: list[str] = SAMPLE_ORDER,
-                 renamed: dict[str, str] | None = None) -> str:
+def samples_text(
+    columns: tuple[str, str] = ("batchlb", "celltype"),
+    order: list[str] = SAMPLE_ORDER,
+    renamed: dict[str, str] | None = None,
+) -> str:
     """The sample table as R writes it (no name for the id column); ``renamed``: ids written differently."""
     batch, label = columns
     lines = ["\t".join(["batch", batch, label, "ncount_rna"])]
-    lines += [f"{(renamed or {}).get(cell, cell)}\t{BATCHES.index(cell[:-3]) + 1}\t{cell[:-3]}\t{LABEL[cell]}\t1000"
-              for cell in order]
+    lines += [
+        f"{(renamed or {}).get(cell, cell)}\t{BATCHES.index(cell[:-3]) + 1}\t{cell[:-3]}\t{LABEL[cell]}\t1000"
+        for cell in order
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -119,7 +126,9 @@ def test_filtering_keeps_the_hand_computed_cells_and_genes(tmp_path):
     assert prepared.obs["batch"].tolist() == [cell[:-3] for cell in KEPT_CELLS]
     counts = counts_table().loc[KEPT_GENES, KEPT_CELLS].T.to_numpy()
     np.testing.assert_array_equal(prepared.layers["counts"].toarray(), counts)
-    lognorm = np.log1p(counts / counts.sum(axis=1, keepdims=True) * 1e4)  # over the QC-passed genes, as any count source
+    lognorm = np.log1p(
+        counts / counts.sum(axis=1, keepdims=True) * 1e4
+    )  # over the QC-passed genes, as any count source
     np.testing.assert_allclose(prepared.layers["lognorm"].toarray(), lognorm, rtol=1e-5)
     assert prepared.uns["tran2020"] == {
         "cells_in_file": 100, "cells_in_file_per_batch": dict.fromkeys(BATCHES, 20),
@@ -127,7 +136,12 @@ def test_filtering_keeps_the_hand_computed_cells_and_genes(tmp_path):
         "values": "counts", "non_integer_values": 0,
     }  # fmt: skip
     record = prepared.uns["preprocess"]
-    assert (record["min_genes"], record["min_cells"], record["cells_after_qc"], record["genes_after_qc"]) == (300, 10, 98, 311)
+    assert (record["min_genes"], record["min_cells"], record["cells_after_qc"], record["genes_after_qc"]) == (
+        300,
+        10,
+        98,
+        311,
+    )
     assert (prepared.uns["label_key"], prepared.uns["batch_key"]) == ("celltype", "batchlb")
     prepared.uns |= {"dataset_id": "tran2020_pancreas", "track": "representation"}
     check_prepared(prepared, "prepared.h5ad")
@@ -154,7 +168,9 @@ def test_a_count_other_than_the_papers_is_warned_with_both_numbers(tmp_path, cap
 
 @pytest.mark.parametrize("expected", ["14767", 0, True])
 def test_expected_cells_must_be_a_count(tmp_path, expected):
-    with pytest.raises(InputError, match=f"^tran2020 params: expected_cells must be null or an integer >= 1, got {expected!r}$"):
+    with pytest.raises(
+        InputError, match=f"^tran2020 params: expected_cells must be null or an integer >= 1, got {expected!r}$"
+    ):
         prepare_tran2020("tran2020_pancreas", ENTRY["params"] | {"expected_cells": expected}, 0, write_pair(tmp_path))
 
 
@@ -166,7 +182,9 @@ def test_non_integer_values_are_log_normalised_without_counts(tmp_path, caplog):
         prepared = prepare_tran2020("tran2020_pancreas", ENTRY["params"], 0, write_pair(tmp_path, matrix_text(table)))
     fractional = int((table[xin] % 1 != 0).to_numpy().sum())
     assert "counts" not in prepared.layers  # scVI: not_applicable
-    assert prepared.uns["tran2020"]["values"] == "lognorm" and prepared.uns["tran2020"]["non_integer_values"] == fractional
+    assert (
+        prepared.uns["tran2020"]["values"] == "lognorm" and prepared.uns["tran2020"]["non_integer_values"] == fractional
+    )
     assert f"holds {fractional} non-integer values" in caplog.text
     assert list(prepared.obs_names) == KEPT_CELLS and list(prepared.var_names) == KEPT_GENES  # the same filter
     values = table.loc[:, KEPT_CELLS].to_numpy()  # totals over every gene of the file: normalised before the QC
@@ -235,7 +253,9 @@ def test_an_uncompressed_matrix_is_named(tmp_path):
 def test_validate_reports_the_cells_per_batch(tmp_path):
     report = prepare_tran2020.check_source(ENTRY["params"], write_pair(tmp_path))
     assert report.problems == [] and dict(report.facts) == {
-        "cells in file": "100", "batches in file": "Baron_b1 20, Mutaro_b2 20, Segerstolpe_b3 20, Wang_b4 20, Xin_b5 20"}
+        "cells in file": "100",
+        "batches in file": "Baron_b1 20, Mutaro_b2 20, Segerstolpe_b3 20, Wang_b4 20, Xin_b5 20",
+    }
 
 
 @pytest.mark.e2e

@@ -18,9 +18,7 @@ def random_binary(n: int, rng: np.random.Generator, unrooted: bool = False) -> T
 
 def same_tree(a: Tree, b: Tree) -> bool:
     return (
-        np.array_equal(a.parent, b.parent)
-        and np.array_equal(a.length, b.length, equal_nan=True)
-        and a.names == b.names
+        np.array_equal(a.parent, b.parent) and np.array_equal(a.length, b.length, equal_nan=True) and a.names == b.names
     )
 
 

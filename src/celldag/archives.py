@@ -22,8 +22,13 @@ from celldag.artifacts import atomic_path
 AR_MAGIC = b"!<arch>\n"
 AR_HEADER_SIZE = 60
 # data.tar suffix → tarfile stream mode; zst works only where tarfile supports it (Python >= 3.14)
-DATA_TAR_COMPRESSION = {"data.tar": "", "data.tar.gz": "gz", "data.tar.xz": "xz", "data.tar.bz2": "bz2",
-                        "data.tar.zst": "zst"}
+DATA_TAR_COMPRESSION = {
+    "data.tar": "",
+    "data.tar.gz": "gz",
+    "data.tar.xz": "xz",
+    "data.tar.bz2": "bz2",
+    "data.tar.zst": "zst",
+}
 CHUNK_SIZE = 1 << 20
 
 

@@ -166,7 +166,10 @@ def check_scores_table(path: str, digest: Digests, report: Report) -> None:
         report.say(f"scores file changed: {path} (its rows are those evaluate wrote)", problem=True, kind="changed")
 
 
-AGGREGATE_KEYS = {"scores": ["dataset", "method", "variant", "seed", "metric"], "runs": ["dataset", "method", "variant", "seed"]}
+AGGREGATE_KEYS = {
+    "scores": ["dataset", "method", "variant", "seed", "metric"],
+    "runs": ["dataset", "method", "variant", "seed"],
+}
 
 
 def check_aggregate(plan, config, registries, readable: int, report: Report) -> None:
@@ -217,9 +220,15 @@ def compare_rows(path: str, rebuilt_path: str, keys: list[str], report: Report) 
         if key not in now:
             report.say(f"aggregate row removed: {name} from {path}", problem=True, kind="changed")
         elif key not in expected:
-            report.say(f"aggregate row added: {name} in {path} (no scores table or record has it)", problem=True, kind="changed")
+            report.say(
+                f"aggregate row added: {name} in {path} (no scores table or record has it)",
+                problem=True,
+                kind="changed",
+            )
         else:
-            changed = [column for column in expected[key] if not same_value(now[key].get(column), expected[key][column])]
+            changed = [
+                column for column in expected[key] if not same_value(now[key].get(column), expected[key][column])
+            ]
             if changed:
                 column = changed[0]
                 report.say(f"aggregate row changed: {name} in {path} ({column} now {now[key].get(column)!r}; the tables it "
@@ -237,7 +246,9 @@ def compare_lines(path: str, rebuilt_path: str, report: Report) -> None:
     now, expected = Path(path).read_text().splitlines(), Path(rebuilt_path).read_text().splitlines()
     if now == expected:
         return
-    differing = [i for i in range(max(len(now), len(expected))) if i >= len(now) or i >= len(expected) or now[i] != expected[i]]
+    differing = [
+        i for i in range(max(len(now), len(expected))) if i >= len(now) or i >= len(expected) or now[i] != expected[i]
+    ]
     first = differing[0]
     shown = now[first] if first < len(now) else "(no line)"
     wanted = expected[first] if first < len(expected) else "(no line)"
@@ -482,7 +493,9 @@ def rerun_all(chosen, records, damaged: set[str], context, report: Report) -> No
             judge(dataset, items, context, Path(scratch), report)
 
 
-def rerun_chosen(chosen, records, damaged: set[str], registries, scratch: Path, report: Report) -> dict[str, list[Rerun]]:
+def rerun_chosen(
+    chosen, records, damaged: set[str], registries, scratch: Path, report: Report
+) -> dict[str, list[Rerun]]:
     by_dataset = defaultdict(list)
     for run in chosen:
         record = records.get(run)
@@ -514,8 +527,14 @@ def judge(dataset: str, items: list[Rerun], context, scratch: Path, report: Repo
         verdict(item, None if now is None else len(run_scores(now, item.run)), report)
 
 
-def audit(configfile: str = DEFAULT_CONFIG, sample: int = 3, seed: int = 0, runs: list[str] | None = None,
-          workflow: str = ".", config_key: str | None = None) -> int:
+def audit(
+    configfile: str = DEFAULT_CONFIG,
+    sample: int = 3,
+    seed: int = 0,
+    runs: list[str] | None = None,
+    workflow: str = ".",
+    config_key: str | None = None,
+) -> int:
     """Print the audit of the configuration's results; 0 when everything matched, 1 otherwise.
 
     Config errors and unknown ``runs`` raise InputError (the CLI's exit status 2).

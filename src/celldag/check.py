@@ -68,7 +68,9 @@ def check(reference_folder: str, results: str, workflow: str, out: str, baseline
 def commit_of(workflow: Path) -> str:
     """The workflow's git commit, "+ changes" where its tracked files differ from it; "unknown" outside git."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=workflow, capture_output=True, text=True, check=True).stdout
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=workflow, capture_output=True, text=True, check=True
+        ).stdout
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=workflow,
                                capture_output=True, text=True, check=True).stdout  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
@@ -84,10 +86,14 @@ def make_reference(workflow: str, out: str, cores: str, run: bool = True) -> int
     default = read_side(str(folders["default"]))
     tracks = declared_tracks(str(workflow_path), (default, default))
     seeds = pd.read_parquet(folders[SEEDS] / "scores.parquet")
-    reruns = {item["name"]: pd.read_parquet(folders[item["name"]] / "scores.parquet") for item in config["perturbations"]}
+    reruns = {
+        item["name"]: pd.read_parquet(folders[item["name"]] / "scores.parquet") for item in config["perturbations"]
+    }
     made = {"commit": commit_of(workflow_path), "made_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "made_by": "make reference (celldag reference)"}  # fmt: skip
-    reference = ref.build(default, seeds, reruns, tracks, config, measured_jobs(default, workflow_path), workflow_path, made)
+    reference = ref.build(
+        default, seeds, reruns, tracks, config, measured_jobs(default, workflow_path), workflow_path, made
+    )
     held_out = {}
     for item in config["held_out"]:
         found, rule, differences, _ = judged(reference, read_side(str(folders[item["name"]])), workflow_path)

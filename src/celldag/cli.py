@@ -82,19 +82,30 @@ def main(argv: list[str] | None = None) -> int:
 def _add_module_options(command) -> None:
     """Where celldag's own registries are, and which section of the config is celldag's, when a lab's
     workflow uses celldag as a module (docs/using-as-a-module.md)."""
-    command.add_argument("--workflow", default=".", metavar="DIR",
-                         help="the celldag workflow folder whose config/ holds the shipped registries (default: the "
-                              "current directory; from a lab's outer workflow: a celldag checkout or snakedeploy folder)")
-    command.add_argument("--config-key", metavar="KEY",
-                         help="the config section the outer workflow hands to the celldag module (config: config[KEY])")
+    command.add_argument(
+        "--workflow",
+        default=".",
+        metavar="DIR",
+        help="the celldag workflow folder whose config/ holds the shipped registries (default: the "
+        "current directory; from a lab's outer workflow: a celldag checkout or snakedeploy folder)",
+    )
+    command.add_argument(
+        "--config-key",
+        metavar="KEY",
+        help="the config section the outer workflow hands to the celldag module (config: config[KEY])",
+    )
 
 
 def _add_audit(commands) -> None:
-    audit = commands.add_parser("audit", help="check a finished results directory: checksums, and a sample of runs re-run")
+    audit = commands.add_parser(
+        "audit", help="check a finished results directory: checksums, and a sample of runs re-run"
+    )
     audit.add_argument("--configfile", default=DEFAULT_CONFIG,
                        help=f"the run config of the results (default {DEFAULT_CONFIG}; another file overrides it key by key, "
                             "as snakemake --configfile does)")  # fmt: skip
-    audit.add_argument("--sample", type=int, default=3, metavar="N", help="how many ok runs to re-run (default 3; 0: none)")
+    audit.add_argument(
+        "--sample", type=int, default=3, metavar="N", help="how many ok runs to re-run (default 3; 0: none)"
+    )
     audit.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sample (default 0)")
     audit.add_argument("--run", nargs="+", action="extend", metavar="DATASET/METHOD/VARIANT/SEED",
                        help="re-run these runs instead of a sample")  # fmt: skip
@@ -116,8 +127,11 @@ def _add_compare(commands) -> None:
     compare.add_argument("--all", action="store_true", dest="show_all", help="list identical scores too")
     compare.add_argument("--noise", metavar="REFERENCE", help="judge B against A with this reference's noise model "
                                                              "(docs/check.md) instead of bit identity")  # fmt: skip
-    compare.add_argument("--published", action="store_true",
-                         help="compare RESULTS (default: the config's results folder) with the published numbers")
+    compare.add_argument(
+        "--published",
+        action="store_true",
+        help="compare RESULTS (default: the config's results folder) with the published numbers",
+    )
     compare.add_argument("--configfile", help=f"with --published: the run config (default {DEFAULT_CONFIG})")
     _add_module_options(compare)
 
@@ -130,24 +144,42 @@ def _add_prefetch(commands) -> None:
                                "as snakemake --configfile does)")  # fmt: skip
     prefetch.add_argument("--dest", metavar="DIR", help="the mirror folder, laid out <DIR>/<host>/<path> (default: the "
                                                        "config's downloads.mirror or $CELLDAG_MIRROR, a folder)")  # fmt: skip
-    prefetch.add_argument("--list", action="store_true", dest="list_only",
-                          help="only list the files: URL, sha256 (or pin-on-first-fetch), path in the mirror")
+    prefetch.add_argument(
+        "--list",
+        action="store_true",
+        dest="list_only",
+        help="only list the files: URL, sha256 (or pin-on-first-fetch), path in the mirror",
+    )
     _add_module_options(prefetch)
 
 
 def _add_check(commands) -> None:
     check = commands.add_parser("check", help="does this installation reproduce the release: the default run's scores "
                                               "against the shipped reference (docs/check.md)")  # fmt: skip
-    check.add_argument("--reference", default="reference/default", metavar="DIR",
-                       help="the reference folder (default reference/default, the release's)")
-    check.add_argument("--results", default="results/default", metavar="DIR",
-                       help="the results folder to check (default results/default: make run's)")
+    check.add_argument(
+        "--reference",
+        default="reference/default",
+        metavar="DIR",
+        help="the reference folder (default reference/default, the release's)",
+    )
+    check.add_argument(
+        "--results",
+        default="results/default",
+        metavar="DIR",
+        help="the results folder to check (default results/default: make run's)",
+    )
     check.add_argument("--out", default="results/check", metavar="DIR", help="where check.md and check.html go")
-    check.add_argument("--workflow", default=".", metavar="DIR",
-                       help="the celldag workflow folder (its config/ and lock file; default: the current directory)")
+    check.add_argument(
+        "--workflow",
+        default=".",
+        metavar="DIR",
+        help="the celldag workflow folder (its config/ and lock file; default: the current directory)",
+    )
     reference = commands.add_parser("reference", help="make the reference of the default run: the run, more seeds, "
                                                       "perturbed reruns, the noise model (docs/check.md)")  # fmt: skip
-    reference.add_argument("--out", default="reference/default", metavar="DIR", help="where it goes (default reference/default)")
+    reference.add_argument(
+        "--out", default="reference/default", metavar="DIR", help="where it goes (default reference/default)"
+    )
     reference.add_argument("--cores", default="all", help="snakemake --cores of the runs (default all)")
     reference.add_argument("--no-run", action="store_true", help="build from the runs already made, run nothing")
     reference.add_argument("--workflow", default=".", metavar="DIR", help="the celldag workflow folder (default: here)")
@@ -156,19 +188,29 @@ def _add_check(commands) -> None:
 def _compare(args) -> int:
     if args.published:
         if len(args.folders) > 1 or args.rtol is not None or args.atol is not None or args.show_all:
-            raise InputError("celldag compare --published [RESULTS]: one results folder at most, without --rtol/--atol/--all")
+            raise InputError(
+                "celldag compare --published [RESULTS]: one results folder at most, without --rtol/--atol/--all"
+            )
         results = args.folders[0] if args.folders else None  # None: the config's results/{name}
         return compare_published(results, args.configfile or DEFAULT_CONFIG, args.workflow, args.config_key, args.out)
     if len(args.folders) != 2:
-        raise InputError(f"celldag compare A B: two results folders, got {len(args.folders)} (or --published [RESULTS])")
+        raise InputError(
+            f"celldag compare A B: two results folders, got {len(args.folders)} (or --published [RESULTS])"
+        )
     if args.configfile or args.config_key:
-        raise InputError("celldag compare A B: --configfile and --config-key are for --published (A and B are read as they are)")
+        raise InputError(
+            "celldag compare A B: --configfile and --config-key are for --published (A and B are read as they are)"
+        )
     if args.noise:
         if args.rtol is not None or args.atol is not None:
-            raise InputError("celldag compare A B --noise REFERENCE: the reference's noise model sets the tolerances (no --rtol/--atol)")
+            raise InputError(
+                "celldag compare A B --noise REFERENCE: the reference's noise model sets the tolerances (no --rtol/--atol)"
+            )
         from celldag.check import check
 
-        return check(args.noise, args.folders[1], args.workflow, args.out or "results/compare", baseline=args.folders[0])
+        return check(
+            args.noise, args.folders[1], args.workflow, args.out or "results/compare", baseline=args.folders[0]
+        )
     from celldag.compare import DEFAULT_OUT
 
     return compare_folders(*args.folders, out=args.out or DEFAULT_OUT, rtol=args.rtol, atol=args.atol,

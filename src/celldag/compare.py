@@ -195,7 +195,9 @@ def judge_scores(a: Side, b: Side, tracks: dict[str, Track], tolerance: Toleranc
                                  None if only_a else value, statuses, None))  # fmt: skip
             continue
         count = metric_is_count(row["metric"], tracks[row["track"]])
-        rule = rule_of(a, b, run_key(row["dataset"], row["method"], row["variant"], row["seed"]), count, tolerance, overridden)
+        rule = rule_of(
+            a, b, run_key(row["dataset"], row["method"], row["variant"], row["seed"]), count, tolerance, overridden
+        )
         values = (float(row["value_a"]), float(row["value_b"]))
         judged.append(Judged(key, verdict(*values, statuses, rule), *values, statuses, rule))
     return sorted(judged, key=lambda item: (VERDICTS.index(item.verdict), item.key))
@@ -226,7 +228,7 @@ class Ranking:
         """Pairs ranked one way in A and the other way in B (each first as A ranks it)."""
         where = {entry: position for position, entry in enumerate(self.b)}
         common = [entry for entry in self.a if entry in where]
-        return [(x, y) for i, x in enumerate(common) for y in common[i + 1:] if where[x] > where[y]]
+        return [(x, y) for i, x in enumerate(common) for y in common[i + 1 :] if where[x] > where[y]]
 
 
 def controls(side: Side) -> set[str]:
@@ -309,8 +311,9 @@ def compare_sides(a: Side, b: Side, tracks: dict[str, Track], rtol: float | None
     if any(value is not None and not value >= 0 for value in (rtol, atol)):
         raise InputError(f"--rtol {rtol} --atol {atol}: a tolerance is a number ≥ 0")
     overridden = rtol is not None or atol is not None
-    tolerance = Tolerance(rel=CUDA_TOLERANCE.rel if rtol is None else rtol, abs=CUDA_TOLERANCE.abs if atol is None else atol)
+    tolerance = Tolerance(
+        rel=CUDA_TOLERANCE.rel if rtol is None else rtol, abs=CUDA_TOLERANCE.abs if atol is None else atol
+    )
     per_run, summary = record_differences(a.records, b.records)
     return Comparison(a, b, judge_scores(a, b, tracks, tolerance, overridden), rankings(a, b, tracks), per_run, summary,
                       tolerance, overridden)  # fmt: skip
-

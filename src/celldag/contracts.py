@@ -82,7 +82,11 @@ def check_prepared_dataset(adata: anndata.AnnData, path: str, track_id: str, tra
     """Contract of ``results/data/{dataset}/{data_key}/seed{seed}.h5ad``: the generic part, then the track's own."""
     _require_ids(adata.uns, path, ("dataset_id", "track"))
     if adata.uns["track"] != track_id:
-        raise ContractError(path, "uns['track']", f"{adata.uns['track']!r}, but the registry puts this dataset on the {track_id!r} track")
+        raise ContractError(
+            path,
+            "uns['track']",
+            f"{adata.uns['track']!r}, but the registry puts this dataset on the {track_id!r} track",
+        )
     if adata.n_obs == 0 or adata.n_vars == 0:
         raise ContractError(path, "X", f"empty matrix of shape {adata.shape}")
     if not adata.obs_names.is_unique:

@@ -51,9 +51,17 @@ class NotFoundError(DownloadError):
     """The server has no such file (HTTP 404 or 410): for a mirror, a file it lacks."""
 
 
-def download(url: str, target: str | os.PathLike, *, sha256: str | None, timeout: float = 60,
-             retries: int = 3, chunk_size: int = 1 << 20, progress: logging.Logger | None = None,
-             backoff: float = 1.0) -> str:
+def download(
+    url: str,
+    target: str | os.PathLike,
+    *,
+    sha256: str | None,
+    timeout: float = 60,
+    retries: int = 3,
+    chunk_size: int = 1 << 20,
+    progress: logging.Logger | None = None,
+    backoff: float = 1.0,
+) -> str:
     """Fetch ``url`` to ``target`` and return the file's sha256.
 
     ``sha256=None`` pins on first fetch: the file is accepted and its digest returned for the
@@ -76,9 +84,7 @@ def download(url: str, target: str | os.PathLike, *, sha256: str | None, timeout
     try:
         digest = _fetch_with_retries(url, part, target, timeout, retries, chunk_size, progress, backoff)
         if expected is not None and digest != expected:
-            raise DownloadError(
-                f"checksum mismatch for {url} → {target}: expected sha256 {expected}, got {digest}"
-            )
+            raise DownloadError(f"checksum mismatch for {url} → {target}: expected sha256 {expected}, got {digest}")
     except DownloadError:
         # failed for good: leave nothing behind (only a killed process leaves a .part to resume)
         part.unlink(missing_ok=True)
@@ -87,17 +93,23 @@ def download(url: str, target: str | os.PathLike, *, sha256: str | None, timeout
     return digest
 
 
-def _fetch_with_retries(url: str, part: Path, target: Path, timeout: float, retries: int, chunk_size: int,
-                        progress: logging.Logger | None, backoff: float) -> str:
+def _fetch_with_retries(
+    url: str,
+    part: Path,
+    target: Path,
+    timeout: float,
+    retries: int,
+    chunk_size: int,
+    progress: logging.Logger | None,
+    backoff: float,
+) -> str:
     attempt = 0
     while True:
         try:
             return _fetch(url, part, timeout, chunk_size, progress)
         except _TransientError as err:
             if attempt == retries:
-                raise DownloadError(
-                    f"download of {url} → {target} failed after {attempt + 1} attempts: {err}"
-                ) from err
+                raise DownloadError(f"download of {url} → {target} failed after {attempt + 1} attempts: {err}") from err
             if progress is not None:
                 progress.warning("attempt %d for %s failed (%s); retrying", attempt + 1, url, err)
             time.sleep(backoff * 2**attempt)
@@ -140,8 +152,9 @@ def _fetch(url: str, part: Path, timeout: float, chunk_size: int, progress: logg
     return digest.hexdigest()
 
 
-def _open(url: str, part: Path, timeout: float,
-          progress: logging.Logger | None) -> tuple[http.client.HTTPResponse, int]:
+def _open(
+    url: str, part: Path, timeout: float, progress: logging.Logger | None
+) -> tuple[http.client.HTTPResponse, int]:
     """Request ``url``, asking for the bytes after ``part`` when it has some; return (response, offset).
 
     ``offset`` is where the response body goes in the file: len(part) when the server sent exactly
@@ -151,7 +164,8 @@ def _open(url: str, part: Path, timeout: float,
     if offset:
         try:
             response = urllib.request.urlopen(
-                urllib.request.Request(url, headers={"Range": f"bytes={offset}-"}), timeout=timeout)
+                urllib.request.Request(url, headers={"Range": f"bytes={offset}-"}), timeout=timeout
+            )
         except urllib.error.HTTPError as err:
             if err.code != 416:
                 raise
@@ -181,8 +195,9 @@ class _Meter:
         if self.log is not None and now - self.last >= PROGRESS_INTERVAL_S:
             self.last = now
             of_total = f" of {self.total / 1e6:.1f}" if self.total is not None else ""
-            self.log.info("%s: %.1f%s MB (%.1f MB/s)", self.url, received / 1e6, of_total,
-                          received / 1e6 / (now - self.start))
+            self.log.info(
+                "%s: %.1f%s MB (%.1f MB/s)", self.url, received / 1e6, of_total, received / 1e6 / (now - self.start)
+            )
 
     def done(self, received: int) -> None:
         if self.log is not None:
@@ -200,8 +215,13 @@ def decompress_gzip(source: str | os.PathLike, target: str | os.PathLike, chunk_
     return Path(target)
 
 
-def fetch_registry_file(entry: Mapping[str, str | None], target: str | os.PathLike, *, pin_file: str | os.PathLike,
-                        mirror: Mirror | None = None) -> str:
+def fetch_registry_file(
+    entry: Mapping[str, str | None],
+    target: str | os.PathLike,
+    *,
+    pin_file: str | os.PathLike,
+    mirror: Mirror | None = None,
+) -> str:
     """Fetch one ``files`` entry of a registry to ``target``, through ``mirror`` when given; return the download's sha256.
 
     The registry's sha256 is checked when it has one. Otherwise (GEO publishes none) the first fetch
@@ -222,7 +242,6 @@ def fetch_registry_file(entry: Mapping[str, str | None], target: str | os.PathLi
         if fetched != target:
             fetched.unlink(missing_ok=True)
     if target.suffix in (".pickle", ".pkl"):  # unpickling runs code: only these verified bytes may be loaded
-
         mark_verified(target)
     if pinned is None:
         record_pin(target, digest, pin_file)
@@ -265,7 +284,9 @@ def configured_mirror(downloads: Mapping | None) -> Mirror | None:
     base = downloads.get("mirror") or os.environ.get(MIRROR_VARIABLE)
     if not base:
         if downloads.get("strict"):  # strict promises no origin is contacted: with no mirror, nothing could be fetched
-            raise DownloadError(f"downloads.strict is true but no mirror is set (downloads.mirror or ${MIRROR_VARIABLE})")
+            raise DownloadError(
+                f"downloads.strict is true but no mirror is set (downloads.mirror or ${MIRROR_VARIABLE})"
+            )
         return None
     return Mirror(base, strict=bool(downloads.get("strict")))
 
@@ -282,8 +303,14 @@ def mirror_path(url: str) -> str:
     return "/".join([host, *segments]) + (f"?{parts.query}" if parts.query else "")
 
 
-def fetch(url: str, target: str | os.PathLike, *, sha256: str | None, mirror: Mirror | None,
-          progress: logging.Logger | None = None) -> str:
+def fetch(
+    url: str,
+    target: str | os.PathLike,
+    *,
+    sha256: str | None,
+    mirror: Mirror | None,
+    progress: logging.Logger | None = None,
+) -> str:
     """``download`` through ``mirror``: every file celldag downloads comes through here.
 
     The mirror's copy is tried first, with the same sha256 (a mismatch stops: never another source in its
@@ -296,11 +323,17 @@ def fetch(url: str, target: str | os.PathLike, *, sha256: str | None, mirror: Mi
     try:
         if mirror.is_url:
             return download(copy, target, sha256=sha256, progress=progress)
-        if not Path(mirror.base).expanduser().is_dir():  # a mistyped folder must not pass for a mirror lacking every file
-            raise DownloadError(f"download mirror {mirror.base}: no such folder (downloads.mirror or ${MIRROR_VARIABLE})")
+        if (
+            not Path(mirror.base).expanduser().is_dir()
+        ):  # a mistyped folder must not pass for a mirror lacking every file
+            raise DownloadError(
+                f"download mirror {mirror.base}: no such folder (downloads.mirror or ${MIRROR_VARIABLE})"
+            )
         if not Path(copy).is_file():
             raise NotFoundError(copy)
-        return download(Path(copy).resolve().as_uri(), target, sha256=sha256, progress=progress)  # urllib reads file URLs
+        return download(
+            Path(copy).resolve().as_uri(), target, sha256=sha256, progress=progress
+        )  # urllib reads file URLs
     except NotFoundError:
         if mirror.strict:
             raise DownloadError(

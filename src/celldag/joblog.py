@@ -38,8 +38,10 @@ ATTEMPT_RESOURCES = ("mem_mb", "runtime")  # per_attempt in workflow/rules/commo
 # the job's own stderr (Snakemake's console) and the log that stderr goes to instead
 _console = _log = None
 
-NOT_RETRIED = ("not retried: the previous try of this job failed on the same input "
-               "(a retry only helps a job out of memory or time)")
+NOT_RETRIED = (
+    "not retried: the previous try of this job failed on the same input "
+    "(a retry only helps a job out of memory or time)"
+)
 
 
 # the last line of every job's log: its exact peak (VmHWM), which Snakemake's benchmark samples only every
@@ -99,8 +101,9 @@ def where_it_runs(console) -> None:
             print(f"error: {problem}", file=stream, flush=True)
         sys.exit(1)
     if os.environ.get(SDM_CONDA_VARIABLE) == "1":
-        logging.getLogger("celldag.envs").info("celldag %s from %s, env %s", celldag.__version__,
-                                               Path(celldag.__file__).parent, os.environ["CONDA_PREFIX"])
+        logging.getLogger("celldag.envs").info(
+            "celldag %s from %s, env %s", celldag.__version__, Path(celldag.__file__).parent, os.environ["CONDA_PREFIX"]
+        )
 
 
 def one_line(error: BaseException, log_path: str | None = None) -> str:

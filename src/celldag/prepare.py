@@ -35,7 +35,9 @@ def local_file_problems(entry: dict, digests: Mapping[str, str] | None = None) -
             continue
         digest = (digests.get(str(path)) or sha256_file(path)) if file.get("sha256") else None
         if digest != file.get("sha256"):
-            problems.append(ContractError(str(path), "sha256", f"the registry gives {file['sha256']}, the file has {digest}"))
+            problems.append(
+                ContractError(str(path), "sha256", f"the registry gives {file['sha256']}, the file has {digest}")
+            )
     return problems
 
 
@@ -90,7 +92,6 @@ def write_dataset_genes(prepared_path: str, path: str) -> None:
     the prepared seed-0 file stands for all.
     """
     import anndata
-
 
     genes = anndata.read_h5ad(prepared_path, backed="r").var_names
     with artifacts.atomic_path(path) as tmp:

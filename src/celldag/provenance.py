@@ -33,7 +33,12 @@ RECORDED_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM
 # variables that pick other numerical kernels on the same CPU: OpenBLAS' core type, MKL's code path, ATen's vector
 # width, XLA's instruction set (config/reference.yaml perturbs a rerun with them; a check names them when they differ)
 KERNEL_VARIABLES = ("OPENBLAS_CORETYPE", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "XLA_FLAGS")
-LIBRARY_FIELDS = ("internal_api", "version", "num_threads", "architecture")  # of threadpoolctl's report, with the file name
+LIBRARY_FIELDS = (
+    "internal_api",
+    "version",
+    "num_threads",
+    "architecture",
+)  # of threadpoolctl's report, with the file name
 
 
 def config_hash(config: dict) -> str:

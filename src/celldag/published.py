@@ -146,7 +146,9 @@ def read_table(path: str, data: dict, label: str, entry: dict, registries: Regis
     for method, run in runs.items():
         check_run(f"{where}.mapping.methods.{method}", run.celldag, track, registries)
     for column, score in scores.items():
-        check_metric(f"{where}.mapping.metrics.{column}", score, columns[column] == "higher_is_better", track, registries)
+        check_metric(
+            f"{where}.mapping.metrics.{column}", score, columns[column] == "higher_is_better", track, registries
+        )
     numbers, seen = [], set()
     for index, row in enumerate(entry["rows"]):
         key = (row["method"], row.get("setting"))
@@ -163,10 +165,24 @@ def read_table(path: str, data: dict, label: str, entry: dict, registries: Regis
                 spread=None if spread is None else float(spread), higher_is_better=columns[column] == "higher_is_better",
                 run=runs[row["method"]], score=scores[column], in_setting=settings.get(row.get("setting"))))  # fmt: skip
     return PublishedTable(
-        file=path, paper=data["paper"], citation=data["citation"], url=data["url"], table=label, source=entry["source"],
-        dataset=entry["dataset"], setting=entry["setting"], reading=entry["reading"], precision=entry.get("precision"),
-        spread_kind=entry["spread_kind"], n_runs=entry["n_runs"], offline_reproducible=entry["offline_reproducible"],
-        notes=tuple(entry["notes"]), dataset_link=dataset, mapping_note=mapping.get("note", ""), numbers=tuple(numbers))
+        file=path,
+        paper=data["paper"],
+        citation=data["citation"],
+        url=data["url"],
+        table=label,
+        source=entry["source"],
+        dataset=entry["dataset"],
+        setting=entry["setting"],
+        reading=entry["reading"],
+        precision=entry.get("precision"),
+        spread_kind=entry["spread_kind"],
+        n_runs=entry["n_runs"],
+        offline_reproducible=entry["offline_reproducible"],
+        notes=tuple(entry["notes"]),
+        dataset_link=dataset,
+        mapping_note=mapping.get("note", ""),
+        numbers=tuple(numbers),
+    )
 
 
 def check_names(where: str, mapped: dict, names: list[str], what: str) -> None:
@@ -431,4 +447,3 @@ def report_blocks(tables: Sequence[PublishedTable], scores: pd.DataFrame, contex
     """The index page's section: the tables of the config's datasets, every number of them."""
     shown = [table for table in tables if context.scored_as(table.dataset_id)[0] is not None]
     return section("published vs reproduced", verdicts(shown, scores, context), 2, "published") if shown else []
-

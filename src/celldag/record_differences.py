@@ -46,7 +46,9 @@ def run_facts(record: dict | None) -> dict[str, str]:
         return {RECORD: "missing"}
     roles = {path: role for role, path in record.get("inputs", {}).items()}
     facts = {RECORD: "found"}
-    facts |= {f"{INPUT}{roles.get(path, path)}": f"sha256 {digest[:12]}…" for path, digest in record["input_sha256"].items()}
+    facts |= {
+        f"{INPUT}{roles.get(path, path)}": f"sha256 {digest[:12]}…" for path, digest in record["input_sha256"].items()
+    }
     facts |= {name: text(version) for name, version in record.get("packages", {}).items()}
     facts |= {name: text(record[name]) for name in ("device", "host", "threads") if name in record}
     facts["config_hash"] = f"{record['config_hash'][:12]}…"
@@ -91,8 +93,9 @@ def shown(values: tuple[str, ...], most: int = 3) -> str:
 Differences = dict[str, tuple[str, str]]  # field → (A's value, B's value)
 
 
-def record_differences(a: dict[tuple, dict | None], b: dict[tuple, dict | None]) -> tuple[dict[tuple, Differences],
-                                                                                          list[FieldDifference]]:
+def record_differences(
+    a: dict[tuple, dict | None], b: dict[tuple, dict | None]
+) -> tuple[dict[tuple, Differences], list[FieldDifference]]:
     """Of two sides' records by run (None: no file), per run on both sides the fields that differ
     and per field a summary (its values by how many runs have them): inputs first, then by the most runs."""
     matched = sorted(set(a) & set(b))

@@ -60,7 +60,13 @@ VERDICTS = (CHANGED, STATUS_CHANGED, ONLY_REFERENCE, ONLY_HERE, SEED_NOISE, NUME
 PASSING = (IDENTICAL, NUMERICAL, SEED_NOISE)
 BIT_FOR_BIT, NOISE_AWARE = "bit for bit", "noise-aware"
 
-SCORES_FILE, NOISE_FILE, RUNS_FILE, COST_FILE, META_FILE = "scores.tsv", "noise.tsv", "runs.tsv", "cost.tsv", "reference.yaml"
+SCORES_FILE, NOISE_FILE, RUNS_FILE, COST_FILE, META_FILE = (
+    "scores.tsv",
+    "noise.tsv",
+    "runs.tsv",
+    "cost.tsv",
+    "reference.yaml",
+)
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,9 @@ def environment_of(records: dict[tuple, dict | None], workflow: Path) -> dict[st
         if "machine" in record and record["machine"]:
             facts["machine.libc"] = libc(record["machine"]["os"])
         for name, value in facts.items():
-            if not (name.startswith(INPUT) or name.startswith("params.") or name == "config_hash" or name in NOT_NUMERICAL):
+            if not (
+                name.startswith(INPUT) or name.startswith("params.") or name == "config_hash" or name in NOT_NUMERICAL
+            ):
                 values.setdefault(name, Counter())[value] += 1
     environment = {name: counts.most_common(1)[0][0] for name, counts in sorted(values.items())}
     return environment | {"lock file sha256": lock_digest(workflow)}
@@ -138,7 +146,9 @@ def perturbed_moves(default: pd.DataFrame, reruns: dict[str, pd.DataFrame]) -> p
     moves = []
     for name, scores in reruns.items():
         merged = base.merge(ok_values(scores)[[*KEY, "value"]], on=KEY, suffixes=("_a", "_b"))
-        moves.append(merged.assign(rerun=name, delta=merged["value_b"] - merged["value_a"], size=merged["value_a"].abs()))
+        moves.append(
+            merged.assign(rerun=name, delta=merged["value_b"] - merged["value_a"], size=merged["value_a"].abs())
+        )
     return pd.concat(moves, ignore_index=True)
 
 
@@ -158,7 +168,11 @@ def noise_model(default: pd.DataFrame, seeds: pd.DataFrame, reruns: dict[str, pd
     from scipy import stats
 
     groups = default[GROUP].drop_duplicates().set_index(GROUP).index
-    spread = ok_values(seeds).groupby(GROUP)["value"].agg(seeds="count", squares=lambda v: float(((v - v.mean()) ** 2).sum()))
+    spread = (
+        ok_values(seeds)
+        .groupby(GROUP)["value"]
+        .agg(seeds="count", squares=lambda v: float(((v - v.mean()) ** 2).sum()))
+    )
     moves = perturbed_moves(default, reruns)
     rounding = moves["delta"].abs() <= ROUNDING.rel * moves["size"] + ROUNDING.abs
     by_group = moves.assign(half_square=moves["delta"] ** 2 / 2, flip=~rounding).groupby(GROUP)
@@ -206,7 +220,13 @@ def cost_table(side: Side, measured: list[dict]) -> pd.DataFrame:
                 and ((*job["job"].split("/"), job["seed"]) in prepared if rule == "prepare_dataset"
                      else job["job"].startswith(name + "/"))]  # fmt: skip
         if jobs:
-            rows.append({"rule": rule, "wall_s": sum(job["wall_s"] for job in jobs), "peak_mb": max(job["max_rss_mb"] for job in jobs)})
+            rows.append(
+                {
+                    "rule": rule,
+                    "wall_s": sum(job["wall_s"] for job in jobs),
+                    "peak_mb": max(job["max_rss_mb"] for job in jobs),
+                }
+            )
     return pd.DataFrame(rows, columns=["rule", "wall_s", "peak_mb"]).round({"wall_s": 1, "peak_mb": 0})
 
 
@@ -223,7 +243,9 @@ def build(default: Side, seeds: pd.DataFrame, reruns: dict[str, pd.DataFrame], t
     the noise model's seeds) and the perturbed ``reruns``' scores; ``made``: commit, date, … for reference.yaml."""
     missing = sorted(set(config["seeds"]) - set(seeds["seed"]))
     if missing:
-        raise InputError(f"the run on the noise model's seeds has no scores of seed {missing[0]} (config/reference.yaml seeds)")
+        raise InputError(
+            f"the run on the noise model's seeds has no scores of seed {missing[0]} (config/reference.yaml seeds)"
+        )
     noise, tolerance, how = noise_model(default.scores, seeds, reruns, tracks, config["family_false_alarm"])
     scores = default.scores[[*KEY, "status", "value"]].sort_values(KEY, ignore_index=True)
     meta = {**made, "seeds": list(config["seeds"]), "perturbations": config["perturbations"], "noise": how,
@@ -237,7 +259,12 @@ def build(default: Side, seeds: pd.DataFrame, reruns: dict[str, pd.DataFrame], t
 
 def write(reference: Reference, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    tables = {SCORES_FILE: reference.scores, NOISE_FILE: reference.noise, RUNS_FILE: reference.runs, COST_FILE: reference.cost}
+    tables = {
+        SCORES_FILE: reference.scores,
+        NOISE_FILE: reference.noise,
+        RUNS_FILE: reference.runs,
+        COST_FILE: reference.cost,
+    }
     for name, table in tables.items():
         with artifacts.atomic_path(folder / name) as tmp:
             # repr of every float: the shortest text that reads back as the same float64, so the file holds the bits
@@ -260,7 +287,9 @@ def read(folder: str | Path) -> Reference:
     for name, columns in COLUMNS.items():
         path = folder / name
         if not path.is_file():
-            raise InputError(f"{path}: not found — not a celldag reference folder (made by `make reference`, docs/check.md)")
+            raise InputError(
+                f"{path}: not found — not a celldag reference folder (made by `make reference`, docs/check.md)"
+            )
         table = pd.read_csv(path, sep="\t", dtype={c: t for c, t in TEXT.items() if c in columns}, keep_default_na=False,
                             na_values={"value": ["nan"]}, float_precision="round_trip")  # fmt: skip
         absent = [column for column in columns if column not in table.columns]
@@ -315,12 +344,16 @@ def judge(reference: Reference, scores: pd.DataFrame, rule: str) -> list[Judgeme
     """Every score row of the reference and of ``scores`` (this run's), judged under ``rule``."""
     noise = reference.noise.set_index(GROUP)
     columns = [*KEY, "value", "status"]
-    merged = reference.scores[columns].merge(scores[columns], on=KEY, how="outer", suffixes=("_a", "_b"), indicator="side")
+    merged = reference.scores[columns].merge(
+        scores[columns], on=KEY, how="outer", suffixes=("_a", "_b"), indicator="side"
+    )
     found = []
     for row in merged.to_dict("records"):
         key = tuple(row[column] for column in KEY)
         group = tuple(row[column] for column in GROUP)
-        kind, margin = (noise.at[group, "kind"], float(noise.at[group, "margin"])) if group in noise.index else ("", 0.0)
+        kind, margin = (
+            (noise.at[group, "kind"], float(noise.at[group, "margin"])) if group in noise.index else ("", 0.0)
+        )
         statuses = (row["status_a"], row["status_b"])
         if row["side"] != "both":
             only_a = row["side"] == "left_only"
@@ -329,7 +362,11 @@ def judge(reference: Reference, scores: pd.DataFrame, rule: str) -> list[Judgeme
                                    None if only_a else value, statuses, kind, margin))  # fmt: skip
             continue
         a, b = float(row["value_a"]), float(row["value_b"])
-        verdict = STATUS_CHANGED if statuses[0] != statuses[1] else score_verdict(a, b, kind, margin, reference.tolerance, rule)
+        verdict = (
+            STATUS_CHANGED
+            if statuses[0] != statuses[1]
+            else score_verdict(a, b, kind, margin, reference.tolerance, rule)
+        )
         found.append(Judgement(key, verdict, a, b, statuses, kind, margin))
     return sorted(found, key=lambda item: (VERDICTS.index(item.verdict), item.key))
 
@@ -357,6 +394,8 @@ def reproduces(found: list[Judgement]) -> bool:
 def summary_line(found: list[Judgement]) -> str:
     counts = verdict_counts(found)
     shown = [f"{counts[verdict]:,} {verdict}" for verdict in (IDENTICAL, NUMERICAL, SEED_NOISE, CHANGED)]
-    shown += [f"{counts[verdict]:,} {verdict}" for verdict in (STATUS_CHANGED, ONLY_REFERENCE, ONLY_HERE) if counts[verdict]]
+    shown += [
+        f"{counts[verdict]:,} {verdict}" for verdict in (STATUS_CHANGED, ONLY_REFERENCE, ONLY_HERE) if counts[verdict]
+    ]
     head = "reproduces the release" if reproduces(found) else "does not reproduce the release"
     return f"{head}: " + ", ".join(shown) + f" ({plural(len(found), 'score')})"

@@ -107,7 +107,10 @@ def apply_schema(data: dict, schema_name: str, source: Source) -> dict:
         where = ".".join(str(part) for part in path) or "(top level)"
         message = error.message
         if "propertyNames" in error.schema_path:  # an id; it names paths and wildcards, so no separators
-            where, message = f"id {error.instance!r}", "ids are lower-case letters, digits and '_', starting with a letter"
+            where, message = (
+                f"id {error.instance!r}",
+                "ids are lower-case letters, digits and '_', starting with a letter",
+            )
         raise ConfigError(f"{source_of(source, path[0] if path else None)}: {where}: {message}")
     try:
         snakemake_validate(data, str(schema_path), set_default=True)
@@ -229,7 +232,9 @@ def read_registries(shipped: dict[str, str], overlays: dict[str, list[str]], sou
     return Registries(**entries, origins=origins)
 
 
-def load_workflow_config(configfile: str, workflow: str = ".", config_key: str | None = None) -> tuple[dict, Registries]:
+def load_workflow_config(
+    configfile: str, workflow: str = ".", config_key: str | None = None
+) -> tuple[dict, Registries]:
     """The config as Snakemake sees it: config/config.yaml, overridden key by key by ``configfile``;
     with ``config_key``, its section that an outer workflow hands to the celldag module (``config:
     config["celldag"]``). ``workflow``: the celldag workflow folder whose config/ holds the shipped registries."""
@@ -346,7 +351,9 @@ def check_embedding_references(registries: Registries) -> None:
                                   f"{name!r}; known: {', '.join(sorted(known)) or 'none'}")  # fmt: skip
     for embedding, entry in known.items():
         if "of" in entry and entry["of"] not in known:
-            raise ConfigError(f"{registries.origin('embeddings', embedding)}: {embedding}.of: unknown embedding {entry['of']!r}")
+            raise ConfigError(
+                f"{registries.origin('embeddings', embedding)}: {embedding}.of: unknown embedding {entry['of']!r}"
+            )
 
 
 def undo_command_line_strings(config: dict) -> None:
@@ -418,7 +425,9 @@ def fill_keyed_defaults(registries: Registries) -> None:
 
 def method_param_names(entry: dict) -> tuple[frozenset[str], dict[str, str]]:
     accepted, renamed = declared_params(entry["run"], f"{entry['run']}")
-    return (accepted if accepted is not None else frozenset(entry["params"]) | frozenset(entry["param_schema"])), renamed
+    return (
+        accepted if accepted is not None else frozenset(entry["params"]) | frozenset(entry["param_schema"])
+    ), renamed
 
 
 def check_method_overrides(config: dict, registries: Registries, source: Source) -> None:
@@ -461,7 +470,9 @@ def check_method_params(registries: Registries, overrides: dict[str, dict], sour
             error = jsonschema.exceptions.best_match(validator.iter_errors({**entry["params"], **variant_params}))
             if error is None:
                 continue
-            where = param_origin(methods_file, method, variant, error.absolute_path[0], variant_params, overrides, source)
+            where = param_origin(
+                methods_file, method, variant, error.absolute_path[0], variant_params, overrides, source
+            )
             raise ConfigError(f"{where}: {error.message}")
 
 

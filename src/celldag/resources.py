@@ -70,7 +70,6 @@ def measured(results: str, models: Mapping) -> list[dict]:
 
     import h5py
 
-
     rows_of: dict[str, tuple[int, str]] = {}  # dataset → (rows, track), from any of its prepared files
     for path in sorted(glob.glob(os.path.join(results, "data", "*", "*", "seed*.h5ad"))):
         dataset = path.split(os.sep)[-3]

@@ -190,7 +190,9 @@ def run_method(
     params = method_params(method_entry, variant)
     if gpu_requested and not cuda_available(cpu_fallback):
         params |= {key: "cpu" for key in ("device", "accelerator") if key in params}
-    prepared = artifacts.read_h5ad(prepared_path, contracts.check_prepared_dataset, track_id=method_entry["track"], track=track)
+    prepared = artifacts.read_h5ad(
+        prepared_path, contracts.check_prepared_dataset, track_id=method_entry["track"], track=track
+    )
     log.info("running %s/%s on %s (seed %d) with params %s", method_id, variant, dataset_id, seed, params)
     work_dir = Path(output_path).parent
     gene_table = None
@@ -198,10 +200,14 @@ def run_method(
         gene_table = read_table(gene_table_path)
     # a lab's files the method reads (its file params, e.g. an embedding computed elsewhere), by a chained run
     # also by the run it chains on: digested like the prepared dataset, so `celldag audit` checks them
-    files = existing_files(method_files(method_entry, params, dataset_id, seed, prepared.uns.get("upstream")), method_id)
+    files = existing_files(
+        method_files(method_entry, params, dataset_id, seed, prepared.uns.get("upstream")), method_id
+    )
     input_checksums = {path: artifacts.sha256_file(path) for path in (prepared_path, gene_table_path, *files.values())
                        if path}  # fmt: skip
-    keep_only_matching_checkpoints(work_dir / CHECKPOINT_DIR, {"params": params, "seed": seed, "inputs": input_checksums})
+    keep_only_matching_checkpoints(
+        work_dir / CHECKPOINT_DIR, {"params": params, "seed": seed, "inputs": input_checksums}
+    )
     inputs = track.call("method_input", prepared, str(work_dir), gene_table)
     unmet = unmet_upstream(prepared.uns) or unmet_need(inputs, method_needs(method_entry, variant))
     if unmet is None:

@@ -32,10 +32,14 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
     for path, output in zip(output_paths, outputs):
         seed = int(output.uns["seed"])
         if seed not in prepared_of:
-            raise contracts.ContractError(path, "uns['seed']", f"no prepared dataset of seed {seed} among {prepared_paths}")
+            raise contracts.ContractError(
+                path, "uns['seed']", f"no prepared dataset of seed {seed} among {prepared_paths}"
+            )
         prepared_path, prepared = prepared_of[seed]
         if prepared.uns["dataset_id"] != output.uns["dataset_id"]:
-            raise contracts.ContractError(path, "uns['dataset_id']", f"{output.uns['dataset_id']!r} does not match {prepared_path}")
+            raise contracts.ContractError(
+                path, "uns['dataset_id']", f"{output.uns['dataset_id']!r} does not match {prepared_path}"
+            )
 
     values: list[dict[str, float]] = [{} for _ in outputs]
     facts: list[dict[str, int | str]] = [{} for _ in outputs]  # contracts.SCORE_FACTS / SCORE_NOTE a scorer returned

@@ -50,7 +50,9 @@ class Metric:
     core: bool = False  # every run gets a row (NaN when the run is not ok): what "seeds ok" counts
     delta: bool = False  # the leaderboard adds delta_<name>, the relative reduction against the baseline method
     count: bool = False  # a count (e.g. marker genes found), not a score: shown, never ranked or shaded
-    clipped_at: float | None = None  # the scoring library clips its raw score to this bound: values equal to it are marked
+    clipped_at: float | None = (
+        None  # the scoring library clips its raw score to this bound: values equal to it are marked
+    )
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,9 @@ class Track:
     inputs: Mapping[str, str]  # optional inputs a method may list under `needs` → what provides them
     scorer: str  # (prepared, outputs, ScoringContext) -> [{metric: value}], one dict per output (empty if not ok)
     metric_groups: tuple[MetricGroup, ...]
-    dataset_facts: str  # (prepared, registry entry) -> [(what, value)]: what `celldag validate` reports of a prepared dataset
+    dataset_facts: (
+        str  # (prepared, registry entry) -> [(what, value)]: what `celldag validate` reports of a prepared dataset
+    )
     figures: tuple[Figure, ...] = field(default=())  # the report's figures of each dataset of the track
     arrange: str | None = None  # (adata, seed) -> adata: the rows of a prepared dataset in the order methods get
     # a chained track runs on the outputs of another track's runs (annotation on representation embeddings)

@@ -151,7 +151,9 @@ class _Progress:
         self.last_val = value
         # A NaN never improves. An improvement must beat the best by the fraction min_delta of its size:
         # a loss that creeps down by 1e-4 per epoch would otherwise never stop (sciLaMA's 500-epoch cap).
-        if not math.isnan(value) and (self.best_value is None or value < self.best_value - min_delta * abs(self.best_value)):
+        if not math.isnan(value) and (
+            self.best_value is None or value < self.best_value - min_delta * abs(self.best_value)
+        ):
             self.best_value, self.best_step = value, self.step
             self.best_weights = _cpu_copy(model.state_dict())
             self.bad_validations = 0
@@ -304,7 +306,9 @@ def train(
         progress.finished = True
         save()
         ending = "stopped early" if progress.stopped_early else "finished"
-        best = "" if progress.best_step is None else f"; best val {progress.best_value:.4f} at step {progress.best_step}"
+        best = (
+            "" if progress.best_step is None else f"; best val {progress.best_value:.4f} at step {progress.best_step}"
+        )
         log.info(
             "%s at step %d/%d after %s in this run%s",
             ending, progress.step, total_steps, _format_seconds(time.perf_counter() - started), best,

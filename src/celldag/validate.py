@@ -131,9 +131,16 @@ def _check_source(entry: dict, files: dict[str, str], report: Report) -> None:
 def _input_facts(prepared, track_id: str, track, registries: Registries) -> list[tuple[str, str]]:
     """Which optional inputs of its track the dataset provides, and the registry's methods it leaves out."""
     inputs = track.call("method_input", prepared, None, None)
-    facts = [(f"input {need}", f"{'no' if inputs.unmet(need) else 'yes'} ({what})") for need, what in track.inputs.items()]
-    left_out = [f"{method}/{variant}" for method, entry in sorted(registries.methods.items()) if entry["track"] == track_id
-                for variant in entry["variants"] if any(inputs.unmet(need) for need in plan.method_needs(entry, variant))]
+    facts = [
+        (f"input {need}", f"{'no' if inputs.unmet(need) else 'yes'} ({what})") for need, what in track.inputs.items()
+    ]
+    left_out = [
+        f"{method}/{variant}"
+        for method, entry in sorted(registries.methods.items())
+        if entry["track"] == track_id
+        for variant in entry["variants"]
+        if any(inputs.unmet(need) for need in plan.method_needs(entry, variant))
+    ]
     facts.append(("methods", f"not_applicable: {', '.join(left_out)}" if left_out else "all of its track's can run"))
     return facts
 

@@ -248,23 +248,35 @@ def start(state_dir: Path | str, timeout: float = 90) -> dict[str, str]:
                   f"--pid-file={layout.pid['munged']}", f"--log-file={layout.log / 'munged.log'}",
                   f"--seed-file={layout.munge / 'munged.seed'}"]  # fmt: skip
         _daemon(layout, "munged", munged, env, layout.log / "munged.log")
-        credential = subprocess.run([binary("munge"), "-n", f"--socket={layout.munge_socket}"], capture_output=True, timeout=30)
+        credential = subprocess.run(
+            [binary("munge"), "-n", f"--socket={layout.munge_socket}"], capture_output=True, timeout=30
+        )
         check = subprocess.run([binary("unmunge"), f"--socket={layout.munge_socket}"], input=credential.stdout,
                                capture_output=True, timeout=30)  # fmt: skip
         if check.returncode != 0:
             raise RuntimeError(f"munge does not authenticate: {check.stderr.decode(errors='replace').strip()}")
 
-        layout.conf.write_text(slurm_conf(layout, host, os.cpu_count() or 1, int(total_memory_mb() * 0.9), free_port(), free_port()))
+        layout.conf.write_text(
+            slurm_conf(layout, host, os.cpu_count() or 1, int(total_memory_mb() * 0.9), free_port(), free_port())
+        )
         (layout.etc / "gres.conf").write_text(f"NodeName={host} Name=gpu File=/dev/null\n")  # a GPU slurmd can hand out
         _daemon(layout, "slurmctld", [binary("slurmctld"), "-c"], env, layout.log / "slurmctld.log")
         _daemon(layout, "slurmd", [binary("slurmd"), "-N", host], env, layout.log / "slurmd.log")
 
         def node_state() -> str:
-            out = subprocess.run([binary("sinfo"), "-h", "-N", "-n", host, "-o", "%t"], env=env, capture_output=True, text=True, timeout=30)
+            out = subprocess.run(
+                [binary("sinfo"), "-h", "-N", "-n", host, "-o", "%t"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             return out.stdout.strip()
 
         if not _wait(lambda: node_state() == "idle", timeout, interval=0.5):
-            show = subprocess.run([binary("scontrol"), "show", "node", host], env=env, capture_output=True, text=True, timeout=30)
+            show = subprocess.run(
+                [binary("scontrol"), "show", "node", host], env=env, capture_output=True, text=True, timeout=30
+            )
             raise RuntimeError(
                 f"node {host} is {node_state()!r}, not idle, after {timeout:.0f} s\n{show.stdout}{show.stderr}\n"
                 f"slurmctld.log:\n{_tail(layout.log / 'slurmctld.log')}\nslurmd.log:\n{_tail(layout.log / 'slurmd.log')}"
@@ -288,7 +300,11 @@ def stop(state_dir: Path | str, timeout: float = 20) -> list[str]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")} | layout.env()
         subprocess.run([binary("scancel"), "--user", str(os.geteuid())], env=env, capture_output=True, timeout=30)
         squeue = [binary("squeue"), "-h", "-t", "RUNNING,COMPLETING,PENDING", "-o", "%i"]
-        _wait(lambda: not subprocess.run(squeue, env=env, capture_output=True, text=True, timeout=30).stdout.strip(), 15, 0.5)
+        _wait(
+            lambda: not subprocess.run(squeue, env=env, capture_output=True, text=True, timeout=30).stdout.strip(),
+            15,
+            0.5,
+        )
     stopped = []
     for entry in reversed(started):  # slurmd, slurmctld, then munged
         pid, name = entry["pid"], entry["name"]
@@ -333,7 +349,9 @@ def main(argv: list[str]) -> int:
         return 3
     for key, value in env.items():
         print(f"export {key}={value}")
-    print(f"# partition: {PARTITION}; stop with: {sys.executable} {Path(__file__).resolve()} stop {Path(state_dir).resolve()}")
+    print(
+        f"# partition: {PARTITION}; stop with: {sys.executable} {Path(__file__).resolve()} stop {Path(state_dir).resolve()}"
+    )
     return 0
 
 

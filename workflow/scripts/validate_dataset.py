@@ -2,4 +2,6 @@ from celldag import joblog
 from celldag.validate import write_validation
 
 joblog.start(snakemake.log[0])
-write_validation(snakemake.wildcards.dataset, snakemake.params.entry, dict(snakemake.input.items()), snakemake.output[0])
+write_validation(
+    snakemake.wildcards.dataset, snakemake.params.entry, dict(snakemake.input.items()), snakemake.output[0]
+)

@@ -60,8 +60,12 @@ def predict_each(inputs: AnnotationInput, fit_predict: FitPredict) -> dict[str, 
 
 
 def _facts(inputs: AnnotationInput, **extra) -> dict:
-    return {"classes": list(inputs.classes), "fits": list(inputs.fits),
-            "train_cells": {fit: int(np.count_nonzero(mask)) for fit, mask in inputs.fits.items()}, **extra}
+    return {
+        "classes": list(inputs.classes),
+        "fits": list(inputs.fits),
+        "train_cells": {fit: int(np.count_nonzero(mask)) for fit, mask in inputs.fits.items()},
+        **extra,
+    }
 
 
 def knn(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult:
@@ -85,8 +89,9 @@ def knn(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult:
         return model.predict_proba(all_x), model.classes_
 
     obsm = predict_each(inputs, fit_predict)
-    return MethodResult(obsm=obsm, uns=_facts(inputs, n_neighbors=k, weights=weights,
-                                              neighbors_used=dict(zip(inputs.fits, used))))
+    return MethodResult(
+        obsm=obsm, uns=_facts(inputs, n_neighbors=k, weights=weights, neighbors_used=dict(zip(inputs.fits, used)))
+    )
 
 
 knn.accepted_params = ("n_neighbors", "weights")
@@ -128,8 +133,9 @@ def logistic(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult:
         return model.predict_proba(scaled(all_x)), model.classes_
 
     obsm = predict_each(inputs, fit_predict)
-    return MethodResult(obsm=obsm, uns=_facts(inputs, C=C, max_iter=max_iter,
-                                              converged=dict(zip(inputs.fits, converged))))
+    return MethodResult(
+        obsm=obsm, uns=_facts(inputs, C=C, max_iter=max_iter, converged=dict(zip(inputs.fits, converged)))
+    )
 
 
 logistic.accepted_params = ("C", "max_iter")

@@ -306,7 +306,9 @@ def augmented_sets(
     thresholds = augmented_thresholds(cal_features, cal_scores, 1 - alpha, query_features[undecided[:, 0], undecided[:, 1]],
                                       levels)  # fmt: skip
     sets = plain.copy()
-    sets[undecided[:, 0], undecided[:, 1]] = query_scores[undecided[:, 0], undecided[:, 1]] <= thresholds + SOLVER_TOLERANCE
+    sets[undecided[:, 0], undecided[:, 1]] = (
+        query_scores[undecided[:, 0], undecided[:, 1]] <= thresholds + SOLVER_TOLERANCE
+    )
     return sets
 
 

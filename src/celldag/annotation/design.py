@@ -29,7 +29,9 @@ def kandinsky_design(batch: np.ndarray, soft: np.ndarray, n_classes: int, groups
     """Phi(x, y) (cells, classes, G) of Kandinsky's ``groups``, of ``batch`` (one-hot), ``type`` (the candidate
     label's class), ``batch_type`` (batch × class) and ``soft`` (the soft groups), in ``kandinsky_features``' order."""
     one_hot = np.eye(batch.max() + 1)[batch]
-    covariates = np.hstack([one_hot if "batch" in groups else one_hot[:, :0], soft if "soft" in groups else soft[:, :0]])
+    covariates = np.hstack(
+        [one_hot if "batch" in groups else one_hot[:, :0], soft if "soft" in groups else soft[:, :0]]
+    )
     return conformal.kandinsky_features(covariates, n_classes, class_groups="type" in groups,
                                         covariate_class_weights=one_hot if "batch_type" in groups else None)  # fmt: skip
 
@@ -37,7 +39,8 @@ def kandinsky_design(batch: np.ndarray, soft: np.ndarray, n_classes: int, groups
 def design_names(batch_names: list[str], classes: list[str], n_soft: int, groups: tuple[str, ...]) -> list[str]:
     """The name of each column of ``kandinsky_design`` with the same groups."""
     covariates = (list(batch_names) if "batch" in groups else []) + (
-        [f"soft group {j + 1}" for j in range(n_soft)] if "soft" in groups else [])
+        [f"soft group {j + 1}" for j in range(n_soft)] if "soft" in groups else []
+    )
     return conformal.kandinsky_feature_names(covariates, list(classes), class_groups="type" in groups,
                                              covariate_class_names=list(batch_names) if "batch_type" in groups else None)  # fmt: skip
 
@@ -62,8 +65,13 @@ def sized_columns(cal_features: np.ndarray, candidate_rows: np.ndarray, min_weig
         own, candidates = cal_features[:, column], candidate_rows[:, column]
         if kept:
             coefficients = np.linalg.lstsq(cal_features[:, kept], own, rcond=None)[0]
-            own, candidates = own - cal_features[:, kept] @ coefficients, candidates - candidate_rows[:, kept] @ coefficients
-        scale = max(np.abs(cal_features[:, column]).max(initial=0.0), np.abs(candidate_rows[:, column]).max(initial=0.0))
+            own, candidates = (
+                own - cal_features[:, kept] @ coefficients,
+                candidates - candidate_rows[:, kept] @ coefficients,
+            )
+        scale = max(
+            np.abs(cal_features[:, column]).max(initial=0.0), np.abs(candidate_rows[:, column]).max(initial=0.0)
+        )
         top = max(np.abs(own).max(initial=0.0), np.abs(candidates).max(initial=0.0))
         if top <= IN_SPAN * scale:
             continue

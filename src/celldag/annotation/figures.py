@@ -55,7 +55,9 @@ def coverage_by_group(data: FigureData):
                 axes.scatter(table["coverage"], np.full(len(table), y), c=colour, marker=marker, s=size, alpha=0.8,
                              label=kind.replace("_", " × ") if y == 0 else None, zorder=2)  # fmt: skip
             marginal = sets[procedure][np.arange(len(truth)), truth].mean()
-            axes.scatter([marginal], [y], marker="|", c="black", s=150, zorder=3, label="every query cell" if y == 0 else None)
+            axes.scatter(
+                [marginal], [y], marker="|", c="black", s=150, zorder=3, label="every query cell" if y == 0 else None
+            )
     for axes, procedure in zip(panels, procedures):
         axes.axvline(1 - alpha, color="tab:red", lw=1, ls="--", zorder=1)
         axes.set_title(PROCEDURES[procedure], fontsize=9)

@@ -210,7 +210,9 @@ class Program:
                 problem = None if vertex else self._check(gamma, duals, linear)
                 yield attempt, (vertex or gamma) if problem is None else f"'optimal' but {problem}"
                 continue
-            if not ray_tried and linear.any():  # unbounded? HiGHS says so with status 3, or 4 ("Not Set"), or not at all
+            if (
+                not ray_tried and linear.any()
+            ):  # unbounded? HiGHS says so with status 3, or 4 ("Not Set"), or not at all
                 ray_tried, ray = True, self._ray(linear)
                 if ray is not None:
                     yield attempt, ray
@@ -236,7 +238,9 @@ class Program:
             model = highspy.HighsLp()
             model.num_col_, model.num_row_ = self._constraints.shape[1], self._constraints.shape[0]
             model.col_cost_ = np.concatenate([-linear, self._residual_costs])
-            model.col_lower_ = np.concatenate([np.full(n_features, -highspy.kHighsInf), np.zeros(2 * len(self.targets))])
+            model.col_lower_ = np.concatenate(
+                [np.full(n_features, -highspy.kHighsInf), np.zeros(2 * len(self.targets))]
+            )
             model.col_upper_ = np.full(model.num_col_, highspy.kHighsInf)
             model.row_lower_ = model.row_upper_ = self.targets
             model.a_matrix_.format_ = highspy.MatrixFormat.kColwise

@@ -123,7 +123,9 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
             sets[procedure] = build[procedure]()
         except Exception as err:  # noqa: BLE001 - any failure of one procedure is that procedure's result, not the job's
             failed[procedure] = f"conformal procedure {procedure} failed: {type(err).__name__}: {err}"
-            if isinstance(err, QuantileRegressionError):  # the plain fit is one program; the augmented fit counts its candidates
+            if isinstance(
+                err, QuantileRegressionError
+            ):  # the plain fit is one program; the augmented fit counts its candidates
                 unverified[procedure] = err.count if isinstance(err, UnverifiedPrograms) else 1
     return Scenario(sets, failed, unverified, dropped)
 
@@ -187,10 +189,15 @@ def scenario_randomisation(task, scenario: str, calibration: np.ndarray, query: 
         return None
     seed = int(task.uns["seed"])
     query_keys = uniform_keys(task, scenario, query)
-    cal_keys = [f"{key}\x1f{label}" for key, label in zip(uniform_keys(task, scenario, calibration), truth[calibration])]
+    cal_keys = [
+        f"{key}\x1f{label}" for key, label in zip(uniform_keys(task, scenario, calibration), truth[calibration])
+    ]
     candidate_keys = [f"{key}\x1f{label}" for key in query_keys for label in range(n_classes)]
-    return Randomisation(cell_uniforms(seed, query_keys), cell_uniforms(seed, cal_keys),
-                         cell_uniforms(seed, candidate_keys).reshape(len(query_keys), n_classes))
+    return Randomisation(
+        cell_uniforms(seed, query_keys),
+        cell_uniforms(seed, cal_keys),
+        cell_uniforms(seed, candidate_keys).reshape(len(query_keys), n_classes),
+    )
 
 
 def small_groups(task, output, calibration: np.ndarray, alpha: float,
@@ -216,6 +223,7 @@ def dropped_names(task, output, dropped: dict[int, float], settings: Settings) -
 def groups_note(small: dict[str, dict[str, list[str]]], dropped: dict[str, list[str]], settings: Settings) -> str:
     """One line naming, per scenario, the groups too small to calibrate (Mondrian, class-conditional) and those
     the Kandinsky fits dropped from their design ('' when there are none)."""
+
     def listed(by_procedure: dict[str, list[str]]) -> str:
         by_names: dict[tuple[str, ...], list[str]] = {}
         for procedure, names in by_procedure.items():
@@ -378,8 +386,12 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
                 scores[i][f"{procedure}_dropped_groups"] = float(len(random_scenario.dropped))
         small = {name: small_groups(task, output, calibration_of(task, name), settings.alpha, settings.procedures)
                  for name in scenarios}  # fmt: skip
-        scores[i] |= {f"{procedure}_small_groups": float(len(names)) for procedure, names in small[RANDOM_SPLIT].items()}
-        dropped = {name: dropped_names(task, output, scenario.dropped, settings) for name, scenario in scenarios.items()}
+        scores[i] |= {
+            f"{procedure}_small_groups": float(len(names)) for procedure, names in small[RANDOM_SPLIT].items()
+        }
+        dropped = {
+            name: dropped_names(task, output, scenario.dropped, settings) for name, scenario in scenarios.items()
+        }
         note = ". ".join(part for part in (groups_note(small, dropped, settings),
                                            *(f"{procedure} failed: {reason}" for procedure, reason in reasons.items()))
                          if part)  # fmt: skip

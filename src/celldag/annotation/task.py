@@ -143,8 +143,9 @@ def _fractions(fractions) -> np.ndarray:
     shares = np.asarray(fractions, dtype=np.float64)
     if shares.shape != (len(SPLITS),) or not np.isfinite(shares).all() or (shares <= 0).any() \
             or abs(shares.sum() - 1.0) > 1e-6:  # fmt: skip
-        raise ValueError(f"fractions must be {len(SPLITS)} positive numbers ({', '.join(SPLITS)}) summing to 1, "
-                         f"got {fractions!r}")
+        raise ValueError(
+            f"fractions must be {len(SPLITS)} positive numbers ({', '.join(SPLITS)}) summing to 1, got {fractions!r}"
+        )
     return shares / shares.sum()
 
 

@@ -48,7 +48,13 @@ def _procedure_metrics(procedure: str) -> tuple[Metric, ...]:
     weight to be calibrated: in every set); for the Kandinsky fits ``dropped_groups`` (groups left out of the
     design, without a guarantee) and ``unverified`` (programs no attempt verified: any makes the fit's rows
     ``failed``). The leaderboard's note names the groups."""
-    extra = ("small_groups",) if procedure in GROUPED else ("dropped_groups", "unverified") if procedure in KANDINSKY_FITS else ()
+    extra = (
+        ("small_groups",)
+        if procedure in GROUPED
+        else ("dropped_groups", "unverified")
+        if procedure in KANDINSKY_FITS
+        else ()
+    )
     names = SET_METRICS + extra
     return tuple(_metric(f"{procedure}_{name}") for name in names)
 
@@ -61,23 +67,36 @@ TRACK = Track(
     inputs={},
     scorer="celldag.annotation.scoring:score_seed",
     metric_groups=(
-        MetricGroup(f"point labels and {PROCEDURES[HEADLINE]}", (
-            Metric("accuracy", higher_is_better=True, core=True), Metric("macro_f1", higher_is_better=True, core=True),
-            *_procedure_metrics(HEADLINE))),
-        *(MetricGroup(title, _procedure_metrics(procedure)) for procedure, title in PROCEDURES.items()
-          if procedure != HEADLINE),
-        MetricGroup("new batch: classifier trained on the other batches, 10 % of the new one labelled", (
-            Metric("accuracy_new_batch", higher_is_better=True), Metric("macro_f1_new_batch", higher_is_better=True),
-            *(_metric(f"{procedure}_{name}") for procedure in PROCEDURES for name in NEW_BATCH_METRICS))),
-        MetricGroup("control: split conformal (LAC) calibrated on permuted labels", (
-            Metric("permuted_coverage", higher_is_better=True), Metric("permuted_set_size", higher_is_better=False))),
+        MetricGroup(
+            f"point labels and {PROCEDURES[HEADLINE]}",
+            (
+                Metric("accuracy", higher_is_better=True, core=True),
+                Metric("macro_f1", higher_is_better=True, core=True),
+                *_procedure_metrics(HEADLINE),
+            ),
+        ),
+        *(
+            MetricGroup(title, _procedure_metrics(procedure))
+            for procedure, title in PROCEDURES.items()
+            if procedure != HEADLINE
+        ),
+        MetricGroup(
+            "new batch: classifier trained on the other batches, 10 % of the new one labelled",
+            (
+                Metric("accuracy_new_batch", higher_is_better=True),
+                Metric("macro_f1_new_batch", higher_is_better=True),
+                *(_metric(f"{procedure}_{name}") for procedure in PROCEDURES for name in NEW_BATCH_METRICS),
+            ),
+        ),
+        MetricGroup(
+            "control: split conformal (LAC) calibrated on permuted labels",
+            (Metric("permuted_coverage", higher_is_better=True), Metric("permuted_set_size", higher_is_better=False)),
+        ),
     ),  # fmt: skip
     dataset_facts="celldag.annotation.track:dataset_facts",
     figures=(
-        Figure("coverage", "celldag.annotation.figures:coverage_by_group", "captions/coverage.rst",
-               needs=("outputs",)),
-        Figure("set_size", "celldag.annotation.figures:set_size_vs_coverage", "captions/sets.rst",
-               needs=("scores",)),
+        Figure("coverage", "celldag.annotation.figures:coverage_by_group", "captions/coverage.rst", needs=("outputs",)),
+        Figure("set_size", "celldag.annotation.figures:set_size_vs_coverage", "captions/sets.rst", needs=("scores",)),
     ),
     upstream="representation",
     chain_task="celldag.annotation.track:chain_task",
@@ -175,12 +194,21 @@ def check_output(adata, path: str) -> None:
         raise ContractError(path, "obsm['proba_random']", "missing (or uns['classes'] missing)")
     for key in keys:
         proba = np.asarray(adata.obsm[key])
-        if proba.shape != (adata.n_obs, len(classes)) or (proba < 0).any() or not np.allclose(proba.sum(axis=1), 1, atol=1e-6):
+        if (
+            proba.shape != (adata.n_obs, len(classes))
+            or (proba < 0).any()
+            or not np.allclose(proba.sum(axis=1), 1, atol=1e-6)
+        ):
             raise ContractError(path, f"obsm['{key}']", f"must be ({adata.n_obs}, {len(classes)}) probabilities")
 
 
 def dataset_facts(prepared, entry: dict) -> list[tuple[str, str]]:
     """What `celldag validate` says of a dataset the annotation track chains on."""
     n_labels, n_batches = prepared.obs["label"].nunique(), prepared.obs["batch"].nunique()
-    return [("annotation", f"{n_labels} cell types × {n_batches} batches"
-                           + ("" if n_batches > 1 else ": one batch, the annotation track needs two or more"))]
+    return [
+        (
+            "annotation",
+            f"{n_labels} cell types × {n_batches} batches"
+            + ("" if n_batches > 1 else ": one batch, the annotation track needs two or more"),
+        )
+    ]

@@ -25,8 +25,17 @@ class BMSimulation:
     feature_kind: tuple[str, ...]  # per column: "signal" | "noise" | "spurious", in block order
 
 
-def simulate_bm(*, depth: int, n_signal: int, n_noise: int, n_spurious: int, max_walk: float,
-                noise_std: float, measurement_std: float, seed: int) -> BMSimulation:
+def simulate_bm(
+    *,
+    depth: int,
+    n_signal: int,
+    n_noise: int,
+    n_spurious: int,
+    max_walk: float,
+    noise_std: float,
+    measurement_std: float,
+    seed: int,
+) -> BMSimulation:
     """Simulate two noisy replicates of leaf profiles evolved along a lineage tree.
 
     The true tree is a perfectly balanced binary tree with ``2**depth`` leaves whose
@@ -41,8 +50,15 @@ def simulate_bm(*, depth: int, n_signal: int, n_noise: int, n_spurious: int, max
     ``test`` are the same true profile plus independent N(0, measurement_std**2) noise.
     Every draw comes from one ``np.random.default_rng(seed)``.
     """
-    _validate(depth=depth, n_signal=n_signal, n_noise=n_noise, n_spurious=n_spurious,
-              max_walk=max_walk, noise_std=noise_std, measurement_std=measurement_std)
+    _validate(
+        depth=depth,
+        n_signal=n_signal,
+        n_noise=n_noise,
+        n_spurious=n_spurious,
+        max_walk=max_walk,
+        noise_std=noise_std,
+        measurement_std=measurement_std,
+    )
     rng = np.random.default_rng(seed)
     n_leaves = 2**depth
     width = len(str(n_leaves - 1))
@@ -134,8 +150,9 @@ def _edge_lengths(n_leaves: int, max_walk: float, rng: np.random.Generator) -> n
     return lengths
 
 
-def _brownian_leaves(children: np.ndarray, lengths: np.ndarray, n_features: int,
-                     rng: np.random.Generator) -> np.ndarray:
+def _brownian_leaves(
+    children: np.ndarray, lengths: np.ndarray, n_features: int, rng: np.random.Generator
+) -> np.ndarray:
     """Brownian motion (sigma = 1) from a N(0, I) root down the tree; returns leaf values."""
     n_leaves = len(children) + 1
     parent = np.empty(2 * n_leaves - 1, dtype=np.int64)
@@ -236,7 +253,15 @@ def prepare_bm_simulator(dataset_id: str, params: dict, seed: int, files: Mappin
 
 # the entry params this loader reads: any other key is refused when the workflow is parsed
 prepare_bm_simulator.accepted_params = (
-    "depth", "n_signal", "n_noise", "n_spurious", "max_walk", "noise_std", "measurement_std", "standardize",
-    "count_depth", "count_scale",  # count_depth (null: none) emits the test replicate as counts, layers['counts']
+    "depth",
+    "n_signal",
+    "n_noise",
+    "n_spurious",
+    "max_walk",
+    "noise_std",
+    "measurement_std",
+    "standardize",
+    "count_depth",
+    "count_scale",  # count_depth (null: none) emits the test replicate as counts, layers['counts']
     "validation_replicate",
 )

@@ -45,8 +45,9 @@ def prepare_cellbench(dataset_id: str, params: Mapping, seed: int, files: Mappin
     del dataset_id  # the experiments come from the files
     parts, record = [], {}
     for experiment in experiments(files):
-        counts, labels, in_file = read_experiment(os.fspath(files[experiment + COUNT]),
-                                                  os.fspath(files[experiment + METADATA]))
+        counts, labels, in_file = read_experiment(
+            os.fspath(files[experiment + COUNT]), os.fspath(files[experiment + METADATA])
+        )
         record[experiment] = {"cells_in_file": in_file, "singlets_kept": counts.shape[1]}
         parts.append(anndata.AnnData(
             X=sparse.csr_matrix(counts.to_numpy().T),

@@ -49,7 +49,9 @@ def prepare_cengen_neurons(dataset_id: str, params: dict, seed: int, files: Mapp
 
     unknown = set(params) - {"threshold", "n_top_genes", "standardize"}
     if unknown:
-        raise ValueError(f"{dataset_id}: unknown params {sorted(unknown)} (expected threshold, n_top_genes, standardize)")
+        raise ValueError(
+            f"{dataset_id}: unknown params {sorted(unknown)} (expected threshold, n_top_genes, standardize)"
+        )
     standardize = bool(params.get("standardize", False))
     threshold, n_top_genes = params.get("threshold", 1), params.get("n_top_genes")
     if threshold not in (1, 2, 3, 4):

@@ -41,27 +41,27 @@ from celldag.representation.preprocess import DEFAULTS as PREPROCESS_DEFAULTS
 from celldag.representation.preprocess import integer_counts, preprocess, split_params
 
 H5AD_PARAMS = {
-    "file": None,           # the name of the .h5ad among the entry's files
-    "label_key": None,      # obs column of cell types (required)
-    "batch_key": None,      # obs column of batches; null: one batch (batch-correction metrics do not apply)
-    "counts_layer": "X",    # where the raw counts are: X, a layer name, or null (none: scVI is not_applicable)
+    "file": None,  # the name of the .h5ad among the entry's files
+    "label_key": None,  # obs column of cell types (required)
+    "batch_key": None,  # obs column of batches; null: one batch (batch-correction metrics do not apply)
+    "counts_layer": "X",  # where the raw counts are: X, a layer name, or null (none: scVI is not_applicable)
     "lognorm_layer": None,  # where log-normalised values are: X, a layer name, or null (computed from the counts)
-    "split_key": None,      # obs column of the file's own split ("train" / "val"); null: a seeded stratified split
+    "split_key": None,  # obs column of the file's own split ("train" / "val"); null: a seeded stratified split
 }
 LINEAGE_PARAMS = {
     "file": None,
-    "leaf_key": None,     # obs column naming each cell's leaf; null: every row is a leaf (obs_names)
-    "newick": None,       # the name of a Newick file among the entry's files: the true tree over the leaves
-    "newick_key": None,   # or: the key of uns holding that tree as a Newick string
+    "leaf_key": None,  # obs column naming each cell's leaf; null: every row is a leaf (obs_names)
+    "newick": None,  # the name of a Newick file among the entry's files: the true tree over the leaves
+    "newick_key": None,  # or: the key of uns holding that tree as a Newick string
     "lineage_key": None,  # or: obs column of C. elegans Sulston names, the tree built from them
     "layer": None,
-    "values": "counts",   # counts (or TPM, >= 0): leaf means get log1p; transformed: used as they are
+    "values": "counts",  # counts (or TPM, >= 0): leaf means get log1p; transformed: used as they are
     "replicates": False,  # split each leaf's cells in two seeded halves (train/test layers); needs 2+ cells per leaf
     "replicate_key": None,  # or: obs column of each row's replicate, two values: train = the first in sorted order
     "validation_cells": AUTO,  # share of each leaf's train cells moved to a third replicate (layer validation) on
     #                            which supervised model selection scores; needs replicates or replicate_key. auto:
     #                            0.25 where every leaf has 2+ train cells, else none (uns['no_validation_replicate'])
-    "standardize": False,   # z-score each feature with the training half's statistics; false: values as measured
+    "standardize": False,  # z-score each feature with the training half's statistics; false: values as measured
 }
 
 
@@ -80,8 +80,10 @@ VALUES = {  # h5ad: the role of each matrix it reads; lineage_h5ad: its `values`
     "lineage_h5ad": {"counts": Values("counts", True, False, "count or TPM"),
                      "transformed": Values("transformed values", False, False, "log-transformed or z-scored")},
 }  # fmt: skip
-HINT = {"h5ad": "; name it in {name}_layer instead for {meant_for} input",  # how a hint names another setting
-        "lineage_h5ad": "; set values: {name} for {meant_for} input"}
+HINT = {
+    "h5ad": "; name it in {name}_layer instead for {meant_for} input",  # how a hint names another setting
+    "lineage_h5ad": "; set values: {name} for {meant_for} input",
+}
 
 
 def read_source(path: str | os.PathLike, backed: bool = False):
@@ -125,7 +127,9 @@ def _check_matrix_params(own: Mapping) -> None:
 
 def _check_lineage_params(own: Mapping) -> None:
     if own["values"] not in VALUES["lineage_h5ad"]:
-        raise InputError(f"lineage_h5ad params: values must be one of {tuple(VALUES['lineage_h5ad'])}, got {own['values']!r}")
+        raise InputError(
+            f"lineage_h5ad params: values must be one of {tuple(VALUES['lineage_h5ad'])}, got {own['values']!r}"
+        )
     for key in ("replicates", "standardize"):
         if not isinstance(own[key], bool):
             raise InputError(f"lineage_h5ad params: {key} must be true or false, got {own[key]!r}")
@@ -146,7 +150,9 @@ def read_matrices(own: Mapping) -> dict[str, str | None]:
 
 def raise_first(problems: list[ContractError]) -> None:
     if problems:
-        more = f" (and {len(problems) - 1} more problems: `celldag validate` lists them all)" if len(problems) > 1 else ""
+        more = (
+            f" (and {len(problems) - 1} more problems: `celldag validate` lists them all)" if len(problems) > 1 else ""
+        )
         raise InputError(f"{problems[0]}{more}")
 
 
@@ -169,16 +175,18 @@ def prepare_h5ad(dataset_id: str, params: Mapping, seed: int, files: Mapping[str
     try:
         raise_first(representation_problems(adata, path, own, preprocess_params))
         obs = adata.obs if own["batch_key"] else adata.obs.assign(batch=dataset_id)
-        data = anndata.AnnData(X=_source_matrix(adata, matrices[values]), obs=pd.DataFrame(obs),
-                               var=pd.DataFrame(index=adata.var_names))
+        data = anndata.AnnData(
+            X=_source_matrix(adata, matrices[values]), obs=pd.DataFrame(obs), var=pd.DataFrame(index=adata.var_names)
+        )
         if values == "lognorm" and "counts" in matrices:
             data.layers["counts"] = _source_matrix(adata, matrices["counts"])
     finally:
         if adata.isbacked:
             adata.file.close()
     batch_key = own["batch_key"] or "batch"
-    prepared = preprocess(data, label_key=own["label_key"], batch_key=batch_key, seed=seed, params=preprocess_params,
-                          values=values)
+    prepared = preprocess(
+        data, label_key=own["label_key"], batch_key=batch_key, seed=seed, params=preprocess_params, values=values
+    )
     rows = data.obs_names.astype(str).get_indexer(prepared.obs_names)
     if "counts" in data.layers:
         _keep_counts(prepared, data, rows, matrix_field(matrices["counts"]))
@@ -263,7 +271,6 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
     """Prepared lineage dataset (leaves × features, the true tree) from a lab's cells- or leaves-by-features h5ad."""
     import anndata
 
-
     own, _, path = source_params("lineage_h5ad", params, files)
     adata = read_source(path)
     problems, leaf_of_row, tree = lineage_problems(adata, path, own, files)
@@ -286,7 +293,9 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
     scaled, varies = standardise(*profiles.values())  # the first profiles' statistics: the training half (or X)
     if not varies.any():
         raise InputError(f"{path}: {matrix_field(own['layer'])}: no feature varies across the {len(leaves)} leaves")
-    matrices = dict(zip(profiles, scaled if own["standardize"] else [values[:, varies] for values in profiles.values()]))
+    matrices = dict(
+        zip(profiles, scaled if own["standardize"] else [values[:, varies] for values in profiles.values()])
+    )
     matrices.pop("half", None)
     obs = pd.DataFrame({"n_cells": pd.Series(leaf_of_row).value_counts().reindex(leaves).to_numpy()},
                        index=pd.Index(leaves, name="leaf"))  # fmt: skip
@@ -410,7 +419,9 @@ def _parsed_tree(text: str, path: str, field: str):
     except ValueError as err:
         return None, [ContractError(path, field, f"not a valid Newick tree ({err})")]
     if len(tree.leaf_names) == 1:
-        return None, [ContractError(path, field, f"a single leaf ({tree.leaf_names[0]!r}); a lineage needs {MIN_LEAVES} or more")]
+        return None, [
+            ContractError(path, field, f"a single leaf ({tree.leaf_names[0]!r}); a lineage needs {MIN_LEAVES} or more")
+        ]
     return tree, []
 
 
@@ -473,6 +484,7 @@ def _integer_valued(matrix) -> bool:
 
 def _all_constant(matrix) -> bool:
     """Every column constant; sparse stays sparse (an atlas densified would need tens of GB)."""
+
     def column_wise(values):
         return np.asarray(values.todense() if sparse.issparse(values) else values).ravel()
 

@@ -28,7 +28,7 @@ from celldag.errors import InputError
 from celldag.lineage.tree import parse_newick, to_newick
 
 KPTRACER_DEFAULTS = {
-    "tumour": None,        # the file prefix, e.g. 3513_NT_T4
+    "tumour": None,  # the file prefix, e.g. 3513_NT_T4
     "standardize": False,  # z-score each gene over the cells; false: the published values, as every lineage loader
 }
 SUFFIXES = ("cells.txt", "cell_types.txt", "normalized_log_counts.txt", "pruned.nwk")

@@ -45,8 +45,9 @@ def validation_fraction(value, loader: str, auto: bool = False) -> float | str:
     return float(value)
 
 
-def validation_share(requested: float | str, train: list[np.ndarray] | None,
-                     leaves: list[str]) -> tuple[float, str | None]:
+def validation_share(
+    requested: float | str, train: list[np.ndarray] | None, leaves: list[str]
+) -> tuple[float, str | None]:
     """(the share of each leaf's training cells that ``replicate_cells`` draws into the validation replicate,
     why the dataset has none: None where it has one) for a checked ``validation_cells`` and the training
     cells of each leaf (None: no replicate pair).
@@ -65,8 +66,9 @@ def validation_share(requested: float | str, train: list[np.ndarray] | None,
     return AUTO_FRACTION, None
 
 
-def replicate_cells(train: list[np.ndarray], test: list[np.ndarray], fraction: float,
-                    seed: int) -> dict[str, list[np.ndarray]]:
+def replicate_cells(
+    train: list[np.ndarray], test: list[np.ndarray], fraction: float, seed: int
+) -> dict[str, list[np.ndarray]]:
     """{"train", "test"[, "validation"]}: per leaf, the indices of its cells in each replicate.
 
     With a validation ``fraction`` > 0 (checked by ``validation_fraction``), a seeded share of each leaf's

@@ -87,7 +87,8 @@ def prepare_packer2019(dataset_id: str, params: dict, seed: int, files: Mapping[
     adata = anndata.AnnData(
         X=(train + test) / 2,
         obs=pd.DataFrame(
-            {f"n_cells_{name}": [len(c) for c in members] for name, members in replicates.items()} | {"count_total": count_total},
+            {f"n_cells_{name}": [len(c) for c in members] for name, members in replicates.items()}
+            | {"count_total": count_total},
             index=pd.Index(leaves, name="leaf"),
         ),
         var=pd.DataFrame(
@@ -204,7 +205,7 @@ def _open(path: str):
     """Binary handle on a local copy, decompressing when it is gzip (detected by its magic bytes)."""
     with open(path, "rb") as raw:
         is_gzip = raw.read(2) == b"\x1f\x8b"
-    with (gzip.open(path, "rb") if is_gzip else open(path, "rb")) as handle:
+    with gzip.open(path, "rb") if is_gzip else open(path, "rb") as handle:
         yield handle
 
 

@@ -21,8 +21,8 @@ PBMC68K_DEFAULTS = {
     "shift_sd": 0.5,
     "scale_sd": 0.2,
 }
-PBMC3K_RAW = "pbmc3k_raw.h5ad"               # 2,700 cells × 32,738 genes, raw counts (scanpy.datasets.pbmc3k)
-PBMC3K_PROCESSED = "pbmc3k_processed.h5ad"   # 2,638 cells, tutorial `louvain` labels (scanpy.datasets.pbmc3k_processed)
+PBMC3K_RAW = "pbmc3k_raw.h5ad"  # 2,700 cells × 32,738 genes, raw counts (scanpy.datasets.pbmc3k)
+PBMC3K_PROCESSED = "pbmc3k_processed.h5ad"  # 2,638 cells, tutorial `louvain` labels (scanpy.datasets.pbmc3k_processed)
 PBMC3K_LABEL_KEY = "louvain"
 
 
@@ -45,12 +45,14 @@ def prepare_pbmc68k_batched(dataset_id: str, params: Mapping, seed: int, files: 
     lognorm = add_batch_effect(source.raw.X, batch, design["n_batches"], design["shift_sd"], design["scale_sd"], rng)
     adata = anndata.AnnData(
         X=lognorm,
-        obs=pd.DataFrame({"bulk_labels": labels.to_numpy(), "batch": [f"batch{b}" for b in batch]},
-                         index=source.obs_names),
+        obs=pd.DataFrame(
+            {"bulk_labels": labels.to_numpy(), "batch": [f"batch{b}" for b in batch]}, index=source.obs_names
+        ),
         var=pd.DataFrame(index=source.raw.var_names),
     )
-    prepared = preprocess(adata, label_key="bulk_labels", batch_key="batch", seed=seed, params=preprocess_params,
-                          values="lognorm")
+    prepared = preprocess(
+        adata, label_key="bulk_labels", batch_key="batch", seed=seed, params=preprocess_params, values="lognorm"
+    )
     prepared.uns["synthetic_batches"] = design
     return prepared
 
@@ -73,8 +75,9 @@ def assign_batches(labels, n_batches: int, rng: np.random.Generator) -> np.ndarr
     return batch
 
 
-def add_batch_effect(lognorm, batch: np.ndarray, n_batches: int, shift_sd: float, scale_sd: float,
-                     rng: np.random.Generator) -> sparse.csr_matrix:
+def add_batch_effect(
+    lognorm, batch: np.ndarray, n_batches: int, shift_sd: float, scale_sd: float, rng: np.random.Generator
+) -> sparse.csr_matrix:
     """Detected log values x of batch b, gene g → max(0, x · exp(N(0, scale_sd))[b, g] + N(0, shift_sd)[b, g]).
 
     Zeros stay zero: a zero is a gene not detected, and a batch changes how much of a detected gene is
@@ -108,8 +111,10 @@ def prepare_pbmc3k(dataset_id: str, params: Mapping, seed: int, files: Mapping[s
     labels = anndata.read_h5ad(os.fspath(files[PBMC3K_PROCESSED])).obs[PBMC3K_LABEL_KEY]
     labelled = raw.obs_names.isin(labels.index)
     if not labelled.any():
-        raise ValueError(f"no barcode of {PBMC3K_RAW} is labelled in {PBMC3K_PROCESSED} "
-                         f"(e.g. {list(raw.obs_names[:2])} vs {list(labels.index[:2])})")
+        raise ValueError(
+            f"no barcode of {PBMC3K_RAW} is labelled in {PBMC3K_PROCESSED} "
+            f"(e.g. {list(raw.obs_names[:2])} vs {list(labels.index[:2])})"
+        )
     join = {
         "cells_raw": int(labelled.size),
         "labelled_cells": int(labels.size),
@@ -119,8 +124,9 @@ def prepare_pbmc3k(dataset_id: str, params: Mapping, seed: int, files: Mapping[s
     raw = raw[labelled]
     adata = anndata.AnnData(
         X=integer_counts(raw.X, f"{PBMC3K_RAW}: X"),
-        obs=pd.DataFrame({PBMC3K_LABEL_KEY: labels.loc[raw.obs_names].to_numpy(), "batch": "pbmc3k"},
-                         index=raw.obs_names),
+        obs=pd.DataFrame(
+            {PBMC3K_LABEL_KEY: labels.loc[raw.obs_names].to_numpy(), "batch": "pbmc3k"}, index=raw.obs_names
+        ),
         var=pd.DataFrame(index=raw.var_names),
     )
     prepared = preprocess(adata, label_key=PBMC3K_LABEL_KEY, batch_key="batch", seed=seed, params=params)

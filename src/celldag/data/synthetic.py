@@ -176,8 +176,11 @@ def prepare_synthetic_counts(dataset_id: str, params: Mapping, seed: int, files:
         var=pd.DataFrame(index=[f"gene{g:04d}" for g in range(shape["n_genes"])]),
     )  # fmt: skip
     prepared = preprocess(adata, label_key="cell_type", batch_key="batch", seed=seed, params=preprocess_params)
-    prepared.uns["simulation"] = {**shape, **design,
-                                  "type_fractions": {name: float(f) for name, f in zip(types, simulation.type_fractions)}}
+    prepared.uns["simulation"] = {
+        **shape,
+        **design,
+        "type_fractions": {name: float(f) for name, f in zip(types, simulation.type_fractions)},
+    }
     return prepared
 
 

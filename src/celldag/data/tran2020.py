@@ -30,12 +30,12 @@ from celldag.errors import InputError
 from celldag.representation.preprocess import DEFAULTS as PREPROCESS_DEFAULTS
 from celldag.representation.preprocess import TARGET_SUM, preprocess, split_params
 
-MATRIX = "myData_pancreatic_5batches.txt.gz"   # genes × cells, tab-separated
+MATRIX = "myData_pancreatic_5batches.txt.gz"  # genes × cells, tab-separated
 SAMPLES = "mySample_pancreatic_5batches.txt.gz"  # one row per cell: id, batch, batchlb, celltype, …
 TRAN2020_DEFAULTS = {
     "label_key": "celltype",  # sample-table column of cell types
-    "batch_key": "batchlb",   # sample-table column of batches (Baron_b1, Mutaro_b2, …: the file's spelling)
-    "expected_cells": None,   # cells the filtering should keep (the paper: 14,767); a different count is warned
+    "batch_key": "batchlb",  # sample-table column of batches (Baron_b1, Mutaro_b2, …: the file's spelling)
+    "expected_cells": None,  # cells the filtering should keep (the paper: 14,767); a different count is warned
 }
 BLOCK_GENES = 500  # genes parsed at once: 500 × 14,767 cells is a 30 MB float32 block
 
@@ -62,16 +62,22 @@ def prepare_tran2020(dataset_id: str, params: Mapping, seed: int, files: Mapping
     n_fractional = int(fractional.sum())
     values = "lognorm" if n_fractional else "counts"
     if n_fractional:
-        log.warning("%s: %s holds %d non-integer values (e.g. %g): log-normalised by the loader, no counts for "
-                    "scVI", dataset_id, MATRIX, n_fractional, data.X.data[fractional][0])
+        log.warning(
+            "%s: %s holds %d non-integer values (e.g. %g): log-normalised by the loader, no counts for scVI",
+            dataset_id,
+            MATRIX,
+            n_fractional,
+            data.X.data[fractional][0],
+        )
         # totals over every gene of the file: the QC below drops genes only afterwards (a fraction of a percent
         # of each total), where counts are normalised over the QC-passed genes
         import scanpy as sc
 
         sc.pp.normalize_total(data, target_sum=TARGET_SUM)
         sc.pp.log1p(data)
-    prepared = preprocess(data, label_key=own["label_key"], batch_key=own["batch_key"], seed=seed,
-                          params=preprocess_params, values=values)
+    prepared = preprocess(
+        data, label_key=own["label_key"], batch_key=own["batch_key"], seed=seed, params=preprocess_params, values=values
+    )
     prepared.uns["tran2020"] = filter_record(samples[own["batch_key"]], prepared.obs["batch"], values, n_fractional)
     _check_cell_count(dataset_id, prepared.n_obs, own["expected_cells"], prepared.uns["preprocess"])
     return prepared
@@ -173,6 +179,7 @@ def cell_order(sample_cells: pd.Index, matrix_cells: pd.Index, samples_path: str
 
 def filter_record(batch_in_file: pd.Series, batch_kept: pd.Series, values: str, fractional: int) -> dict:
     """Cells per batch in the file and after filtering, and what the values were: ``uns["tran2020"]``."""
+
     def per_batch(batch) -> dict[str, int]:
         return {str(name): int(n) for name, n in pd.Series(batch).value_counts().sort_index().items()}
 
@@ -199,8 +206,11 @@ def _parse_block(block: list[tuple[int, str, str]], cells: pd.Index, path: str) 
     if bad.any():
         row, column = np.argwhere(bad)[0]
         number, gene, _ = block[row]
-        raise ContractError(path, f"line {number} (gene {gene!r})",
-                            f"{values[row, column]:g} for cell {cells[column]!r}: values must be finite and >= 0")
+        raise ContractError(
+            path,
+            f"line {number} (gene {gene!r})",
+            f"{values[row, column]:g} for cell {cells[column]!r}: values must be finite and >= 0",
+        )
     return sparse.csr_matrix(values)
 
 
@@ -209,14 +219,16 @@ def _row_problem(block: list[tuple[int, str, str]], cells: pd.Index, path: str) 
     for number, gene, text in block:
         fields = text.rstrip("\r\n").split("\t")
         if len(fields) != cells.size:
-            return ContractError(path, f"line {number} (gene {gene!r})",
-                                 f"{len(fields)} values, but the header names {cells.size} cells")
+            return ContractError(
+                path, f"line {number} (gene {gene!r})", f"{len(fields)} values, but the header names {cells.size} cells"
+            )
         for cell, field in zip(cells, fields):
             try:
                 float(field)
             except ValueError:
-                return ContractError(path, f"line {number} (gene {gene!r})",
-                                     f"{field!r} for cell {cell!r} is not a number")
+                return ContractError(
+                    path, f"line {number} (gene {gene!r})", f"{field!r} for cell {cell!r} is not a number"
+                )
     return None
 
 
@@ -253,8 +265,14 @@ def check_source(params: Mapping, files: Mapping[str, str]) -> SourceReport:
     except ContractError as err:
         return SourceReport([str(err)], [], [])
     batches = samples[own["batch_key"]].value_counts().sort_index()
-    return SourceReport([], [], [("cells in file", str(len(samples))),
-                                 ("batches in file", ", ".join(f"{name} {n}" for name, n in batches.items()))])
+    return SourceReport(
+        [],
+        [],
+        [
+            ("cells in file", str(len(samples))),
+            ("batches in file", ", ".join(f"{name} {n}" for name, n in batches.items())),
+        ],
+    )
 
 
 prepare_tran2020.check_source = check_source

@@ -29,8 +29,8 @@ class SymbolMap:
     """Dataset gene symbol → org.Hs.eg ``_id`` for the symbols that map, in dataset order."""
 
     ids: dict[str, int]
-    n_symbol: int   # matched an official symbol
-    n_alias: int    # matched through an alias that names exactly one gene
+    n_symbol: int  # matched an official symbol
+    n_alias: int  # matched through an alias that names exactly one gene
 
 
 def open_annotation(org_path: str | os.PathLike, go_path: str | os.PathLike | None = None) -> sqlite3.Connection:
@@ -75,7 +75,9 @@ def map_symbols(db: sqlite3.Connection, genes: Sequence[str]) -> SymbolMap:
     ):
         by_symbol[symbol].append((gene_type != "protein-coding", key))
     by_alias = defaultdict(set)
-    for alias, key in db.execute("SELECT a.alias_symbol, a._id FROM alias a JOIN temp.wanted w ON w.symbol = a.alias_symbol"):
+    for alias, key in db.execute(
+        "SELECT a.alias_symbol, a._id FROM alias a JOIN temp.wanted w ON w.symbol = a.alias_symbol"
+    ):
         by_alias[alias].add(key)
     ids, n_symbol, n_alias = {}, 0, 0
     for gene in genes:
@@ -101,7 +103,8 @@ def _annotations(db: sqlite3.Connection, ontology: str, with_terms: bool) -> lis
     join = " JOIN go.go_term t ON t.go_id = a.go_id" if with_terms else ""
     return db.execute(
         f"SELECT a._id, a.go_id, a.evidence{term} FROM go_{ontology} a JOIN temp.keys k ON k._id = a._id{join}"
-        " WHERE a.evidence != ?", (UNINFORMATIVE_EVIDENCE,)
+        " WHERE a.evidence != ?",
+        (UNINFORMATIVE_EVIDENCE,),
     ).fetchall()
 
 
@@ -109,16 +112,21 @@ def _evidence_rank(evidence: str) -> int:
     return 0 if evidence in EXPERIMENTAL_EVIDENCE else 2 if evidence == "IEA" else 1
 
 
-def describe_genes(db: sqlite3.Connection, symbols: SymbolMap,
-                   max_terms: Mapping[str, int] = DEFAULT_MAX_TERMS) -> dict[str, str]:
+def describe_genes(
+    db: sqlite3.Connection, symbols: SymbolMap, max_terms: Mapping[str, int] = DEFAULT_MAX_TERMS
+) -> dict[str, str]:
     """Per mapped dataset gene: "SYMBOL: full name. Biological process: a; b. Molecular function: …."
 
     Needs GO.db attached (``open_annotation(org, go)``). Per ontology at most ``max_terms[ontology]``
     terms, ordered by evidence (experimental, curated, electronic), then GO id.
     """
     _select_genes(db, symbols.ids.values())
-    names = {key: (symbol, name) for key, symbol, name in
-             db.execute("SELECT i._id, i.symbol, i.gene_name FROM gene_info i JOIN temp.keys k ON k._id = i._id")}
+    names = {
+        key: (symbol, name)
+        for key, symbol, name in db.execute(
+            "SELECT i._id, i.symbol, i.gene_name FROM gene_info i JOIN temp.keys k ON k._id = i._id"
+        )
+    }
     sections = defaultdict(list)  # _id → ["Biological process: a; b", …]
     for ontology, label in ONTOLOGIES.items():
         terms = defaultdict(dict)  # _id → {go_id: (best evidence rank, term)}

@@ -36,18 +36,25 @@ class GeneIdMap:
 
     symbols: dict[str, str]
     n_without_symbol: int  # org.Hs.eg.db links the id to no gene
-    n_ambiguous: int       # several genes, or a symbol already taken by another id of the dataset
+    n_ambiguous: int  # several genes, or a symbol already taken by another id of the dataset
 
     def facts(self) -> dict[str, int | str]:
         n_ids = len(self.symbols) + self.n_without_symbol + self.n_ambiguous
-        return {"gene_ids": "ensembl", "n_ids": n_ids, "n_symbols": len(self.symbols),
-                "n_without_symbol": self.n_without_symbol, "n_ambiguous": self.n_ambiguous}
+        return {
+            "gene_ids": "ensembl",
+            "n_ids": n_ids,
+            "n_symbols": len(self.symbols),
+            "n_without_symbol": self.n_without_symbol,
+            "n_ambiguous": self.n_ambiguous,
+        }
 
 
 def note(facts: Mapping) -> str:
     """The leaderboard's line for a run on mapped ids, e.g. "genes: 18,204 Ensembl ids → 16,980 symbols (…)"."""
-    return (f"genes: {facts['n_ids']:,} Ensembl ids → {facts['n_symbols']:,} symbols "
-            f"({facts['n_without_symbol']:,} without a symbol, {facts['n_ambiguous']:,} ambiguous dropped)")
+    return (
+        f"genes: {facts['n_ids']:,} Ensembl ids → {facts['n_symbols']:,} symbols "
+        f"({facts['n_without_symbol']:,} without a symbol, {facts['n_ambiguous']:,} ambiguous dropped)"
+    )
 
 
 def map_ensembl(db: sqlite3.Connection, ids: Sequence[str]) -> GeneIdMap:

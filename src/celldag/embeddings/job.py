@@ -23,7 +23,16 @@ def write_gene_table(*, embedding_id: str, entry: dict, inputs: dict[str, str], 
     base = read_table(inputs["base"], provider=entry["of"]) if "base" in inputs else None
     files = {role: path for role, path in inputs.items() if role not in ("genes", "base")}
     gene_ids, species = declared_genes(dataset_entry or {})
-    table, facts = embed_genes(entry["provider"], params, genes, files, seed, base_table=base, threads=threads,
-                               gene_ids=gene_ids, species=species)
+    table, facts = embed_genes(
+        entry["provider"],
+        params,
+        genes,
+        files,
+        seed,
+        base_table=base,
+        threads=threads,
+        gene_ids=gene_ids,
+        species=species,
+    )
     write_table(table, table_path)
     artifacts.write_json({"embedding": embedding_id, **facts}, facts_path)

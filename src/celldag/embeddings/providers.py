@@ -41,9 +41,17 @@ def provider(**defaults):
     return mark
 
 
-def embed_genes(reference: str, params: dict, genes: Sequence[str], files: Mapping[str, str], seed: int,
-                base_table: GeneTable | None = None, threads: int = 1, gene_ids: str = "symbol",
-                species: str = "human") -> tuple[pd.DataFrame, dict]:
+def embed_genes(
+    reference: str,
+    params: dict,
+    genes: Sequence[str],
+    files: Mapping[str, str],
+    seed: int,
+    base_table: GeneTable | None = None,
+    threads: int = 1,
+    gene_ids: str = "symbol",
+    species: str = "human",
+) -> tuple[pd.DataFrame, dict]:
     """Embed ``genes`` with the provider ``reference`` names; return (table, facts).
 
     The table (columns gene_id, embedding) holds the genes that got a vector, in the order of
@@ -74,11 +82,16 @@ def embed_genes(reference: str, params: dict, genes: Sequence[str], files: Mappi
         base_table = replace(base_table, gene_ids=tuple(mapped.symbols[gene] for gene in base_table.gene_ids))
     ids, vectors, details = embed(embed.defaults | params, symbols, files, seed, base_table, threads)
     if not ids:
-        hint = ("; they look like Ensembl ids: declare `gene_ids: ensembl` in the dataset's registry entry"
-                if sum(gene.startswith("ENS") for gene in genes) > len(genes) / 2 else "")
-        raise InputError(f"provider {reference!r} embedded none of the {len(symbols)} requested genes (first: {symbols[:3]}); "
-                         "genes are matched by exact name: the dataset's var_names must be the ids the source uses "
-                         f"(e.g. HGNC symbols, not Ensembl ids){hint}")
+        hint = (
+            "; they look like Ensembl ids: declare `gene_ids: ensembl` in the dataset's registry entry"
+            if sum(gene.startswith("ENS") for gene in genes) > len(genes) / 2
+            else ""
+        )
+        raise InputError(
+            f"provider {reference!r} embedded none of the {len(symbols)} requested genes (first: {symbols[:3]}); "
+            "genes are matched by exact name: the dataset's var_names must be the ids the source uses "
+            f"(e.g. HGNC symbols, not Ensembl ids){hint}"
+        )
     if mapped:  # back to the dataset's ids: methods match the table to its var_names
         dataset_id = {symbol: gene for gene, symbol in mapped.symbols.items()}
         ids = [dataset_id[symbol] for symbol in ids]
@@ -94,19 +107,32 @@ def _ensembl_symbols(genes: list[str], files: Mapping[str, str]) -> GeneIdMap:
     with closing(annotation.open_annotation(org)) as db:
         mapped = map_ensembl(db, genes)
     if not mapped.symbols:
-        raise InputError(f"none of the dataset's {len(genes)} genes (first: {genes[:3]}) is a human Ensembl gene id "
-                         "that org.Hs.eg.db links to a symbol, yet its registry entry declares `gene_ids: ensembl`")
+        raise InputError(
+            f"none of the dataset's {len(genes)} genes (first: {genes[:3]}) is a human Ensembl gene id "
+            "that org.Hs.eg.db links to a symbol, yet its registry entry declares `gene_ids: ensembl`"
+        )
     return mapped
 
 
-@provider(text_source="go", model=DEFAULT_TEXT_MODEL, max_seq_length=128, batch_size=64, normalize=True, device="cpu",
-          **{f"max_{ontology}_terms": cap for ontology, cap in annotation.DEFAULT_MAX_TERMS.items()})
-def text(params: dict, genes: list[str], files, seed: int, base_table, threads: int) -> tuple[list[str], np.ndarray, dict]:
+@provider(
+    text_source="go",
+    model=DEFAULT_TEXT_MODEL,
+    max_seq_length=128,
+    batch_size=64,
+    normalize=True,
+    device="cpu",
+    **{f"max_{ontology}_terms": cap for ontology, cap in annotation.DEFAULT_MAX_TERMS.items()},
+)
+def text(
+    params: dict, genes: list[str], files, seed: int, base_table, threads: int
+) -> tuple[list[str], np.ndarray, dict]:
     """A sentence-transformers model embeds one description per gene (GO terms, or summaries from a file)."""
     max_terms = {ontology: params[f"max_{ontology}_terms"] for ontology in annotation.ONTOLOGIES}
     texts, details = sources.read_texts(params["text_source"], files, genes, max_terms)
     ids = [gene for gene in genes if gene in texts]
-    vectors = encode_texts([texts[gene] for gene in ids], params, seed, threads) if ids else np.zeros((0, 0), np.float32)
+    vectors = (
+        encode_texts([texts[gene] for gene in ids], params, seed, threads) if ids else np.zeros((0, 0), np.float32)
+    )
     keys = ("text_source", "model", "max_seq_length", "normalize")
     return ids, vectors, {key: params[key] for key in keys} | details
 
@@ -130,13 +156,20 @@ def encode_texts(texts: list[str], params: Mapping, seed: int, threads: int = 1)
     model.max_seq_length = params["max_seq_length"]  # longer texts are truncated; cost grows with the length
     model.eval()
     with torch.inference_mode():
-        vectors = model.encode(texts, batch_size=params["batch_size"], normalize_embeddings=params["normalize"],
-                               convert_to_numpy=True, show_progress_bar=False)
+        vectors = model.encode(
+            texts,
+            batch_size=params["batch_size"],
+            normalize_embeddings=params["normalize"],
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
     return np.asarray(vectors, dtype=np.float32)
 
 
 @provider(n_components=128, weighting="tfidf", ontologies=list(annotation.ONTOLOGIES))
-def go_svd(params: dict, genes: list[str], files, seed: int, base_table, threads: int) -> tuple[list[str], np.ndarray, dict]:
+def go_svd(
+    params: dict, genes: list[str], files, seed: int, base_table, threads: int
+) -> tuple[list[str], np.ndarray, dict]:
     """Truncated SVD (latent semantic analysis) of the gene × GO-term incidence of the annotated genes.
 
     weighting "tfidf" (default) scales each term by its inverse frequency among these genes and each
@@ -148,8 +181,10 @@ def go_svd(params: dict, genes: list[str], files, seed: int, base_table, threads
 
     unknown = set(params["ontologies"]) - set(annotation.ONTOLOGIES)
     if unknown or params["weighting"] not in ("tfidf", "binary"):
-        raise ValueError(f"go_svd: ontologies must be among {list(annotation.ONTOLOGIES)} and weighting "
-                         f"'tfidf' or 'binary'; got {params['ontologies']}, {params['weighting']!r}")
+        raise ValueError(
+            f"go_svd: ontologies must be among {list(annotation.ONTOLOGIES)} and weighting "
+            f"'tfidf' or 'binary'; got {params['ontologies']}, {params['weighting']!r}"
+        )
     org = sources.required_file(files, "org_hs_eg_sqlite", "provider 'go_svd'")
     with closing(annotation.open_annotation(org)) as db:
         symbols = annotation.map_symbols(db, genes)
@@ -158,22 +193,33 @@ def go_svd(params: dict, genes: list[str], files, seed: int, base_table, threads
     incidence = incidence[annotated]
     k = params["n_components"]
     if not 1 <= k <= min(incidence.shape) - 1:
-        raise ValueError(f"go_svd: n_components={k} must be at least 1 and below min(annotated genes, GO terms) = "
-                         f"{min(incidence.shape)} ({incidence.shape[0]} annotated genes × {incidence.shape[1]} GO terms)")
+        raise ValueError(
+            f"go_svd: n_components={k} must be at least 1 and below min(annotated genes, GO terms) = "
+            f"{min(incidence.shape)} ({incidence.shape[0]} annotated genes × {incidence.shape[1]} GO terms)"
+        )
     if params["weighting"] == "tfidf":
         incidence = TfidfTransformer().fit_transform(incidence)
     svd = TruncatedSVD(n_components=k, random_state=seed)
     vectors = svd.fit_transform(incidence).astype(np.float32)
-    return [mapped[i] for i in annotated], vectors, {
-        "n_components": k, "weighting": params["weighting"], "n_go_terms": len(go_ids),
-        "explained_variance_ratio": float(svd.explained_variance_ratio_.sum()),
-        "n_matched_symbol": symbols.n_symbol, "n_matched_alias": symbols.n_alias,
-        "n_mapped_without_go": len(mapped) - len(annotated),
-    }
+    return (
+        [mapped[i] for i in annotated],
+        vectors,
+        {
+            "n_components": k,
+            "weighting": params["weighting"],
+            "n_go_terms": len(go_ids),
+            "explained_variance_ratio": float(svd.explained_variance_ratio_.sum()),
+            "n_matched_symbol": symbols.n_symbol,
+            "n_matched_alias": symbols.n_alias,
+            "n_mapped_without_go": len(mapped) - len(annotated),
+        },
+    )
 
 
 @provider(format=None)
-def from_file(params: dict, genes: list[str], files, seed: int, base_table, threads: int) -> tuple[list[str], np.ndarray, dict]:
+def from_file(
+    params: dict, genes: list[str], files, seed: int, base_table, threads: int
+) -> tuple[list[str], np.ndarray, dict]:
     """A precomputed table (format: see celldag.embeddings.sources.read_vectors)."""
     path = sources.required_file(files, "table", "provider 'file'")
     ids, vectors, n_table = sources.read_vectors(params["format"], path, genes)
@@ -182,19 +228,25 @@ def from_file(params: dict, genes: list[str], files, seed: int, base_table, thre
 
 
 @provider(dim=384)
-def random_vectors(params: dict, genes: list[str], files, seed: int, base_table, threads: int) -> tuple[list[str], np.ndarray, dict]:
+def random_vectors(
+    params: dict, genes: list[str], files, seed: int, base_table, threads: int
+) -> tuple[list[str], np.ndarray, dict]:
     """Control: i.i.d. N(0, 1) vectors, one per gene."""
     return genes, np.random.default_rng(seed).standard_normal((len(genes), params["dim"]), dtype=np.float32), {}
 
 
 @provider()
-def shuffled(params: dict, genes: list[str], files, seed: int, base_table, threads: int) -> tuple[list[str], np.ndarray, dict]:
+def shuffled(
+    params: dict, genes: list[str], files, seed: int, base_table, threads: int
+) -> tuple[list[str], np.ndarray, dict]:
     """Control: the vectors of the entry's ``of`` table, each given to another gene."""
     if base_table is None:
         raise ValueError("provider 'shuffled' needs base_table: the table whose vectors it permutes (the entry's 'of')")
     columns, vectors, _ = match_genes(genes, base_table)
     if len(columns) < 2:
-        raise ValueError(f"provider 'shuffled': base table {base_table.provider!r} covers {len(columns)} requested genes; need 2")
+        raise ValueError(
+            f"provider 'shuffled': base table {base_table.provider!r} covers {len(columns)} requested genes; need 2"
+        )
     # one cycle through a random gene order: each gene gets the next one's vector, never its own
     order = np.random.default_rng(seed).permutation(len(columns))
     source = np.empty_like(order)

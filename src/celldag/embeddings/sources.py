@@ -27,8 +27,9 @@ def required_file(files: Mapping[str, str], key: str, what: str) -> str:
 # ---------------------------------------------------------------- description texts
 
 
-def read_texts(source: str, files: Mapping[str, str], genes: Sequence[str],
-               max_terms: Mapping[str, int]) -> tuple[dict[str, str], dict]:
+def read_texts(
+    source: str, files: Mapping[str, str], genes: Sequence[str], max_terms: Mapping[str, int]
+) -> tuple[dict[str, str], dict]:
     """Description text per gene that has one, plus facts about how genes were matched.
 
     go: org.Hs.eg.db + GO.db (symbol or unique alias; see ``annotation``); genept_json: GenePT's
@@ -76,7 +77,10 @@ def read_vectors(fmt: str, path: str, genes: Sequence[str]) -> tuple[list[str], 
     column, header optional (scGPT exports); parquet: this project's table format.
     """
     readers: dict[str, Callable[[str], Mapping]] = {
-        "genept_pickle": _read_verified_pickle, "torch": _read_torch, "csv": _read_csv, "parquet": _read_parquet,
+        "genept_pickle": _read_verified_pickle,
+        "torch": _read_torch,
+        "csv": _read_csv,
+        "parquet": _read_parquet,
     }
     if fmt not in readers:
         raise ValueError(f"unknown table format {fmt!r}; known: {list(readers)}")

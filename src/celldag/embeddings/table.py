@@ -63,7 +63,9 @@ def check_frame(frame: pd.DataFrame, path: str | os.PathLike) -> np.ndarray:
     ids = frame["gene_id"].tolist()
     for row, gene in enumerate(ids):
         if not isinstance(gene, str) or not gene:
-            raise ContractError(path, "column 'gene_id'", f"row {row}: gene id must be a non-empty string, got {gene!r}")
+            raise ContractError(
+                path, "column 'gene_id'", f"row {row}: gene id must be a non-empty string, got {gene!r}"
+            )
     duplicated = frame["gene_id"][frame["gene_id"].duplicated()].unique()[:3].tolist()
     if duplicated:
         raise ContractError(path, "column 'gene_id'", f"gene ids must be unique; duplicated: {duplicated}")
@@ -83,8 +85,12 @@ def _vector_matrix(vectors: list, ids: list[str], path: str) -> np.ndarray:
         raise ContractError(path, field, f"gene {ids[0]!r} (row 0) has an empty vector")
     if (lengths != lengths[0]).any():
         row = int(np.flatnonzero(lengths != lengths[0])[0])
-        raise ContractError(path, field, f"vectors differ in length: gene {ids[0]!r} has {lengths[0]}, "
-                                         f"gene {ids[row]!r} (row {row}) has {lengths[row]}")
+        raise ContractError(
+            path,
+            field,
+            f"vectors differ in length: gene {ids[0]!r} has {lengths[0]}, "
+            f"gene {ids[row]!r} (row {row}) has {lengths[row]}",
+        )
     try:
         matrix = np.array([np.asarray(v, dtype=np.float32) for v in vectors]).reshape(len(vectors), lengths[0])
     except (TypeError, ValueError) as err:
@@ -92,8 +98,9 @@ def _vector_matrix(vectors: list, ids: list[str], path: str) -> np.ndarray:
     bad = ~np.isfinite(matrix).all(axis=1)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise ContractError(path, field,
-                            f"{int(bad.sum())} vectors hold non-finite values (first: gene {ids[row]!r}, row {row})")
+        raise ContractError(
+            path, field, f"{int(bad.sum())} vectors hold non-finite values (first: gene {ids[row]!r}, row {row})"
+        )
     return matrix
 
 
@@ -114,8 +121,13 @@ def read_table(path: str | os.PathLike, provider: str = "") -> GeneTable:
     except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
         raise ContractError(str(path), "file", f"not a readable Parquet file ({err})") from err
     vectors = check_frame(frame, path)
-    return GeneTable(gene_ids=tuple(frame["gene_id"]), vectors=vectors, provider=provider,
-                     mapping=frame.attrs.get(MAPPING, {}), not_applicable=frame.attrs.get(NOT_APPLICABLE, ""))
+    return GeneTable(
+        gene_ids=tuple(frame["gene_id"]),
+        vectors=vectors,
+        provider=provider,
+        mapping=frame.attrs.get(MAPPING, {}),
+        not_applicable=frame.attrs.get(NOT_APPLICABLE, ""),
+    )
 
 
 def match_genes(gene_names: Sequence[str], table: GeneTable) -> tuple[np.ndarray, np.ndarray, int]:

@@ -22,8 +22,19 @@ WILDCARD = "x"  # Packer et al. 2019: any division, for left/right symmetric sub
 # Founders as divisions from P0 (Sulston et al. 1983); Z2/Z3, the germline daughters of P4, as in
 # WormAtlas's cell table (Z2 = P4p, Z3 = P4a).
 FOUNDER_PATHS = {
-    "P0": "", "AB": "a", "P1": "p", "EMS": "pa", "MS": "paa", "E": "pap", "P2": "pp",
-    "C": "ppa", "P3": "ppp", "D": "pppa", "P4": "pppp", "Z3": "ppppa", "Z2": "ppppp",
+    "P0": "",
+    "AB": "a",
+    "P1": "p",
+    "EMS": "pa",
+    "MS": "paa",
+    "E": "pap",
+    "P2": "pp",
+    "C": "ppa",
+    "P3": "ppp",
+    "D": "pppa",
+    "P4": "pppp",
+    "Z3": "ppppa",
+    "Z2": "ppppp",
 }
 # longest first, so that "EMSa" reads as EMS + a and not as E + "msa"
 _FOUNDERS = sorted(FOUNDER_PATHS, key=len, reverse=True)
@@ -38,7 +49,7 @@ def _split(name: str, letters: str) -> tuple[str, str]:
     text = name.strip()
     for founder in _FOUNDERS:
         if text.upper().startswith(founder):
-            rest = text[len(founder):].removeprefix(" ").lower()
+            rest = text[len(founder) :].removeprefix(" ").lower()
             if all(letter in letters for letter in rest):
                 return FOUNDER_PATHS[founder], rest
     raise ValueError(
@@ -57,7 +68,7 @@ def lineage_name(path: str) -> str:
     """The Sulston name of a path, after its deepest founder: "apla" → "ABpla", "paa" → "MS"."""
     for founder, founder_path in _NAMING_FOUNDERS:
         if path.startswith(founder_path):
-            return founder + path[len(founder_path):]
+            return founder + path[len(founder_path) :]
     raise AssertionError("unreachable: P0's empty path prefixes every path")
 
 
@@ -85,9 +96,7 @@ def tree_from_paths(paths: Mapping[str, str]) -> Tree:
     branch_points = {""}
     for left, right in zip(ordered, ordered[1:]):
         if right.startswith(left):
-            raise ValueError(
-                f"leaf {leaf_of[left]!r} ({left!r}) is an ancestor of leaf {leaf_of[right]!r} ({right!r})"
-            )
+            raise ValueError(f"leaf {leaf_of[left]!r} ({left!r}) is an ancestor of leaf {leaf_of[right]!r} ({right!r})")
         branch_points.add(os.path.commonprefix([left, right]))  # character-wise
     # sorting puts every prefix before its extensions, so each node's parent precedes it
     nodes = sorted(branch_points | set(ordered))

@@ -193,7 +193,9 @@ def _postorder(children: Sequence[Sequence[int]], root: int) -> list[int]:
     return order[::-1]
 
 
-def _clades(children: list[list[int]], root: int, names: list[str], rank: dict[str, int]) -> tuple[list[int], list[int]]:
+def _clades(
+    children: list[list[int]], root: int, names: list[str], rank: dict[str, int]
+) -> tuple[list[int], list[int]]:
     """Per node, its leaves as a bitmask over ``rank`` and the sum of their ranks."""
     clade, rank_sum = [0] * len(children), [0] * len(children)
     for node in _postorder(children, root):
@@ -436,7 +438,7 @@ def _runs_by_mean(scores: pd.DataFrame, metrics: Sequence[str]) -> list[str]:
 
 
 def _not_ok_note(scores: pd.DataFrame, run: str) -> str:
-    """" (n not ok)": seeds of the run without a result (a run's status is the same on all its rows)."""
+    """ " (n not ok)": seeds of the run without a result (a run's status is the same on all its rows)."""
     rows = with_run(scores)
     missing = rows.loc[(rows["run"] == run) & (rows["status"] != "ok"), "seed"].nunique()
     return f" ({missing} not ok)" if missing else ""

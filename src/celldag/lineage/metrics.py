@@ -198,7 +198,9 @@ def qdist_on_quartets(d_est: np.ndarray, d_ref: np.ndarray, quartets: np.ndarray
     if est.shape != ref.shape:
         raise ValueError(f"d_est and d_ref must have one shape, got {est.shape} and {ref.shape}")
     quartets = np.asarray(quartets, dtype=np.int64).reshape(-1, 4)
-    return _wrong_fraction(est, ref, (quartets[i : i + _QUARTET_CHUNK] for i in range(0, len(quartets), _QUARTET_CHUNK)))
+    return _wrong_fraction(
+        est, ref, (quartets[i : i + _QUARTET_CHUNK] for i in range(0, len(quartets), _QUARTET_CHUNK))
+    )
 
 
 def _wrong_fraction(est: np.ndarray, ref: np.ndarray, batches) -> float:

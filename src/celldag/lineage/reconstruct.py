@@ -139,4 +139,6 @@ def _preorder_tree(root, children_of: Callable, name_of: Callable, length_of: Ca
         lengths.append(length_of(node))
         labels.append(name_of(node))
         stack.extend((child, index) for child in reversed(list(children_of(node))))
-    return Tree(parent=np.array(parents, dtype=np.int64), length=np.array(lengths, dtype=np.float64), names=tuple(labels))
+    return Tree(
+        parent=np.array(parents, dtype=np.int64), length=np.array(lengths, dtype=np.float64), names=tuple(labels)
+    )

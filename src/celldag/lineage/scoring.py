@@ -70,9 +70,11 @@ def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float 
 
 def reconstructed_reference_note(truth) -> str:
     """What a reference with polytomies is, and which of its scores to read (docs/metrics.md)."""
-    return (f"The reference tree is {tree_fact(truth)}: a reconstruction such as a barcode tree, not the true "
-            "lineage. Its scores measure agreement with it; RF and quartet_dist count what it leaves unresolved "
-            "as differences, resolved_quartet_dist and split_recovery read only what it resolves")
+    return (
+        f"The reference tree is {tree_fact(truth)}: a reconstruction such as a barcode tree, not the true "
+        "lineage. Its scores measure agreement with it; RF and quartet_dist count what it leaves unresolved "
+        "as differences, resolved_quartet_dist and split_recovery read only what it resolves"
+    )
 
 
 def polytomy_scores(truth, estimate) -> dict[str, float]:
@@ -117,7 +119,9 @@ def partition_scores(truth, names, level, estimated, reference, raw, quartets: Q
     return scores
 
 
-def partial_label_scores(truth, estimate, names, known, estimated, reference, quartets: QuartetSample) -> dict[str, float]:
+def partial_label_scores(
+    truth, estimate, names, known, estimated, reference, quartets: QuartetSample
+) -> dict[str, float]:
     """QDist by the number of known leaves in a quartet, and RF on the subtree of the unknown leaves."""
     known_count = known[quartets.quartets].sum(axis=1)
     scores = {

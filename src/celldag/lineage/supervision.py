@@ -179,7 +179,10 @@ def partially_labelled_split(n_leaves: int, fraction: float, seed: int) -> np.nd
 
 
 def supervised_quartets(
-    tree_distances: np.ndarray, count: int, rng: np.random.Generator, allowed_leaves: np.ndarray,
+    tree_distances: np.ndarray,
+    count: int,
+    rng: np.random.Generator,
+    allowed_leaves: np.ndarray,
     rank: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``count`` uniform quartets of allowed leaves with their reference topology (unresolved ones redrawn)."""

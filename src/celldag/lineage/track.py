@@ -25,36 +25,47 @@ TRACK = Track(
     check_prepared="celldag.lineage.track:check_prepared",
     check_output="celldag.lineage.track:check_output",
     method_input="celldag.lineage.track:method_input",
-    inputs={"replicates": "an independent train/test replicate pair (layers 'train' and 'test')",
-            "validation": "a third replicate for model selection (layers['validation']; obs['n_cells_validation'] = 0 marks "
-                          "leaves without one)",
-            "counts": "raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total'])"},
+    inputs={
+        "replicates": "an independent train/test replicate pair (layers 'train' and 'test')",
+        "validation": "a third replicate for model selection (layers['validation']; obs['n_cells_validation'] = 0 marks "
+        "leaves without one)",
+        "counts": "raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total'])",
+    },
     scorer="celldag.lineage.scoring:score_seed",
     metric_groups=(
-        MetricGroup("all runs", (
-            Metric("rf", higher_is_better=False, core=True, delta=True),
-            Metric("quartet_dist", higher_is_better=False, core=True, delta=True),
-            Metric("qdist_sampled", higher_is_better=False, core=True, delta=True),
-            # only against a reference with polytomies (scoring.polytomy_scores), where RF and quartet_dist
-            # count what the reference leaves unresolved: in the main table, where such a dataset is read
-            Metric("resolved_quartet_dist", higher_is_better=False, delta=True),
-            Metric("resolved_quartet_contradicted", higher_is_better=False),
-            Metric("split_recovery", higher_is_better=True),
-            Metric("split_compatibility", higher_is_better=True),
-        )),
+        MetricGroup(
+            "all runs",
+            (
+                Metric("rf", higher_is_better=False, core=True, delta=True),
+                Metric("quartet_dist", higher_is_better=False, core=True, delta=True),
+                Metric("qdist_sampled", higher_is_better=False, core=True, delta=True),
+                # only against a reference with polytomies (scoring.polytomy_scores), where RF and quartet_dist
+                # count what the reference leaves unresolved: in the main table, where such a dataset is read
+                Metric("resolved_quartet_dist", higher_is_better=False, delta=True),
+                Metric("resolved_quartet_contradicted", higher_is_better=False),
+                Metric("split_recovery", higher_is_better=True),
+                Metric("split_compatibility", higher_is_better=True),
+            ),
+        ),
         # K-/U-QDist and their relative reduction against raw-feature distances on the same quartets
-        MetricGroup("high-level partition", (
-            Metric("k_qdist", higher_is_better=False),
-            Metric("u_qdist", higher_is_better=False),
-            Metric("k_qdist_reduction_vs_raw", higher_is_better=True),
-            Metric("u_qdist_reduction_vs_raw", higher_is_better=True),
-        )),
-        MetricGroup("partially labelled", (
-            Metric("qdist_known4", higher_is_better=False),
-            Metric("qdist_known1to3", higher_is_better=False),
-            Metric("qdist_known0", higher_is_better=False),
-            Metric("rf_unknown", higher_is_better=False),
-        )),
+        MetricGroup(
+            "high-level partition",
+            (
+                Metric("k_qdist", higher_is_better=False),
+                Metric("u_qdist", higher_is_better=False),
+                Metric("k_qdist_reduction_vs_raw", higher_is_better=True),
+                Metric("u_qdist_reduction_vs_raw", higher_is_better=True),
+            ),
+        ),
+        MetricGroup(
+            "partially labelled",
+            (
+                Metric("qdist_known4", higher_is_better=False),
+                Metric("qdist_known1to3", higher_is_better=False),
+                Metric("qdist_known0", higher_is_better=False),
+                Metric("rf_unknown", higher_is_better=False),
+            ),
+        ),
     ),  # fmt: skip
     dataset_facts="celldag.lineage.track:dataset_facts",
     figures=(
@@ -122,8 +133,9 @@ def method_input(prepared, work_dir: str | None, gene_table=None) -> LineageInpu
         counts=np.asarray(prepared.layers["counts"], dtype=np.float64) if has_counts else None,
         count_total=prepared.obs["count_total"].to_numpy(dtype=np.float64) if has_counts else None,
         validation_features=np.asarray(prepared.layers["validation"], dtype=np.float64) if has_validation else None,
-        validation_leaves=None if not has_validation else (
-            np.ones(prepared.n_obs, dtype=bool) if validation_cells is None else validation_cells.to_numpy() > 0),
+        validation_leaves=None
+        if not has_validation
+        else (np.ones(prepared.n_obs, dtype=bool) if validation_cells is None else validation_cells.to_numpy() > 0),
         no_validation=None if has_validation else prepared.uns.get("no_validation_replicate"),
     )
 
@@ -149,18 +161,24 @@ def check_prepared(adata, path: str) -> None:
             raise ContractError(path, "layers['counts']", "raw counts per leaf must be non-negative integers")
         total = adata.obs.get("count_total")
         if total is None or not (np.asarray(total) >= counts.sum(axis=1) - 1e-6).all():
-            raise ContractError(path, "obs['count_total']", "each leaf's total count, at least its layers['counts'] row sum, is needed")
+            raise ContractError(
+                path, "obs['count_total']", "each leaf's total count, at least its layers['counts'] row sum, is needed"
+            )
     if "tree_newick" not in adata.uns:
         raise ContractError(path, "uns['tree_newick']", "missing (the true lineage tree over the leaves)")
     tree_leaves = tree_leaf_names(adata.uns["tree_newick"], path)
     leaves = set(adata.obs_names)
     if len(leaves) < MIN_LEAVES:
-        raise ContractError(path, "obs_names", f"{len(leaves)} leaves; lineage metrics compare quartets: {MIN_LEAVES} or more needed")
+        raise ContractError(
+            path, "obs_names", f"{len(leaves)} leaves; lineage metrics compare quartets: {MIN_LEAVES} or more needed"
+        )
     if tree_leaves != leaves:
         only_tree = sorted(tree_leaves - leaves)[:3]
         only_data = sorted(leaves - tree_leaves)[:3]
         raise ContractError(
-            path, "uns['tree_newick']", f"leaves differ from obs_names (only in tree: {only_tree}; only in data: {only_data})"
+            path,
+            "uns['tree_newick']",
+            f"leaves differ from obs_names (only in tree: {only_tree}; only in data: {only_data})",
         )
 
 
@@ -197,5 +215,7 @@ def tree_fact(tree) -> str:
     if is_binary(tree):
         return "binary"
     resolved = resolved_quartets(tree) / math.comb(len(tree.leaf_names), 4)
-    return (f"with polytomies (up to {max(len(kids) for kids in tree.children)} children), resolving {resolved:.1%} "
-            "of the quartets")
+    return (
+        f"with polytomies (up to {max(len(kids) for kids in tree.children)} children), resolving {resolved:.1%} "
+        "of the quartets"
+    )

@@ -21,10 +21,10 @@ class NotApplicable(Exception):
 @dataclass(frozen=True)
 class MethodResult:
     embedding: np.ndarray | None = None  # (n, d) the representation whose distances the method uses
-    tree_newick: str | None = None       # lineage methods: the reconstructed tree over `names`
+    tree_newick: str | None = None  # lineage methods: the reconstructed tree over `names`
     gene_embedding: np.ndarray | None = None  # (genes, k) contextual gene embedding, rows = `gene_ids`
-    gene_ids: tuple[str, ...] | None = None   # the genes the method modelled (e.g. those with a static embedding)
+    gene_ids: tuple[str, ...] | None = None  # the genes the method modelled (e.g. those with a static embedding)
     obsm: dict = field(default_factory=dict)  # per-cell matrices a track's contract names (annotation: class
-                                              # probabilities), written to the output's obsm
+    # probabilities), written to the output's obsm
     uns: dict = field(default_factory=dict)  # extra JSON-able facts stored in the output's uns, e.g.
-                                             # {"supervision": {...}} that evaluation needs
+    # {"supervision": {...}} that evaluation needs

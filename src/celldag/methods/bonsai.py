@@ -37,8 +37,14 @@ def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
         # the leaves' posterior log-expression over the genes Bonsai kept: what its tree is built on
         embedding=np.asarray(result.node_means[:n_leaves], dtype=np.float64),
         tree_newick=bonsai_rs.to_newick(result.tree, labels=list(inputs.names)),
-        uns={"bonsai": {"loglik": float(result.loglik), "genes_kept": int(len(result.features)),
-                        "genes_dropped": int(len(result.dropped)), "search_steps": len(result.steps)}},
+        uns={
+            "bonsai": {
+                "loglik": float(result.loglik),
+                "genes_kept": int(len(result.features)),
+                "genes_dropped": int(len(result.dropped)),
+                "search_steps": len(result.steps),
+            }
+        },
     )
 
 

@@ -45,8 +45,14 @@ TREE_FORMATS = ("newick", "matrix")
 SYMMETRY_RTOL = 1e-6  # of the largest distance: a matrix written with 6 significant digits still passes
 
 
-def row_order(found: Sequence[str], expected: Sequence[str], path: str, field: str, noun: tuple[str, str],
-              source: str = "the prepared dataset") -> np.ndarray:
+def row_order(
+    found: Sequence[str],
+    expected: Sequence[str],
+    path: str,
+    field: str,
+    noun: tuple[str, str],
+    source: str = "the prepared dataset",
+) -> np.ndarray:
     """Indices putting the file's rows (ids ``found``) in the order ``expected`` of ``source``: the same ids,
     each once, or a ContractError saying how many are missing or extra and naming the first few.
     ``noun``: (singular, plural), e.g. ("cell", "cells")."""
@@ -151,7 +157,9 @@ def read_distances(path: str, leaves: Sequence[str]) -> np.ndarray:
     rows = row_order(table.index, leaves, path, "index (first column)", ("leaf", "leaves"))
     columns = row_order(table.columns, leaves, path, "header", ("leaf", "leaves"))
     cells = table.to_numpy(dtype=object)
-    cells[cells == ""] = "nan"  # an empty cell (pandas writes NaN so) is a missing distance: named by its position below
+    cells[cells == ""] = (
+        "nan"  # an empty cell (pandas writes NaN so) is a missing distance: named by its position below
+    )
     try:
         values = cells.astype(np.float64)
     except ValueError as err:

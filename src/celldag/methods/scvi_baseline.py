@@ -62,5 +62,13 @@ def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
 
 
 # the registry params this function reads: any other key is refused when the workflow is parsed
-run.accepted_params = ("n_latent", "n_layers", "n_hidden", "max_epochs", "batch_size", "early_stopping", "accelerator",
-                       "use_batch")
+run.accepted_params = (
+    "n_latent",
+    "n_layers",
+    "n_hidden",
+    "max_epochs",
+    "batch_size",
+    "early_stopping",
+    "accelerator",
+    "use_batch",
+)

@@ -35,8 +35,10 @@ def score_row(item: Judgement) -> tuple[str, ...]:
 
 def rule_line(rule: str, differences: dict[str, tuple[str, str]]) -> str:
     if rule == BIT_FOR_BIT:
-        return ("rule: bit for bit — nothing that may change a number differs from the reference's environment (CPU "
-                "model, instruction sets, BLAS, threads, kernels, C library, packages, lock file)")
+        return (
+            "rule: bit for bit — nothing that may change a number differs from the reference's environment (CPU "
+            "model, instruction sets, BLAS, threads, kernels, C library, packages, lock file)"
+        )
     return f"rule: noise-aware — the environment differs from the reference's in {plural(len(differences), 'field')}"
 
 
@@ -94,7 +96,9 @@ def check_blocks(reference: Reference, found: list[Judgement], rule: str, differ
                   f"{row.wall_ratio:.2f}", f"{row.peak_mb_reference:.0f}",
                   "–" if math.isnan(row.peak_mb_here) else f"{row.peak_mb_here:.0f}", f"{row.peak_ratio:.2f}")
                  for row in ratios.itertuples())  # fmt: skip
-    blocks.append(Table(("rule", "reference wall s", "wall s here", "ratio", "reference peak MB", "peak MB here", "ratio"), rows))
+    blocks.append(
+        Table(("rule", "reference wall s", "wall s here", "ratio", "reference peak MB", "peak MB here", "ratio"), rows)
+    )
     return blocks
 
 

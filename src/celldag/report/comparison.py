@@ -62,9 +62,13 @@ def score_row(comparison: Comparison, item: Judged) -> tuple[str, ...]:
 def ranking_blocks(rankings: list[Ranking]) -> list[Block]:
     blocks: list[Block] = [
         Heading(2, "Rankings"),
-        Paragraph(("Each leaderboard's order of method/variant by its headline metric (the first metric of its first "
-                   "metric group, mean over ok seeds; controls are not ranked), and per track on several datasets the "
-                   "order by mean rank.",)),  # fmt: skip
+        Paragraph(
+            (
+                "Each leaderboard's order of method/variant by its headline metric (the first metric of its first "
+                "metric group, mean over ok seeds; controls are not ranked), and per track on several datasets the "
+                "order by mean rank.",
+            )
+        ),  # fmt: skip
     ]
     unchanged = [ranking.scope for ranking in rankings if not ranking.changed]
     if unchanged:
@@ -73,7 +77,9 @@ def ranking_blocks(rankings: list[Ranking]) -> list[Block]:
         if not ranking.changed:
             continue
         places = range(max(len(ranking.a), len(ranking.b)))
-        rows = tuple((str(i + 1), *(order[i] if i < len(order) else "–" for order in (ranking.a, ranking.b))) for i in places)
+        rows = tuple(
+            (str(i + 1), *(order[i] if i < len(order) else "–" for order in (ranking.a, ranking.b))) for i in places
+        )
         only = [f"Only in {side}: {', '.join(entries)}." for side in ("A", "B") if (entries := ranking.only_in(side))]
         blocks += [Heading(3, f"{ranking.scope}: order changed (by {ranking.metric})"), Table(("rank", "A", "B"), rows),
                    Paragraph((f"Swapped pairs: {swapped_pairs(ranking) or 'none'}.", *only))]  # fmt: skip
@@ -90,9 +96,13 @@ def environment_blocks(comparison: Comparison) -> list[Block]:
             for name, mine, theirs in (("A", comparison.a, comparison.b), ("B", comparison.b, comparison.a))]  # fmt: skip
     blocks: list[Block] = [
         Heading(2, "Environment differences"),
-        Paragraph((f"Run records of the {matched} runs in both (runs.parquet: {', '.join(only)}): inputs, packages, "
-                   "device, host, threads, settings (config_hash, params), the machine (CPU model, ISA flags, BLAS/OpenMP "
-                   "libraries, thread settings, GPU) and CUDA_VISIBLE_DEVICES / SLURM.",)),  # fmt: skip
+        Paragraph(
+            (
+                f"Run records of the {matched} runs in both (runs.parquet: {', '.join(only)}): inputs, packages, "
+                "device, host, threads, settings (config_hash, params), the machine (CPU model, ISA flags, BLAS/OpenMP "
+                "libraries, thread settings, GPU) and CUDA_VISIBLE_DEVICES / SLURM.",
+            )
+        ),  # fmt: skip
     ]
     if comparison.different_inputs:
         runs = max(item.runs for item in comparison.different_inputs)
@@ -126,7 +136,9 @@ def comparison_blocks(comparison: Comparison, show_all: bool = False) -> list[Bl
 def verdict_line(comparison: Comparison) -> str:
     if not comparison.failed:
         return "Result: the same — every score identical or within tolerance, every order unchanged (exit status 0)."
-    return "Result: different — scores moved, changed status or are on one side only, or an order changed (exit status 1)."
+    return (
+        "Result: different — scores moved, changed status or are on one side only, or an order changed (exit status 1)."
+    )
 
 
 def write_comparison(comparison: Comparison, out: Path, show_all: bool = False) -> tuple[Path, Path]:
@@ -149,8 +161,12 @@ def summary_lines(comparison: Comparison, files: tuple[Path, Path]) -> list[str]
               for item in moved[:SHOWN_IN_TERMINAL]]  # fmt: skip
     if len(moved) > SHOWN_IN_TERMINAL:
         lines.append(f"moved: … and {len(moved) - SHOWN_IN_TERMINAL} more")
-    return lines + [ranking_line(comparison.rankings), environment_line(comparison),
-                    f"written: {files[0]}, {files[1]}", verdict_line(comparison)]
+    return lines + [
+        ranking_line(comparison.rankings),
+        environment_line(comparison),
+        f"written: {files[0]}, {files[1]}",
+        verdict_line(comparison),
+    ]
 
 
 def ranking_line(rankings: list[Ranking]) -> str:
@@ -158,7 +174,8 @@ def ranking_line(rankings: list[Ranking]) -> str:
     if not changed:
         return f"ranking: order unchanged on {plural(len(rankings), 'leaderboard')}"
     return "ranking: order changed on " + "; ".join(
-        f"{ranking.scope} ({swapped_pairs(ranking, SHOWN_IN_TERMINAL) or 'other entries'})" for ranking in changed)
+        f"{ranking.scope} ({swapped_pairs(ranking, SHOWN_IN_TERMINAL) or 'other entries'})" for ranking in changed
+    )
 
 
 def environment_line(comparison: Comparison) -> str:

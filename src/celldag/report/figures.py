@@ -96,8 +96,11 @@ def scores_heatmap(data: FigureData):
     axes.axvline(len(columns) - 1.5, color="black", linewidth=1)
     if len(controls) and n_ranked:
         axes.axhline(n_ranked - 0.5, color="black", linewidth=1)  # the controls below: not ranked
-    axes.set_title(f"{data.dataset}: mean over seeds (status ok); darker = better in its column"
-                   + ("; controls (grey, below the line) not ranked" if len(controls) else ""), fontsize=9)
+    axes.set_title(
+        f"{data.dataset}: mean over seeds (status ok); darker = better in its column"
+        + ("; controls (grey, below the line) not ranked" if len(controls) else ""),
+        fontsize=9,
+    )
     return figure
 
 
@@ -119,7 +122,10 @@ def cost(data: FigureData):
     position = {key: index for index, key in enumerate(order)}
     figure = new_figure(9, 0.9 + 0.3 * len(order))
     time_axes, memory_axes = figure.subplots(1, 2, sharey=True)
-    for axes, column, title in ((time_axes, "wall_time_s", "wall time (s)"), (memory_axes, "peak_rss_mb", "peak RSS (MB)")):
+    for axes, column, title in (
+        (time_axes, "wall_time_s", "wall time (s)"),
+        (memory_axes, "peak_rss_mb", "peak RSS (MB)"),
+    ):
         failed = runs["status"] != "ok"
         for subset, marker, colour in ((runs[~failed], "o", "#1f77b4"), (runs[failed], "x", "#d62728")):
             axes.scatter(subset[column], subset["key"].map(position), marker=marker, color=colour, s=18, zorder=3)

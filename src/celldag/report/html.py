@@ -92,7 +92,7 @@ def figure_html(figure: ShownFigure, index_dir: str) -> str:
 def runs_not_ok(runs: pd.DataFrame, index_dir: str) -> list[str]:
     """The runs that did not finish ok: their reason and a link to each run's log."""
     shown = runs[runs["status"] != "ok"].sort_values(["status", "dataset", "method", "variant", "seed"])
-    parts = [f"<h2 id=\"not-ok\">Runs not ok ({len(shown)} of {len(runs)})</h2>"]
+    parts = [f'<h2 id="not-ok">Runs not ok ({len(shown)} of {len(runs)})</h2>']
     if shown.empty:
         return parts + ["<p>Every run finished with status <code>ok</code>.</p>"]
     rows = []
@@ -100,9 +100,13 @@ def runs_not_ok(runs: pd.DataFrame, index_dir: str) -> list[str]:
         files = (("record", run.record), ("log", plan.log_of_record(run.record)))
         links = " ".join(f'<a href="{html.escape(os.path.relpath(path, index_dir))}">{name}</a>'
                          for name, path in files if path is not None)  # fmt: skip
-        rows.append((run.status, run.dataset, f"{run.method}/{run.variant}", str(run.seed), run.status_reason or "", links))
+        rows.append(
+            (run.status, run.dataset, f"{run.method}/{run.variant}", str(run.seed), run.status_reason or "", links)
+        )
     head = "".join(f"<th>{name}</th>" for name in ("status", "dataset", "run", "seed", "reason", "files"))
-    body = "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in row[:-1]) + f"<td>{row[-1]}</td></tr>" for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{inline(c)}</td>" for c in row[:-1]) + f"<td>{row[-1]}</td></tr>" for row in rows
+    )
     return parts + [f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
 
 
@@ -120,7 +124,7 @@ def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Tr
                      for path in links)  # fmt: skip
     if published:
         nav += ' <a href="#published">published vs reproduced</a>'
-    body = [f"<nav>{nav} <a href=\"#not-ok\">runs not ok</a></nav>", f"<p>Tables: {files}</p>"]
+    body = [f'<nav>{nav} <a href="#not-ok">runs not ok</a></nav>', f"<p>Tables: {files}</p>"]
     first = {s.dataset: s.track for s in reversed(sections)}  # figures without a track: the dataset's first section
     shown_in = {(s.dataset, s.track): [f for f in figures if f.dataset == s.dataset and (f.track or first[s.dataset]) == s.track]
                 for s in sections}  # fmt: skip
@@ -154,4 +158,9 @@ def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str]
                                   kinds=kinds, baseline=baseline, paired=paired, notes=notes, links=links,
                                   published=report_blocks(published, scores, published_context) if published else ()))  # fmt: skip
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(page("celldag leaderboard", render(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs), kinds)))
+        tmp.write_text(
+            page(
+                "celldag leaderboard",
+                render(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs), kinds),
+            )
+        )

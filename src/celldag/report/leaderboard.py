@@ -33,12 +33,16 @@ def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
 def add_deltas(scores: pd.DataFrame, baseline: str, tracks: dict[str, Track]) -> pd.DataFrame:
     """Append Δ rows (``delta_rf`` …) for the metrics their track declares with a Δ: relative reduction
     against ``baseline`` on the same dataset and seed."""
-    with_delta = {(track_id, name) for track_id, track in tracks.items() for name, m in track.metrics.items() if m.delta}
+    with_delta = {
+        (track_id, name) for track_id, track in tracks.items() for name, m in track.metrics.items() if m.delta
+    }
     declared = pd.Series([(track, metric) in with_delta for track, metric in zip(scores["track"], scores["metric"])],
                          index=scores.index)  # fmt: skip
     ok = scores[(scores["status"] == "ok") & declared]
     reference = ok[ok["method"] == baseline].groupby(["dataset", "seed", "metric"])["value"].first()
-    others = ok[ok["method"] != baseline].join(reference.rename("baseline"), on=["dataset", "seed", "metric"], how="inner")
+    others = ok[ok["method"] != baseline].join(
+        reference.rename("baseline"), on=["dataset", "seed", "metric"], how="inner"
+    )
     deltas = others.assign(
         metric=DELTA_PREFIX + others["metric"],
         value=[relative_reduction(b, v) for b, v in zip(others["baseline"], others["value"])],
@@ -89,11 +93,15 @@ class Table:
 Block = Heading | Paragraph | Table
 
 
-CLIPPED_NOTE = ("‡k/n: in k of the n seeds the scoring library clipped the raw value to its bound (scib-metrics sets a "
-                "negative pcr_comparison, batch variance explained rising after integration, to 0); the mean includes "
-                "the clipped values.",)
-CONTROLS_NOTE = ("Controls — a method run without the knowledge under test (random or shuffled gene vectors, "
-                 "relabelled leaves); not ranked: compare each with the method it controls for.",)
+CLIPPED_NOTE = (
+    "‡k/n: in k of the n seeds the scoring library clipped the raw value to its bound (scib-metrics sets a "
+    "negative pcr_comparison, batch variance explained rising after integration, to 0); the mean includes "
+    "the clipped values.",
+)
+CONTROLS_NOTE = (
+    "Controls — a method run without the knowledge under test (random or shuffled gene vectors, "
+    "relabelled leaves); not ranked: compare each with the method it controls for.",
+)
 
 
 def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
@@ -106,8 +114,12 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
     kinds = kinds or {}
     blocks: list[Block] = [
         Heading(1, "celldag leaderboard"),
-        Paragraph(("Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
-                   "Per-seed values: `scores.parquet` beside this file; run records: `runs.parquet`.")),  # fmt: skip
+        Paragraph(
+            (
+                "Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
+                "Per-seed values: `scores.parquet` beside this file; run records: `runs.parquet`.",
+            )
+        ),  # fmt: skip
     ]
     shown_notes = notes_for(scores, notes)
     if shown_notes:
@@ -119,14 +131,18 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
     opened = set()
     sections = scores.groupby(["dataset", "track"], sort=True)
     # a dataset's own track first, then the tracks chained on it
-    for (dataset, track), table in sorted(sections, key=lambda item: (item[0][0], tracks[item[0][1]].upstream is not None)):
+    for (dataset, track), table in sorted(
+        sections, key=lambda item: (item[0][0], tracks[item[0][1]].upstream is not None)
+    ):
         first = dataset not in opened
         opened.add(dataset)
         blocks.append(Heading(2, f"{dataset} ({track})", dataset, track, dataset if first else f"{dataset}-{track}"))
         for index, (group, metrics) in enumerate(metric_groups(table, tracks[track]).items()):
             rows = table[table["metric"].isin(metrics)]
             keys = rows[["method", "variant"]].drop_duplicates()
-            control = [kinds.get(f"{method}/{variant}") == "control" for method, variant in keys.itertuples(index=False)]
+            control = [
+                kinds.get(f"{method}/{variant}") == "control" for method, variant in keys.itertuples(index=False)
+            ]
             if index:
                 blocks.append(Heading(3, group))
             clipped = clipped_runs(rows, tracks[track])
@@ -194,7 +210,12 @@ def markdown(blocks: Sequence[Block]) -> str:
         elif isinstance(block, Paragraph):
             lines += [f"- {line}" for line in block.lines] if block.bullets else ["", *block.lines]
         else:
-            lines += ["", _markdown_row(block.header), "|" + "---|" * len(block.header), *map(_markdown_row, block.rows)]
+            lines += [
+                "",
+                _markdown_row(block.header),
+                "|" + "---|" * len(block.header),
+                *map(_markdown_row, block.rows),
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -225,6 +246,7 @@ def paired_difference(scores: pd.DataFrame, method: str, other: str, metric: str
     Pairing by seed removes what the seed shares (split, data draw); the interval is Student's t on
     the per-seed differences, so with 3 seeds it is wide, and it is reported whatever its sign.
     """
+
     def per_seed(selector: str) -> pd.Series:
         name, _, variant = selector.partition("/")
         rows = scores[(scores["method"] == name) & (scores["variant"] == variant) & (scores["metric"] == metric)
@@ -319,14 +341,20 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Tr
         cells = []
         for metric in metrics:
             of_metric = runs[runs["metric"] == metric]
-            cell = _cell(of_metric["value"], of_metric["status"], metric_is_count(metric, track)) if len(of_metric) else "–"
+            cell = (
+                _cell(of_metric["value"], of_metric["status"], metric_is_count(metric, track))
+                if len(of_metric)
+                else "–"
+            )
             if (method, variant, metric) in clipped:
                 cell += " ‡{}/{}".format(*clipped[method, variant, metric])
             cells.append(cell)
         first = runs[runs["metric"] == metrics[0]]
         mean = first.loc[first["status"] == "ok", "value"].mean()
         # a run whose one procedure failed (rows 'failed') is still an ok run: ok when any of its rows is
-        seeds = runs.groupby("seed")["status"].agg(lambda statuses: "ok" if (statuses == "ok").any() else statuses.iloc[0])
+        seeds = runs.groupby("seed")["status"].agg(
+            lambda statuses: "ok" if (statuses == "ok").any() else statuses.iloc[0]
+        )
         body.append((rank_key(mean, arrows[metrics[0]] == "↑", method, variant),
                      (method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}")))  # fmt: skip
     header = (*track.row_labels, *(metric_heading(m, arrows[m], track) for m in metrics), "seeds ok")

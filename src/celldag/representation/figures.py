@@ -157,7 +157,9 @@ def umap(data: FigureData) -> Figure:
         colourings["batch"] = obs["batch"]
     colours = {"cell type": label_colours(every["label"])}
     if "batch" in colourings:
-        colours["batch"] = palette(categories_of(every["batch"]), BATCH_COLOURS, avoid=list(colours["cell type"].values()))
+        colours["batch"] = palette(
+            categories_of(every["batch"]), BATCH_COLOURS, avoid=list(colours["cell type"].values())
+        )
     order = np.random.default_rng(0).permutation(len(obs))
 
     per_method = len(colourings)
@@ -263,8 +265,12 @@ def markers(data: FigureData) -> Figure:
         return report_figures.note_figure(f"{data.dataset}, seed {data.seed}: {reason}")
     read_table_cached = cache(read_table)  # most runs read the same static table: read it once
     present = set(next(iter(with_genes.values())).var_names)  # outputs share the genes
-    types = {gene: next(iter(of)) for gene, of in marker_types(marker_lists).items() if gene in present and len(of) == 1}
-    types, colours = named_as_labels(types, marker_lists, data.dataset_entry.get("marker_labels", {}), data.prepared.obs["label"])
+    types = {
+        gene: next(iter(of)) for gene, of in marker_types(marker_lists).items() if gene in present and len(of) == 1
+    }
+    types, colours = named_as_labels(
+        types, marker_lists, data.dataset_entry.get("marker_labels", {}), data.prepared.obs["label"]
+    )
     figure = report_figures.new_figure(2 * PANEL_INCHES + 0.4, (PANEL_INCHES + 0.3) * len(with_genes) + 0.4)
     grid = figure.subplots(len(with_genes), 2, squeeze=False)
     for row, (key, output) in enumerate(with_genes.items()):

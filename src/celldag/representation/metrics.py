@@ -120,7 +120,9 @@ def scib_scores(
 BIO_METRICS = frozenset({"nmi_ari_cluster_labels_kmeans", "silhouette_label", "clisi_knn", "isolated_labels"})
 BATCH_METRICS = frozenset({"bras", "ilisi_knn", "kbet_per_label", "graph_connectivity", "pcr_comparison"})
 # computed on every cell when scoring a subsample: their values depend on the density of the cells
-GRAPH_METRICS = frozenset({"nmi_ari_cluster_labels_kmeans", "clisi_knn", "ilisi_knn", "kbet_per_label", "graph_connectivity"})
+GRAPH_METRICS = frozenset(
+    {"nmi_ari_cluster_labels_kmeans", "clisi_knn", "ilisi_knn", "kbet_per_label", "graph_connectivity"}
+)
 BIO_NAMES = ("nmi_kmeans", "ari_kmeans", "silhouette_label", "clisi", "isolated_labels")
 BATCH_NAMES = ("bras", "ilisi", "kbet", "graph_connectivity", "pcr_comparison")
 

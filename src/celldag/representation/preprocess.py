@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     import anndata
 
 DEFAULTS = {
-    "min_genes": 10,      # a cell needs this many detected genes: drops empty or broken barcodes only
-    "min_cells": 3,       # a gene must be detected in this many cells (Seurat's usual 3)
+    "min_genes": 10,  # a cell needs this many detected genes: drops empty or broken barcodes only
+    "min_cells": 3,  # a gene must be detected in this many cells (Seurat's usual 3)
     "n_top_genes": None,  # None: keep every QC-passed gene
     "val_fraction": 0.2,
     "duplicate_genes": "error",  # or make_unique: suffix repeated gene names (-1, -2, …) and count them
@@ -35,8 +35,9 @@ MAX_VALUE = 10.0
 SPLIT_STREAM, SYNTHETIC_BATCH_STREAM = 1, 2
 
 
-def preprocess(adata: anndata.AnnData, *, label_key: str, batch_key: str, seed: int, params: Mapping,
-               values: str = "counts") -> anndata.AnnData:
+def preprocess(
+    adata: anndata.AnnData, *, label_key: str, batch_key: str, seed: int, params: Mapping, values: str = "counts"
+) -> anndata.AnnData:
     """Prepared representation dataset from ``adata``, whose ``X`` holds ``values`` ("counts" or "lognorm").
 
     Counts must be non-negative integers (any dtype); log-normalised values finite and >= 0. Every
@@ -50,29 +51,43 @@ def preprocess(adata: anndata.AnnData, *, label_key: str, batch_key: str, seed: 
     if values not in VALUES:
         raise ValueError(f"values must be one of {VALUES}, got {values!r}")
     obs = pd.DataFrame(
-        {"label": complete_column(adata.obs, label_key, "label"),
-         "batch": complete_column(adata.obs, batch_key, "batch")},
+        {
+            "label": complete_column(adata.obs, label_key, "label"),
+            "batch": complete_column(adata.obs, batch_key, "batch"),
+        },
         index=pd.Index(adata.obs_names.astype(str), name="cell"),
     )
     matrix = integer_counts(adata.X, "counts") if values == "counts" else _lognorm_input(adata.X)
     genes = pd.Index(adata.var_names.astype(str), name="gene")
     if settings["duplicate_genes"] == "error" and genes.has_duplicates:
         duplicated = genes[genes.duplicated()].unique()[:3].tolist()
-        raise InputError(f"var_names: {int(genes.duplicated().sum())} duplicated gene names (first: {duplicated}); "
-                         "set duplicate_genes: make_unique to suffix them")
+        raise InputError(
+            f"var_names: {int(genes.duplicated().sum())} duplicated gene names (first: {duplicated}); "
+            "set duplicate_genes: make_unique to suffix them"
+        )
     data = anndata.AnnData(X=matrix, obs=obs, var=pd.DataFrame(index=anndata.utils.make_index_unique(genes)))
-    record = {"values": values, "cells_in": data.n_obs, "genes_in": data.n_vars,
-              "duplicate_gene_names_renamed": int(genes.duplicated().sum())}
+    record = {
+        "values": values,
+        "cells_in": data.n_obs,
+        "genes_in": data.n_vars,
+        "duplicate_gene_names_renamed": int(genes.duplicated().sum()),
+    }
 
     cells_ok, _ = sc.pp.filter_cells(data, min_genes=settings["min_genes"], inplace=False)
     data = data[cells_ok].copy()
     genes_ok, _ = sc.pp.filter_genes(data, min_cells=settings["min_cells"], inplace=False)
     data = data[:, genes_ok].copy()
     if data.n_obs == 0 or data.n_vars == 0:
-        raise ValueError(f"QC left {data.n_obs} cells × {data.n_vars} genes (min_genes {settings['min_genes']}, "
-                         f"min_cells {settings['min_cells']})")
-    record |= {"min_genes": settings["min_genes"], "min_cells": settings["min_cells"],
-               "cells_after_qc": data.n_obs, "genes_after_qc": data.n_vars}
+        raise ValueError(
+            f"QC left {data.n_obs} cells × {data.n_vars} genes (min_genes {settings['min_genes']}, "
+            f"min_cells {settings['min_cells']})"
+        )
+    record |= {
+        "min_genes": settings["min_genes"],
+        "min_cells": settings["min_cells"],
+        "cells_after_qc": data.n_obs,
+        "genes_after_qc": data.n_vars,
+    }
 
     if values == "counts":
         data.layers["counts"] = data.X
@@ -102,18 +117,22 @@ def preprocess(adata: anndata.AnnData, *, label_key: str, batch_key: str, seed: 
 
     data.obs["label"] = data.obs["label"].cat.remove_unused_categories()
     data.obs["batch"] = data.obs["batch"].cat.remove_unused_categories()
-    data.obs["split"] = pd.Categorical(stratified_split(data.obs["label"], settings["val_fraction"], seed),
-                                       categories=["train", "val"])
-    record |= {"max_value": MAX_VALUE, "val_fraction": settings["val_fraction"],
-               "train_cells": int((data.obs["split"] == "train").sum()),
-               "val_cells": int((data.obs["split"] == "val").sum())}
+    data.obs["split"] = pd.Categorical(
+        stratified_split(data.obs["label"], settings["val_fraction"], seed), categories=["train", "val"]
+    )
+    record |= {
+        "max_value": MAX_VALUE,
+        "val_fraction": settings["val_fraction"],
+        "train_cells": int((data.obs["split"] == "train").sum()),
+        "val_cells": int((data.obs["split"] == "val").sum()),
+    }
     data.uns["preprocess"] = record
     data.uns["label_key"], data.uns["batch_key"] = label_key, batch_key
     return data
 
 
 def stratified_split(labels, val_fraction: float, seed: int) -> np.ndarray:
-    """"train"/"val" per cell: per label of n cells, a seeded round(val_fraction · n), at most n − 1, go to val.
+    """ "train"/"val" per cell: per label of n cells, a seeded round(val_fraction · n), at most n − 1, go to val.
 
     Every label keeps at least one train cell, so singletons always train. The same labels and seed
     give the same split; labels are visited in sorted order, all from one generator.
@@ -126,8 +145,10 @@ def stratified_split(labels, val_fraction: float, seed: int) -> np.ndarray:
         n_val = min(int(val_fraction * members.size + 0.5), members.size - 1)
         is_val[members[:n_val]] = True
     if is_val.all() or not is_val.any():
-        raise ValueError(f"val_fraction {val_fraction} leaves the {'train' if is_val.all() else 'val'} split empty "
-                         f"({codes.size} cells)")
+        raise ValueError(
+            f"val_fraction {val_fraction} leaves the {'train' if is_val.all() else 'val'} split empty "
+            f"({codes.size} cells)"
+        )
     return np.where(is_val, "val", "train")
 
 
@@ -138,8 +159,10 @@ def integer_counts(matrix, where: str) -> sparse.csr_matrix:
     if not np.issubdtype(stored.dtype, np.integer):
         non_integer = ~np.isfinite(stored) | (stored != np.round(stored))
         if non_integer.any():
-            raise ValueError(f"{where} must hold raw integer counts, but {int(non_integer.sum())} values are not "
-                             f"integers (e.g. {stored[non_integer][0]!r}): normalised data cannot be used as counts")
+            raise ValueError(
+                f"{where} must hold raw integer counts, but {int(non_integer.sum())} values are not "
+                f"integers (e.g. {stored[non_integer][0]!r}): normalised data cannot be used as counts"
+            )
     if stored.size and stored.min() < 0:
         raise ValueError(f"{where} must hold raw integer counts, but has negative values (min {stored.min()!r})")
     if stored.size and stored.max() > np.iinfo(np.int32).max:
@@ -154,8 +177,10 @@ def complete_column(obs: pd.DataFrame, key: str, role: str) -> pd.Categorical:
     column = obs[key]
     missing = column.isna().to_numpy()
     if missing.any():
-        raise ValueError(f"obs['{key}'] ({role}) is missing for {int(missing.sum())} of {missing.size} cells "
-                         f"(first: '{obs.index[missing][0]}'); every cell needs a {role}")
+        raise ValueError(
+            f"obs['{key}'] ({role}) is missing for {int(missing.sum())} of {missing.size} cells "
+            f"(first: '{obs.index[missing][0]}'); every cell needs a {role}"
+        )
     return pd.Categorical(column.astype(str).to_numpy())
 
 
@@ -198,8 +223,9 @@ def _select_hvg(data: anndata.AnnData, n_top_genes: int | None, *, has_counts: b
         return {"hvg_flavor": "none", "n_top_genes": n_top_genes, "genes_after_hvg": data.n_vars}
     # seurat_v3 models the counts' mean-variance trend; without counts, seurat's dispersion on log values
     flavor = "seurat_v3" if has_counts else "seurat"
-    sc.pp.highly_variable_genes(data, n_top_genes=n_top_genes, flavor=flavor, batch_key="batch",
-                                layer="counts" if has_counts else "lognorm")
+    sc.pp.highly_variable_genes(
+        data, n_top_genes=n_top_genes, flavor=flavor, batch_key="batch", layer="counts" if has_counts else "lognorm"
+    )
     del data.uns["hvg"]  # scanpy's note of the flavour: the returned record holds it
     return {"hvg_flavor": flavor, "n_top_genes": n_top_genes, "genes_after_hvg": int(data.var["highly_variable"].sum())}
 

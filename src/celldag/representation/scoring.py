@@ -241,8 +241,11 @@ def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[st
     markers, table_paths = context.dataset.get("markers", {}), list(context.table_paths)
     ok = [i for i, output in enumerate(outputs) if output.uns["status"] == "ok"]
     rows = score_subsample(prepared, context)
-    facts = {} if rows is None else {"scored_cells": int(rows.size),
-                                     "subsample_seed": int(context.evaluation["score_cells"].get("seed", 0))}
+    facts = (
+        {}
+        if rows is None
+        else {"scored_cells": int(rows.size), "subsample_seed": int(context.evaluation["score_cells"].get("seed", 0))}
+    )
     scores: list[dict[str, float]] = [dict(facts) for _ in outputs]
     if not ok:
         return scores

@@ -31,27 +31,44 @@ TRACK = Track(
     metric_groups=(
         # Benchmarker's aggregates (0.6 bio + 0.4 batch, no min-max scaling); nmi/ari_leiden and
         # silhouette_batch (the paper's batchASW) are reported beside them, not inside
-        MetricGroup("scIB", tuple(Metric(name, higher_is_better=True, core=True)
-                                  for name in ("total", "bio_conservation", "batch_correction"))),
-        MetricGroup("bio conservation", _higher("nmi_kmeans", "ari_kmeans", "nmi_leiden", "ari_leiden",
-                                                "silhouette_label", "clisi", "isolated_labels")),
-        MetricGroup("batch correction", (
-            *_higher("ilisi", "silhouette_batch", "bras", "kbet", "graph_connectivity"),
-            # scib-metrics sets a negative score (batch variance explained rose after integration) to 0
-            Metric("pcr_comparison", higher_is_better=True, clipped_at=0.0),
-        )),
-        MetricGroup("marker genes (gene-embedding space)", (
-            Metric("marker_db", higher_is_better=False), Metric("marker_db_static", higher_is_better=False),
-            *_higher("marker_ch", "marker_ch_static"),
-            Metric("n_marker_genes", higher_is_better=True, count=True),  # how many markers the gene table holds
-        )),
+        MetricGroup(
+            "scIB",
+            tuple(
+                Metric(name, higher_is_better=True, core=True)
+                for name in ("total", "bio_conservation", "batch_correction")
+            ),
+        ),
+        MetricGroup(
+            "bio conservation",
+            _higher(
+                "nmi_kmeans", "ari_kmeans", "nmi_leiden", "ari_leiden", "silhouette_label", "clisi", "isolated_labels"
+            ),
+        ),
+        MetricGroup(
+            "batch correction",
+            (
+                *_higher("ilisi", "silhouette_batch", "bras", "kbet", "graph_connectivity"),
+                # scib-metrics sets a negative score (batch variance explained rose after integration) to 0
+                Metric("pcr_comparison", higher_is_better=True, clipped_at=0.0),
+            ),
+        ),
+        MetricGroup(
+            "marker genes (gene-embedding space)",
+            (
+                Metric("marker_db", higher_is_better=False),
+                Metric("marker_db_static", higher_is_better=False),
+                *_higher("marker_ch", "marker_ch_static"),
+                Metric("n_marker_genes", higher_is_better=True, count=True),  # how many markers the gene table holds
+            ),
+        ),
     ),  # fmt: skip
     dataset_facts="celldag.representation.track:dataset_facts",
     figures=(
         *COMMON_FIGURES,
         Figure("umap", "celldag.representation.figures:umap", "captions/umap.rst", needs=("outputs",)),
-        Figure("markers", "celldag.representation.figures:markers", "captions/markers.rst",
-               needs=("outputs", "tables")),
+        Figure(
+            "markers", "celldag.representation.figures:markers", "captions/markers.rst", needs=("outputs", "tables")
+        ),
         Figure("paired", "celldag.representation.figures:paired", "captions/paired.rst", needs=("scores",)),
     ),
 )

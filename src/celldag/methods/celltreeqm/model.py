@@ -33,9 +33,7 @@ class FeatureGate(nn.Module):
         else:
             # per-feature embedding → small MLP → logits (closed, open)
             self.embedding = nn.Parameter(torch.randn(n_features, _GATE_EMBEDDING) * 0.01)
-            self.mlp = nn.Sequential(
-                nn.Linear(_GATE_EMBEDDING, _GATE_HIDDEN), nn.ReLU(), nn.Linear(_GATE_HIDDEN, 2)
-            )
+            self.mlp = nn.Sequential(nn.Linear(_GATE_EMBEDDING, _GATE_HIDDEN), nn.ReLU(), nn.Linear(_GATE_HIDDEN, 2))
             with torch.no_grad():
                 self.mlp[-1].bias.copy_(torch.tensor([0.0, _GATE_OPEN_BIAS]))
 

@@ -245,11 +245,42 @@ def run(inputs: LineageInput, params: dict, seed: int) -> MethodResult:
 
 # the registry params this function reads: any other key is refused when the workflow is parsed
 run.accepted_params = (
-    "setting", "loss", "proj_dim", "hidden_dim", "n_layers", "n_heads", "output_dim", "dropout_data", "dropout_metric",
-    "norm", "gate", "gate_penalty", "gate_penalty_kind", "gate_lr", "lr", "weight_decay", "steps", "quartets_per_step",
-    "w_distance", "w_additivity", "margin", "margin_sign", "select", "level", "known_fraction", "standardize_input",
-    "selection", "quartet_order", "leaf_order", "validation_fraction", "validation_quartets", "validate_every",
-    "patience", "checkpoint_every", "device", "reconstruction",
+    "setting",
+    "loss",
+    "proj_dim",
+    "hidden_dim",
+    "n_layers",
+    "n_heads",
+    "output_dim",
+    "dropout_data",
+    "dropout_metric",
+    "norm",
+    "gate",
+    "gate_penalty",
+    "gate_penalty_kind",
+    "gate_lr",
+    "lr",
+    "weight_decay",
+    "steps",
+    "quartets_per_step",
+    "w_distance",
+    "w_additivity",
+    "margin",
+    "margin_sign",
+    "select",
+    "level",
+    "known_fraction",
+    "standardize_input",
+    "selection",
+    "quartet_order",
+    "leaf_order",
+    "validation_fraction",
+    "validation_quartets",
+    "validate_every",
+    "patience",
+    "checkpoint_every",
+    "device",
+    "reconstruction",
 )
 
 
@@ -269,9 +300,11 @@ def ordering_note(params: dict) -> str | None:
         return "quartet_order: sorted without select: ordered_mismatch: the ordering changes nothing here"
     differs = sorted(key for key, value in AUTHORS_PROTOCOL.items() if params[key] != value)
     if differs or params["steps"] < AUTHORS_STEPS:
-        return (f"smoke-sized for the official ordering ({', '.join(differs + ['steps'] * (params['steps'] < AUTHORS_STEPS))} "
-                f"differ from the authors' run): their high-level-partition curve is reproduced only at their sizes "
-                f"and {AUTHORS_STEPS:,} steps (docs/celltreeqm.md)")
+        return (
+            f"smoke-sized for the official ordering ({', '.join(differs + ['steps'] * (params['steps'] < AUTHORS_STEPS))} "
+            f"differ from the authors' run): their high-level-partition curve is reproduced only at their sizes "
+            f"and {AUTHORS_STEPS:,} steps (docs/celltreeqm.md)"
+        )
     return None
 
 
@@ -306,13 +339,17 @@ def selection_used(inputs: LineageInput, supervision: Supervision, params: dict)
                          "(prepared layer 'validation'); this dataset has none: use auto or holdout_refit")  # fmt: skip
     if requested == "auto" and has_replicate:
         return "validation_replicate"
-    if requested in ("auto", "holdout_refit") and int(supervision.known_leaves.sum() * params["validation_fraction"]) == 0:
+    if (
+        requested in ("auto", "holdout_refit")
+        and int(supervision.known_leaves.sum() * params["validation_fraction"]) == 0
+    ):
         return "none"
     return "holdout_refit" if requested == "auto" else requested
 
 
-HOLDOUT_REFIT = ("steps chosen on held-out leaves of the training replicate, then retrained on all leaves "
-                 "(selection holdout_refit)")
+HOLDOUT_REFIT = (
+    "steps chosen on held-out leaves of the training replicate, then retrained on all leaves (selection holdout_refit)"
+)
 FALLBACK_NOTE = f"no validation replicate in this dataset: {HOLDOUT_REFIT}"
 
 
@@ -350,7 +387,9 @@ def fit_and_embed(inputs: LineageInput, params: dict, seed: int, rank: np.ndarra
     elif used == "validation_replicate":
         measured = inputs.validation_leaves & supervision.known_leaves
         validation = replicate_validation(supervision, validation_x, measured, count)
-        model, result = train_encoder(train_x, supervision, params, seed, device, params["steps"], checkpoints, validation)
+        model, result = train_encoder(
+            train_x, supervision, params, seed, device, params["steps"], checkpoints, validation
+        )
         facts |= {"steps": result.best_step, "validation_qdist": result.best_value, "validation_leaves": int(measured.sum()),
                   "validated_steps_run": result.steps_run, "stopped_early": result.stopped_early}  # fmt: skip
     else:

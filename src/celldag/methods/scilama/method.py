@@ -72,7 +72,25 @@ def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
 
 # the registry params this function reads: any other key is refused when the workflow is parsed
 run.accepted_params = (
-    "embedding", "gene_input", "use_gene_vae", "use_batch", "mode", "hidden_dims", "gene_hidden_dims", "latent_dim",
-    "dropout", "lr", "weight_decay", "lr_decay", "batch_size", "max_epochs", "kl_warmup_epochs", "kl_ramp_epochs",
-    "patience", "min_delta", "gamma", "checkpoint_every", "device",
+    "embedding",
+    "gene_input",
+    "use_gene_vae",
+    "use_batch",
+    "mode",
+    "hidden_dims",
+    "gene_hidden_dims",
+    "latent_dim",
+    "dropout",
+    "lr",
+    "weight_decay",
+    "lr_decay",
+    "batch_size",
+    "max_epochs",
+    "kl_warmup_epochs",
+    "kl_ramp_epochs",
+    "patience",
+    "min_delta",
+    "gamma",
+    "checkpoint_every",
+    "device",
 )
