@@ -1,4 +1,4 @@
-"""ruff's checks (pyproject.toml [tool.ruff]) hold over src, workflow, tests and benchmarks: an unused import or an
+"""ruff's checks and its format (pyproject.toml [tool.ruff]) hold over src, workflow, tests and benchmarks: an unused import or an
 undefined name fails the fast tier, not a reviewer's eye."""
 
 from __future__ import annotations
@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 from conftest import REPO
 
@@ -29,3 +31,23 @@ def test_ruff_with_the_projects_settings_finds_an_unused_import_and_an_undefined
     checked = ruff_check("module.py", "script.py", cwd=tmp_path)
     assert checked.returncode == 1
     assert "F401" in checked.stdout and "F821" in checked.stdout and "script.py" not in checked.stdout
+
+
+def test_the_tree_is_formatted_by_ruff():
+    formatted = subprocess.run([str(RUFF), "format", "--check", "--no-cache", *LINTED], cwd=REPO, capture_output=True,
+                               text=True)  # fmt: skip
+    assert formatted.returncode == 0, "run .venv/bin/ruff format: " + formatted.stdout + formatted.stderr
+
+
+def test_the_commit_hooks_run_the_projects_own_tools():
+    """Local hooks only (nothing fetched at commit time), each an executable of this .venv, which CI also uses."""
+    config = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())
+    assert [repo["repo"] for repo in config["repos"]] == ["local"]
+    hooks = config["repos"][0]["hooks"]
+    assert {hook["language"] for hook in hooks} == {"system"}
+    for hook in hooks:
+        executable = REPO / hook["entry"].split()[0]
+        assert executable.parent == REPO / ".venv/bin" and executable.name in {RUFF.name, "lint-imports", "snakemake",
+                                                                                "python"}, hook["entry"]  # fmt: skip
+        assert (RUFF.parent / executable.name).is_file(), f"{hook['id']}: {executable.name} is not in the .venv"
+    assert {"ruff-check", "ruff-format", "import-contracts", "fast-tests"} <= {hook["id"] for hook in hooks}
