@@ -39,7 +39,7 @@ from celldag.provenance import package_versions
 from celldag.records import AUDITED_FIELDS, RecordError, read_record
 from celldag.registry import DEFAULT_CONFIG, load_workflow_config
 from celldag.runner import run_method
-from celldag.scoring import checksums_path, score_dataset, score_digests
+from celldag.scoring import score_dataset, score_digests
 from celldag.tolerance import CUDA_TOLERANCE, Tolerance, plural, values_match
 from celldag.tracks import load_track, tracks_of
 
@@ -143,7 +143,7 @@ def check_files(records: dict[planning.Run, dict], digest: Digests, report: Repo
 
 def check_scores_table(path: str, digest: Digests, report: Report) -> None:
     """The table against the digests its evaluate job wrote beside it: edited rows by run and metric."""
-    sidecar = checksums_path(path)
+    sidecar = planning.checksums_path(path)
     for needed in (path, sidecar):
         if digest(needed) is None:
             report.say(f"missing: {needed}", problem=True, kind="missing")
