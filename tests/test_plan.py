@@ -92,7 +92,11 @@ def test_run_paths_and_variant_params(registries):
     run = make_run("bm_default", "nj_multi", "pca", 3, registries)
     assert run.path(RUN_DIR) == f"results/runs/bm_default/nj_multi/pca/{run.key}/seed3"
     assert run.path(PREPARED) == f"results/data/bm_default/{run.data_key}/seed3.h5ad"
-    assert method_params(registries.methods["nj_multi"], "pca") == {"features": "pca", "reconstruction": "nj", "n_components": 3}
+    assert method_params(registries.methods["nj_multi"], "pca") == {
+        "features": "pca",
+        "reconstruction": "nj",
+        "n_components": 3,
+    }
 
 
 def test_runs_and_prepared_data_are_keyed_by_their_settings(registries):
@@ -110,6 +114,7 @@ def test_configs_differing_in_one_method_param_share_the_rest_and_keep_their_own
     one = make_plan(*load_config(base | {"name": "one"}, "one.yaml", root=repo))
     other = make_plan(*load_config(base | {"name": "other", "method_params": {"nj_pca": {"n_components": 5}}},
                                    "other.yaml", root=repo))  # fmt: skip
+
     def run_dirs(plan, method):
         return {run.path(RUN_DIR) for run in plan.runs if run.method == method}
 
@@ -133,7 +138,9 @@ def test_every_dataset_gets_its_track_figures_drawn_from_the_smallest_seed(repo)
     for dataset, track_id in (("bm_default", "lineage"), ("pbmc68k_batched", "representation")):
         names = [figure.name for figure in registries.track(track_id).figures]
         assert "scores" in names and "cost" in names
-        assert [(rule, f) for rule, d, f, _ in planned.figures if d == dataset] == [(figure_rule(track_id, n), n) for n in names]
+        assert [(rule, f) for rule, d, f, _ in planned.figures if d == dataset] == [
+            (figure_rule(track_id, n), n) for n in names
+        ]
         assert f"results/default/figures/{dataset}/scores.png" in planned.figure_paths
 
 
@@ -197,7 +204,9 @@ def test_chained_track_runs_every_classifier_on_every_representation_run(registr
     assert figures.items() <= counts.items()
     run = next(r for r in plan.chained if r.chained_method == "knn" and r.label == "pca/default" and r.seed == 1)
     assert run.path(CHAINED_OUTPUT).startswith(run.upstream.path(RUN_DIR) + "/annotation-")
-    assert plan.chained_scores == (CHAINED_SCORES.format(name="default", dataset="pbmc68k_batched", track="annotation"),)
+    assert plan.chained_scores == (
+        CHAINED_SCORES.format(name="default", dataset="pbmc68k_batched", track="annotation"),
+    )
     # a representation control carries through to the annotation on it
     kinds = chained_kinds(plan.chained, registries)
     assert kinds["knn/scilama/random"] == "control" and kinds["knn/pca/default"] == "baseline"
@@ -231,7 +240,9 @@ def test_a_run_records_log_is_found_by_the_patterns_that_spell_both():
     chained = plan.fill(plan.CHAINED_RECORD, dataset="pbmc", method="scilama", variant="text", key="abcdef0123", seed=0,
                         track="annotation", chain_key="9876543210", chained_method="knn")  # fmt: skip
     assert plan.parse(plan.CHAINED_RECORD, chained)["chained_method"] == "knn"
-    assert plan.log_of_record(chained) == "results/logs/run_chained/pbmc/scilama/text/abcdef0123/annotation-9876543210.log"
+    assert (
+        plan.log_of_record(chained) == "results/logs/run_chained/pbmc/scilama/text/abcdef0123/annotation-9876543210.log"
+    )
     assert plan.log_of_record("elsewhere/run.json") is None  # a record at no planned path gets no link, not a guess
 
 
@@ -240,4 +251,5 @@ def test_the_scores_digests_sit_beside_every_scores_table_and_pattern():
 
     assert plan.checksums_path("results/x/scores/bm.parquet") == "results/x/scores/bm.sha256.json"
     assert plan.checksums_path(plan.fill(plan.CHAINED_SCORES, track="annotation")) == (
-        "results/{name}/scores/{dataset}.annotation.sha256.json")
+        "results/{name}/scores/{dataset}.annotation.sha256.json"
+    )

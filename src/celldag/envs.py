@@ -3,7 +3,7 @@
 Every job script imports the ``celldag`` package, and ``envs/<family>.yaml`` pins celldag's dependencies,
 not celldag (it is on no package index, and a ``celldag @ git+…`` entry would pull all of its dependencies
 into every env). Under ``--sdm conda`` a rule's ``conda:`` therefore names a file generated from the
-shipped one (``workflow/rules/common.smk``, ``celldag_env``), in ``.snakemake/celldag-envs/`` of the working
+shipped one (``RuleEnvs``; ``workflow/rules/common.smk``'s ``celldag_env``), in ``.snakemake/celldag-envs/`` of the working
 directory:
 
 - ``<name>.yaml``: the shipped (or a lab's) env file as it is, under a header that names the exact celldag
@@ -120,12 +120,19 @@ def git_tree(repository: str | Path, commit: str, prefix: str = "", origin: str 
     committed: no checkout, no working-tree changes)."""
     prefix = prefix.strip("/").removeprefix("./")
     prefix = "" if prefix in ("", ".") else prefix + "/"
-    archive = git(repository, "archive", "--format=tar", commit, "--", *(f"{prefix}{p}" for p in ("pyproject.toml", "src", "envs")))
+    archive = git(
+        repository,
+        "archive",
+        "--format=tar",
+        commit,
+        "--",
+        *(f"{prefix}{p}" for p in ("pyproject.toml", "src", "envs")),
+    )
     files: dict[str, bytes] = {}
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         for member in tar.getmembers():
             if member.isfile() and member.name.startswith(prefix):
-                files[member.name[len(prefix):]] = tar.extractfile(member).read()  # type: ignore[union-attr]
+                files[member.name[len(prefix) :]] = tar.extractfile(member).read()  # type: ignore[union-attr]
 
     def read(path: str) -> bytes:
         if path not in files:
@@ -134,7 +141,7 @@ def git_tree(repository: str | Path, commit: str, prefix: str = "", origin: str 
 
     def listing(folder: str) -> list[str]:
         start = folder.rstrip("/") + "/"
-        return sorted(p[len(start):] for p in files if p.startswith(start) and kept(p[len(start):]))
+        return sorted(p[len(start) :] for p in files if p.startswith(start) and kept(p[len(start) :]))
 
     return Tree(read, listing, origin or f"git repository {Path(repository).resolve()} commit {commit}")
 
@@ -210,7 +217,9 @@ def path_package(path: str | Path) -> Package:
     ``0+<digest>``."""
     root = Path(path)
     if not root.is_dir():
-        raise EnvError(f"{path}: not a folder (a packages: entry is a folder holding your importable package, as on PYTHONPATH)")
+        raise EnvError(
+            f"{path}: not a folder (a packages: entry is a folder holding your importable package, as on PYTHONPATH)"
+        )
     files: dict[str, bytes] = {}
     tops = []
     for entry in sorted(root.iterdir()):
@@ -223,7 +232,9 @@ def path_package(path: str | Path) -> Package:
                 files |= {f"{entry.name}/{name}": (entry / name).read_bytes() for name in inside}
                 tops.append(entry.name)
     if not tops:
-        raise EnvError(f"{path}: holds no Python package or module (a packages: entry is the folder your package is in)")
+        raise EnvError(
+            f"{path}: holds no Python package or module (a packages: entry is the folder your package is in)"
+        )
     digest = content_digest(files)
     return Package(name="celldag-path-" + "-".join(t.replace("_", "-") for t in tops), version=f"0+{digest[:12]}",
                    files=files, origin=f"path {root.resolve()}", digest=digest,
@@ -245,7 +256,9 @@ def build_wheel(package: Package) -> bytes:
         metadata.append(f"Requires-Python: {package.requires_python}")
     entries = dict(sorted(package.files.items()))
     entries[f"{dist_info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
-    entries[f"{dist_info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: celldag.envs\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    entries[f"{dist_info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: celldag.envs\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     if package.scripts:
         scripts = "".join(f"{name} = {target}\n" for name, target in sorted(package.scripts.items()))
         entries[f"{dist_info}/entry_points.txt"] = f"[console_scripts]\n{scripts}".encode()
@@ -372,6 +385,129 @@ def write_env(directory: Path, name: str, base_text: str, base_path: str, packag
             stale.unlink(missing_ok=True)
     write_if_changed(env_file, env_file_text(base_text, base_path, packages, post_deploy.name).encode())
     return Generated(env_file, post_deploy, tuple(pin_paths), tuple(wheels))
+
+
+# ---------------------------------------------------------------- the env of each rule (workflow/rules/common.smk)
+# common.smk's thin adapter gives these what they need from Snakemake: the workflow folder (a Tree, through its
+# source cache), whether a file of the workflow exists, where a shipped env file is, and whether --sdm conda is on.
+LITERAL_ENV = re.compile(r"\.\./\.\./envs/([a-z][a-z0-9_-]*)\.yaml")  # a rule's `conda:` naming envs/<family>.yaml
+
+
+def set_job_variables(version: str, sdm_conda: bool, environ: dict[str, str] | None = None) -> None:
+    """Set what every job checks (``job_environment_problem``): the workflow's ``version`` and whether jobs run under
+    --sdm conda. Jobs inherit the variables; cluster jobs parse the workflow again and set them again."""
+    environ = os.environ if environ is None else environ
+    environ[VERSION_VARIABLE] = version
+    if sdm_conda:
+        environ[SDM_CONDA_VARIABLE] = "1"
+    else:
+        environ.pop(SDM_CONDA_VARIABLE, None)
+
+
+def git_source_tree(repository: str | Path, ref: str, prefix: str, where: str) -> Tree:
+    """The workflow folder ``prefix`` of a git repository (a gitfile(...) repository, Snakemake's bare clone of a
+    github(...) source) at the commit ``ref`` names; ``where``: the repository in words (its path, its URL)."""
+    commit = git_commit(repository, ref)
+    return git_tree(repository, commit, prefix, f"git repository {where} commit {commit}")
+
+
+def url_tree(read: Callable[[str], bytes], package_folder: str | Path, url: str) -> Tree:
+    """A workflow folder at a URL, read file by file with ``read``: what src/celldag holds there cannot be listed,
+    so the files of the installed celldag (``package_folder``: its version is the workflow's, checked at every
+    parse), each read from the URL."""
+    return reader_tree(read, directory_files(Path(package_folder)), f"URL {url}")
+
+
+def family_pins(tree: Tree, family: str, exists: Callable[[str], bool]) -> dict[str, bytes]:
+    """Pin files of envs/<family>.yaml by platform (snakedeploy pin-conda-envs writes them beside it). A tree that
+    lists no envs/ (a URL) is asked, with ``exists(path)``, for the file of each platform conda knows."""
+    names = [n for n in tree.listing("envs") if n.startswith(f"{family}.") and n.endswith(".pin.txt")]
+    if not tree.listing("envs"):
+        names = [f"{family}.{p}.pin.txt" for p in PLATFORMS if exists(f"envs/{family}.{p}.pin.txt")]
+    return {name[len(family) + 1 : -len(".pin.txt")]: tree.read(f"envs/{name}") for name in names}
+
+
+def file_pins(env_file: Path) -> dict[str, bytes]:
+    """Pin files of a lab's env file by platform: ``<stem>.<platform>.pin.txt`` beside it."""
+    stem = env_file.stem
+    return {p.name[len(stem) + 1 : -len(".pin.txt")]: p.read_bytes() for p in env_file.parent.glob(f"{stem}.*.pin.txt")}
+
+
+def literal_family(conda_env: object) -> str | None:
+    """The family a rule's ``conda:`` names literally (``../../envs/<family>.yaml``), else None (a function of the
+    rules, a lab's path)."""
+    found = LITERAL_ENV.fullmatch(conda_env) if isinstance(conda_env, str) else None
+    return found[1] if found else None
+
+
+def entry_env_problem(registries, exists: Callable[[str], bool]) -> str | None:
+    """The first registry entry (datasets, then methods) whose env family is no file envs/<family>.yaml of the
+    workflow (``exists(path)``), in one line; None when every family is there. ``registries``: a
+    celldag.registry.Registries (a lab's env files and packages folders: ``registry.check_env_paths``)."""
+    families: dict[str, bool] = {}
+    for kind in ("datasets", "methods"):
+        for entry_id, entry in getattr(registries, kind).items():
+            env = entry.get("env")
+            if env and FAMILY.match(env):
+                if env not in families:
+                    families[env] = exists(f"envs/{env}.yaml")
+                if not families[env]:
+                    return (f"{registries.origin(kind, entry_id)}: {entry_id}.env: no env family {env!r} "
+                            f"(envs/{env}.yaml of the celldag workflow)")  # fmt: skip
+    return None
+
+
+class RuleEnvs:
+    """The conda env file of a family (``lineage``) or a lab's env file (a path) with a lab's ``packages``: under
+    --sdm conda (``sdm_conda``) the generated one, written when first asked for, else the file itself
+    (``shipped(family)``: the workflow's envs/<family>.yaml as Snakemake reads it).
+
+    ``tree()`` reads the workflow folder, once, when a generated env is first asked for; ``exists(path)``: whether
+    the workflow holds a file (pin files at a URL); ``directory``: where generated envs go, relative to the
+    working directory.
+    """
+
+    def __init__(self, sdm_conda: bool, tree: Callable[[], Tree], shipped: Callable[[str], str],
+                 exists: Callable[[str], bool], directory: str | Path = GENERATED_DIR) -> None:  # fmt: skip
+        self.sdm_conda = sdm_conda
+        self.read_tree = tree
+        self.shipped = shipped
+        self.exists = exists
+        self.directory = Path(directory)
+        self._source: tuple[Tree, Package] | None = None
+        self._generated: dict[tuple[str, tuple[str, ...]], str] = {}
+
+    def env_file(self, env: str, packages: Sequence[str] = ()) -> str:
+        if self.sdm_conda:
+            return self.generated(env, tuple(packages))
+        return self.shipped(env) if FAMILY.match(env) else os.path.abspath(env)
+
+    def source(self) -> tuple[Tree, Package]:
+        """(workflow folder, celldag package of its source): read once."""
+        if self._source is None:
+            tree = self.read_tree()
+            self._source = tree, celldag_package(tree)
+        return self._source
+
+    def generated(self, env: str, packages: tuple[str, ...] = ()) -> str:
+        """Write (when changed) the generated env of a family or a lab's env file with celldag and ``packages``
+        (once per parse); its absolute path. EnvError names the env."""
+        if (env, packages) not in self._generated:
+            try:
+                tree, package = self.source()
+                if FAMILY.match(env):
+                    base_text, base_path = tree.read(f"envs/{env}.yaml").decode(), f"envs/{env}.yaml of {tree.origin}"
+                    pins = family_pins(tree, env, self.exists)
+                else:
+                    base = Path(env).resolve()
+                    base_text, base_path, pins = base.read_text(), str(base), file_pins(base)
+                lab_packages = [path_package(path) for path in packages]
+                name = env_name(env, packages)
+                written = write_env(self.directory, name, base_text, base_path, [package, *lab_packages], pins)
+            except EnvError as err:
+                raise EnvError(f"conda env {env}: {err}") from None
+            self._generated[(env, packages)] = str(written.env_file)
+        return self._generated[(env, packages)]
 
 
 def put_on_pythonpath(folders: Sequence[str], environ: dict[str, str] | None = None) -> None:

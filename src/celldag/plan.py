@@ -360,12 +360,18 @@ def make_plan(config: dict, registries: Registries) -> Plan:
     figures = []
     for dataset in sorted({run.dataset for run in runs}):
         track_id = registries.datasets[dataset]["track"]
-        figures += [(figure_rule(track_id, f.name), dataset, f.name, track_id) for f in registries.track(track_id).figures]
+        figures += [
+            (figure_rule(track_id, f.name), dataset, f.name, track_id) for f in registries.track(track_id).figures
+        ]
     file_datasets = frozenset(run.dataset for run in runs if reads_files(registries.datasets[run.dataset]))
     chained = chained_runs(config, registries, runs)
     for dataset, track_id in sorted({(run.dataset, run.track) for run in chained}):
-        figures += [(figure_rule(track_id, f.name), dataset, f.name, track_id) for f in registries.track(track_id).figures]
-    clashes = sorted(key for key, count in Counter((dataset, name) for _, dataset, name, _ in figures).items() if count > 1)
+        figures += [
+            (figure_rule(track_id, f.name), dataset, f.name, track_id) for f in registries.track(track_id).figures
+        ]
+    clashes = sorted(
+        key for key, count in Counter((dataset, name) for _, dataset, name, _ in figures).items() if count > 1
+    )
     if clashes:  # a chained track's figures share its dataset's folder with the upstream track's
         raise ValueError(f"two tracks of dataset {clashes[0][0]!r} declare a figure {clashes[0][1]!r}")
     return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)),
@@ -394,7 +400,7 @@ def chain_key(task: dict, methods: dict[str, dict]) -> str:
 
 
 def chained_kinds(chained: Sequence[ChainedRun], registries: Registries) -> dict[str, str]:
-    """"method/variant" → kind of each chained run's rows: a control where its upstream run is a control
+    """ "method/variant" → kind of each chained run's rows: a control where its upstream run is a control
     (a representation control carries through to the annotation on it), else its own method's kind."""
     kinds = {}
     for run in chained:
@@ -448,8 +454,10 @@ def gene_table_files(embedding: str, dataset_entry: dict, embeddings: dict[str, 
         return files
     listed = [file for entry in embeddings.values() for file in entry["files"] if file["role"] == ORG_ROLE]
     if not listed:
-        raise ValueError(f"a dataset with gene_ids: ensembl needs org.Hs.eg.db to map its ids to symbols: no entry of "
-                         f"the embeddings registry lists a file with role {ORG_ROLE!r} (config/embeddings.yaml's go_text does)")
+        raise ValueError(
+            f"a dataset with gene_ids: ensembl needs org.Hs.eg.db to map its ids to symbols: no entry of "
+            f"the embeddings registry lists a file with role {ORG_ROLE!r} (config/embeddings.yaml's go_text does)"
+        )
     return [*files, listed[0]]
 
 
@@ -458,7 +466,9 @@ def method_params(method_entry: dict, variant: str) -> dict:
     return {**method_entry["params"], **method_entry["variants"][variant]}
 
 
-def method_files(method_entry: dict, params: dict, dataset: str, seed: int, upstream: str | None = None) -> dict[str, str]:
+def method_files(
+    method_entry: dict, params: dict, dataset: str, seed: int, upstream: str | None = None
+) -> dict[str, str]:
     """param → the file it names for one run: the pattern of each of the method's file params with
     {dataset} and {seed} filled in, and for a run chained on ``upstream`` ("method/variant") {upstream},
     as method-variant (a label's '/' would be a folder)."""
@@ -468,7 +478,9 @@ def method_files(method_entry: dict, params: dict, dataset: str, seed: int, upst
 
 def run_files(run: Run | ChainedRun, registries: Registries) -> list[str]:
     """The files of its method's file params a planned run reads: inputs of its job (an edit reruns it)."""
-    if isinstance(run, ChainedRun):  # run_chained runs a chained method with its params (its variant names the upstream)
+    if isinstance(
+        run, ChainedRun
+    ):  # run_chained runs a chained method with its params (its variant names the upstream)
         entry = registries.methods[run.chained_method]
         return list(method_files(entry, entry["params"], run.dataset, run.seed, run.label).values())
     entry = registries.methods[run.method]
@@ -481,7 +493,7 @@ def method_kind(method_entry: dict, variant: str) -> str:
 
 
 def method_kinds(registries: Registries) -> dict[str, str]:
-    """"method/variant" → method | baseline | control, for every variant of the registry."""
+    """ "method/variant" → method | baseline | control, for every variant of the registry."""
     return {f"{method}/{variant}": method_kind(entry, variant)
             for method, entry in registries.methods.items() for variant in entry["variants"]}  # fmt: skip
 

@@ -5,8 +5,8 @@
 # job per dataset. Rules per track, since the methods a job runs are its output files.
 
 
-for _track_id in CHAINED_TRACKS:
-    _methods = chained_methods(_track_id)
+for _track_id in INPUTS.chained_tracks:
+    _methods = INPUTS.chained_methods(_track_id)
     _datasets = [d for d, entry in REGISTRIES.datasets.items() if _track_id in entry["chained"]]
 
     rule:

@@ -5,7 +5,7 @@ from celldag.errors import InputError
 rule aggregate:
     input:
         scores=[*PLAN.dataset_scores, *PLAN.chained_scores],
-        records=all_run_files(plan.RUN_RECORD) + [run.record for run in PLAN.chained],
+        records=INPUTS.records,
     output:
         scores=plan.SCORES,
         runs=plan.RUNS,
