@@ -21,6 +21,9 @@ from celldag.registry import Registries, apply_schema, load_config, read_yaml
 from celldag.tracks import tracks_of
 
 REPO = Path(__file__).resolve().parents[1]
+E2E = REPO / "tests/e2e"
+# fixtures of tests/support/ modules that tests in several folders use, by name (the GEO files a local server serves)
+pytest_plugins = ["geo_files"]
 # exact copies of published files laid out <host>/<path> of their URLs: a download mirror (docs/mirror.md)
 REALDATA = REPO.parent / "shared" / "realdata"
 TRACKS = tracks_of(read_yaml(REPO / "config/tracks.yaml"))  # the shipped tracks by id
@@ -75,7 +78,7 @@ def realdata() -> Path:
 
 
 @pytest.fixture(scope="session")
-def org_db(pytestconfig) -> Path:
+def org_db(pytestconfig, tmp_path_factory) -> Path:
     """The real org.Hs.eg.sqlite as the pipeline gets it: the Debian package config/embeddings.yaml pins, through
     celldag's download (and $CELLDAG_MIRROR's mirror when set), kept in pytest's cache between sessions; a run's
     download in resources/ when there is one. Skipped only when it cannot be fetched (no network, no mirror)."""
@@ -86,7 +89,9 @@ def org_db(pytestconfig) -> Path:
     downloaded = REPO / plan.DOWNLOAD.format(source=plan.EMBEDDING_SOURCE, file=spec["name"])
     if downloaded.is_file():
         return downloaded
-    folder = pytestconfig.cache.mkdir("celldag-org-hs-eg")
+    # pytest's cache keeps it between sessions; without that plugin (-p no:cacheprovider) the session's temp folder
+    cache = getattr(pytestconfig, "cache", None)
+    folder = cache.mkdir("celldag-org-hs-eg") if cache else tmp_path_factory.mktemp("celldag-org-hs-eg")
     target = folder / spec["name"]
     if not target.is_file():
         try:
@@ -217,8 +222,8 @@ def server():
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Every test of a tests/test_e2e_*.py module is end to end (`make test`'s fast tier leaves them out), whether or
-    not it carries the marker itself."""
+    """Every test under tests/e2e/ is end to end (`make test`'s fast tier leaves them out), whether or not it carries
+    the marker itself; a unit module's test that runs Snakemake carries it by hand."""
     for item in items:
-        if item.path.name.startswith("test_e2e"):
+        if E2E in item.path.parents:
             item.add_marker(pytest.mark.e2e)

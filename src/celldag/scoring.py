@@ -56,7 +56,7 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
             scores = {metric: value for metric, value in scores.items()
                       if metric not in contracts.SCORE_FACTS and metric not in (contracts.SCORE_NOTE, contracts.SCORE_FAILED)}  # fmt: skip
             undeclared = sorted((set(scores) | set(failed[i])) - set(track.metrics))
-            if undeclared:  # a bug of the track, caught by tests/test_tracks.py before it reaches a job
+            if undeclared:  # a bug of the track, caught by tests/unit/workflow/test_tracks.py before it reaches a job
                 raise RuntimeError(f"{track.scorer} returned metrics its track does not declare: {undeclared}")
             values[i] = {metric: value for metric, value in scores.items() if math.isfinite(value)}
 

@@ -44,7 +44,7 @@ from scipy.optimize import linprog
 
 LOG = logging.getLogger(__name__)
 # Relative tolerance of every check: HiGHS' own feasibility tolerances are 1e-7; its verified optima here reach
-# dual residuals ~1e-9 and duality gaps ~1e-13 (tests/test_annotation_conformal.py's regression programs).
+# dual residuals ~1e-9 and duality gaps ~1e-13 (tests/unit/annotation/test_annotation_conformal.py's regression programs).
 TOLERANCE = 1e-7
 # A residual this small (relative to the scores' scale) counts as a point fitted exactly: HiGHS leaves up to ~1e-8.
 ZERO_RESIDUAL = 1e-7

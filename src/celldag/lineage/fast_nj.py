@@ -23,7 +23,7 @@ for bit (the same operations on the same numbers). Ties: among pairs of exactly 
 (slot, slot) in scikit-bio's matrix layout is joined, as its row-major scan does; Q values that differ
 by rounding error only (≲ 1e-15 relative) are near-ties that scikit-bio, which compares partial sums,
 may resolve the other way. On integer-valued, heavily tied matrices the trees have matched
-scikit-bio's in every case tried (tests/test_fast_nj.py).
+scikit-bio's in every case tried (tests/unit/lineage/test_fast_nj.py).
 
 Cost: one float64 copy of the matrix (n² · 8 bytes) and lists of LIST_SIZE entries per cluster;
 O(n²) time for scikit-bio's updates and for each remake of the lists; per join a few vectorised passes

@@ -11,7 +11,7 @@ correction 0.77 (iLISI 0.77), against 0.87 (0.85) after scvi-tools' 400 (docs/re
 Cells: fitted on the training cells, as every method of the track (docs/representation.md); the
 validation cells are scVI's validation set (only read with ``early_stopping: true``), then every cell
 is embedded. Seeded through ``scvi.settings.seed``; on CPU two runs of a seed give the same embedding
-bit for bit (tests/test_representation_baselines.py).
+bit for bit (tests/unit/representation/test_representation_baselines.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Reproducible to the bit: the same embeddings give the same scores in any process
 random step is seeded — k-means (JAX key 0), Leiden (igraph seeded with 42 per resolution), kBET's
 ARPACK start (``seeded_eigsh``, the one scib-metrics leaves to OS entropy) — and neighbours, kBET's
 diffusion neighbours included, are exact (``exact_neighbors``), not pynndescent's approximate ones
-(tests/test_representation_determinism.py scores one embedding in two processes).
+(tests/unit/representation/test_representation_determinism.py scores one embedding in two processes).
 
 Cost: JAX compiles on first use (kept on disk between processes: ``scoring.enable_jax_cache``), then
 seconds per embedding for ~1k cells. Score all embeddings of a dataset in one call.

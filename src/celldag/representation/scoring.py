@@ -145,7 +145,7 @@ def enable_jax_cache() -> Path | None:
     scib-metrics jit-compiles its k-means, silhouettes, LISI and PCR kernels for each new shape: ≈ 16–24 s
     in the evaluate job of a 700-cell dataset (docs/performance.md), paid again by every process, since JAX
     caches on disk only when told where. A warm cache loads the same executables XLA built the first time, so the scores
-    are the same to the bit (tests/test_representation_determinism.py). A directory JAX was already
+    are the same to the bit (tests/unit/representation/test_representation_determinism.py). A directory JAX was already
     given (``JAX_COMPILATION_CACHE_DIR``) is kept unless ``CELLDAG_JAX_CACHE`` names one; a directory
     that cannot be created only costs the compile time (a warning, no error).
     """
