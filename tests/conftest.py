@@ -125,6 +125,20 @@ def tiny_lineage_workflow(workdir: Path, config: dict) -> Path:
     return workdir
 
 
+# The tiny lineage run the audit's and compare's end-to-end tests read (each copies it before damaging it): bm_small,
+# two seeds, NJ on raw features and on PCA, and UPGMA (Δ rows against nj_raw), run to the report.
+TINY_LINEAGE = {"name": "tiny", "datasets": ["bm_small"], "methods": ["nj_raw", "nj_pca", "upgma_raw"], "seeds": [0, 1]}
+
+
+@pytest.fixture(scope="session")
+def tiny_lineage_run(tmp_path_factory) -> Path:
+    """The finished folder of TINY_LINEAGE's whole run (scores, records, leaderboard, figures, report); read it, or
+    copy it first to change it."""
+    workdir = tiny_lineage_workflow(tmp_path_factory.mktemp("tiny_lineage"), TINY_LINEAGE)
+    run_snakemake(workdir)
+    return workdir
+
+
 def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
     result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout)

@@ -19,7 +19,7 @@ from celldag.cli import main
 from celldag.plan import DATASET_SCORES, PREPARED, RUN_OUTPUT, RUN_RECORD, Run, method_params
 from celldag.scoring import checksums_path, write_scores
 from celldag.tracks import Track
-from conftest import TRACKS, planned_run, run_snakemake, tiny_lineage_workflow
+from conftest import TRACKS, planned_run
 
 ULP = math.ulp(0.25)
 
@@ -173,21 +173,13 @@ def test_prepared_datasets_carry_the_digests_of_their_source_files(tmp_path, mon
 # ---------------------------------------------------------------- one tiny pipeline, audited
 
 
-TINY = {"name": "tiny", "datasets": ["bm_small"], "methods": ["nj_raw", "nj_pca"], "seeds": [0, 1]}
 e2e = pytest.mark.e2e  # the tests above run without Snakemake: only those below carry the marker
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    workdir = tiny_lineage_workflow(tmp_path_factory.mktemp("audited"), TINY)
-    run_snakemake(workdir)
-    return workdir
-
-
 @pytest.fixture
-def results(finished, tmp_path, monkeypatch):
-    """A copy of the finished workflow to damage, as the working directory."""
-    workdir = shutil.copytree(finished, tmp_path / "copy", symlinks=True)
+def results(tiny_lineage_run, tmp_path, monkeypatch):
+    """A copy of the finished tiny lineage run (conftest.TINY_LINEAGE) to damage, as the working directory."""
+    workdir = shutil.copytree(tiny_lineage_run, tmp_path / "copy", symlinks=True)
     monkeypatch.chdir(workdir)
     return workdir
 
@@ -204,7 +196,7 @@ def test_intact_results_audit_clean(results, capsys):
     assert status == 0, "\n".join(lines)
     assert len(reproduced) == 3  # the default sample
     assert all(line.endswith("(cpu; output and 3 scores bit-identical)") for line in reproduced)
-    assert lines[-1] == ("summary: 4 run records, 6 files, 1 scores table, 3 aggregate files checked (0 changed, 0 missing, "
+    assert lines[-1] == ("summary: 6 run records, 8 files, 1 scores table, 3 aggregate files checked (0 changed, 0 missing, "
                          "0 errors); "
                          "3 re-runs: 3 reproduced, 0 differ, 0 not re-run — OK")  # fmt: skip
 
@@ -226,7 +218,10 @@ def test_a_changed_prepared_dataset_is_named_with_the_runs_that_used_it(results,
     (results / prepared).write_bytes(bytes(data))
     status, lines = run_audit(capsys, "--run", "bm_small/nj_raw/default/0")
     assert status == 1
-    assert f"input changed: {prepared} (used by 2 runs: bm_small/nj_pca/default/0, bm_small/nj_raw/default/0)" in lines
+    assert (
+        f"input changed: {prepared} (used by 3 runs: bm_small/nj_pca/default/0, bm_small/nj_raw/default/0, "
+        "bm_small/upgma_raw/default/0)"
+    ) in lines
     assert f"not re-run: bm_small/nj_raw/default/0 (input changed: {prepared})" in lines
 
 

@@ -20,7 +20,7 @@ from celldag.errors import InputError
 from celldag.report.comparison import SCORE_HEADER, comparison_blocks
 from celldag.record_differences import run_facts
 from celldag.report.leaderboard import markdown
-from conftest import REPO, TRACKS, run_snakemake, tiny_lineage_workflow
+from conftest import REPO, TRACKS
 
 ULP = math.ulp(0.5)
 CPU, GPU = "cpu (x86_64)", "cuda:0 (NVIDIA H200)"
@@ -324,15 +324,11 @@ def test_make_compare_names_the_baseline_it_needs():
 
 # ---------------------------------------------------------------- end to end: a tiny run, then an edited copy
 
-TINY = {"name": "tiny", "datasets": ["bm_small"], "methods": ["nj_raw", "upgma_raw"], "seeds": [0, 1]}
 
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """The tiny run's scores and records (the aggregate job's outputs: no figures, no report)."""
-    workdir = tiny_lineage_workflow(tmp_path_factory.mktemp("compared"), TINY)
-    run_snakemake(workdir, "results/tiny/scores.parquet", "results/tiny/runs.parquet")
-    return workdir
+@pytest.fixture
+def finished(tiny_lineage_run):
+    """The tiny lineage run (conftest.TINY_LINEAGE), read only: each test edits a copy."""
+    return tiny_lineage_run
 
 
 def copied_back(workdir: Path, to: Path) -> Path:
@@ -356,8 +352,8 @@ def test_a_run_compared_with_its_copy_is_identical(finished, tmp_path, monkeypat
     monkeypatch.chdir(finished)
     status, lines = run_compare(capsys, "tiny", str(copy), "--out", str(tmp_path / "out"))
     assert status == 0, "\n".join(lines)
-    assert lines[0] == (f"compared 18 scores of A results/tiny and B {copy}: 0 moved, 0 status changed, 0 only in A, "
-                        "0 only in B, 0 within tolerance, 18 identical")  # 4 runs × 3 metrics, upgma's 2 seeds × 3 Δ  # fmt: skip
+    assert lines[0] == (f"compared 30 scores of A results/tiny and B {copy}: 0 moved, 0 status changed, 0 only in A, "
+                        "0 only in B, 0 within tolerance, 30 identical")  # 6 runs × 3 metrics; nj_pca's and upgma's 2 seeds × 3 Δ  # fmt: skip
     assert "ranking: order unchanged on 1 leaderboard" in lines
     assert "environment: the matched runs' records agree" in lines
     assert (tmp_path / "out/compare.html").read_text().startswith("<!DOCTYPE html>")
@@ -384,7 +380,7 @@ def test_an_edited_copy_names_the_moved_score_the_missing_run_and_the_record_fie
 
     status, lines = run_compare(capsys, str(finished / "results"), str(copy), "--out", str(tmp_path / "out"))
     assert status == 1
-    assert lines[0].endswith(": 1 moved, 0 status changed, 6 only in A, 0 only in B, 0 within tolerance, 11 identical")
+    assert lines[0].endswith(": 1 moved, 0 status changed, 6 only in A, 0 only in B, 0 within tolerance, 23 identical")
     assert f"moved: bm_small/nj_raw/default/0 quartet_dist {before!r} → {before + 0.125!r} (Δ +0.125)" in lines
     report = (tmp_path / "out/compare.md").read_text()
     moved = next(line for line in report.splitlines() if line.startswith("| moved |"))
@@ -397,10 +393,10 @@ def test_an_edited_copy_names_the_moved_score_the_missing_run_and_the_record_fie
         )
         == 6
     )
-    assert f"| numpy | 1 of 3 | {numpy} | 9.9.9 |" in report
-    assert "| machine.threads.OMP_NUM_THREADS | 1 of 3 | 1 | 4 |" in report
-    assert "11 identical rows are counted, not listed (--all lists them)." in report
+    assert f"| numpy | 1 of 5 | {numpy} | 9.9.9 |" in report
+    assert "| machine.threads.OMP_NUM_THREADS | 1 of 5 | 1 | 4 |" in report
+    assert "23 identical rows are counted, not listed (--all lists them)." in report
     status, _ = run_compare(capsys, str(finished / "results"), str(copy), "--out", str(tmp_path / "all"), "--all")
     assert (
-        sum(line.startswith("| identical |") for line in (tmp_path / "all/compare.md").read_text().splitlines()) == 11
+        sum(line.startswith("| identical |") for line in (tmp_path / "all/compare.md").read_text().splitlines()) == 23
     )
