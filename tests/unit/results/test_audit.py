@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag import audit, prepare
+from celldag import audit, output_differences, prepare
 from celldag.artifacts import sha256_file
-from celldag.audit import CUDA_TOLERANCE
+from celldag.tolerance import CUDA_TOLERANCE, values_match
 from celldag.cli import main
 from celldag.plan import DATASET_SCORES, PREPARED, RUN_OUTPUT, RUN_RECORD, Run, method_params
 from celldag.scoring import checksums_path, write_scores
@@ -27,48 +27,48 @@ ULP = math.ulp(0.25)
 
 
 def test_scores_match_bit_for_bit_without_a_tolerance():
-    assert audit.values_match(0.25, 0.25, None)
-    assert not audit.values_match(0.25, 0.25 + ULP, None)  # one unit in the last place is a difference
-    assert audit.values_match(math.nan, math.nan, None) and not audit.values_match(math.nan, 0.0, None)
-    assert not audit.values_match(None, 0.0, None) and audit.values_match(None, None, None)
+    assert values_match(0.25, 0.25, None)
+    assert not values_match(0.25, 0.25 + ULP, None)  # one unit in the last place is a difference
+    assert values_match(math.nan, math.nan, None) and not values_match(math.nan, 0.0, None)
+    assert not values_match(None, 0.0, None) and values_match(None, None, None)
 
 
 def test_cuda_runs_match_within_the_stated_tolerance():
-    assert audit.values_match(0.5, 0.5 + 4e-5, CUDA_TOLERANCE)  # 4e-5 ≤ 1e-6 + 1e-4 · 0.5
-    assert not audit.values_match(0.5, 0.5 + 1e-4, CUDA_TOLERANCE)
-    assert audit.values_match(0.0, 1e-7, CUDA_TOLERANCE)  # the absolute part, for scores near 0
+    assert values_match(0.5, 0.5 + 4e-5, CUDA_TOLERANCE)  # 4e-5 ≤ 1e-6 + 1e-4 · 0.5
+    assert not values_match(0.5, 0.5 + 1e-4, CUDA_TOLERANCE)
+    assert values_match(0.0, 1e-7, CUDA_TOLERANCE)  # the absolute part, for scores near 0
     assert str(CUDA_TOLERANCE) == "|Δ| ≤ 1e-06 + 0.0001·|recorded|"
 
 
 def test_score_differences_name_each_metric_including_those_on_one_side():
     recorded = {"rf": 0.5, "quartet_dist": 0.25, "qdist_sampled": 0.125}
     now = {"rf": 0.5, "quartet_dist": 0.25 + ULP, "k_qdist": 0.1}
-    assert audit.score_differences(recorded, now, None) == [
+    assert output_differences.score_differences(recorded, now, None) == [
         ("k_qdist", None, 0.1), ("qdist_sampled", 0.125, None), ("quartet_dist", 0.25, 0.25 + ULP),
     ]  # fmt: skip
-    assert audit.score_differences(recorded, dict(recorded), None) == []
+    assert output_differences.score_differences(recorded, dict(recorded), None) == []
 
 
 def test_arrays_compare_by_their_bits_or_within_the_tolerance():
     x = np.random.default_rng(0).normal(size=(5, 3))
-    assert audit.array_difference(x, x.copy(), None) is None
+    assert output_differences.array_difference(x, x.copy(), None) is None
     nudged = x.copy()
     nudged[2, 1] = np.nextafter(nudged[2, 1], np.inf)
-    assert audit.array_difference(x, nudged, None).startswith("max |Δ| ")
-    assert audit.array_difference(x, nudged, CUDA_TOLERANCE) is None
-    assert audit.array_difference(x, x[:4], None) == "shape (5, 3) recorded, (4, 3) now"
-    assert audit.array_difference(x, x.astype(np.float32), None) is not None  # other dtype, other bits
+    assert output_differences.array_difference(x, nudged, None).startswith("max |Δ| ")
+    assert output_differences.array_difference(x, nudged, CUDA_TOLERANCE) is None
+    assert output_differences.array_difference(x, x[:4], None) == "shape (5, 3) recorded, (4, 3) now"
+    assert output_differences.array_difference(x, x.astype(np.float32), None) is not None  # other dtype, other bits
 
 
 def test_trees_compare_as_text_or_by_topology_and_branch_lengths():
     tree = "((a:0.5,b:1.25):0.75,(c:1,d:2));"
-    assert audit.newick_difference(tree, tree, None) is None
+    assert output_differences.newick_difference(tree, tree, None) is None
     longer = tree.replace("1.25", "1.2500001")
-    assert audit.newick_difference(tree, longer, None) == "another tree"
-    assert audit.newick_difference(tree, longer, CUDA_TOLERANCE) is None
-    assert audit.newick_difference(tree, tree.replace("1.25", "1.3"), CUDA_TOLERANCE).startswith("max |Δ| 0.05")
+    assert output_differences.newick_difference(tree, longer, None) == "another tree"
+    assert output_differences.newick_difference(tree, longer, CUDA_TOLERANCE) is None
+    assert output_differences.newick_difference(tree, tree.replace("1.25", "1.3"), CUDA_TOLERANCE).startswith("max |Δ| 0.05")
     swapped = "((a:0.5,c:1.25):0.75,(b:1,d:2));"
-    assert audit.newick_difference(tree, swapped, CUDA_TOLERANCE) == "another topology or leaf names"
+    assert output_differences.newick_difference(tree, swapped, CUDA_TOLERANCE) == "another topology or leaf names"
 
 
 def output(embedding=None, tree=None, status="ok") -> anndata.AnnData:
@@ -85,12 +85,12 @@ def test_outputs_compare_status_embedding_and_tree_not_training_facts():
     x = np.arange(6.0).reshape(3, 2)
     recorded, same = output(x, "(a,(b,c));"), output(x.copy(), "(a,(b,c));")
     same.uns["training"] = {"device": "cuda:0"}  # how it was made, not what it is
-    assert audit.output_differences(recorded, same, None) == []
+    assert output_differences.output_differences(recorded, same, None) == []
     other = output(x + 1, "(b,(a,c));", status="failed")
-    assert audit.output_differences(recorded, other, None) == [
+    assert output_differences.output_differences(recorded, other, None) == [
         "uns['status'] recorded 'ok' now 'failed'", "obsm['X_emb'] max |Δ| 1", "uns['tree_newick'] another tree",
     ]  # fmt: skip
-    assert audit.output_differences(recorded, output(None, "(a,(b,c));"), None) == ["obsm['X_emb'] on one side only"]
+    assert output_differences.output_differences(recorded, output(None, "(a,(b,c));"), None) == ["obsm['X_emb'] on one side only"]
 
 
 def scores_table(values: dict[tuple[str, int, str], float]) -> pd.DataFrame:
