@@ -66,7 +66,9 @@ def test_trees_compare_as_text_or_by_topology_and_branch_lengths():
     longer = tree.replace("1.25", "1.2500001")
     assert output_differences.newick_difference(tree, longer, None) == "another tree"
     assert output_differences.newick_difference(tree, longer, CUDA_TOLERANCE) is None
-    assert output_differences.newick_difference(tree, tree.replace("1.25", "1.3"), CUDA_TOLERANCE).startswith("max |Δ| 0.05")
+    assert output_differences.newick_difference(tree, tree.replace("1.25", "1.3"), CUDA_TOLERANCE).startswith(
+        "max |Δ| 0.05"
+    )
     swapped = "((a:0.5,c:1.25):0.75,(b:1,d:2));"
     assert output_differences.newick_difference(tree, swapped, CUDA_TOLERANCE) == "another topology or leaf names"
 
@@ -90,7 +92,9 @@ def test_outputs_compare_status_embedding_and_tree_not_training_facts():
     assert output_differences.output_differences(recorded, other, None) == [
         "uns['status'] recorded 'ok' now 'failed'", "obsm['X_emb'] max |Δ| 1", "uns['tree_newick'] another tree",
     ]  # fmt: skip
-    assert output_differences.output_differences(recorded, output(None, "(a,(b,c));"), None) == ["obsm['X_emb'] on one side only"]
+    assert output_differences.output_differences(recorded, output(None, "(a,(b,c));"), None) == [
+        "obsm['X_emb'] on one side only"
+    ]
 
 
 def scores_table(values: dict[tuple[str, int, str], float]) -> pd.DataFrame:
