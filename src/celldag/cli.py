@@ -30,6 +30,7 @@ import argparse
 import sys
 
 from celldag import plan as planning
+from celldag.document import markdown
 from celldag.errors import InputError
 from celldag.joblog import one_line
 from celldag.plan import make_plan
@@ -245,7 +246,6 @@ def compare_published(results: str | None, configfile: str, workflow: str, confi
     from celldag import artifacts
     from celldag.published import DEFAULT_FOLDER, NEITHER, context_of, load_published, section, summary, verdicts
     from celldag.report.html import page, render
-    from celldag.report.leaderboard import markdown
 
     config, registries = load_workflow_config(configfile, workflow, config_key)
     folder = Path(workflow) / DEFAULT_FOLDER

@@ -24,9 +24,10 @@ from pathlib import Path
 import pandas as pd
 
 from celldag import plan as planning
+from celldag.document import Block, Heading, Paragraph, Table
 from celldag.errors import InputError
 from celldag.registry import Registries, apply_schema, read_yaml
-from celldag.report.leaderboard import Block, Heading, Paragraph, Table, score_text, t_interval
+from celldag.report.leaderboard import score_text, t_interval
 from celldag.tracks import DELTA_PREFIX, Track
 
 DEFAULT_FOLDER = "config/published"

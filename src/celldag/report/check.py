@@ -11,10 +11,19 @@ from pathlib import Path
 import pandas as pd
 
 from celldag import artifacts
-from celldag.reference import (BIT_FOR_BIT, IDENTICAL, PASSING, VERDICTS, Judgement, Reference,
-                               reproduces, summary_line, verdict_counts)  # fmt: skip
+from celldag.document import Block, Heading, Paragraph, Table, markdown
+from celldag.reference import (
+    BIT_FOR_BIT,
+    IDENTICAL,
+    PASSING,
+    VERDICTS,
+    Judgement,
+    Reference,
+    reproduces,  # fmt: skip
+    summary_line,
+    verdict_counts,
+)
 from celldag.report.html import page, render
-from celldag.report.leaderboard import Block, Heading, Paragraph, Table, markdown
 from celldag.tolerance import plural
 
 SCORE_HEADER = ("verdict", "dataset", "track", "method", "variant", "seed", "metric", "kind", "reference", "this run", "Δ",

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from celldag import artifacts
 from celldag.compare import IDENTICAL, MOVED, VERDICTS, Comparison, Judged, Ranking
+from celldag.document import Block, Heading, Paragraph, Table, markdown
 from celldag.record_differences import shown
 from celldag.report.html import page, render
-from celldag.report.leaderboard import Block, Heading, Paragraph, Table, markdown
 from celldag.tolerance import plural
 
 SCORE_HEADER = ("verdict", "dataset", "track", "method", "variant", "seed", "metric", "A", "B", "Δ", "relative Δ", "rule",

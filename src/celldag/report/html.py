@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from celldag import artifacts, plan
+from celldag.document import Block, Heading, Paragraph, Table
 from celldag.published import Context, PublishedTable, report_blocks
-from celldag.report.leaderboard import Block, Heading, Paragraph, Table, leaderboard_blocks
+from celldag.report.leaderboard import leaderboard_blocks
 from celldag.tracks import Track
 
 STYLE = """

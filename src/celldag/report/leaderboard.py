@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import pandas as pd
 
 from celldag import artifacts, contracts
+from celldag.document import Block, Heading, Paragraph, Table, markdown
 from celldag.records import read_record
 from celldag.tracks import DELTA_PREFIX, Track, relative_reduction
 
@@ -67,30 +67,6 @@ def _cell(values: pd.Series, statuses: pd.Series, count: bool = False) -> str:
         text = f"{score_text(ok.mean())} ± {ok.std(ddof=1):.3f}" if len(ok) > 1 else score_text(ok.iloc[0])
     missing = len(values) - len(ok)
     return text + (f" ({missing} not ok)" if missing else "")
-
-
-@dataclass(frozen=True)
-class Heading:
-    level: int  # 1 = the document's title, 2 = a dataset, 3 = a metric group or the paired differences
-    text: str
-    dataset: str = ""  # the dataset a level-2 heading opens
-    track: str = ""  # and its track (a dataset may have a section per track: annotation chains on representation)
-    anchor: str = ""  # the section's id in the HTML: the dataset's, with the track for its later sections
-
-
-@dataclass(frozen=True)
-class Paragraph:
-    lines: tuple[str, ...]
-    bullets: bool = False  # one bullet per line
-
-
-@dataclass(frozen=True)
-class Table:
-    header: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-
-
-Block = Heading | Paragraph | Table
 
 
 CLIPPED_NOTE = (
@@ -200,27 +176,6 @@ def notes_for(scores: pd.DataFrame, notes: Sequence[str | Mapping]) -> tuple[str
     present = set(scores["method"])
     return tuple(note if isinstance(note, str) else note["text"]
                  for note in notes if isinstance(note, str) or present & set(note["methods"]))  # fmt: skip
-
-
-def markdown(blocks: Sequence[Block]) -> str:
-    lines: list[str] = []
-    for block in blocks:
-        if isinstance(block, Heading):
-            lines += ["", f"{'#' * block.level} {block.text}"] if lines else [f"# {block.text}"]
-        elif isinstance(block, Paragraph):
-            lines += [f"- {line}" for line in block.lines] if block.bullets else ["", *block.lines]
-        else:
-            lines += [
-                "",
-                _markdown_row(block.header),
-                "|" + "---|" * len(block.header),
-                *map(_markdown_row, block.rows),
-            ]
-    return "\n".join(lines) + "\n"
-
-
-def _markdown_row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
 
 
 def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
