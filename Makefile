@@ -75,6 +75,7 @@ prefetch: $(BIN)/.installed
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src workflow tests benchmarks
+	$(BIN)/ruff format --check src workflow tests benchmarks
 	$(BIN)/lint-imports --no-cache --no-logo  # the floors and no cycles: pyproject.toml [tool.importlinter]
 	$(BIN)/snakemake --lint
 
