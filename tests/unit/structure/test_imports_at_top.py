@@ -13,14 +13,10 @@ import ast
 import sys
 from pathlib import Path
 
+from celldag_modules import modules_of
 from conftest import REPO
 
 SOURCE = REPO / "src"
-
-
-def module_name(path: Path, source: Path) -> str:
-    parts = path.relative_to(source).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def imported_names(node: ast.Import | ast.ImportFrom, modules: set[str]) -> set[str]:
@@ -67,9 +63,7 @@ def local_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
 
 def needless_local_imports(source: Path) -> list[str]:
     """``module:line imports target`` for every function-local import of a celldag module that defers nothing."""
-    trees = {
-        module_name(path, source): ast.parse(path.read_text(), filename=str(path)) for path in source.rglob("*.py")
-    }
+    trees = {name: ast.parse(path.read_text(), filename=str(path)) for name, path in modules_of(source).items()}
     modules = set(trees)
     direct = {name: set().union(*(imported_names(node, modules) for node in top_level_imports(tree)))
               for name, tree in trees.items()}  # fmt: skip

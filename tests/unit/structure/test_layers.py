@@ -13,14 +13,10 @@ import re
 import tomllib
 from pathlib import Path
 
+from celldag_modules import modules_of
 from conftest import REPO
 
 SOURCE = REPO / "src"
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(SOURCE).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def imports_of(path: Path, modules: set[str]) -> set[str]:
@@ -38,9 +34,8 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    paths = sorted(SOURCE.rglob("*.py"))
-    modules = {module_name(path) for path in paths}
-    return {module_name(path): imports_of(path, modules) - {module_name(path)} for path in paths}
+    paths = modules_of(SOURCE)
+    return {name: imports_of(path, set(paths)) - {name} for name, path in paths.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
