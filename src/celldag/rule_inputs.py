@@ -56,6 +56,10 @@ class RuleInputs:
     def gene_table(self, run: Run) -> str | None:
         return self.tables[run] if run in self.tables else gene_table(run, self.registries)
 
+    def gene_tables(self, runs: Sequence[Run]) -> list[str]:
+        """The gene tables ``runs`` read, each once, sorted."""
+        return sorted({table for run in runs if (table := self.gene_table(run)) is not None})
+
     # ---------------------------------------------------------------- datasets: download, validate, prepare
     def prepared_key(self, dataset: str, data_key: str) -> str:
         """The dataset's data key, which the requested one must be."""
@@ -130,7 +134,7 @@ class RuleInputs:
         return {
             "prepared": sorted({run.path(plan.PREPARED) for run in runs}),
             "outputs": [run.path(plan.RUN_OUTPUT) for run in runs],
-            "tables": sorted({table for run in runs if (table := self.gene_table(run)) is not None}),
+            "tables": self.gene_tables(runs),
         }
 
     @property
@@ -159,7 +163,7 @@ class RuleInputs:
             paths["prepared"] = shown[0].path(prepared)
             paths["outputs"] = [run.output for run in shown]
         if "tables" in needs and not chained:
-            paths["tables"] = sorted({table for run in shown if (table := self.gene_table(run)) is not None})
+            paths["tables"] = self.gene_tables(shown)
         return paths
 
     # ---------------------------------------------------------------- chained tracks (workflow/rules/chained.smk)
