@@ -5,6 +5,12 @@ ends with the same weights, bit for bit on CPU, as a run never interrupted. A ch
 every random stream the steps draw from (the method's ``np.random.Generator``, torch's CPU and CUDA
 generators, python ``random`` and numpy's legacy global state) next to the model and optimizer, and it
 is written after validation so that nothing happens between the state it records and the next step.
+Checkpoints are written by wall time (``checkpoint_seconds``), every ``checkpoint_every`` steps, or both,
+and at the end; when they are written never changes what the run computes.
+
+On a GPU the loop keeps the device busy: a step never waits for the device. Its scalars stay tensors
+until a log or validation step reads them, and a non-finite loss is caught by a flag kept on the device
+and checked there (:class:`NonFiniteLoss`), not by reading every loss back.
 
 Checkpoint file: ``<checkpoint_dir>/checkpoint.pt`` (only the latest is kept), a ``torch.save`` dict
 whose keys are listed in :func:`_checkpoint`.
@@ -31,6 +37,13 @@ import torch
 CHECKPOINT_NAME = "checkpoint.pt"
 _TEMP_PREFIX = f".{CHECKPOINT_NAME}."
 _TEMP_SUFFIX = ".tmp"
+# the best weights stay on the GPU when it keeps this much free beside them (else they go to host memory)
+_DEVICE_HEADROOM = 2.0
+_clock = time.monotonic  # wall time of checkpoints (tests replace it)
+
+
+class NonFiniteLoss(FloatingPointError):
+    """A training loss became NaN or infinite: the run stops here instead of training on garbage."""
 
 
 def select_device(preference: str = "auto") -> torch.device:
@@ -65,6 +78,23 @@ def autocast(device: torch.device):
     if device.type == "cuda":
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array on ``device``; to a GPU through pinned memory without blocking, so the host goes on
+    drawing while the copy runs (the caching host allocator keeps the pinned buffer until the copy is done)."""
+    tensor = torch.as_tensor(array)
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def adamw(params, device: torch.device, **settings) -> torch.optim.AdamW:
+    """AdamW; on CUDA its fused kernel (one launch for all parameters instead of several per tensor).
+
+    The CPU keeps the default implementation: the release's CPU scores are bit for bit those of its arithmetic.
+    """
+    return torch.optim.AdamW(params, **settings, **({"fused": True} if device.type == "cuda" else {}))
 
 
 @dataclass
@@ -103,9 +133,32 @@ def _restore_random_states(saved: dict, rng: np.random.Generator) -> None:
     np.random.set_state((name, np.array(keys, dtype=np.uint32), *position))
 
 
-def _cpu_copy(state_dict: dict) -> dict:
-    """A detached copy kept on CPU, so the best weights do not take GPU memory."""
-    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in state_dict.items()}
+def _device_has_room(state_dict: dict) -> bool:
+    """True on a GPU with free memory for ``_DEVICE_HEADROOM`` × the weights beside them."""
+    tensors = list(state_dict.values())
+    if not tensors or tensors[0].device.type != "cuda":
+        return False
+    size = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+    return torch.cuda.mem_get_info(tensors[0].device)[0] > _DEVICE_HEADROOM * size
+
+
+def _keep_best(state_dict: dict, kept: dict | None) -> dict:
+    """A detached copy of the weights: into the buffers of the last best copy where they fit, so a GPU run
+    copies device to device at each improvement instead of reading ≈ its weights back to the host; the
+    first copy goes to the GPU where it has room, else to the host."""
+    if (
+        kept is not None
+        and kept.keys() == state_dict.keys()
+        and all(
+            kept[name].shape == tensor.shape and kept[name].dtype == tensor.dtype and kept[name].device == tensor.device
+            for name, tensor in state_dict.items()
+        )
+    ):
+        for name, tensor in state_dict.items():
+            kept[name].copy_(tensor.detach())
+        return kept
+    device = None if _device_has_room(state_dict) else "cpu"
+    return {name: tensor.detach().to(device or tensor.device, copy=True) for name, tensor in state_dict.items()}
 
 
 def _write_atomically(payload: dict, path: Path) -> None:
@@ -155,7 +208,7 @@ class _Progress:
             self.best_value is None or value < self.best_value - min_delta * abs(self.best_value)
         ):
             self.best_value, self.best_step = value, self.step
-            self.best_weights = _cpu_copy(model.state_dict())
+            self.best_weights = _keep_best(model.state_dict(), self.best_weights)
             self.bad_validations = 0
         else:
             self.bad_validations += 1
@@ -218,6 +271,29 @@ def _resume(path: Path, total_steps: int, model, optimizer, rng: np.random.Gener
     return _restore(saved, model, optimizer, rng)
 
 
+class _LossWatch:
+    """Whether every loss since the last check was finite, kept where the losses are: on a GPU, a flag on
+    the device that only a check reads back, so that steps never wait for the device."""
+
+    def __init__(self) -> None:
+        self.finite: torch.Tensor | bool = True
+        self.since = 1  # the first step the flag covers
+
+    def add(self, loss: torch.Tensor | float) -> None:
+        if isinstance(loss, torch.Tensor):
+            self.finite = torch.isfinite(loss.detach()) & self.finite
+        else:
+            self.finite = self.finite and math.isfinite(loss)
+
+    def check(self, step: int) -> None:
+        if not bool(self.finite):
+            raise NonFiniteLoss(
+                f"the training loss became NaN or infinite between steps {self.since} and {step}: the model "
+                "diverged (a learning rate too high for these data, or inputs with NaN or infinite values)"
+            )
+        self.finite, self.since = True, step + 1
+
+
 def _validate(model: torch.nn.Module, validate_fn: Callable[[], float]) -> float:
     model.eval()
     try:
@@ -235,7 +311,8 @@ def train(
     total_steps: int,
     rng: np.random.Generator,
     checkpoint_dir: str | os.PathLike | None,
-    checkpoint_every: int = 100,
+    checkpoint_every: int | None = 100,
+    checkpoint_seconds: float | None = None,
     validate_fn: Callable[[], float] | None = None,
     validate_every: int = 50,
     patience: int | None = None,
@@ -245,13 +322,19 @@ def train(
 ) -> TrainingResult:
     """Run ``step_fn(step)`` for steps 1..total_steps, resuming from ``checkpoint_dir`` when it holds a checkpoint.
 
-    ``step_fn`` does one optimisation step and returns scalars, at least ``{"loss": ...}``. Validation
-    (lower is better) runs every ``validate_every`` steps and at the last one; with validation the model
-    ends holding its best weights. ``patience`` stops after that many validations without improvement,
-    an improvement being a drop of more than ``min_delta`` × |best value| (relative, so scale-free).
+    ``step_fn`` does one optimisation step and returns scalars, at least ``{"loss": ...}``: floats or 0-d
+    tensors, which are read only at log and validation steps (a GPU step then never waits for the device).
+    Validation (lower is better) runs every ``validate_every`` steps and at the last one; with validation
+    the model ends holding its best weights. ``patience`` stops after that many validations without
+    improvement, an improvement being a drop of more than ``min_delta`` × |best value| (relative, so
+    scale-free). A checkpoint is written every ``checkpoint_every`` steps and once ``checkpoint_seconds``
+    have passed since the last one (None turns either off), and at the end. A NaN or infinite loss stops
+    the run with :class:`NonFiniteLoss` at the next log or validation step.
     """
-    if min(checkpoint_every, validate_every, log_every) < 1:
+    if min(checkpoint_every or 1, validate_every, log_every) < 1:
         raise ValueError("checkpoint_every, validate_every and log_every must be at least 1")
+    if checkpoint_seconds is not None and checkpoint_seconds < 0:
+        raise ValueError(f"checkpoint_seconds must be 0 or more, got {checkpoint_seconds}")
     if patience is not None and validate_fn is None:
         raise ValueError("patience needs a validate_fn")
     log = log or logging.getLogger(__name__)
@@ -267,24 +350,37 @@ def train(
             progress = _resume(checkpoint_path, total_steps, model, optimizer, rng, log)
             resumed_from = progress.step
 
+    last_saved = _clock()
+
     def save() -> None:
+        nonlocal last_saved
         if checkpoint_path is not None:
             _write_atomically(_checkpoint(progress, model, optimizer, rng), checkpoint_path)
+            last_saved = _clock()
+
+    def checkpoint_due(step: int) -> bool:
+        by_steps = checkpoint_every is not None and step % checkpoint_every == 0
+        return by_steps or (checkpoint_seconds is not None and _clock() - last_saved >= checkpoint_seconds)
 
     start_step, started = progress.step, time.perf_counter()
+    losses = _LossWatch()
+    losses.since = progress.step + 1
     model.train()
     while not progress.stopped_early and progress.step < total_steps:  # so also when finished
         progress.step += 1
         step = progress.step
-        scalars = {name: float(value) for name, value in step_fn(step).items()}
-        if "loss" not in scalars:
-            raise KeyError(f"step_fn must return a 'loss', got {sorted(scalars)}")
+        step_scalars = step_fn(step)
+        if "loss" not in step_scalars:
+            raise KeyError(f"step_fn must return a 'loss', got {sorted(step_scalars)}")
+        losses.add(step_scalars["loss"])
 
         validated = validate_fn is not None and (step % validate_every == 0 or step == total_steps)
+        logged = step % log_every == 0
+        if logged or validated:  # the only steps that read a value back from the device
+            losses.check(step)
+            scalars = {name: float(value) for name, value in step_scalars.items()}
         if validated:
             progress.record_validation(_validate(model, validate_fn), model, patience, min_delta)
-
-        logged = step % log_every == 0
         if logged or validated:
             progress.history.append({"step": step, **scalars, "val": progress.last_val if validated else None})
         if logged:
@@ -297,10 +393,12 @@ def train(
             )  # fmt: skip
 
         # The final checkpoint follows the loop; saving here too would only cost time.
-        if step % checkpoint_every == 0 and step < total_steps and not progress.stopped_early:
+        if step < total_steps and not progress.stopped_early and checkpoint_due(step):
+            losses.check(step)  # a checkpoint never holds weights trained on a NaN loss
             save()
 
     if not progress.finished:
+        losses.check(progress.step)
         if progress.best_weights is not None:
             model.load_state_dict(progress.best_weights)
         progress.finished = True

@@ -12,6 +12,7 @@ from celldag.lineage.tree import parse_newick, path_distances
 from celldag.lineage.track import LineageInput
 from celldag.methods.celltreeqm import run
 from celldag.methods.celltreeqm.losses import (
+    _masked_additivity,
     additivity_loss,
     distance_preservation_loss,
     embedding_distances,
@@ -143,6 +144,36 @@ def test_nothing_selected_gives_zero_with_a_gradient():
     assert loss.item() == 0.0 and sums.grad is not None
 
 
+@pytest.mark.parametrize("select", ["topology_mismatch", "ordered_mismatch", "all"])
+@pytest.mark.parametrize("margin_sign", ["page", "code"])
+def test_the_gpu_form_of_the_additivity_loss_is_the_cpu_form_up_to_summation_order(select, margin_sign):
+    """On a GPU the selected quartets are summed under a mask (no count read back by the host); the value and the
+    gradient are those of the gathered form the CPU computes."""
+    generator = torch.Generator().manual_seed(0)
+    sums = torch.rand(500, 3, generator=generator) * 4
+    target = torch.randint(0, 3, (500,), generator=generator)
+    hinge = push_hinge(sums, target, 0.1, margin_sign)
+    selected = select_quartets(sums, target, hinge, select)
+    assert 0 < int(selected.sum()) < 500 or select == "all"
+    gathered_sums, masked_sums = sums.clone().requires_grad_(), sums.clone().requires_grad_()
+    gathered = additivity_loss(gathered_sums, target, margin_sign=margin_sign, select=select)
+    masked_hinge = push_hinge(masked_sums, target, 0.1, margin_sign)
+    masked = _masked_additivity(masked_sums, target, masked_hinge, selected, w_close=1.0, w_push=30.0)
+    assert masked.item() == pytest.approx(gathered.item(), rel=1e-6)
+    gathered.backward()
+    masked.backward()
+    assert torch.allclose(masked_sums.grad, gathered_sums.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_the_gpu_form_with_nothing_selected_gives_zero_with_a_zero_gradient():
+    sums = torch.tensor([[1.0, 2.5, 2.5]], requires_grad=True)
+    target = torch.tensor([0])
+    hinge = push_hinge(sums, target, 0.1, "page")
+    loss = _masked_additivity(sums, target, hinge, torch.tensor([False]), w_close=1.0, w_push=30.0)
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(sums.grad, torch.zeros_like(sums))
+
+
 def test_label_free_closes_the_estimated_top_two():
     sums = torch.tensor([[3.0, 1.0, 2.0], [1.0, 1.5, 4.0]], requires_grad=True)
     loss = additivity_loss(sums, None)
@@ -190,7 +221,7 @@ PARAMS = dict(
     norm="batch_norm", gate="none", gate_penalty=0.0, gate_penalty_kind="sparsity", gate_lr=None, lr=1e-3, weight_decay=0.01,
     steps=4, quartets_per_step=32, w_distance=0.1, w_additivity=20.0, margin=0.1, margin_sign="page",
     select="topology_mismatch", validation_fraction=0.25, validation_quartets=32, validate_every=2, patience=None,
-    checkpoint_every=2, device="cpu", reconstruction="nj", loss="additivity", setting="supervised",
+    checkpoint_every=2, checkpoint_seconds=None, device="cpu", reconstruction="nj", loss="additivity", setting="supervised",
     standardize_input=True, selection="holdout_refit", quartet_order="shuffled", leaf_order="given",
 )  # fmt: skip
 NO_SELECTION = {"selection": "none"}

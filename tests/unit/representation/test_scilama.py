@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import celldag.methods.scilama.train as scilama_train
+from celldag import training
 from celldag.methods.scilama import fit_scilama
 from celldag.methods.scilama.losses import coupled_loss, first_full_kl_epoch, kl_divergence, kl_weight
 from celldag.methods.scilama.model import SciLaMA
@@ -16,7 +17,7 @@ def tiny_params(**overrides) -> dict:
         hidden_dims=[16, 8], gene_hidden_dims=[16, 8], latent_dim=4, dropout=0.1, lr=1e-3, weight_decay=0.0,
         lr_decay=0.99, batch_size=16, max_epochs=4, kl_warmup_epochs=1, kl_ramp_epochs=1, gamma=0.05,
         patience=2, min_delta=0.0, mode="stepwise", gene_input="embeddings", use_gene_vae=True, use_batch=True, device="cpu",
-        checkpoint_every=1,
+        checkpoint_every=1, checkpoint_seconds=None,
     )  # fmt: skip
     return params | overrides
 
@@ -211,6 +212,43 @@ def test_killed_run_resumes_identically(tmp_path, monkeypatch, kill_at):
     resumed = fit_scilama(*data, params, seed=0, work_dir=str(tmp_path / "killed"))
     assert np.array_equal(resumed.cell_embedding, reference.cell_embedding)
     assert np.array_equal(resumed.gene_embedding, reference.gene_embedding)
+
+
+def test_a_run_killed_right_after_a_time_triggered_checkpoint_mid_epoch_resumes_identically(tmp_path, monkeypatch):
+    """Checkpoints by wall time land at any step, mid-epoch included: the minibatch order of an epoch, the
+    learning rate and β are functions of the step, so a resume from there sees the same ones."""
+    data = tiny_data()
+    params = tiny_params(patience=10, checkpoint_every=None, checkpoint_seconds=3)
+    clock = [0.0]
+
+    def one_second_a_read() -> float:
+        clock[0] += 1.0
+        return clock[0]
+
+    monkeypatch.setattr(training, "_clock", one_second_a_read)
+    reference = fit_scilama(*data, params, seed=0, work_dir=str(tmp_path / "reference"))
+
+    real_write, written = training._write_atomically, []
+
+    def write_then_die(payload, path):
+        real_write(payload, path)
+        written.append((path.parent.name, payload["step"]))
+        if payload["step"] == 3 and path.parent.name == "cell":  # step 3: the first minibatch of an epoch of 2
+            raise KeyboardInterrupt("killed right after a time-triggered checkpoint")
+
+    monkeypatch.setattr(training, "_write_atomically", write_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        fit_scilama(*data, params, seed=0, work_dir=str(tmp_path / "killed"))
+    assert written[-1] == ("cell", 3)  # 32 training cells, batch 16: 2 steps an epoch, so step 4 starts mid-epoch
+    monkeypatch.setattr(training, "_write_atomically", real_write)
+    resumed = fit_scilama(*data, params, seed=0, work_dir=str(tmp_path / "killed"))
+    assert np.array_equal(resumed.cell_embedding, reference.cell_embedding)
+    assert np.array_equal(resumed.gene_embedding, reference.gene_embedding)
+    assert resumed.phase_facts.keys() == reference.phase_facts.keys()
+    for phase, facts in reference.phase_facts.items():
+        assert {k: v for k, v in resumed.phase_facts[phase].items() if k != "seconds"} == {
+            k: v for k, v in facts.items() if k != "seconds"
+        }
 
 
 def test_run_models_only_genes_with_a_static_vector_and_counts_the_rest():

@@ -258,3 +258,115 @@ def test_progress_is_logged(tmp_path, caplog):
     assert re.match(
         r"finished at step 20/20 after \d+:\d\d:\d\d in this run; best val \d+\.\d{4} at step \d+", messages[-1]
     )
+
+
+class FakeClock:
+    """Wall time that moves one second each time it is read: time-triggered checkpoints at known steps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def kill_after_save(monkeypatch, nth: int) -> list[int]:
+    """Let the ``nth`` checkpoint write land, then kill the run, as a SIGKILL right after it would."""
+    real_write, steps = training._write_atomically, []
+
+    def write_then_die(payload, path):
+        real_write(payload, path)
+        steps.append(payload["step"])
+        if len(steps) == nth:
+            raise KeyboardInterrupt(f"killed right after the checkpoint of step {payload['step']}")
+
+    monkeypatch.setattr(training, "_write_atomically", write_then_die)
+    return steps
+
+
+def test_checkpoints_by_wall_time_resume_bit_identically(tmp_path, monkeypatch):
+    monkeypatch.setattr(training, "_clock", FakeClock())
+    uninterrupted = Task(seed=5)
+    expected = uninterrupted.train(tmp_path / "whole", checkpoint_every=None, checkpoint_seconds=3)
+
+    monkeypatch.setattr(training, "_clock", FakeClock())
+    saved = kill_after_save(monkeypatch, nth=3)
+    with pytest.raises(KeyboardInterrupt):
+        Task(seed=5).train(tmp_path / "killed", checkpoint_every=None, checkpoint_seconds=3)
+    # the clock is read once per step and once after each write: every 3 steps, none by count
+    assert saved == [3, 6, 9]
+    monkeypatch.undo()
+    resumed = Task(seed=5)
+    result = resumed.train(tmp_path / "killed", checkpoint_every=None, checkpoint_seconds=3)
+
+    assert result.resumed_from == 9
+    assert resumed.calls == TOTAL - 9
+    assert_same_weights(resumed.model, uninterrupted.model)
+    assert result.history == expected.history
+    assert (result.best_step, result.best_value) == (expected.best_step, expected.best_value)
+
+
+def test_no_checkpoint_but_the_last_when_both_triggers_are_off(tmp_path, monkeypatch):
+    saved = kill_after_save(monkeypatch, nth=10**6)
+    Task(seed=0).train(tmp_path, checkpoint_every=None, checkpoint_seconds=None)
+    assert saved == [TOTAL]
+
+
+def test_scalars_may_stay_tensors_until_a_log_step_reads_them():
+    task = Task(seed=0)
+    returned = []
+
+    def step(step: int) -> dict:
+        scalars = task.step(step)
+        returned.append(torch.tensor(scalars["loss"]))
+        return {"loss": returned[-1], "extra": torch.tensor(float(step))}
+
+    result = train(
+        model=task.model, optimizer=task.optimizer, step_fn=step, total_steps=10, rng=task.rng,
+        checkpoint_dir=None, log_every=4,
+    )  # fmt: skip
+    assert result.history == [
+        {"step": 4, "loss": float(returned[3]), "extra": 4.0, "val": None},
+        {"step": 8, "loss": float(returned[7]), "extra": 8.0, "val": None},
+    ]
+    assert all(type(row[name]) is float for row in result.history for name in ("loss", "extra"))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_loss_stops_the_run_at_the_next_check_and_is_never_checkpointed(tmp_path, monkeypatch, bad):
+    task = Task(seed=0)
+    saved = kill_after_save(monkeypatch, nth=10**6)
+
+    def step(step: int) -> dict:
+        loss = task.step(step)["loss"]
+        return {"loss": torch.tensor(bad if step == 7 else loss)}  # as a GPU step returns it: a tensor
+
+    with pytest.raises(training.NonFiniteLoss, match="between steps 7 and 8: the model diverged"):
+        train(
+            model=task.model, optimizer=task.optimizer, step_fn=step, total_steps=TOTAL, rng=task.rng,
+            checkpoint_dir=tmp_path, checkpoint_every=2, log_every=100, validate_fn=task.validate, validate_every=100,
+        )  # fmt: skip
+    assert saved == [2, 4, 6]  # the check before the checkpoint of step 8 stopped the run
+    assert task.calls == 8
+
+
+def test_a_non_finite_float_loss_is_caught_too():
+    task = Task(seed=0)
+    with pytest.raises(training.NonFiniteLoss, match="between steps 1 and 5"):
+        train(
+            model=task.model, optimizer=task.optimizer, step_fn=lambda step: {"loss": float("nan")},
+            total_steps=TOTAL, rng=task.rng, checkpoint_dir=None, log_every=5,
+        )  # fmt: skip
+
+
+def test_best_weights_are_copied_into_the_buffers_of_the_last_best_copy():
+    model = torch.nn.Linear(3, 2)
+    first = training._keep_best(model.state_dict(), None)
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    second = training._keep_best(model.state_dict(), first)
+    assert second is first
+    assert_same_weights(second, model)
+    assert second["weight"].data_ptr() != model.weight.data_ptr()  # a copy, not the live weights
+    assert not training._device_has_room(model.state_dict())  # on the CPU the copy is the host copy

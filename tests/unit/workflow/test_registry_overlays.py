@@ -145,7 +145,7 @@ def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
                 "datasets": ["pbmc68k_batched"],
                 "method_params": {"scilama": {"latent_dims": 30}},
             },
-            "lab.yaml: method_params.scilama: unknown key 'latent_dims'; accepted: batch_size, checkpoint_every, device, "
+            "lab.yaml: method_params.scilama: unknown key 'latent_dims'; accepted: batch_size, checkpoint_every, checkpoint_seconds, device, "
             "dropout, embedding, gamma, gene_hidden_dims, gene_input, hidden_dims, kl_ramp_epochs, kl_warmup_epochs, "
             "latent_dim, lr, lr_decay, max_epochs, min_delta, mode, patience, use_batch, use_gene_vae, weight_decay",
         ),
@@ -153,7 +153,7 @@ def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
             None,
             None,
             {"methods": ["celltreeqm/supervised"], "method_params": {"celltreeqm": {"step": 30}}},
-            "lab.yaml: method_params.celltreeqm: unknown key 'step'; accepted: checkpoint_every, device,",
+            "lab.yaml: method_params.celltreeqm: unknown key 'step'; accepted: checkpoint_every, checkpoint_seconds, device,",
         ),
     ],
     ids=[

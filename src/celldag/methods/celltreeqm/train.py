@@ -192,15 +192,15 @@ def optimizer_for(model: CellTreeQMEncoder, params: dict) -> torch.optim.Optimiz
     With the shared lr (1e-3) Adam moves a sigmoid gate logit by at most ~lr per step, so in a few
     hundred steps a gate cannot leave its start σ(1) ≈ 0.73: the gate stays inert.
     """
-    gate_lr = params["gate_lr"]
+    gate_lr, device = params["gate_lr"], next(model.parameters()).device
     if gate_lr is None or model.gate is None:
-        return torch.optim.AdamW(model.parameters(), lr=params["lr"], weight_decay=params["weight_decay"])
+        return training.adamw(model.parameters(), device, lr=params["lr"], weight_decay=params["weight_decay"])
     gate_ids = {id(p) for p in model.gate.parameters()}
     groups = [
         {"params": [p for p in model.parameters() if id(p) not in gate_ids]},
         {"params": list(model.gate.parameters()), "lr": gate_lr, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=params["lr"], weight_decay=params["weight_decay"])
+    return training.adamw(groups, device, lr=params["lr"], weight_decay=params["weight_decay"])
 
 
 # auto: the validation replicate where the dataset has one, else held-out leaves (selection_used)
@@ -279,6 +279,7 @@ run.accepted_params = (
     "validate_every",
     "patience",
     "checkpoint_every",
+    "checkpoint_seconds",
     "device",
     "reconstruction",
 )
@@ -460,14 +461,16 @@ def train_encoder(train_x: np.ndarray, supervision: Supervision, params: dict, s
         validate_fn = qdist_of(model, validated_x, *validation.draw(setup_rng))
 
     def draw_quartets() -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Fresh uniform quartets every step (the official trainer reused one fixed set, B1)."""
+        """Fresh uniform quartets every step (the official trainer reused one fixed set, B1), drawn on the host
+        from the checkpointed stream: the same quartets on CPU and GPU, and after a resume. No step waits for
+        the GPU, so the host draws them while the device still runs the step before."""
         if supervision.sample is None:
             quartets = random_quartets(~excluded, params["quartets_per_step"], rng, supervision.rank)
-            return torch.as_tensor(quartets, device=device), None
+            return training.to_device(quartets, device), None
         quartets, topology = supervision.sample(params["quartets_per_step"], rng, excluded)
-        return torch.as_tensor(quartets, device=device), torch.as_tensor(topology, device=device)
+        return training.to_device(quartets, device), training.to_device(topology, device)
 
-    def step_fn(_step: int) -> dict[str, float]:
+    def step_fn(_step: int) -> dict[str, torch.Tensor]:
         quartets, target = draw_quartets()
         optimizer.zero_grad(set_to_none=True)
         with training.autocast(device):  # one forward of all training leaves
@@ -480,7 +483,8 @@ def train_encoder(train_x: np.ndarray, supervision: Supervision, params: dict, s
             loss = loss + params["gate_penalty"] * model.gate_penalty(params["gate_penalty_kind"])
         loss.backward()
         optimizer.step()
-        return {"loss": loss.item(), "quartet": quartet_term.item(), "preservation": preservation.item()}
+        # tensors, read back only at log and validation steps (training.train)
+        return {"loss": loss.detach(), "quartet": quartet_term.detach(), "preservation": preservation.detach()}
 
     result = training.train(
         model=model,
@@ -490,6 +494,7 @@ def train_encoder(train_x: np.ndarray, supervision: Supervision, params: dict, s
         rng=rng,
         checkpoint_dir=checkpoint_dir,
         checkpoint_every=params["checkpoint_every"],
+        checkpoint_seconds=params["checkpoint_seconds"],
         validate_fn=validate_fn,
         validate_every=params["validate_every"],
         patience=params["patience"] if validate_fn is not None else None,

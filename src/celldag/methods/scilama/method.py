@@ -92,5 +92,6 @@ run.accepted_params = (
     "min_delta",
     "gamma",
     "checkpoint_every",
+    "checkpoint_seconds",
     "device",
 )

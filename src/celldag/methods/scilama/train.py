@@ -145,7 +145,9 @@ def _train_phase(
     checkpoint_dir: Path | None,
 ) -> dict:
     """One phase: AdamW with lr·decay^epoch, warm-up segment, then validated segment with early stopping."""
-    optimizer = torch.optim.AdamW(_set_trainable(model, phase), lr=params["lr"], weight_decay=params["weight_decay"])
+    optimizer = training.adamw(
+        _set_trainable(model, phase), train_idx.device, lr=params["lr"], weight_decay=params["weight_decay"]
+    )
     batch_size, n_train = params["batch_size"], len(train_idx)
     steps_per_epoch = math.ceil(n_train / batch_size)
     full_kl = first_full_kl_epoch(params["kl_warmup_epochs"], params["kl_ramp_epochs"])
@@ -164,7 +166,7 @@ def _train_phase(
         return epoch_order[epoch]
 
     def step_fn_from(first_epoch: int):
-        def step_fn(step: int) -> dict[str, float]:
+        def step_fn(step: int) -> dict[str, torch.Tensor | float]:
             epoch, batch = first_epoch + (step - 1) // steps_per_epoch, (step - 1) % steps_per_epoch
             idx = order_of(epoch)[batch * batch_size : (batch + 1) * batch_size]
             for group in optimizer.param_groups:  # stateless ExponentialLR: nothing extra to checkpoint
@@ -175,7 +177,7 @@ def _train_phase(
                 loss = loss_fn(idx, beta)
             loss.backward()
             optimizer.step()
-            return {"loss": loss.item(), "beta": beta}
+            return {"loss": loss.detach(), "beta": beta}  # the loss is read back only at log steps (training.train)
 
         return step_fn
 
@@ -192,7 +194,8 @@ def _train_phase(
             total_steps=epochs * steps_per_epoch,
             rng=rng,
             checkpoint_dir=None if checkpoint_dir is None else checkpoint_dir / name,
-            checkpoint_every=params["checkpoint_every"] * steps_per_epoch,
+            checkpoint_every=params["checkpoint_every"] and params["checkpoint_every"] * steps_per_epoch,
+            checkpoint_seconds=params["checkpoint_seconds"],
             validate_fn=validate if validated else None,
             validate_every=steps_per_epoch,
             patience=params["patience"] if validated else None,
