@@ -15,7 +15,7 @@ from __future__ import annotations
 import pathlib
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from celldag.provenance import config_hash
@@ -464,6 +464,38 @@ def gene_table_files(embedding: str, dataset_entry: dict, embeddings: dict[str, 
 def method_params(method_entry: dict, variant: str) -> dict:
     """The parameters of one variant: the method's shared params overlaid with the variant's own."""
     return {**method_entry["params"], **method_entry["variants"][variant]}
+
+
+# the params that tell a method where it trains: torch's `device` (auto | cpu | cuda | cuda:N), Lightning's
+# `accelerator` (auto | cpu | gpu | cuda)
+DEVICE_PARAMS = ("device", "accelerator")
+
+
+def names_gpu(params: Mapping) -> bool:
+    """Whether a run's params put its training on a GPU: ``device: cuda`` or ``cuda:N``, ``accelerator: gpu`` or
+    ``cuda``."""
+    values = [params.get(name) for name in DEVICE_PARAMS]
+    return any(isinstance(value, str) and (value in ("cuda", "gpu") or value.startswith("cuda:")) for value in values)
+
+
+def requests_gpu(params: Mapping, gpu_method: bool, gpus: bool) -> bool:
+    """Whether a training job asks its scheduler for a GPU (resource gpu=1, sbatch --gpus=1), from its run's
+    resolved params (``method_params`` of the registry entry with the config's ``method_params``), the registry's
+    ``gpu`` flag of its method and the config's ``compute.gpus``.
+
+    Params that name a GPU (``names_gpu``) ask for one whatever ``compute.gpus`` says: such a run trains nowhere
+    else. Params that name another device (``device: cpu``) never ask. Where they leave the choice to the method
+    (``auto``, or no device param), a method marked ``gpu: true`` asks when ``compute.gpus`` is true."""
+    if names_gpu(params):
+        return True
+    if any(params.get(name) not in (None, "auto") for name in DEVICE_PARAMS):  # cpu, or another device
+        return False
+    return bool(gpu_method and gpus)
+
+
+def job_gpus(method_entry: dict, variant: str, gpus: bool) -> int:
+    """The GPUs a run_method job of ``variant`` asks for (0 or 1; ``requests_gpu``); ``gpus``: compute.gpus."""
+    return int(requests_gpu(method_params(method_entry, variant), method_entry["gpu"], gpus))
 
 
 def method_files(

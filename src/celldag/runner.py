@@ -20,7 +20,7 @@ from celldag import artifacts, contracts, extensions, records
 from celldag.embeddings import read_table
 from celldag.errors import InputError
 from celldag.methods import MethodResult, NotApplicable
-from celldag.plan import method_files, method_needs, method_params
+from celldag.plan import DEVICE_PARAMS, method_files, method_needs, method_params, names_gpu
 from celldag.prepare import SOURCE_FILES
 from celldag.provenance import RunClock, config_hash
 from celldag.tracks import Track
@@ -188,8 +188,9 @@ def run_method(
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     clock = RunClock()
     params = method_params(method_entry, variant)
-    if gpu_requested and not cuda_available(cpu_fallback):
-        params |= {key: "cpu" for key in ("device", "accelerator") if key in params}
+    # params that name a GPU make the job a GPU job whatever its caller says (its resource gpu=1: plan.requests_gpu)
+    if (gpu_requested or names_gpu(params)) and not cuda_available(cpu_fallback):
+        params |= {key: "cpu" for key in DEVICE_PARAMS if key in params}
     prepared = artifacts.read_h5ad(
         prepared_path, contracts.check_prepared_dataset, track_id=method_entry["track"], track=track
     )

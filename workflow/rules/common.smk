@@ -129,8 +129,9 @@ def method_entry(wildcards):
 
 
 def method_gpus(wildcards):
-    """1 for training jobs of GPU methods when the config asks for GPUs (sbatch --gpus=1), else 0."""
-    return int(config["compute"]["gpus"] and REGISTRIES.methods[wildcards.method]["gpu"])
+    """1 for a training job that trains on a GPU (sbatch --gpus=1), else 0: celldag.plan.requests_gpu, from the
+    variant's params (device: cuda, accelerator: gpu), the method's `gpu` flag and compute.gpus."""
+    return plan.job_gpus(REGISTRIES.methods[wildcards.method], wildcards.variant, config["compute"]["gpus"])
 
 
 def per_attempt(base):

@@ -31,6 +31,7 @@ import yaml
 from test_envs import CONDA_TO_PYPI, normalise
 
 from celldag.extensions import find_spec
+from celldag.plan import DEVICE_PARAMS
 from celldag.registry import read_yaml
 from celldag.tracks import Track, load_track
 
@@ -40,9 +41,10 @@ SCRIPTS = REPO / "workflow/scripts"
 # Imports a job reaches that its env need not provide: (top-level module, "celldag.module:unit" that
 # imports it) -> why. As short as possible: each entry is a branch the static reading cannot tell is not taken.
 ALLOWED = {
-    # run_method checks CUDA (importing torch) only for a method with gpu: true, when the run asks for GPUs;
-    # the envs of those methods list torch: test_gpu_methods_envs_have_torch
-    ("torch", "celldag.runner:cuda_available"): "called for gpu: true methods only",
+    # run_method checks CUDA (importing torch) only for a job that requests a GPU: a method with gpu: true when
+    # the run asks for GPUs, or one whose params name a GPU (device: cuda); the envs of those methods list torch:
+    # test_gpu_methods_envs_have_torch
+    ("torch", "celldag.runner:cuda_available"): "called for gpu: true methods and device params only",
 }
 
 ROLES = {f.name for f in fields(Track) if f.type in ("str", "str | None")}  # what track.call(role, …) may name
@@ -411,12 +413,16 @@ def test_every_env_lists_the_distributions_its_jobs_import():
 
 
 def test_gpu_methods_envs_have_torch():
-    """What ALLOWED's runner:cuda_available entry relies on."""
+    """What ALLOWED's runner:cuda_available entry relies on: every method that can request a GPU (gpu: true, or a
+    device param that a config may set to cuda) runs in an env with torch."""
+    checked = []
     for method, entry in read_yaml(REPO / "config/methods.yaml").items():
         env = entry.get("env", "lineage")
-        if entry.get("gpu") and FAMILY.fullmatch(env):
+        if (entry.get("gpu") or set(DEVICE_PARAMS) & set(entry.get("params", {}))) and FAMILY.fullmatch(env):
             listed = env_distributions(REPO / "envs" / f"{env}.yaml")
-            assert "torch" in listed, f"method {method} (gpu: true): envs/{env}.yaml lacks torch"
+            assert "torch" in listed, f"method {method} (gpu: true or a device param): envs/{env}.yaml lacks torch"
+            checked.append(method)
+    assert {"celltreeqm", "triplet", "quadruplet", "scilama", "scvi"} <= set(checked)
 
 
 def test_the_analysis_sees_the_lazy_imports():

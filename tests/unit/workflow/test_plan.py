@@ -17,10 +17,12 @@ from celldag.plan import (
     RUN_RECORD,
     data_key,
     job_files,
+    job_gpus,
     job_seeds,
     make_plan,
     make_run,
     method_params,
+    requests_gpu,
 )
 from celldag.registry import apply_schema, load_config, read_yaml
 
@@ -158,6 +160,72 @@ def test_paper_preset_and_default_config_plan_apart_and_share_identical_runs(rep
     assert ("bm_default", "nj_raw") in shared and ("cengen_neurons", "upgma_raw") in shared
     assert not {method for _, method in shared} & {"celltreeqm", "triplet", "quadruplet"}  # paper-sized there
     assert {path for path in plans[0].prepared if "/bm_default/" in path} <= set(plans[1].prepared)
+
+
+@pytest.mark.parametrize(
+    ("params", "gpu_method", "gpus", "asks"),
+    [
+        ({"device": "cuda"}, False, False, True),  # params that name a GPU ask whatever compute.gpus says
+        ({"device": "cuda:1"}, True, False, True),
+        ({"accelerator": "gpu"}, True, False, True),
+        ({"accelerator": "cuda"}, False, False, True),
+        ({"device": "cpu"}, True, True, False),  # the CPU named: never
+        ({"accelerator": "cpu"}, True, True, False),
+        ({"device": "mps"}, True, True, False),  # another device named: no CUDA GPU to ask for
+        ({"device": "auto"}, True, True, True),  # auto: compute.gpus for methods marked gpu: true
+        ({"device": "auto"}, True, False, False),
+        ({"device": "auto"}, False, True, False),
+        ({"accelerator": "auto"}, True, True, True),
+        ({}, True, True, True),  # no device param (a lab's method): as auto
+        ({}, True, False, False),
+        ({"features": "raw"}, False, True, False),
+    ],
+)
+def test_a_job_asks_for_a_gpu_where_its_params_name_one_or_leave_it_to_compute_gpus(params, gpu_method, gpus, asks):
+    assert requests_gpu(params, gpu_method, gpus) is asks
+
+
+def test_a_variant_or_the_configs_method_params_decide_a_jobs_gpu(registries):
+    celltreeqm = copy.deepcopy(registries.methods["celltreeqm"])
+    celltreeqm["variants"]["on_cpu"] = {"setting": "supervised", "device": "cpu"}
+    assert [job_gpus(celltreeqm, "supervised", gpus) for gpus in (False, True)] == [0, 1]  # device: auto
+    assert [job_gpus(celltreeqm, "on_cpu", gpus) for gpus in (False, True)] == [0, 0]
+    celltreeqm["params"]["device"] = "cuda"  # as the config's method_params set it (load_config's overlay)
+    assert [job_gpus(celltreeqm, "supervised", gpus) for gpus in (False, True)] == [1, 1]
+    assert job_gpus(celltreeqm, "on_cpu", True) == 0  # the variant's own device wins over the method's params
+
+
+def planned_gpus(config: dict, root) -> dict[str, set[int]]:
+    """method → the GPUs its run_method jobs of ``config`` (merged over config/config.yaml, as a --configfile)
+    ask for, every planned run's."""
+    merged = read_yaml(root / "config/config.yaml")
+    update_config(merged, config)
+    loaded, registries = load_config(merged, "config", root=root)
+    gpus = {}
+    for run in make_plan(loaded, registries).runs:
+        entry = registries.methods[run.method]
+        gpus.setdefault(run.method, set()).add(job_gpus(entry, run.variant, loaded["compute"]["gpus"]))
+    return gpus
+
+
+TRAINED_ON_GPU = {"celltreeqm", "triplet", "quadruplet", "scilama", "scvi"}  # the paper preset's device: cuda and
+#                                                                             accelerator: gpu
+
+
+def test_the_paper_presets_training_jobs_ask_for_a_gpu_as_shipped(repo):
+    """`--configfile config/presets/paper.yaml` without compute.gpus: its cuda and gpu methods ask, no other does."""
+    gpus = planned_gpus(read_yaml(repo / "config/presets/paper.yaml"), repo)
+    assert gpus == {method: {1} if method in TRAINED_ON_GPU else {0} for method in gpus}
+    assert set(gpus) == TRAINED_ON_GPU | {"nj_raw", "nj_pca", "upgma_raw", "pca", "harmony", "genept_w"}
+
+
+def test_the_default_run_asks_for_gpus_only_with_compute_gpus(repo):
+    assert set().union(*planned_gpus({}, repo).values()) == {0}  # every device auto: a workstation asks for none
+    gpus = planned_gpus({"compute": {"gpus": True}}, repo)
+    assert {method for method, asked in gpus.items() if asked == {1}} == TRAINED_ON_GPU
+    assert {method for method, asked in gpus.items() if asked == {0}} == set(gpus) - TRAINED_ON_GPU
+    cpu = planned_gpus({"compute": {"gpus": True}, "method_params": {"scilama": {"device": "cpu"}}}, repo)
+    assert cpu["scilama"] == {0} and cpu["celltreeqm"] == {1}
 
 
 KEYS_IN_A_FRESH_PROCESS = """

@@ -174,7 +174,9 @@ def test_paired_difference_is_a_t_interval_over_seeds():
     assert "| scilama/text − scilama/random | total | 0.200 | [-0.048, 0.448] | 3 |" in text
 
 
-def test_a_gpu_job_without_cuda_aborts_unless_cpu_fallback_is_allowed(tmp_path):
+# a device: cuda run is a GPU job whether its caller says so or not (rule run_method's gpu=1: plan.requests_gpu)
+@pytest.mark.parametrize("gpu_requested", [True, False])
+def test_a_gpu_job_without_cuda_aborts_unless_cpu_fallback_is_allowed(tmp_path, gpu_requested):
     from celldag.runner import NoGPUError
 
     prepared = tmp_path / "data.h5ad"
@@ -186,7 +188,7 @@ def test_a_gpu_job_without_cuda_aborts_unless_cpu_fallback_is_allowed(tmp_path):
     run_dir = tmp_path / "run"
     common = dict(prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
                   dataset_id="bm_t", dataset_entry=DATASET, method_id="celltreeqm", method_entry=method,
-                  variant="supervised", seed=0, track=TRACKS["lineage"], gpu_requested=True)  # fmt: skip
+                  variant="supervised", seed=0, track=TRACKS["lineage"], gpu_requested=gpu_requested)  # fmt: skip
     with pytest.raises(NoGPUError, match="requested a GPU but torch .* sees no CUDA device"):
         run_method(**common, cpu_fallback=False)
     assert not run_dir.exists()  # aborted before anything was written
