@@ -148,6 +148,22 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
+def peak_gpu_mb() -> float | None:
+    """Peak GPU memory torch allocated in this process since it started or since ``reset_peak_gpu``; None where
+    no CUDA device was used (torch not imported, or no GPU): what a GPU request must leave room for."""
+    torch = sys.modules.get("torch")  # never imported here: importing torch costs seconds
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return round(torch.cuda.max_memory_allocated() / 2**20, 1)
+
+
+def reset_peak_gpu() -> None:
+    """Start the peak GPU memory over, so that the second run of a job reports its own peak."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
+
+
 def reset_peak_rss() -> bool:
     """Start the peak resident set over from the current one (Linux ≥ 4.0; elsewhere a no-op), so that the
     second run of a job reports its own peak, not the first one's. True when it was reset."""
@@ -163,6 +179,7 @@ class RunClock:
 
     def __init__(self) -> None:
         reset_peak_rss()
+        reset_peak_gpu()
         self.started = time.time()
         self._perf = time.perf_counter()
 
@@ -181,5 +198,6 @@ class RunClock:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "wall_time_s": round(time.perf_counter() - self._perf, 3),
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            "peak_gpu_mb": peak_gpu_mb(),  # None for a run that used no GPU
             **extra,
         }

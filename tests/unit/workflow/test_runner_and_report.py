@@ -283,3 +283,40 @@ def test_each_run_of_a_job_records_its_own_peak_rss():
     done = subprocess.run([sys.executable, "-c", PEAKS_IN_ONE_PROCESS], capture_output=True, text=True, check=True)
     large, small = json.loads(done.stdout)
     assert large > 400 and small < large - 300
+
+
+class FakeCuda:
+    """torch.cuda of a process that used a GPU: 1.5 GiB peak until reset."""
+
+    def __init__(self) -> None:
+        self.peak = 1.5 * 2**30
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def max_memory_allocated(self) -> float:
+        return self.peak
+
+    def reset_peak_memory_stats(self) -> None:
+        self.peak = 0.0
+
+
+def test_a_run_records_its_peak_gpu_memory_and_none_without_a_gpu(monkeypatch):
+    from types import SimpleNamespace
+
+    from celldag import provenance
+
+    cpu_record = provenance.RunClock().record(seed=0, config={}, input_checksums={})
+    assert "peak_gpu_mb" in cpu_record and cpu_record["peak_gpu_mb"] is None  # this machine has no GPU
+
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    assert provenance.peak_gpu_mb() == 1536.0
+    monkeypatch.setattr(provenance, "device_description", lambda: "cuda")
+    monkeypatch.setattr(provenance, "machine_description", lambda: {})
+    clock = provenance.RunClock()  # a new run of the job starts the peak over
+    cuda.peak = 2.25 * 2**30
+    assert clock.record(seed=1, config={}, input_checksums={})["peak_gpu_mb"] == 2304.0
