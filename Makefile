@@ -4,19 +4,21 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-# The CPU build of torch by default. GPU users pick a CUDA build, e.g.
+# The CPU build of torch by default. GPU nodes: `make run CUDA=1` installs PyPI's CUDA 13 build of the lock's torch
+# with its CUDA wheels pinned by requirements/lock-gpu.txt; or another CUDA build from PyTorch's index, e.g.
 #   make run TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 TORCH_INDEX_URL ?=
+CUDA ?=
 CORES ?= all
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: run test test-all check reference bench lint dry-run validate audit compare prefetch lock clean
 
-$(BIN)/.installed: requirements/lock.txt pyproject.toml
+$(BIN)/.installed: requirements/lock.txt requirements/lock-gpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --quiet torch==2.13.0 --index-url $(TORCH_INDEX_URL))
-	$(BIN)/python -m pip install --quiet -r requirements/lock.txt
+	$(BIN)/python -m pip install --quiet -r requirements/lock.txt $(if $(CUDA),-c requirements/lock-gpu.txt)
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 

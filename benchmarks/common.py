@@ -173,9 +173,10 @@ def load_average(seconds: float = 2.0) -> list[float]:
 
 
 def write_results(name: str, quick: bool, series: dict, tables: list[str], targets: list[dict],
-                  notes: list[str] = (), load: list[float] | None = None, sections: dict | None = None) -> Path:  # fmt: skip
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+                  notes: list[str] = (), load: list[float] | None = None, sections: dict | None = None,
+                  results: Path = RESULTS) -> Path:  # fmt: skip
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"{name}.json"
     result = {"name": name, "quick": quick, "load": load if load is not None else load_average(),
               "series": series, "tables": tables, "targets": targets, "notes": list(notes)}  # fmt: skip
     if sections is not None:
@@ -193,15 +194,16 @@ class Section:
 
 
 def run_sections(name: str, sections: dict[str, Callable[[bool, Section], None]], only: Sequence[str],
-                 quick: bool) -> Path:  # fmt: skip
-    """Run the ``only`` sections in order (each timed), print each series' fitted exponent, write the results.
+                 quick: bool, results: Path = RESULTS) -> Path:  # fmt: skip
+    """Run the ``only`` sections in order (each timed), print each series' fitted exponent, write the results
+    into ``results``/<name>.json after every section, so that a run stopped by a time limit keeps what it measured.
 
     The sections not run keep their results from the script's last run (same ``--quick``), so that
     ``--only`` reruns a part without dropping the rest from docs/performance.md (`make bench` starts afresh).
     """
-    path = RESULTS / f"{name}.json"
+    path = results / f"{name}.json"
     earlier = json.loads(path.read_text()) if path.exists() else {}
-    results = earlier.get("sections", {}) if earlier.get("quick") == quick else {}
+    done = earlier.get("sections", {}) if earlier.get("quick") == quick else {}
     for section in only:
         start, load, out = time.perf_counter(), load_average(), Section()
         print(f"== {section}", flush=True)
@@ -209,17 +211,18 @@ def run_sections(name: str, sections: dict[str, Callable[[bool, Section], None]]
         print(f"== {section}: {time.perf_counter() - start:.0f} s\n", flush=True)
         for label, entry in out.series.items():
             print(f"{label}: time ~ size^{fit_exponent(entry['sizes'], entry['seconds']):.2f}")
-        results[section] = vars(out) | {"load": load}
-    ordered = [results[section] for section in sections if section in results]
-    busiest = max((result["load"] for result in ordered if result["load"]), default=[])
-    return write_results(
-        name, quick,
-        {label: entry for result in ordered for label, entry in result["series"].items()},
-        [table for result in ordered for table in result["tables"]],
-        [item for result in ordered for item in result["targets"]],
-        [note for result in ordered for note in result["notes"]],
-        busiest, {section: results[section] for section in sections if section in results},
-    )  # fmt: skip
+        done[section] = vars(out) | {"load": load}
+        ordered = [done[key] for key in sections if key in done]
+        busiest = max((result["load"] for result in ordered if result["load"]), default=[])
+        path = write_results(
+            name, quick,
+            {label: entry for result in ordered for label, entry in result["series"].items()},
+            [table for result in ordered for table in result["tables"]],
+            [item for result in ordered for item in result["targets"]],
+            [note for result in ordered for note in result["notes"]],
+            busiest, {key: done[key] for key in sections if key in done}, results,
+        )  # fmt: skip
+    return path
 
 
 def machine() -> dict[str, str]:
