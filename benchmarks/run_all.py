@@ -150,7 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     notes = [] if args.report_only else [note for name in BENCHMARKS if (note := run_benchmark(name, args.quick))]
     notes += [f"`benchmarks/{name}.py`: no results yet; run it on a GPU machine (`PYTHONPATH=src python "
-              f"benchmarks/{name}.py`), then `benchmarks/run_all.py --report-only`."
+              f"benchmarks/{name}.py`; docs/gpu.md), then `benchmarks/run_all.py --report-only`."
               for name in DEVICE_BENCHMARKS if not (RESULTS / f"{name}.json").exists()]  # fmt: skip
     results = load_results()
     quick = args.quick or any(result.get("quick") for result in results)
