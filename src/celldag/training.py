@@ -275,9 +275,9 @@ class _LossWatch:
     """Whether every loss since the last check was finite, kept where the losses are: on a GPU, a flag on
     the device that only a check reads back, so that steps never wait for the device."""
 
-    def __init__(self) -> None:
+    def __init__(self, first_step: int) -> None:
         self.finite: torch.Tensor | bool = True
-        self.since = 1  # the first step the flag covers
+        self.since = first_step  # the first step the flag covers
 
     def add(self, loss: torch.Tensor | float) -> None:
         if isinstance(loss, torch.Tensor):
@@ -363,8 +363,7 @@ def train(
         return by_steps or (checkpoint_seconds is not None and _clock() - last_saved >= checkpoint_seconds)
 
     start_step, started = progress.step, time.perf_counter()
-    losses = _LossWatch()
-    losses.since = progress.step + 1
+    losses = _LossWatch(first_step=progress.step + 1)
     model.train()
     while not progress.stopped_early and progress.step < total_steps:  # so also when finished
         progress.step += 1
@@ -376,12 +375,13 @@ def train(
 
         validated = validate_fn is not None and (step % validate_every == 0 or step == total_steps)
         logged = step % log_every == 0
-        if logged or validated:  # the only steps that read a value back from the device
+        read_back = logged or validated  # the only steps that read a value back from the device
+        if read_back:
             losses.check(step)
             scalars = {name: float(value) for name, value in step_scalars.items()}
         if validated:
             progress.record_validation(_validate(model, validate_fn), model, patience, min_delta)
-        if logged or validated:
+        if read_back:
             progress.history.append({"step": step, **scalars, "val": progress.last_val if validated else None})
         if logged:
             rate = (step - start_step) / max(time.perf_counter() - started, 1e-9)
