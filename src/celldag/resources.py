@@ -52,6 +52,57 @@ def request(model: Mapping, rule: str, rows: int, attempt: int, repeats: int = 1
     }
 
 
+def training_steps(params: Mapping, rows: int) -> int | None:
+    """A bound on the optimiser steps one seed of a trained method takes, from its resolved params and rows.
+
+    ``steps`` where the method trains by steps (CellTreeQM and its baselines), twice where ``selection`` may
+    refit after choosing the step count on held-out leaves (``auto``, ``holdout_refit``); else ``max_epochs`` ×
+    the minibatches of an epoch (``batch_size``, 128 where unset) × its phases (sciLaMA's ``stepwise`` mode with
+    the gene VAE: cell, gene and joint, each up to the cap), ``max_epochs: null`` being scvi-tools' own rule,
+    min(round(20,000 / cells · 400), 400). Early stopping usually ends far sooner: this is the cap.
+    None: the params name neither (a lab's method that trains otherwise).
+    """
+    if isinstance(params.get("steps"), int):
+        refits = 2 if params.get("selection") in ("auto", "holdout_refit") else 1
+        return params["steps"] * refits
+    if "max_epochs" not in params:
+        return None
+    epochs = params["max_epochs"]
+    if epochs is None:
+        epochs = min(round(20_000 / rows * 400), 400)
+    phases = 3 if params.get("mode") == "stepwise" and params.get("use_gene_vae", False) else 1
+    return int(epochs) * phases * math.ceil(rows / params.get("batch_size", 128))
+
+
+def model_width(params: Mapping, width_params: Sequence[str]) -> int:
+    """The widest layer a run's params name among ``width_params`` (an integer or a list of them); 0: none."""
+    widths = []
+    for name in width_params:
+        value = params.get(name)
+        widths += value if isinstance(value, list) else [value] if isinstance(value, int) else []
+    return max(widths, default=0)
+
+
+def gpu_request(model: Mapping, params: Mapping, rows: int, attempt: int, repeats: int = 1) -> dict[str, int]:
+    """{"mem_mb", "runtime"} of a run_method job that trains on a GPU (celldag.plan.requests_gpu).
+
+    Host memory: the track's run_method request (the data, the outputs) plus ``gpu_run_method.host_mb``, the
+    CUDA libraries and context a process holds in host memory once it touches the GPU. Runtime: the track's
+    base plus, per seed, ``training_steps`` × ``step_ms``, a bound on one step at the width ``width`` (measured
+    on one H200, validation and checkpoints counted; docs/performance.md), scaled up for wider models
+    (``model_width`` / ``width``) — a GPU step of these models costs per-step overhead and arithmetic in the
+    width, not the rows a CPU request grows with. Both × ``attempt``."""
+    on_gpu = model["gpu_run_method"]
+    cpu = request(model, "run_method", rows, 1, repeats)
+    steps = training_steps(params, rows)
+    if steps is None:
+        runtime = cpu["runtime"]
+    else:
+        widening = max(1.0, model_width(params, on_gpu["width_params"]) / on_gpu["width"])
+        runtime = model["run_method"]["runtime"][0] + steps * on_gpu["step_ms"] * widening / 60_000 * repeats
+    return {"mem_mb": math.ceil((cpu["mem_mb"] + on_gpu["host_mb"]) * attempt), "runtime": math.ceil(runtime * attempt)}
+
+
 def largest(paths: Sequence[str]) -> int:
     """The most rows among prepared files (one per seed: a job is sized for its largest)."""
     return max(prepared_rows(path) for path in paths)

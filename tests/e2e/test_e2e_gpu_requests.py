@@ -100,3 +100,20 @@ def test_a_method_named_cuda_by_method_params_is_the_only_one_that_asks(workdir)
                                                                       "gpus.yaml"))}  # fmt: skip
     assert with_gpus == asked | {("celltreeqm", "supervised"): "1", ("quadruplet", "supervised"): "1",
                                  ("scvi", "batch"): "1", ("scvi", "no_batch"): "1"}  # fmt: skip
+
+
+def test_a_gpu_jobs_requests_follow_its_steps_and_leave_room_for_cuda_in_host_memory(workdir):
+    """Once its data are prepared, a dry run shows what each run_method job asks: the `device: cuda` triplet
+    (3,000 steps, selection auto: up to 6,000 a seed) config/resources.yaml's CPU memory plus 3,000 MB for CUDA
+    and 10 min + 2 seeds × 6,000 steps × 50 ms; nj_raw on the same 64 leaves the CPU model's request."""
+    (workdir / "sized.yaml").write_text(yaml.safe_dump({
+        "name": "sized", "datasets": ["bm_default"], "seeds": [0, 1], "methods": ["nj_raw", "triplet/supervised"],
+        "method_params": {"triplet": {"device": "cuda", "steps": 3000}},
+    }))  # fmt: skip
+    run_snakemake(workdir, "--configfile", "sized.yaml", "--until", "prepare_dataset")
+    asked = {
+        (wildcards["method"], resources["mem_mb"], resources["runtime"])
+        for rule, wildcards, resources in dry_run(workdir, "--configfile", "sized.yaml")
+        if rule == "run_method"
+    }
+    assert asked == {("nj_raw", "1001", "11"), ("triplet", "4001", "20")}  # fmt: skip

@@ -160,6 +160,22 @@ def sized(rule_name, resource, repeats, track_id=None):
     return value
 
 
+def trained_sized(resource):
+    """run_method's ``resource``: ``sized``'s, or for a job that trains on a GPU (``method_gpus``) on a track
+    with a ``gpu_run_method`` model, the GPU's (celldag.resources.gpu_request: host memory for CUDA, runtime
+    from the run's steps or max_epochs and its width)."""
+
+    def value(wildcards, input, attempt):
+        model = RESOURCE_MODELS.get(REGISTRIES.datasets[wildcards.dataset]["track"], RESOURCE_MODELS["default"])
+        if not (method_gpus(wildcards) and "gpu_run_method" in model):
+            return sized("run_method", resource, lambda wildcards, input: len(input.prepared))(wildcards, input, attempt)
+        params = plan.method_params(REGISTRIES.methods[wildcards.method], wildcards.variant)
+        rows = resources.largest(input.prepared)
+        return resources.gpu_request(model, params, rows, attempt, len(input.prepared))[resource]
+
+    return value
+
+
 def dataset_track(wildcards):
     """The tracks-registry entry of a dataset's track (its `definition` is what jobs load)."""
     return REGISTRIES.tracks[REGISTRIES.datasets[wildcards.dataset]["track"]]

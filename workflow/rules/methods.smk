@@ -20,8 +20,8 @@ rule run_method:
         method_env
     threads: 1
     resources:
-        mem_mb=sized("run_method", "mem_mb", lambda wildcards, input: len(input.prepared)),
-        runtime=sized("run_method", "runtime", lambda wildcards, input: len(input.prepared)),
+        mem_mb=trained_sized("mem_mb"),
+        runtime=trained_sized("runtime"),
         gpu=method_gpus,
     script:
         "../scripts/run_method.py"

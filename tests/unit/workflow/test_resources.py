@@ -29,6 +29,43 @@ def test_a_request_is_base_plus_slope_times_size_per_attempt_and_pass():
     assert resources.request(MODELS["representation"], "run_method", 100_000, 1)["mem_mb"] == 6000
 
 
+PAPER = yaml.safe_load((REPO / "config/presets/paper.yaml").read_text())["method_params"]
+
+
+def test_a_gpu_training_job_asks_for_cudas_host_memory_and_time_for_its_steps_at_its_width():
+    """The paper preset's CellTreeQM (900 steps, selection auto: up to two fits) on 295 leaves and its sciLaMA
+    (500 epochs × 3 phases) on 15,000 cells, five seeds a job, by hand from config/resources.yaml."""
+    celltreeqm = {**yaml.safe_load((REPO / "config/methods.yaml").read_text())["celltreeqm"]["params"],
+                  **PAPER["celltreeqm"]}  # fmt: skip
+    assert resources.training_steps(celltreeqm, 295) == 1800
+    # 1000 + 1e-4 · 295² + 3000 MB; 10 + 5 seeds · 1,800 steps · 50 ms = 17.5 min
+    assert resources.gpu_request(MODELS["lineage"], celltreeqm, 295, 1, repeats=5) == {"mem_mb": 4009, "runtime": 18}
+    assert resources.gpu_request(MODELS["lineage"], celltreeqm, 295, 2, repeats=5) == {"mem_mb": 8018, "runtime": 35}
+    # four times the paper's width: a step bounded at four times the time; no refit: half the steps
+    wide = celltreeqm | {"hidden_dim": 4096, "selection": "none"}
+    assert (
+        resources.gpu_request(MODELS["lineage"], wide, 295, 1, repeats=5)["runtime"] == 10 + 15
+    )  # 5 · 900 · 50 ms · 4
+    scilama = {"mode": "stepwise", "use_gene_vae": True, **PAPER["scilama"]}
+    assert resources.training_steps(scilama, 15_000) == 500 * 3 * 118
+    # 2000 + 0.04 · 15,000 + 3000 MB; 30 + 5 · 177,000 · 20 ms = 325 min; the CPU model asked 75 min
+    assert resources.gpu_request(MODELS["representation"], scilama, 15_000, 1, 5) == {"mem_mb": 5600, "runtime": 325}
+    assert resources.request(MODELS["representation"], "run_method", 15_000, 1, 5)["runtime"] == 75
+    assert resources.training_steps(scilama | {"use_gene_vae": False}, 15_000) == 500 * 118
+    # scVI's max_epochs null is scvi-tools' rule: 400 epochs up to 20,000 cells, fewer above
+    assert resources.training_steps({"max_epochs": None, "batch_size": 128}, 700) == 400 * 6
+    assert resources.training_steps({"max_epochs": None, "batch_size": 128}, 80_000) == 100 * 625
+    assert resources.model_width({"n_hidden": 128, "hidden_dims": [900, 400]}, ["hidden_dims", "n_hidden"]) == 900
+
+
+def test_a_gpu_job_of_a_method_that_names_neither_steps_nor_epochs_keeps_the_cpu_runtime():
+    lab = {"device": "cuda", "iterations": 10}
+    assert resources.training_steps(lab, 500) is None
+    cpu = resources.request(MODELS["lineage"], "run_method", 500, 1, 3)
+    assert resources.gpu_request(MODELS["lineage"], lab, 500, 1, 3) == {"mem_mb": cpu["mem_mb"] + 3000,
+                                                                        "runtime": cpu["runtime"]}  # fmt: skip
+
+
 def test_every_shipped_track_has_a_model_for_each_sized_rule():
     tracks = yaml.safe_load((REPO / "config/tracks.yaml").read_text())
     for track in [*tracks, "default"]:
