@@ -38,7 +38,8 @@ from celldag.registry import DEFAULT_CONFIG, PIN_ON_FIRST_FETCH, load_workflow_c
 from celldag.validate import validate_dataset
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand and its options: what ``main`` parses, and what the docs' commands are checked against."""
     parser = argparse.ArgumentParser(prog="celldag", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check datasets of the registry and print a report")
@@ -54,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     _add_module_options(resources)
     _add_prefetch(commands)
     _add_check(commands)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.command == "audit":
             from celldag.audit import audit
