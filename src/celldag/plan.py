@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -365,6 +366,7 @@ def make_plan(config: dict, registries: Registries) -> Plan:
         ]
     file_datasets = frozenset(run.dataset for run in runs if reads_files(registries.datasets[run.dataset]))
     chained = chained_runs(config, registries, runs)
+    warn_of_idle_methods(config, registries, runs, chained)
     for dataset, track_id in sorted({(run.dataset, run.track) for run in chained}):
         figures += [
             (figure_rule(track_id, f.name), dataset, f.name, track_id) for f in registries.track(track_id).figures
@@ -382,7 +384,7 @@ def make_plan(config: dict, registries: Registries) -> Plan:
 def chained_runs(config: dict, registries: Registries, runs: set[Run]) -> list[ChainedRun]:
     """Every selected method of a chained track × every run of its upstream track on a dataset that lists
     the chained track under ``chained`` (a run that is not ok gives its chained runs that status)."""
-    selected = [method for selector in config["methods"] for method, _ in method_variants(selector, registries.methods)]
+    selected = selected_methods(config, registries)
     chained = []
     for run in runs:
         entry = registries.datasets[run.dataset]
@@ -391,6 +393,30 @@ def chained_runs(config: dict, registries: Registries, runs: set[Run]) -> list[C
             key = chain_key(task, {method: registries.methods[method] for method in methods})
             chained += [ChainedRun(run, track_id, method, key) for method in methods]
     return chained
+
+
+def selected_methods(config: dict, registries: Registries) -> list[str]:
+    """The method ids the config selects, in its order, each once (a variant selector names its method)."""
+    return list(
+        dict.fromkeys(m for selector in config["methods"] for m, _ in method_variants(selector, registries.methods))
+    )
+
+
+def warn_of_idle_methods(config: dict, registries: Registries, runs: set[Run], chained: list[ChainedRun]) -> None:
+    """A warning per selected method that runs nowhere: a typo in ``datasets`` or a dataset of another track
+    otherwise leaves a method silently out of the leaderboard. A chained track's method runs only on a
+    selected dataset listing its track under ``chained`` that has a run of the upstream track."""
+    planned = {run.method for run in runs} | {run.chained_method for run in chained}
+    for method in selected_methods(config, registries):
+        if method in planned:
+            continue
+        track_id = registries.methods[method]["track"]
+        upstream = registries.track(track_id).upstream
+        where = f"of its track ({track_id!r})"
+        if upstream is not None:
+            where = f"listing {track_id!r} under chained with a run of a selected {upstream!r} method"
+        # the message names the method: Python shows each distinct warning once per process
+        warnings.warn(f"method {method!r} runs on no selected dataset: none {where}")
 
 
 def chain_key(task: dict, methods: dict[str, dict]) -> str:

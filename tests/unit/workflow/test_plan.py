@@ -321,3 +321,30 @@ def test_the_scores_digests_sit_beside_every_scores_table_and_pattern():
     assert plan.checksums_path(plan.fill(plan.CHAINED_SCORES, track="annotation")) == (
         "results/{name}/scores/{dataset}.annotation.sha256.json"
     )
+
+
+def test_a_method_that_runs_nowhere_is_warned_of_once(registries):
+    """pca's track has no selected dataset; knn's chained track has no representation run to chain on; nj_multi runs."""
+    with pytest.warns(UserWarning) as caught:
+        plan_for(
+            registries,
+            datasets=["bm_default"],
+            methods=["nj_multi/raw", "nj_multi", "pca", "knn", "pca/default"],
+            seeds=[0],
+        )
+    assert [str(warning.message) for warning in caught] == [
+        "method 'pca' runs on no selected dataset: none of its track ('representation')",
+        "method 'knn' runs on no selected dataset: none listing 'annotation' under chained with a run of a selected "
+        "'representation' method",
+    ]
+
+
+def test_a_chained_method_on_a_dataset_that_chains_its_track_is_not_warned_of(registries):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan = plan_for(
+            registries, datasets=["bm_default", "pbmc68k_batched"], methods=["nj_raw", "pca", "knn"], seeds=[0]
+        )
+    assert {run.chained_method for run in plan.chained} == {"knn"}
