@@ -105,11 +105,15 @@ def org_db(pytestconfig, tmp_path_factory) -> Path:
 
 
 def copy_workflow(workdir: Path) -> Path:
-    """Copy what a user's checkout holds of the workflow (not src/: celldag is installed) into workdir."""
+    """Copy what a user's checkout holds of the workflow into workdir: its src/celldag too, which the workflow's
+    guard hashes to know the installed celldag is its own (celldag.release); the jobs import the installed one."""
     workdir.mkdir(parents=True, exist_ok=True)
-    for name in ("pyproject.toml", "workflow", "config", "envs", "profiles"):
+    for name in ("pyproject.toml", "workflow", "config", "envs", "profiles", "src/celldag"):
         source = REPO / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / name)
+        if source.is_dir():
+            shutil.copytree(source, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, workdir / name)
     return workdir
 
 

@@ -13,7 +13,6 @@ perturbed reruns against it as a lab's run would be checked; their verdicts go i
 from __future__ import annotations
 
 import datetime
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from celldag import reference as ref
 from celldag.compare import Side, declared_tracks, read_side
 from celldag.errors import InputError
 from celldag.registry import read_yaml
+from celldag.release import commit_of, reference_origin
 from celldag.reference_runs import SEEDS, config_name, make_runs, reference_config, rerun_folder
 from celldag.report.check import check_blocks, summary_lines, write_check
 from celldag.resources import measured
@@ -65,19 +65,6 @@ def check(reference_folder: str, results: str, workflow: str, out: str, baseline
     return 0 if ref.reproduces(found) else 1
 
 
-def commit_of(workflow: Path) -> str:
-    """The workflow's git commit, "+ changes" where its tracked files differ from it; "unknown" outside git."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=workflow, capture_output=True, text=True, check=True
-        ).stdout
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=workflow,
-                               capture_output=True, text=True, check=True).stdout  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.strip()[:12] + (" + changes" if dirty.strip() else "")
-
-
 def make_reference(workflow: str, out: str, cores: str, run: bool = True) -> int:
     """Make (``run``) or reuse the runs, build the reference into ``out``, check the held-out reruns against it."""
     workflow_path = Path(workflow).resolve()
@@ -90,7 +77,7 @@ def make_reference(workflow: str, out: str, cores: str, run: bool = True) -> int
         item["name"]: pd.read_parquet(folders[item["name"]] / "scores.parquet") for item in config["perturbations"]
     }
     made = {"commit": commit_of(workflow_path), "made_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "made_by": "make reference (celldag reference)"}  # fmt: skip
+            "made_by": "make reference (celldag reference)"} | reference_origin(workflow_path)  # fmt: skip
     reference = ref.build(
         default, seeds, reruns, tracks, config, measured_jobs(default, workflow_path), workflow_path, made
     )

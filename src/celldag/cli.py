@@ -34,13 +34,27 @@ from celldag.document import markdown
 from celldag.errors import InputError
 from celldag.joblog import one_line
 from celldag.plan import make_plan
+from celldag.release import version_text
 from celldag.registry import DEFAULT_CONFIG, PIN_ON_FIRST_FETCH, load_workflow_config, read_yaml
 from celldag.validate import validate_dataset
+
+
+class PrintVersion(argparse.Action):
+    """``--version``: argparse's own version action takes its text when the parser is built; this one hashes the
+    source and asks git only when the flag is given."""
+
+    def __init__(self, option_strings, dest, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(version_text())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand and its options: what ``main`` parses, and what the docs' commands are checked against."""
     parser = argparse.ArgumentParser(prog="celldag", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=PrintVersion, help="print version, commit and source digest, and exit")
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check datasets of the registry and print a report")
     validate.add_argument("datasets", nargs="+", metavar="DATASET", help="dataset ids of the registry")

@@ -47,6 +47,8 @@ from pathlib import Path
 
 import yaml
 
+from celldag.release import content_digest, directory_files, kept
+
 # set by the Snakefile at every parse (cluster jobs parse it again); jobs inherit them
 VERSION_VARIABLE = "CELLDAG_WORKFLOW_VERSION"  # the workflow's pyproject.toml version
 SDM_CONDA_VARIABLE = "CELLDAG_SDM_CONDA"  # "1" when Snakemake runs jobs in conda envs (--sdm conda)
@@ -54,8 +56,6 @@ SDM_CONDA_VARIABLE = "CELLDAG_SDM_CONDA"  # "1" when Snakemake runs jobs in cond
 GENERATED_DIR = ".snakemake/celldag-envs"  # relative to the working directory
 FAMILY = re.compile(r"^[a-z][a-z0-9_-]*$")  # envs/<family>.yaml; anything else names an env file by path
 PLATFORMS = ("linux-64", "linux-aarch64", "osx-64", "osx-arm64", "win-64")  # conda subdirs a pin file may be for
-SKIPPED_PARTS = ("__pycache__",)
-SKIPPED_SUFFIXES = (".pyc", ".pyo")
 PIP = re.compile(r"^pip(\s|[=<>!~]|$)")
 
 
@@ -64,25 +64,6 @@ class EnvError(ValueError):
 
 
 # ---------------------------------------------------------------- sources: the files a package is built from
-def kept(relative: str) -> bool:
-    """Files a wheel holds: not caches, compiled files, metadata of an editable install or hidden files."""
-    parts = relative.split("/")
-    return not (any(p in SKIPPED_PARTS or p.startswith(".") or p.endswith(".egg-info") for p in parts)
-                or relative.endswith(SKIPPED_SUFFIXES))  # fmt: skip
-
-
-def directory_files(root: Path) -> list[str]:
-    """Every kept file under ``root``, as sorted '/'-separated paths relative to it."""
-    found = []
-    for directory, subdirectories, names in os.walk(root):
-        subdirectories[:] = sorted(d for d in subdirectories if kept(d))
-        for name in names:
-            relative = Path(directory, name).relative_to(root).as_posix()
-            if kept(relative) and Path(directory, name).is_file():
-                found.append(relative)
-    return sorted(found)
-
-
 @dataclass(frozen=True)
 class Tree:
     """Files of a celldag workflow folder: ``read(path)`` and ``listing(folder)`` by paths relative to it
@@ -156,14 +137,6 @@ def reader_tree(read: Callable[[str], bytes], package_files: Sequence[str], orig
 
 
 # ---------------------------------------------------------------- packages and their wheels
-def content_digest(files: Mapping[str, bytes]) -> str:
-    """sha256 of a file set: of each path with the sha256 of its content, in path order."""
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(f"{path}\0{hashlib.sha256(files[path]).hexdigest()}\n".encode())
-    return digest.hexdigest()
-
-
 @dataclass(frozen=True)
 class Package:
     """A pure-Python distribution to install into an env: its files by their path in site-packages."""

@@ -19,6 +19,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from celldag.release import release_facts
+
 # Versions worth recording for every run; missing packages are recorded as null.
 RECORDED_PACKAGES = (
     "celldag", "numpy", "scipy", "pandas", "anndata", "scikit-bio", "scikit-learn",
@@ -190,6 +192,7 @@ class RunClock:
             "config_hash": config_hash(config),
             "input_sha256": input_checksums,
             "packages": package_versions(),
+            "celldag_release": release_facts(),  # version, commit, source digest: which celldag made the run
             "device": device_description(),
             "machine": machine_description(),
             "host": socket.gethostname(),

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from celldag import __version__ as VERSION
 from celldag.envs import celldag_package, directory_tree
 from conda_standin import install
 from conftest import REPO, copy_workflow
@@ -108,13 +109,15 @@ def test_a_clone_runs_its_jobs_in_envs_that_carry_its_own_celldag(tmp_path, stan
     env = env_made_from(folder, generated)  # prepare_dataset and run_method of a lineage method
     assert Path(f"{env}.post-deploy.sh").read_text() == generated.with_suffix(".post-deploy.sh").read_text()
     digest = header_digest(generated)
-    assert f"celldag 0.1.0: checkout {folder.resolve()}" in generated.read_text()
-    assert installed_from(env, "celldag-0.1.0.dist-info").endswith(
-        f"/wheels/{digest[:16]}/celldag-0.1.0-py3-none-any.whl"
+    assert f"celldag {VERSION}: checkout {folder.resolve()}" in generated.read_text()
+    assert installed_from(env, f"celldag-{VERSION}.dist-info").endswith(
+        f"/wheels/{digest[:16]}/celldag-{VERSION}-py3-none-any.whl"
     )
     for log in [*folder.glob("results/logs/prepare_dataset/bm_default/*/seed0.log"),
                 *folder.glob("results/logs/run_method/bm_default/nj_raw/default/*/seed0.log")]:  # fmt: skip
-        assert f"celldag 0.1.0 from {site_packages(env).resolve()}/celldag, env {env.resolve()}" in log.read_text(), log
+        assert (
+            f"celldag {VERSION} from {site_packages(env).resolve()}/celldag, env {env.resolve()}" in log.read_text()
+        ), log
     (record,) = folder.glob("results/runs/bm_default/nj_raw/default/*/seed0/run.json")
     assert json.loads(record.read_text())["status"] == "ok"
 
@@ -125,8 +128,8 @@ def test_a_clone_runs_its_jobs_in_envs_that_carry_its_own_celldag(tmp_path, stan
     assert header_digest(generated) != digest
     new_env = env_made_from(folder, generated)
     assert new_env != env and env.is_dir()
-    assert installed_from(new_env, "celldag-0.1.0.dist-info").endswith(
-        f"/wheels/{header_digest(generated)[:16]}/celldag-0.1.0-py3-none-any.whl"
+    assert installed_from(new_env, f"celldag-{VERSION}.dist-info").endswith(
+        f"/wheels/{header_digest(generated)[:16]}/celldag-{VERSION}-py3-none-any.whl"
     )
 
     # an env without celldag: the job would import the celldag of Snakemake's own environment (its sys.path is
@@ -169,7 +172,7 @@ def test_a_pin_file_beside_a_family_is_used_and_celldag_still_comes_by_post_depl
         == (folder / ".snakemake/celldag-envs/report.post-deploy.sh").read_text()
     )
     assert json.loads((env / "conda-meta/standin.json").read_text())["file"].endswith(".pin.txt")  # made from the pins
-    assert installed_from(env, "celldag-0.1.0.dist-info").endswith("/celldag-0.1.0-py3-none-any.whl")
+    assert installed_from(env, f"celldag-{VERSION}.dist-info").endswith(f"/celldag-{VERSION}-py3-none-any.whl")
 
 
 def lab_with_packages(folder: Path) -> Path:
@@ -199,7 +202,7 @@ def test_a_labs_workflow_runs_its_method_from_its_own_env_file_with_its_package_
     generated = list((folder / ".snakemake/celldag-envs").glob("lab_method-*.yaml"))
     assert len(generated) == 1 and f"Made from {folder.resolve()}/envs/lab_method.yaml" in generated[0].read_text()
     env = env_made_from(folder, generated[0])
-    assert installed_from(env, "celldag-0.1.0.dist-info").startswith("file://")
+    assert installed_from(env, f"celldag-{VERSION}.dist-info").startswith("file://")
     assert "/wheels/" in installed_from(env, "celldag_path_labpkg-0+*.dist-info")
     assert (site_packages(env) / "labpkg/trees.py").read_text() == (folder / "labpkg_root/labpkg/trees.py").read_text()
     (log,) = folder.glob("results/logs/run_method/lab_lineage/lab_corr_nj/default/*/seed0.log")
@@ -262,25 +265,27 @@ def test_a_module_from_github_installs_the_commit_its_tag_resolves_to(tmp_path, 
     git("init", "-q", cwd=repository)
     git("add", "-A", cwd=repository)
     git("commit", "-qm", "release", cwd=repository)
-    git("tag", "v0.1.0", cwd=repository)
+    git("tag", f"v{VERSION}", cwd=repository)
     commit = git("rev-parse", "HEAD", cwd=repository)
     cache = tmp_path / "cache"  # XDG_CACHE_HOME: Snakemake's source cache, snakemake-git-cache/<host>/<repo>
     bare = cache / "snakemake/snakemake/source-cache/snakemake-git-cache/github.com/lab/celldag"
     git("clone", "-q", "--bare", str(repository), str(bare), cwd=tmp_path)
-    folder = outer_workflow(tmp_path / "pipeline", 'github("lab/celldag", path="workflow/Snakefile", tag="v0.1.0")')
+    folder = outer_workflow(
+        tmp_path / "pipeline", f'github("lab/celldag", path="workflow/Snakefile", tag="v{VERSION}")'
+    )
     environ = conda_environ(standin) | {"XDG_CACHE_HOME": str(cache)}
     command = [sys.executable, "-m", "snakemake", "--sdm", "conda", "--cores", "1", "--conda-create-envs-only"]
     result = subprocess.run(command, cwd=folder, env=environ, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     generated = folder / ".snakemake/celldag-envs/lineage.yaml"
     assert (
-        f"#   celldag 0.1.0: git repository https://github.com/lab/celldag commit {commit}, content sha256 "
+        f"#   celldag {VERSION}: git repository https://github.com/lab/celldag commit {commit}, content sha256 "
         in generated.read_text()
     )
     assert header_digest(generated) == celldag_package(directory_tree(repository)).digest  # the commit's content
     env = env_made_from(folder, generated)
-    assert installed_from(env, "celldag-0.1.0.dist-info").endswith(
-        f"/wheels/{header_digest(generated)[:16]}/celldag-0.1.0-py3-none-any.whl"
+    assert installed_from(env, f"celldag-{VERSION}.dist-info").endswith(
+        f"/wheels/{header_digest(generated)[:16]}/celldag-{VERSION}-py3-none-any.whl"
     )
     assert (site_packages(env) / "celldag/plan.py").read_bytes() == (repository / "src/celldag/plan.py").read_bytes()
 
@@ -306,7 +311,8 @@ def test_a_module_from_a_url_installs_the_celldag_files_served_there(tmp_path, s
         server.shutdown()
     generated = folder / ".snakemake/celldag-envs/lineage.yaml"
     assert (
-        f"#   celldag 0.1.0: URL http://127.0.0.1:{server.server_address[1]}, content sha256 " in generated.read_text()
+        f"#   celldag {VERSION}: URL http://127.0.0.1:{server.server_address[1]}, content sha256 "
+        in generated.read_text()
     )
     assert (
         header_digest(generated) == celldag_package(directory_tree(REPO)).digest

@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from celldag import __version__ as VERSION
+from celldag import release
 from conftest import REPO, copy_workflow
 from lab_workflow import lab_env, snakemake_command, write_lab_workflow
 
@@ -114,14 +116,39 @@ def test_a_broken_csv_stops_at_the_validate_rule_with_one_line(tmp_path):
 def test_an_installed_celldag_of_another_version_stops_the_parse_with_one_line(tmp_path):
     module = copy_workflow(tmp_path / "celldag")
     pyproject = module / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('version = "0.1.0"', 'version = "0.2.0"', 1))
+    pyproject.write_text(pyproject.read_text().replace(f'version = "{VERSION}"', 'version = "99.0.0"', 1))
     folder = write_lab_workflow(tmp_path / "pipeline", snakefile=str(module / "workflow/Snakefile"))
     result = run_lab(folder, "-n", check=False)
     assert result.returncode != 0
     console = result.stdout + result.stderr
-    assert re.search(r"celldag 0\.1\.0 is installed \(.+\), but this workflow \(.+/pyproject\.toml\) is celldag 0\.2\.0: "
-                     r"install that version", console), console[-2000:]  # fmt: skip
+    assert re.search(rf"celldag {re.escape(VERSION)} is installed \(.+\), but this workflow \(.+/pyproject\.toml\) is "
+                     r"celldag 99\.0\.0: install that version", console), console[-2000:]  # fmt: skip
     shutil.rmtree(module)
+
+
+def test_an_installed_celldag_of_the_same_version_from_another_commit_stops_the_parse_naming_both_digests(tmp_path):
+    """The version agrees but the source does not: a checkout whose src/celldag differs from the installed one's, and
+    a workflow without src/celldag (as github(...) or a URL reads it) whose recorded digest names another source."""
+    installed = release.package_digest()
+    module = copy_workflow(tmp_path / "celldag")
+    (module / "src/celldag/plan.py").write_text((module / "src/celldag/plan.py").read_text() + "# another commit\n")
+    folder = write_lab_workflow(tmp_path / "pipeline", snakefile=str(module / "workflow/Snakefile"))
+    checkout = release.source_digest(module / "src/celldag")
+
+    def refused(workflow_digest: str) -> None:
+        result = run_lab(folder, "-n", check=False)
+        console = result.stdout + result.stderr
+        assert result.returncode != 0
+        assert (f"celldag {VERSION} is installed ({release.PACKAGE_FOLDER}, source sha256 {installed[:16]}), but this "
+                f"workflow's celldag" in console), console[-2000:]  # fmt: skip
+        assert f"has source sha256 {workflow_digest[:16]}: the same version from another commit" in console
+
+    refused(checkout)
+    shutil.rmtree(module / "src")  # now the workflow names its source in workflow/celldag-source.sha256
+    (module / release.WORKFLOW_DIGEST_FILE).write_text("f" * 64 + "\n")
+    refused("f" * 64)
+    (module / release.WORKFLOW_DIGEST_FILE).write_text(installed + "\n")  # the installed one's: the parse goes on
+    assert run_lab(folder, "-n", check=False).returncode == 0
 
 
 class WorkflowFiles(SimpleHTTPRequestHandler):

@@ -40,6 +40,29 @@ if celldag.__version__ != WORKFLOW_VERSION:
         f"(pip install 'celldag @ git+<celldag repository>@v{WORKFLOW_VERSION}', or pip install -e <its checkout>)"
     )
 
+# One version holds many commits: the package's source must also be the one these workflow files go with. A local
+# checkout's src/celldag says which; a workflow read from elsewhere (github(...), a URL, gitfile(...)) names it in
+# workflow/celldag-source.sha256, one small file read without the network (celldag.release).
+from celldag import release as celldag_release  # noqa: E402
+
+_LOCAL_SOURCE = (
+    Path(workflow.current_basedir.get_path_or_uri(secret_free=True), "../../src/celldag").resolve()
+    if isinstance(workflow.current_basedir, LocalSourceFile)
+    else None
+)
+if _LOCAL_SOURCE is not None and _LOCAL_SOURCE.is_dir():
+    WORKFLOW_SOURCE_DIGEST, _DIGEST_ORIGIN = celldag_release.source_digest(_LOCAL_SOURCE), str(_LOCAL_SOURCE)
+else:
+    _DIGEST_ORIGIN = workflow_file("../celldag-source.sha256")
+    WORKFLOW_SOURCE_DIGEST = celldag_release.read_workflow_digest(_DIGEST_ORIGIN)
+if celldag_release.package_digest() != WORKFLOW_SOURCE_DIGEST:
+    raise WorkflowError(
+        f"celldag {celldag.__version__} is installed ({Path(celldag.__file__).parent}, source sha256 "
+        f"{celldag_release.package_digest()[:16]}), but this workflow's celldag ({_DIGEST_ORIGIN}) has source sha256 "
+        f"{WORKFLOW_SOURCE_DIGEST[:16]}: the same version from another commit. Install the workflow's own "
+        f"(pip install -e <its checkout>, or the release tag's package for a tagged workflow)"
+    )
+
 from celldag import envs as celldag_envs, plan, resources, rule_inputs  # noqa: E402
 from celldag.registry import KINDS, ConfigError, key_sources, load_config, read_yaml  # noqa: E402
 from celldag.registry import package_folders as registry_package_folders  # noqa: E402

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from celldag import __version__ as VERSION
 from celldag import envs
 from conftest import REPO
 
@@ -43,7 +44,7 @@ def checkout(tmp_path) -> Path:
 
 def test_the_celldag_package_of_a_checkout_is_its_source_and_its_digest_follows_every_file(checkout):
     package = envs.celldag_package(envs.directory_tree(checkout))
-    assert (package.name, package.version, package.scripts) == ("celldag", "0.1.0", {"celldag": "celldag.cli:main"})
+    assert (package.name, package.version, package.scripts) == ("celldag", VERSION, {"celldag": "celldag.cli:main"})
     assert package.origin == f"checkout {checkout.resolve()}"
     assert package.files["celldag/__init__.py"] == (REPO / "src/celldag/__init__.py").read_bytes()
     assert "celldag/schemas/methods.schema.yaml" in package.files  # package data travels with it
@@ -81,19 +82,19 @@ def test_the_wheel_is_byte_identical_and_installable_metadata(checkout):
     package = envs.celldag_package(envs.directory_tree(checkout))
     wheel = envs.build_wheel(package)
     assert wheel == envs.build_wheel(envs.celldag_package(envs.directory_tree(checkout)))
-    assert package.wheel_name == "celldag-0.1.0-py3-none-any.whl"
+    assert package.wheel_name == f"celldag-{VERSION}-py3-none-any.whl"
     with zipfile.ZipFile(io.BytesIO(wheel)) as archive:
         names = archive.namelist()
         assert names[-4:] == [
-            f"celldag-0.1.0.dist-info/{n}" for n in ("METADATA", "WHEEL", "entry_points.txt", "RECORD")
+            f"celldag-{VERSION}.dist-info/{n}" for n in ("METADATA", "WHEEL", "entry_points.txt", "RECORD")
         ]
-        assert "Name: celldag\nVersion: 0.1.0\n" in archive.read("celldag-0.1.0.dist-info/METADATA").decode()
+        assert f"Name: celldag\nVersion: {VERSION}\n" in archive.read(f"celldag-{VERSION}.dist-info/METADATA").decode()
         assert (
-            archive.read("celldag-0.1.0.dist-info/entry_points.txt")
+            archive.read(f"celldag-{VERSION}.dist-info/entry_points.txt")
             == b"[console_scripts]\ncelldag = celldag.cli:main\n"
         )
-        record = archive.read("celldag-0.1.0.dist-info/RECORD").decode().splitlines()
-        assert len(record) == len(names) and record[-1] == "celldag-0.1.0.dist-info/RECORD,,"
+        record = archive.read(f"celldag-{VERSION}.dist-info/RECORD").decode().splitlines()
+        assert len(record) == len(names) and record[-1] == f"celldag-{VERSION}.dist-info/RECORD,,"
         assert {info.date_time for info in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
 
 
@@ -123,10 +124,12 @@ def test_generated_env_header_and_post_deploy_name_the_exact_source(checkout, tm
     pins = {"linux-64": b"@EXPLICIT\nhttps://conda.anaconda.org/conda-forge/linux-64/numpy-2.4.6-py311_0.conda\n"}
     made = envs.write_env(out, "lineage", LINEAGE, "envs/lineage.yaml of checkout X", [package], pins)
     text = made.env_file.read_text()
-    assert text.splitlines()[2] == f"#   celldag 0.1.0: checkout {checkout.resolve()}, content sha256 {package.digest}"
+    assert (
+        text.splitlines()[2] == f"#   celldag {VERSION}: checkout {checkout.resolve()}, content sha256 {package.digest}"
+    )
     assert text.endswith(LINEAGE)  # the shipped file as it is, comments and all
     assert yaml.safe_load(text) == yaml.safe_load(LINEAGE)
-    wheel = out.resolve() / "wheels" / package.digest[:16] / "celldag-0.1.0-py3-none-any.whl"
+    wheel = out.resolve() / "wheels" / package.digest[:16] / f"celldag-{VERSION}-py3-none-any.whl"
     assert made.wheels == (wheel,) and wheel.read_bytes() == envs.build_wheel(package)
     script = made.post_deploy.read_text()
     pip = '"$CONDA_PREFIX/bin/python" -m pip install --no-input --disable-pip-version-check'
@@ -221,7 +224,7 @@ def test_under_sdm_conda_celldag_and_python_must_be_the_envs():
 def test_joblog_stops_a_job_in_the_wrong_env_with_one_line_on_console_and_in_its_log(tmp_path):
     log = tmp_path / "logs/job.log"
     script = f"from celldag import joblog\njoblog.start({str(log)!r})\nprint('ran', flush=True)\n"
-    environ = {"PATH": "/usr/bin:/bin", envs.VERSION_VARIABLE: "0.1.0", envs.SDM_CONDA_VARIABLE: "1",
+    environ = {"PATH": "/usr/bin:/bin", envs.VERSION_VARIABLE: VERSION, envs.SDM_CONDA_VARIABLE: "1",
                "CONDA_PREFIX": str(tmp_path / "env")}  # fmt: skip
     result = subprocess.run([sys.executable, "-c", script], env=environ, capture_output=True, text=True)
     assert result.returncode == 1 and result.stdout == ""
