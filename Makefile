@@ -1,26 +1,32 @@
 # Three commands for a fresh machine: `make run` (the default benchmark), `make test` (the fast tier of the tests) and
 # `make check` (the default run against the shipped reference, docs/check.md). They create .venv from the pinned
-# lock file when it is missing or older than the lock.
+# lock file when it is missing or older than the lock; `make install` does only that.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-# The CPU build of torch by default. GPU nodes: `make run CUDA=1` installs PyPI's CUDA 13 build of the lock's torch
-# with its CUDA wheels pinned by requirements/lock-gpu.txt; or another CUDA build from PyTorch's index, e.g.
-#   make run TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+# The CPU build of torch by default, as the lock pins it (torch==…+cpu): from this machine's pip sources (a wheel
+# folder as find-links, mirrors of the indexes: pip config) or else the PyTorch CPU index (or a mirror of it), for
+# torch alone; where neither has it, PyPI's CUDA build, said so (requirements/install.py). GPU nodes: `make run
+# CUDA=1` installs PyPI's CUDA 13 build of the lock's torch with its CUDA wheels pinned by requirements/lock-gpu.txt;
+# or another CUDA build from PyTorch's index, e.g.  make run TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+TORCH_CPU_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 TORCH_INDEX_URL ?=
 CUDA ?=
 CORES ?= all
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test test-all check reference bench lint dry-run validate audit compare prefetch lock clean
+.PHONY: install run test test-all check reference bench lint dry-run validate audit compare prefetch lock clean
 
-$(BIN)/.installed: requirements/lock.txt requirements/lock-gpu.txt pyproject.toml
+$(BIN)/.installed: requirements/lock.txt requirements/lock-gpu.txt requirements/install.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --quiet torch==2.13.0 --index-url $(TORCH_INDEX_URL))
-	$(BIN)/python -m pip install --quiet -r requirements/lock.txt $(if $(CUDA),-c requirements/lock-gpu.txt)
+	$(BIN)/python requirements/install.py torch --cpu-index $(TORCH_CPU_INDEX_URL) $(if $(CUDA),--cuda)$(if $(TORCH_INDEX_URL), --index-url $(TORCH_INDEX_URL))
+	$(BIN)/python requirements/install.py lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
+
+# Install only: .venv from the lock, nothing run.
+install: $(BIN)/.installed
 
 # The default run's longest chain is pbmc68k_batched's: gene tables, 18 sciLaMA runs, then its scoring
 # (one process, ≈ 1.5 min with an empty JAX cache): it goes first so that lineage jobs fill the gaps
@@ -84,9 +90,13 @@ lint: $(BIN)/.installed
 dry-run: $(BIN)/.installed
 	$(BIN)/snakemake -n
 
-# Re-resolve the lock from pyproject's ranges (review the diff before committing it).
+# Re-resolve the lock from pyproject's ranges (review the diff before committing it). The lock pins the CPU build of
+# torch, +cpu kept: a venv holding another build (CUDA=1, or PyPI's where the CPU build was out of reach) is refused.
 lock: $(BIN)/.installed
-	{ head -1 requirements/lock.txt; $(BIN)/python -m pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements/lock.tmp && mv requirements/lock.tmp requirements/lock.txt
+	{ head -1 requirements/lock.txt; $(BIN)/python -m pip freeze --exclude-editable; } > requirements/lock.tmp
+	grep -q '^torch==.*+cpu$$' requirements/lock.tmp || { rm requirements/lock.tmp; \
+		echo "make lock: .venv's torch is not the CPU build (+cpu) the lock pins: remove .venv, then make install" >&2; exit 1; }
+	mv requirements/lock.tmp requirements/lock.txt
 
 clean:
 	rm -rf results .snakemake

@@ -22,7 +22,7 @@ def lock(repo) -> dict[str, str]:
     for line in (repo / "requirements/lock.txt").read_text().splitlines():
         if line and not line.startswith("#"):
             name, version = line.split("==")
-            pins[normalise(name)] = version
+            pins[normalise(name)] = version.split("+")[0]  # torch's +cpu: conda-forge's pytorch of the release
     return pins
 
 
