@@ -18,7 +18,7 @@ import pytest
 from celldag import __version__ as VERSION
 from celldag import release
 from conftest import REPO, copy_workflow
-from lab_workflow import lab_env, snakemake_command, write_lab_workflow
+from lab_workflow import LAB_METHOD, lab_env, snakemake_command, write_lab_workflow
 
 pytestmark = pytest.mark.e2e
 
@@ -149,6 +149,35 @@ def test_an_installed_celldag_of_the_same_version_from_another_commit_stops_the_
     refused("f" * 64)
     (module / release.WORKFLOW_DIGEST_FILE).write_text(installed + "\n")  # the installed one's: the parse goes on
     assert run_lab(folder, "-n", check=False).returncode == 0
+
+
+def fenced_after(text: str, marker: str) -> str:
+    """The first fenced block of ``text`` after ``marker``, without its fences."""
+    return re.search(r"```\w*\n(.*?)```", text[text.index(marker) :], flags=re.S).group(1)
+
+
+def test_the_module_guides_example_runs_the_labs_method_on_a_dataset_of_its_track(tmp_path):
+    """docs/using-as-a-module.md's outer Snakefile, config and registry files as the page shows them, the module
+    read from this checkout: the dry run plans the lab's lineage method on a lineage dataset, and warns of nothing
+    idle."""
+    guide = (REPO / "docs/using-as-a-module.md").read_text()
+    folder = tmp_path / "pipeline"
+    for sub in ("config", "lab", "labpkg_root/labpkg", "data", "envs", "scripts"):
+        (folder / sub).mkdir(parents=True)
+    snakefile = re.sub(r"github\(.*\)", repr(str(REPO / "workflow/Snakefile")), fenced_after(guide, "## 2. The outer"))
+    (folder / "Snakefile").write_text(snakefile)
+    (folder / "config/config.yaml").write_text(fenced_after(guide, "`config/config.yaml` of your pipeline"))
+    (folder / "lab/datasets.yaml").write_text(fenced_after(guide, "`lab/datasets.yaml`:"))
+    (folder / "lab/methods.yaml").write_text(fenced_after(guide, "`lab/methods.yaml`:"))
+    (folder / "labpkg_root/labpkg/__init__.py").write_text("")
+    (folder / "labpkg_root/labpkg/trees.py").write_text(LAB_METHOD)
+    for name in ("data/counts.csv", "data/cells.csv", "envs/lab.yaml", "scripts/lab_h5ad.py"):  # only planned here
+        (folder / name).touch()
+    result = run_lab(folder, "-n")
+    jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)$", result.stdout, flags=re.M)
+    lab_jobs = [wildcards for rule, wildcards in jobs if rule == "celldag_run_method" and "lab_method" in wildcards]
+    assert lab_jobs and all("bm_default" in wildcards for wildcards in lab_jobs), result.stdout[-3000:]
+    assert "runs on no selected dataset" not in result.stdout + result.stderr
 
 
 class WorkflowFiles(SimpleHTTPRequestHandler):
