@@ -26,6 +26,7 @@ from celldag.plan import method_kind
 from celldag.record_differences import INPUT, FieldDifference, record_differences
 from celldag.records import read_record
 from celldag.registry import read_yaml, shipped_registries
+from celldag.leaderboard import rank
 from celldag.report.leaderboard import metric_groups, metric_is_count, rank_key
 from celldag.tracks import Track, tracks_of
 from celldag.tolerance import CUDA_TOLERANCE, Tolerance, values_match
@@ -214,10 +215,15 @@ class Ranking:
     metric: str
     a: tuple[str, ...]
     b: tuple[str, ...]
+    # the pairs each side's seeds separate (celldag.leaderboard.rank; over datasets: separated on any of them)
+    separable_a: frozenset[frozenset[str]] = frozenset()
+    separable_b: frozenset[frozenset[str]] = frozenset()
 
     @property
     def changed(self) -> bool:
-        return self.a != self.b
+        """An entry ranked on one side only, or a pair whose order swapped while both sides' seeds separate it: a
+        swap between methods the seeds cannot tell apart is noise, not a change of the leaderboard."""
+        return bool(self.only_in("A") or self.only_in("B") or self.swapped())
 
     def only_in(self, side: str) -> list[str]:
         """The entries ranked in A only (``side`` "A") or in B only."""
@@ -225,10 +231,18 @@ class Ranking:
         return [entry for entry in mine if entry not in theirs]
 
     def swapped(self) -> list[tuple[str, str]]:
-        """Pairs ranked one way in A and the other way in B (each first as A ranks it)."""
+        """Pairs ranked one way in A and the other way in B, separable on both sides (each first as A ranks it)."""
         where = {entry: position for position, entry in enumerate(self.b)}
         common = [entry for entry in self.a if entry in where]
-        return [(x, y) for i, x in enumerate(common) for y in common[i + 1 :] if where[x] > where[y]]
+        both = self.separable_a & self.separable_b
+        return [(x, y) for i, x in enumerate(common) for y in common[i + 1 :]
+                if where[x] > where[y] and frozenset((x, y)) in both]  # fmt: skip
+
+    def tied_swaps(self) -> int:
+        """Pairs whose order swapped where either side's seeds cannot separate them (not a change)."""
+        where = {entry: position for position, entry in enumerate(self.b)}
+        common = [entry for entry in self.a if entry in where]
+        return sum(where[x] > where[y] for i, x in enumerate(common) for y in common[i + 1 :]) - len(self.swapped())
 
 
 def controls(side: Side) -> set[str]:
@@ -249,6 +263,17 @@ def leaderboard_order(scores: pd.DataFrame, metric: str, higher_is_better: bool,
                                                             *entry.split("/", 1))))  # fmt: skip
 
 
+def separable_pairs(scores: pd.DataFrame, metric: str, higher_is_better: bool, excluded: set[str]) -> frozenset:
+    """The pairs of method/variant whose ok seeds of ``metric`` separate them (celldag.leaderboard.rank)."""
+    ok = scores[(scores["metric"] == metric) & (scores["status"] == "ok")]
+    per_seed: dict[str, dict[int, float]] = defaultdict(dict)
+    for method, variant, seed, value in zip(ok["method"], ok["variant"], ok["seed"], ok["value"], strict=True):
+        if f"{method}/{variant}" not in excluded:
+            per_seed[f"{method}/{variant}"][int(seed)] = float(value)
+    ranking = rank(per_seed, higher_is_better)
+    return frozenset(frozenset(test.rows) for test in ranking.pairs if test.better is not None)
+
+
 def mean_rank_order(orders: list[tuple[str, ...]]) -> tuple[str, ...]:
     """Entries by their mean position over the datasets that rank them, then by name."""
     positions = defaultdict(list)
@@ -267,15 +292,21 @@ def rankings(a: Side, b: Side, tracks: dict[str, Track]) -> list[Ranking]:
     for (dataset, track_id), table in both.groupby(["dataset", "track"], sort=True):
         track = tracks[track_id]
         metric = next(iter(metric_groups(table, track).values()))[0]
-        orders = [leaderboard_order(side.scores[(side.scores["dataset"] == dataset) & (side.scores["track"] == track_id)],
-                                    metric, track.higher_is_better(metric), excluded) for side in (a, b)]  # fmt: skip
-        found.append(Ranking(f"{dataset} ({track_id})", metric, *orders))
+        tables = [
+            side.scores[(side.scores["dataset"] == dataset) & (side.scores["track"] == track_id)] for side in (a, b)
+        ]
+        higher = track.higher_is_better(metric)
+        orders = [leaderboard_order(scores, metric, higher, excluded) for scores in tables]
+        separable = [separable_pairs(scores, metric, higher, excluded) for scores in tables]
+        found.append(Ranking(f"{dataset} ({track_id})", metric, *orders, *separable))
         per_track[track_id].append(found[-1])
     for track_id, ranked in sorted(per_track.items()):
         if len(ranked) > 1:
             metrics = ", ".join(sorted({r.metric for r in ranked}))
             found.append(Ranking(f"{track_id}: mean rank over {len(ranked)} datasets", metrics,
-                                 mean_rank_order([r.a for r in ranked]), mean_rank_order([r.b for r in ranked])))  # fmt: skip
+                                 mean_rank_order([r.a for r in ranked]), mean_rank_order([r.b for r in ranked]),
+                                 frozenset().union(*(r.separable_a for r in ranked)),
+                                 frozenset().union(*(r.separable_b for r in ranked))))  # fmt: skip
     return found
 
 
