@@ -300,14 +300,18 @@ def data_key(dataset_entry: dict) -> str:
 
 # entries of a dataset that change where its jobs run, not what they compute (celldag.envs)
 WHERE_IT_RUNS = ("env", "packages")
+# what to cite for an entry and under which license its implementation runs (celldag cite): a corrected reference
+# recomputes nothing. A dataset's license stays in its key: it has keyed the prepared files since it was required
+CITATION = ("reference", "license")
 
 
 def preparation_entry(dataset_entry: dict) -> dict:
     """A dataset entry without ``chained``: which tracks chain on its runs changes neither its prepared files
     nor its runs (adding the annotation track to a dataset recomputes nothing of the representation track);
     nor ``env`` and ``packages``: the conda env its jobs run in under --sdm conda; nor ``stands_for``: which
-    published tables its scores are held against."""
-    return {key: value for key, value in dataset_entry.items() if key not in ("chained", "stands_for", *WHERE_IT_RUNS)}
+    published tables its scores are held against; nor ``reference``: the work to cite."""
+    left_out = ("chained", "stands_for", "reference", *WHERE_IT_RUNS)
+    return {key: value for key, value in dataset_entry.items() if key not in left_out}
 
 
 def run_key(dataset_entry: dict, params: dict) -> str:
@@ -421,8 +425,10 @@ def warn_of_idle_methods(config: dict, registries: Registries, runs: set[Run], c
 
 def chain_key(task: dict, methods: dict[str, dict]) -> str:
     """The key of a chained track's files on a dataset: its task params and the entries of the methods run
-    on each upstream output (one job runs them all, so a change to one reruns that job)."""
-    return settings_key({"task": task, "methods": methods})
+    on each upstream output (one job runs them all, so a change to one reruns that job), less their citations."""
+    computed = {method: {key: value for key, value in entry.items() if key not in CITATION}
+                for method, entry in methods.items()}  # fmt: skip
+    return settings_key({"task": task, "methods": computed})
 
 
 def chained_kinds(chained: Sequence[ChainedRun], registries: Registries) -> dict[str, str]:
