@@ -22,6 +22,10 @@ wall time and peak RSS from Snakemake's benchmark files — beside the memory it
 checksums verified, on a machine with internet (a cluster's login node); ``--list`` only lists them. Exit
 status 0 when every file is in the mirror, 1 when a download failed (the others are still fetched), 2 when
 the config or an argument is invalid.
+
+``celldag cite [RESULTS]`` prints what a paper cites (docs/citing.md): celldag, then the works behind the methods,
+datasets and gene embeddings with an ok run in RESULTS (without RESULTS: those the config's plan selects, marked
+planned), their licenses, and the entries whose registry holds no reference; ``--format bibtex`` for BibTeX.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import argparse
 import sys
 
 from celldag import plan as planning
+from celldag.bibliography import FORMATS
 from celldag.document import markdown
 from celldag.errors import InputError
 from celldag.joblog import one_line
@@ -69,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_module_options(resources)
     _add_prefetch(commands)
     _add_check(commands)
+    _add_cite(commands)
     return parser
 
 
@@ -91,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             from celldag.check import make_reference
 
             return make_reference(args.workflow, args.out, args.cores, run=not args.no_run)
+        if args.command == "cite":
+            return _cite(args.results, args.output_format, args.configfile, args.workflow, args.config_key)
         if args.command == "prefetch":
             return _prefetch(args.configfile, args.dest, args.list_only, args.workflow, args.config_key)
         return _validate(args.datasets, args.configfile, args.workflow, args.config_key)
@@ -203,6 +211,33 @@ def _add_check(commands) -> None:
     reference.add_argument("--cores", default="all", help="snakemake --cores of the runs (default all)")
     reference.add_argument("--no-run", action="store_true", help="build from the runs already made, run nothing")
     reference.add_argument("--workflow", default=".", metavar="DIR", help="the celldag workflow folder (default: here)")
+
+
+def _add_cite(commands) -> None:
+    cite = commands.add_parser("cite", help="what a paper made with these results cites: celldag, the works behind the "
+                                            "methods, datasets and gene embeddings with an ok run, their licenses")  # fmt: skip
+    cite.add_argument("results", nargs="?", metavar="RESULTS",
+                      help="a results folder (results/NAME); without it, what the config's plan selects, marked planned")  # fmt: skip
+    cite.add_argument("--format", choices=FORMATS, default="markdown", dest="output_format",
+                      help="markdown: a numbered reference list and the licenses (default); bibtex: BibTeX entries")  # fmt: skip
+    cite.add_argument("--configfile", default=DEFAULT_CONFIG,
+                      help=f"the run config whose registries hold the references (default {DEFAULT_CONFIG})")  # fmt: skip
+    _add_module_options(cite)
+
+
+def _cite(results: str | None, output_format: str, configfile: str, workflow: str, config_key: str | None) -> int:
+    from celldag.cite import citations, cited_by_plan, cited_by_results
+
+    config, registries = load_workflow_config(configfile, workflow, config_key)
+    if results is not None:
+        cited = cited_by_results(results, registries)
+    else:
+        try:
+            cited = cited_by_plan(make_plan(config, registries), configfile, registries)
+        except ValueError as err:  # a config that selects nothing to run
+            raise InputError(f"{configfile}: {err}") from err
+    print(citations(cited, registries, output_format), end="")
+    return 0
 
 
 def _compare(args) -> int:
