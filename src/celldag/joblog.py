@@ -31,6 +31,7 @@ import traceback
 from pathlib import Path
 
 import celldag
+from celldag.envs import SDM_CONDA_VARIABLE, job_environment_problem
 from celldag.errors import InputError
 from celldag.provenance import peak_rss_mb
 
@@ -93,8 +94,6 @@ def where_it_runs(console) -> None:
     """The job's celldag must be the workflow's, from the job's own env under --sdm conda
     (celldag.envs.job_environment_problem); else one line on the console and in the log, and the job stops.
     Under --sdm conda the log says which celldag and env the job runs with."""
-    from celldag.envs import SDM_CONDA_VARIABLE, job_environment_problem
-
     problem = job_environment_problem(celldag.__version__, celldag.__file__)
     if problem:
         for stream in (sys.stderr, console):
