@@ -15,7 +15,7 @@ CUDA ?=
 CORES ?= all
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install run test test-all check reference bench lint dry-run validate audit compare prefetch lock clean
+.PHONY: install run test test-all check reference bench lint dry-run validate audit compare prefetch lock digest clean
 
 $(BIN)/.installed: requirements/lock.txt requirements/lock-gpu.txt requirements/install.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -97,6 +97,11 @@ lock: $(BIN)/.installed
 	grep -q '^torch==.*+cpu$$' requirements/lock.tmp || { rm requirements/lock.tmp; \
 		echo "make lock: .venv's torch is not the CPU build (+cpu) the lock pins: remove .venv, then make install" >&2; exit 1; }
 	mv requirements/lock.tmp requirements/lock.txt
+
+# After any change of src/celldag: the digest the workflow names of the package it goes with (workflow/celldag-source.sha256;
+# a workflow read from github(...) or a URL refuses an installed celldag whose source differs; celldag.release)
+digest: $(BIN)/.installed
+	$(BIN)/python -m celldag.release
 
 clean:
 	rm -rf results .snakemake
