@@ -18,15 +18,20 @@ from celldag.registry.files import (
 )
 
 
+SWITCH_SECTIONS = ("compute", "downloads")  # the config's sections whose true/false settings --config may spell
+
+
 def undo_command_line_strings(config: dict) -> None:
-    """``--config seeds=[0,1]`` or ``compute='{gpus: true}'``: Snakemake's parser leaves nested values as
-    strings. Turn whole-number seeds and true/false switches back into what the schema expects."""
+    """``--config seeds=[0,1]``, ``compute='{gpus: true}'`` or ``downloads='{strict: true}'``: Snakemake's parser
+    leaves nested values as strings. Turn whole-number seeds and true/false switches back into what the schema
+    expects."""
     if isinstance(config.get("seeds"), list):
         config["seeds"] = [int(seed) if isinstance(seed, str) and seed.isdigit() else seed for seed in config["seeds"]]
-    if isinstance(config.get("compute"), dict):
-        switches = {"true": True, "false": False}
-        config["compute"] = {key: switches.get(value, value) if isinstance(value, str) else value
-                             for key, value in config["compute"].items()}  # fmt: skip
+    switches = {"true": True, "false": False}
+    for section in SWITCH_SECTIONS:
+        if isinstance(config.get(section), dict):
+            config[section] = {key: switches.get(value, value) if isinstance(value, str) else value
+                               for key, value in config[section].items()}  # fmt: skip
 
 
 CODE_FIELDS = {"datasets": "loader", "methods": "run", "embeddings": "provider"}

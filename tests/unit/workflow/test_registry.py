@@ -180,6 +180,7 @@ def test_command_line_strings_become_seeds_and_switches(repo):
         "methods": ["nj_raw"],
         "seeds": ["0", "3"],
         "compute": {"gpus": "true", "cpu_fallback": "false"},
+        "downloads": {"strict": "true", "mirror": "mirror"},
     }  # what `--config` hands over
     config, _ = load_config(config, "--config", root=repo)
     assert config["seeds"] == [0, 3] and config["compute"] == {
@@ -187,6 +188,7 @@ def test_command_line_strings_become_seeds_and_switches(repo):
         "cpu_fallback": False,
         "job_per_seed": False,
     }
+    assert config["downloads"]["strict"] is True and config["downloads"]["mirror"] == "mirror"
     with pytest.raises(ConfigError, match=r"compute\.gpus: 'yes' is not of type 'boolean'"):
         load_config(
             {"datasets": ["bm_default"], "methods": ["nj_raw"], "compute": {"gpus": "yes"}}, "--config", root=repo
