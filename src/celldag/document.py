@@ -1,6 +1,7 @@
 """A small document model: headings, paragraphs and tables as blocks, one content that the leaderboard, the check,
-compare and published verdicts build once and render as Markdown here and as HTML in ``celldag.report.html``, so that
-the two renderings cannot disagree."""
+compare and published verdicts build once and render as Markdown here and as HTML in ``celldag.report.html`` (its
+templates), so that the two renderings cannot disagree. A block's text is plain text with two kinds of inline markup,
+which Markdown shows as such and ``celldag.report.html.inline`` renders: `code` (or ``code``) and **strong**."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import yaml
 
 from celldag.plan import RUN_RECORD, make_plan
 from celldag.registry import load_config
-from browser import rendered_dom
+from browser import rendered_dom, texts
 from conftest import TRACKS, copy_workflow, dry_run_jobs, planned_run, run_snakemake
 from debian_packages import NotInstallable
 
@@ -139,6 +139,9 @@ def test_every_dataset_has_its_figures_and_the_index_shows_them_in_chromium(fini
     assert "ValueError: params.features must be" in dom  # the broken method's runs, with their reason
     assert sorted(widths) == sorted(f"figures/{p.parent.name}/{p.name}" for p in figures)
     assert all(width > 100 for width in widths.values()), widths  # every figure loaded
+    # captions are reStructuredText rendered by docutils: cost.rst's **…** is bold text, no asterisks left
+    assert "first seed's time includes importing the method's libraries" in texts(dom, ".//figcaption//strong")
+    assert "**" not in dom
 
 
 def test_snakemake_report_holds_every_figure(finished_run):

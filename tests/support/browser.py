@@ -2,6 +2,7 @@
 
 The page itself has no JavaScript; a copy beside it gets a small script that writes, once the page
 has loaded, every image's naturalWidth into the DOM, so that ``--dump-dom`` shows which images loaded.
+``texts`` reads elements of that DOM (html5lib's tree), e.g. the bold spans of the figures' captions.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ window.addEventListener("load", () => {
 </script>"""
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
          "--allow-file-access-from-files", "--virtual-time-budget=10000", "--dump-dom")  # fmt: skip
+
+
+def texts(dom: str, path: str) -> list[str]:
+    """The text of each element at ``path`` (ElementTree's, from the root: ".//figcaption//strong") of ``dom``."""
+    import html5lib
+
+    tree = html5lib.parse(dom, namespaceHTMLElements=False)
+    return ["".join(element.itertext()) for element in tree.iterfind(path)]
 
 
 def chromium() -> str:

@@ -23,7 +23,7 @@ from celldag.reference import (
     summary_line,
     verdict_counts,
 )
-from celldag.report.html import page, render
+from celldag.report.html import document_page
 from celldag.tolerance import plural
 
 SCORE_HEADER = ("verdict", "dataset", "track", "method", "variant", "seed", "metric", "kind", "reference", "this run", "Δ",
@@ -116,7 +116,7 @@ def write_check(blocks: list[Block], out: Path) -> tuple[Path, Path]:
     with artifacts.atomic_path(files[0]) as tmp:
         tmp.write_text(markdown(blocks))
     with artifacts.atomic_path(files[1]) as tmp:
-        tmp.write_text(page("celldag check", render(blocks)))
+        tmp.write_text(document_page("celldag check", blocks))
     return files
 
 

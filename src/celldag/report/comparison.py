@@ -1,8 +1,8 @@
 """compare.md, compare.html and the terminal summary of ``celldag compare`` (``celldag.compare``).
 
 One content, two formats, as the leaderboard: blocks rendered as Markdown (``leaderboard.markdown``)
-and as a static page (``html.page``/``render``). Rows that moved, changed status or are on one side
-only come first; identical rows are counted, listed only with ``--all``.
+and as a static page (``html.document_page``: the report's templates). Rows that moved, changed status or
+are on one side only come first; identical rows are counted, listed only with ``--all``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from celldag import artifacts
 from celldag.compare import IDENTICAL, MOVED, VERDICTS, Comparison, Judged, Ranking
 from celldag.document import Block, Heading, Paragraph, Table, markdown
 from celldag.record_differences import shown
-from celldag.report.html import page, render
+from celldag.report.html import document_page
 from celldag.tolerance import plural
 
 SCORE_HEADER = ("verdict", "dataset", "track", "method", "variant", "seed", "metric", "A", "B", "Δ", "relative Δ", "rule",
@@ -147,7 +147,7 @@ def write_comparison(comparison: Comparison, out: Path, show_all: bool = False) 
     with artifacts.atomic_path(files[0]) as tmp:
         tmp.write_text(markdown(blocks))
     with artifacts.atomic_path(files[1]) as tmp:
-        tmp.write_text(page("celldag compare", render(blocks)))
+        tmp.write_text(document_page("celldag compare", blocks))
     return files
 
 

@@ -2,38 +2,31 @@
 numbers against celldag's (``celldag.published``), the runs that did not finish ok with their reason, and
 links to the tables — one static page, no server, no JavaScript.
 
-The leaderboard content is ``celldag.report.leaderboard``'s blocks (the same as leaderboard.md);
-``leaderboard.html`` holds only those tables, for ``snakemake --report``.
+Every page is a Jinja2 template (``templates/``, autoescape on: a method's or a dataset's id is text, whatever
+it holds) that renders ``celldag.document``'s blocks, the content leaderboard.md (check.md, compare.md,
+published.md) is made from, so that the two cannot disagree. A block's text goes through one inline-markup
+renderer (``inline``); a figure's caption, reStructuredText, through docutils (``caption_html``).
+``leaderboard.html`` holds only the leaderboard's blocks, for ``snakemake --report``.
 """
 
 from __future__ import annotations
 
-import html
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
+from urllib.parse import urlsplit
 
+import jinja2
 import pandas as pd
+from markupsafe import Markup, escape
 
 from celldag import artifacts, plan
 from celldag.document import Block, Heading, Paragraph, Table
 from celldag.published import Context, PublishedTable, report_blocks
 from celldag.report.leaderboard import leaderboard_blocks
 from celldag.tracks import Track
-
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.2em; font-size: 0.85em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; }
-th { background: #f0f3f7; }
-tr.control td:first-child, tr.control td:nth-child(2) { color: #777; font-style: italic; }
-figure { margin: 1em 0 2em; }
-figure img { max-width: 100%; border: 1px solid #eee; }
-figcaption { font-size: 0.85em; color: #444; max-width: 900px; }
-code { background: #f4f4f4; padding: 0 0.2em; }
-nav a { margin-right: 1em; }
-"""
 
 
 @dataclass(frozen=True)
@@ -45,100 +38,171 @@ class ShownFigure:
     track: str = ""  # the track whose section of the dataset shows it (empty: the dataset's first section)
 
 
-def inline(text: str) -> str:
-    """Escaped text with `code` / ``code`` spans (Markdown and reStructuredText) as <code>."""
-    return re.sub(r"``?([^`]+)``?", r"<code>\1</code>", html.escape(text))
+# A document's inline markup, as leaderboard.md shows it: `code` or ``code`` (Markdown and reStructuredText) and
+# **strong**; nothing else is markup (a '*' alone is text: '*_relabelled' names the relabelled controls).
+INLINE = re.compile(r"``(?P<double>[^`]+)``|`(?P<single>[^`]+)`|\*\*(?P<strong>[^*\s](?:[^*]*[^*\s])?)\*\*")
 
 
-def render(blocks: Sequence[Block], kinds: dict[str, str] | None = None) -> list[str]:
-    """HTML of leaderboard blocks; a row whose method/variant is a control gets class="control"."""
-    parts = []
-    for block in blocks:
-        if isinstance(block, Heading):
-            anchor = f' id="{html.escape(block.anchor)}"' if block.anchor else ""
-            parts.append(f"<h{block.level}{anchor}>{inline(block.text)}</h{block.level}>")
-        elif isinstance(block, Paragraph):
-            if block.bullets:
-                parts.append("<ul>" + "".join(f"<li>{inline(line)}</li>" for line in block.lines) + "</ul>")
-            else:
-                parts.append("<p>" + " ".join(inline(line) for line in block.lines) + "</p>")
+def inline(text: object) -> Markup:
+    """One line of a block's text as HTML: escaped, with its inline markup (``INLINE``) as <code> and <strong>."""
+    text = str(text)
+    parts, position = [], 0
+    for found in INLINE.finditer(text):
+        parts.append(escape(text[position : found.start()]))
+        if found["strong"] is not None:
+            parts.append(Markup("<strong>%s</strong>") % inline(found["strong"]))
         else:
-            parts.append(table_html(block, kinds or {}))
-    return parts
+            parts.append(Markup("<code>%s</code>") % (found["double"] or found["single"]))
+        position = found.end()
+    parts.append(escape(text[position:]))
+    return Markup("").join(parts)
 
 
-def table_html(table: Table, kinds: dict[str, str]) -> str:
-    head = "".join(f"<th>{inline(cell)}</th>" for cell in table.header)
-    rows = []
-    for row in table.rows:
-        is_control = kinds.get(f"{row[0]}/{row[1]}") == "control"  # a run's row: its two id columns name its kind
-        opening = '<tr class="control">' if is_control else "<tr>"
-        rows.append(opening + "".join(f"<td>{inline(cell)}</td>" for cell in row) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+# docutils for a caption of a figure: what a caption file can do is inline markup, paragraphs and lists
+CAPTION_SETTINGS = {
+    "_disable_config": True,  # no docutils.conf of the machine, the user or the working directory
+    "file_insertion_enabled": False,  # no include directive, no file or url option of raw / csv-table
+    "raw_enabled": False,  # no raw directive or role: a caption's HTML is docutils' own
+    "report_level": 5,  # quiet: no system message in the page or on stderr
+    "halt_level": 4,  # a severe problem stops the page (``caption_html`` names the figure) …
+    "traceback": True,  # … as an exception, not an exit of the process
+    "doctitle_xform": False,  # a caption's first line stays its text, never a document title
+}
+LINK_SCHEMES = ("", "http", "https", "mailto")  # a caption's link elsewhere (javascript: …) shows as its text
+
+
+@cache
+def _caption_translator():
+    from docutils import nodes
+    from docutils.writers import html5_polyglot
+
+    class CaptionTranslator(html5_polyglot.HTMLTranslator):
+        def visit_literal(self, node):  # ``code``: <code>, as the page's other code
+            self.body.append(f"<code>{self.encode(node.astext())}</code>")
+            raise nodes.SkipNode
+
+        def visit_reference(self, node):
+            if urlsplit(node.get("refuri", "")).scheme.lower() not in LINK_SCHEMES:
+                self.body.append(self.encode(node.astext()))
+                raise nodes.SkipNode
+            super().visit_reference(node)
+
+    return CaptionTranslator
+
+
+@cache
+def caption_html(source: str, id_prefix: str = "") -> Markup:
+    """A figure's caption (reStructuredText) as HTML through docutils (``CAPTION_SETTINGS``); ``id_prefix``: of
+    every id it makes (a target's), so that a caption shown for several datasets repeats none."""
+    from docutils.core import publish_parts
+    from docutils.utils import SystemMessage
+    from docutils.writers import html5_polyglot
+
+    writer = html5_polyglot.Writer()
+    writer.translator_class = _caption_translator()
+    try:
+        parts = publish_parts(source, writer=writer, settings_overrides={**CAPTION_SETTINGS, "id_prefix": id_prefix})
+    except SystemMessage as err:
+        raise ValueError(f"not valid reStructuredText: {err}") from err
+    return Markup(parts["fragment"].strip())
+
+
+@cache
+def environment() -> jinja2.Environment:
+    """The templates (package data: ``celldag/report/templates``), HTML-escaping every value they print."""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("celldag.report", "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)  # fmt: skip
+    env.filters["inline"] = inline
+    env.tests |= {"heading": lambda item: isinstance(item, Heading), "paragraph": lambda item: isinstance(item, Paragraph),
+                  "table": lambda item: isinstance(item, Table)}  # fmt: skip
+    return env
+
+
+def render(blocks: Sequence[Block], kinds: Mapping[str, str] | None = None) -> list[Markup]:
+    """Each block's HTML (``templates/blocks.html``); a row whose method/variant is a control gets class="control"."""
+    macro = environment().get_template("blocks.html").module.block  # type: ignore[attr-defined]
+    return [macro(block, dict(kinds or {})) for block in blocks]
+
+
+def document_page(title: str, blocks: Sequence[Block], kinds: Mapping[str, str] | None = None) -> str:
+    """A page of blocks (``templates/page.html``): check.html, compare.html, leaderboard.html."""
+    return environment().get_template("page.html").render(title=title, blocks=blocks, kinds=dict(kinds or {}), parts=())
 
 
 def page(title: str, body: Sequence[str]) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")  # fmt: skip
+    """A page of HTML parts, each already HTML (``render``'s), as ``document_page`` lays out blocks."""
+    return environment().get_template("page.html").render(title=title, blocks=(), kinds={},
+                                                          parts=[Markup(part) for part in body])  # fmt: skip
 
 
-def figure_html(figure: ShownFigure, index_dir: str) -> str:
-    source = html.escape(os.path.relpath(figure.path, index_dir))
-    caption = " ".join(line.strip() for line in figure.caption.splitlines())
-    return (f'<figure id="{html.escape(figure.dataset)}-{html.escape(figure.name)}"><img src="{source}" '
-            f'alt="{html.escape(figure.dataset)}: {html.escape(figure.name)}"><figcaption><b>{html.escape(figure.name)}.</b> '
-            f"{inline(caption)}</figcaption></figure>")  # fmt: skip
+@dataclass(frozen=True)
+class Link:
+    name: str
+    href: str
 
 
-def runs_not_ok(runs: pd.DataFrame, index_dir: str) -> list[str]:
-    """The runs that did not finish ok: their reason and a link to each run's log."""
+@dataclass(frozen=True)
+class FigureView:
+    dataset: str
+    name: str
+    id: str
+    src: str
+    caption: Markup
+
+
+def figure_view(figure: ShownFigure, index_dir: str) -> FigureView:
+    anchor = f"{figure.dataset}-{figure.name}"
+    try:
+        caption = caption_html(figure.caption, f"{anchor}-")
+    except ValueError as err:
+        raise ValueError(f"the caption of figure {figure.name!r} ({figure.dataset}): {err}") from err
+    return FigureView(figure.dataset, figure.name, anchor, os.path.relpath(figure.path, index_dir), caption)
+
+
+@dataclass(frozen=True)
+class RunNotOk:
+    cells: tuple[str, ...]  # status, dataset, method/variant, seed, reason
+    files: tuple[Link, ...]  # its record and its log
+
+
+def runs_not_ok(runs: pd.DataFrame, index_dir: str) -> list[RunNotOk]:
+    """The runs that did not finish ok: their reason and a link to each run's record and log."""
     shown = runs[runs["status"] != "ok"].sort_values(["status", "dataset", "method", "variant", "seed"])
-    parts = [f'<h2 id="not-ok">Runs not ok ({len(shown)} of {len(runs)})</h2>']
-    if shown.empty:
-        return parts + ["<p>Every run finished with status <code>ok</code>.</p>"]
-    rows = []
+    found = []
     for run in shown.itertuples(index=False):
         files = (("record", run.record), ("log", plan.log_of_record(run.record)))
-        links = " ".join(f'<a href="{html.escape(os.path.relpath(path, index_dir))}">{name}</a>'
-                         for name, path in files if path is not None)  # fmt: skip
-        rows.append(
-            (run.status, run.dataset, f"{run.method}/{run.variant}", str(run.seed), run.status_reason or "", links)
-        )
-    head = "".join(f"<th>{name}</th>" for name in ("status", "dataset", "run", "seed", "reason", "files"))
-    body = "".join(
-        "<tr>" + "".join(f"<td>{inline(c)}</td>" for c in row[:-1]) + f"<td>{row[-1]}</td></tr>" for row in rows
-    )
-    return parts + [f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
+        found.append(RunNotOk((run.status, run.dataset, f"{run.method}/{run.variant}", str(run.seed), run.status_reason or ""),
+                              tuple(Link(name, os.path.relpath(path, index_dir)) for name, path in files if path is not None)))  # fmt: skip
+    return found
+
+
+@dataclass(frozen=True)
+class Part:
+    blocks: tuple[Block, ...]
+    figures: tuple[FigureView, ...]  # shown after the blocks
 
 
 def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Track], figures: Sequence[ShownFigure],
                index_path: str, kinds: dict[str, str], baseline: str | None = None, paired: Sequence[dict] = (),
                notes: Sequence[str] = (), links: Sequence[str] = (), published: Sequence[Block] = ()) -> str:  # fmt: skip
-    """The index: each dataset's leaderboard tables followed by its figures, the published numbers
-    (``published``: ``celldag.published.report_blocks``), then the runs not ok."""
+    """The index (``templates/index.html``): each dataset's leaderboard tables followed by its figures, the
+    published numbers (``published``: ``celldag.published.report_blocks``), then the runs not ok."""
     index_dir = os.path.dirname(index_path) or "."
     blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs)
     sections = [block for block in blocks if isinstance(block, Heading) and block.dataset]
-    nav = " ".join(f'<a href="#{html.escape(s.anchor)}">{html.escape(s.text if s.anchor != s.dataset else s.dataset)}</a>'
-                   for s in sections)  # fmt: skip
-    files = " ".join(f'<a href="{html.escape(os.path.relpath(path, index_dir))}">{html.escape(os.path.basename(path))}</a>'
-                     for path in links)  # fmt: skip
-    if published:
-        nav += ' <a href="#published">published vs reproduced</a>'
-    body = [f'<nav>{nav} <a href="#not-ok">runs not ok</a></nav>', f"<p>Tables: {files}</p>"]
     first = {s.dataset: s.track for s in reversed(sections)}  # figures without a track: the dataset's first section
-    shown_in = {(s.dataset, s.track): [f for f in figures if f.dataset == s.dataset and (f.track or first[s.dataset]) == s.track]
-                for s in sections}  # fmt: skip
-    current = None
+    parts: list[tuple[list[Block], tuple[FigureView, ...]]] = [([], ())]
     for block in blocks:
-        if isinstance(block, Heading) and block.dataset:
-            body += [figure_html(f, index_dir) for f in shown_in.get(current, [])]
-            current = (block.dataset, block.track)
-        body += render([block], kinds)
-    body += [figure_html(f, index_dir) for f in shown_in.get(current, [])]
-    body += render(published, kinds)
-    body += runs_not_ok(runs, index_dir)
-    return page("celldag results", body)
+        if isinstance(block, Heading) and block.dataset:  # a section opens: its figures close it
+            shown = [f for f in figures if f.dataset == block.dataset and (f.track or first[f.dataset]) == block.track]
+            parts.append(([], tuple(figure_view(f, index_dir) for f in shown)))
+        parts[-1][0].append(block)
+    return environment().get_template("index.html").render(
+        title="celldag results", kinds=dict(kinds), sections=sections, published=published,
+        parts=[Part(tuple(part), shown) for part, shown in parts],
+        links=[Link(os.path.basename(path), os.path.relpath(path, index_dir)) for path in links],
+        not_ok=runs_not_ok(runs, index_dir), n_runs=len(runs),
+    )  # fmt: skip
 
 
 def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str], figure_captions: Sequence[str],
@@ -159,9 +223,5 @@ def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str]
                                   kinds=kinds, baseline=baseline, paired=paired, notes=notes, links=links,
                                   published=report_blocks(published, scores, published_context) if published else ()))  # fmt: skip
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(
-            page(
-                "celldag leaderboard",
-                render(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs), kinds),
-            )
-        )
+        blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs)
+        tmp.write_text(document_page("celldag leaderboard", blocks, kinds))

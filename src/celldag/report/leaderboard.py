@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
@@ -152,13 +153,113 @@ def subsample_notes(scores: pd.DataFrame) -> list[Block]:
 
 
 def scoring_notes(scores: pd.DataFrame) -> list[Block]:
-    """The distinct notes the scoring of a section's runs left (``contracts.SCORE_NOTE``), each with its seeds."""
+    """The notes the scoring of a section's runs left (``contracts.SCORE_NOTE``): each distinct line with its seeds,
+    and each part that lists groups per scenario (``note_parts``) as a table under what it lists
+    (``scenario_table``), where a line per seed ran to thousands of characters on a dataset of a few batches."""
     if contracts.SCORE_NOTE not in scores:
         return []
     noted = scores[scores[contracts.SCORE_NOTE].fillna("").ne("")]
-    lines = tuple(f"Seeds {', '.join(map(str, sorted(set(group['seed']))))}: {note}"
-                  for note, group in noted.groupby(contracts.SCORE_NOTE, sort=True))  # fmt: skip
-    return [Paragraph(lines, bullets=True)] if lines else []
+    lines: dict[str, set] = {}
+    listed: dict[str, list[tuple[int, str, str]]] = {}  # what is listed → (seed, scenario, groups), as first met
+    for seed, note in sorted(set(zip(noted["seed"], noted[contracts.SCORE_NOTE]))):
+        for part in note_parts(note):
+            if isinstance(part, str):
+                lines.setdefault(part, set()).add(seed)
+            else:
+                listed.setdefault(part[0], []).extend((seed, scenario, groups) for scenario, groups in part[1])
+    blocks: list[Block] = []
+    if lines:
+        blocks.append(Paragraph(tuple(f"Seeds {_seeds(seeds)}: {line}" for line, seeds in sorted(lines.items())),
+                                bullets=True))  # fmt: skip
+    for lead, entries in listed.items():
+        blocks += scenario_table(lead, entries)
+    return blocks
+
+
+def scenario_table(lead: str, entries: Sequence[tuple[int, str, str]]) -> list[Block]:
+    """What a note lists per scenario, over seeds: where every group carries a number ('name (4.2)': a dropped
+    group's weight), a table of the groups by scenario with each seed's number; otherwise a row per scenario and
+    distinct groups, with the seeds that list them."""
+    words = lead.split()
+    title = f"{lead[0].upper()}{lead[1:]}" if words and words[0].isalpha() else lead  # an id keeps its case
+    scenarios = list(dict.fromkeys(scenario for _, scenario, _ in entries))
+    seeds = sorted({seed for seed, _, _ in entries})
+    numbers: dict[tuple[str, int], dict[str, str]] | None = {}
+    for seed, scenario, groups in entries:
+        items = [NUMBERED_GROUP.fullmatch(item) for item in groups.split(", ")]
+        of_seed = {item["name"]: item["number"] for item in items if item}
+        if len(of_seed) < len(items) or numbers.get((scenario, seed), of_seed) != of_seed:
+            numbers = None
+            break
+        numbers[scenario, seed] = of_seed
+    if numbers is not None:
+        names = merged_order([list(of_seed) for of_seed in numbers.values()])
+
+        def cell(name: str, scenario: str) -> str:
+            found = [numbers.get((scenario, seed), {}).get(name) for seed in seeds]
+            return ", ".join(number or "–" for number in found) if any(found) else ""
+
+        return [Paragraph((f"{title}. Each cell gives the group's number in seeds {_seeds(seeds)} in turn (–: not in "
+                           "that seed's list):",)),
+                Table(("group", *scenarios), tuple((name, *(cell(name, s) for s in scenarios)) for name in names))]  # fmt: skip
+    rows: dict[tuple[str, str], set] = {}
+    for seed, scenario, groups in entries:
+        rows.setdefault((scenario, groups), set()).add(seed)
+    shown = sorted(rows.items(), key=lambda item: (scenarios.index(item[0][0]), sorted(item[1]), item[0][1]))
+    return [Paragraph((f"{title}:",)),
+            Table(("scenario", "seeds", "groups"), tuple((scenario, _seeds(of), groups) for (scenario, groups), of in shown))]  # fmt: skip
+
+
+def merged_order(lists: Sequence[Sequence[str]]) -> list[str]:
+    """The names of ``lists`` in one order that keeps each list's own (a seed's list that lacks a group leaves it
+    where the others have it); as first met where the lists say nothing or disagree."""
+    waiting = list(dict.fromkeys(name for names in lists for name in names))
+    before = {name: set() for name in waiting}  # name → the names a list puts right before it
+    for names in lists:
+        for previous, name in zip(names, names[1:]):
+            before[name].add(previous)
+    order: list[str] = []
+    while waiting:
+        ready = next((name for name in waiting if before[name] <= set(order)), waiting[0])
+        order.append(ready)
+        waiting.remove(ready)
+    return order
+
+
+def _seeds(seeds) -> str:
+    return ", ".join(map(str, sorted(seeds)))
+
+
+NUMBERED_GROUP = re.compile(r"(?P<name>.+) \((?P<number>-?\d+(?:\.\d+)?)\)")
+
+
+# A note's part that lists groups per scenario, "<what is listed>: <scenario> — <groups> | <scenario> — <groups>"
+# (celldag.annotation.scoring.groups_note: the groups too small to calibrate, those dropped from Kandinsky's design);
+# a note's parts are joined by ". ". What is listed and a scenario's name hold no ':', '|', '—' or '. ', groups no '|'.
+_NAME = r"(?:[^:|—.]|\.(?! ))+?"
+SCENARIO_LIST = re.compile(rf"(?P<lead>{_NAME}): (?P<listed>{_NAME} — [^|]+?(?: \| {_NAME} — [^|]+?)*)(?:\. |$)")
+
+
+def note_parts(note: str) -> list[str | tuple[str, tuple[tuple[str, str], ...]]]:
+    """A scoring note's parts in order: (what is listed, ((scenario, groups), …)) for each part that lists groups
+    per scenario (``SCENARIO_LIST``), the text between them as it is; a note without such a part is one text."""
+    parts: list[str | tuple[str, tuple[tuple[str, str], ...]]] = []
+    position = 0
+    while position < len(note):
+        found = SCENARIO_LIST.match(note, position)
+        if found:
+            rows = tuple(tuple(entry.split(" — ", 1)) for entry in found["listed"].split(" | "))
+            parts.append((found["lead"], rows))  # type: ignore[arg-type]
+            position = found.end()
+            continue
+        end = position
+        while True:  # the text runs to the '. ' before the next list, or to the end
+            end = note.find(". ", end + 1)
+            if end < 0 or SCENARIO_LIST.match(note, end + 2):
+                break
+        parts.append(note[position:] if end < 0 else note[position:end])
+        position = len(note) if end < 0 else end + 2
+    return parts
 
 
 def run_notes(runs: pd.DataFrame | None, dataset: str) -> list[Block]:

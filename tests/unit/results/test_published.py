@@ -306,7 +306,7 @@ def test_the_paper_presets_index_page_lists_every_mapped_number_of_its_datasets(
     assert f"{si}<td>0.520 [0.500, 0.540] (5 seeds)</td><td>+0.084</td><td>neither</td></tr>" in section
     assert "<td>not computed (no ok runs: 5 failed)</td>" in section  # scVI-raw
     assert "<td>not comparable (not a celldag method)</td>" in section  # scGPT
-    assert "not comparable (celldag&#x27;s genept_w averages the go_text vectors" in section
+    assert "not comparable (celldag&#39;s genept_w averages the go_text vectors" in section
 
 
 def test_compare_published_writes_every_table_and_exits_1_on_a_number_that_does_not_reproduce(
