@@ -26,8 +26,7 @@ from celldag.plan import method_kind
 from celldag.record_differences import INPUT, FieldDifference, record_differences
 from celldag.records import read_record
 from celldag.registry import read_yaml, shipped_registries
-from celldag.leaderboard import rank
-from celldag.report.leaderboard import metric_groups, metric_is_count, rank_key
+from celldag.leaderboard import metric_groups, metric_is_count, rank, rank_key
 from celldag.tracks import Track, tracks_of
 from celldag.tolerance import CUDA_TOLERANCE, Tolerance, values_match
 

@@ -1,12 +1,15 @@
-"""Ranks with their uncertainty: which methods of a leaderboard table the seeds can tell apart.
+"""The leaderboard's model: a configuration's per-run scores and run records gathered into its tables, the
+statistics over seeds its views show (paired differences, t intervals) and its ranking with the uncertainty the seeds
+leave. ``celldag.report.leaderboard`` renders them (and re-exports these names).
 
-A table ranked by its mean alone puts methods in a row that nothing in the data separates. Here every pair of ranked
-rows is compared on the seeds ``ok`` for both, by a paired Student t test on the per-seed differences (seeds are
-paired: the same seed draws the same data split, subsample and initialisation for every method), with Holm's
-step-down over all pairs of the table, so that the chance of separating any pair whose means are equal stays ≤ 5 %
-at once for the whole table. A row's rank interval is then every rank compatible with those decisions (Mogstad,
-Romano, Shaikh & Wilhelm 2024, "Inference for ranks"): from 1 + the rows separably better than it to the number of
-rows − those it is separably better than. The tie group is the rows not separable from the best.
+Ranks with their uncertainty: a table ranked by its mean alone puts methods in a row that nothing in the data
+separates. Here every pair of ranked rows is compared on the seeds ``ok`` for both, by a paired Student t test on the
+per-seed differences (seeds are paired: the same seed draws the same data split, subsample and initialisation for
+every method), with Holm's step-down over all pairs of the table, so that the chance of separating any pair whose
+means are equal stays ≤ 5 % at once for the whole table. A row's rank interval is then every rank compatible with
+those decisions (Mogstad, Romano, Shaikh & Wilhelm 2024, "Inference for ranks"): from 1 + the rows separably better
+than it to the number of rows − those it is separably better than. The tie group is the rows not separable from the
+best.
 
 A pair whose per-seed differences have no spread (a deterministic method on fixed data beside another) cannot be
 separated by seeds whatever its mean difference: the test has no error to scale it by, so it stays tied. A row with
@@ -17,12 +20,164 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+import pandas as pd
 from scipy import stats
 
+from celldag import artifacts, contracts
+from celldag.records import read_record
+from celldag.tracks import DELTA_PREFIX, Track, relative_reduction
+
 LEVEL = 0.05  # the family error rate of a table's pairwise decisions
+# a spread of the per-seed differences below this × the scores' size is rounding of a constant difference (0.3 + x −
+# (0.7 + x) differs in its last bits from seed to seed), not seed noise: such a pair is not separable by seeds
+NO_SPREAD = 1e-12
+
+
+# ------------------------------------------------------------------------------------------ the tables
+
+RUN_COLUMNS = ["dataset", "method", "variant", "seed", "status", "status_reason", "wall_time_s", "peak_rss_mb",
+               "device", "config_hash", "note", "record"]  # fmt: skip
+
+
+def collect_scores(paths: Sequence[str]) -> pd.DataFrame:
+    return pd.concat([artifacts.read_scores(path) for path in paths], ignore_index=True)
+
+
+def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
+    records = []
+    for path in paths:
+        record = read_record(path)
+        # a method's note for readers (uns["note"]: e.g. CellTreeQM's selection fallback) reaches the leaderboard
+        note = (record.get("method_facts") or {}).get("note", "")
+        records.append({"dataset": record["dataset_id"], "method": record["method_id"], **record, "note": note,
+                        "record": str(path)})  # fmt: skip
+    return pd.DataFrame(records)[RUN_COLUMNS].sort_values(["dataset", "method", "variant", "seed"])
+
+
+def add_deltas(scores: pd.DataFrame, baseline: str, tracks: dict[str, Track]) -> pd.DataFrame:
+    """Append Δ rows (``delta_rf`` …) for the metrics their track declares with a Δ: relative reduction
+    against ``baseline`` on the same dataset and seed."""
+    with_delta = {
+        (track_id, name) for track_id, track in tracks.items() for name, m in track.metrics.items() if m.delta
+    }
+    declared = pd.Series([(track, metric) in with_delta for track, metric in zip(scores["track"], scores["metric"])],
+                         index=scores.index)  # fmt: skip
+    ok = scores[(scores["status"] == "ok") & declared]
+    reference = ok[ok["method"] == baseline].groupby(["dataset", "seed", "metric"])["value"].first()
+    others = ok[ok["method"] != baseline].join(
+        reference.rename("baseline"), on=["dataset", "seed", "metric"], how="inner"
+    )
+    deltas = others.assign(
+        metric=DELTA_PREFIX + others["metric"],
+        value=[relative_reduction(b, v) for b, v in zip(others["baseline"], others["value"])],
+        higher_is_better=True,
+    ).drop(columns="baseline")
+    deltas = deltas[deltas["value"].notna()]
+    return pd.concat([scores, deltas], ignore_index=True) if len(deltas) else scores
+
+
+def score_text(value: float) -> str:
+    text = f"{value:.3f}"
+    return "0.000" if text == "-0.000" else text  # a rounding artefact, not a sign worth reading
+
+
+def metric_groups(table: pd.DataFrame, track: Track) -> dict[str, list[str]]:
+    """The track's metric groups (in their order; each Δ after its metrics), restricted to metrics present."""
+    present = set(table["metric"])
+    groups = {}
+    for group in track.metric_groups:
+        names = [metric.name for metric in group.metrics]
+        names += [DELTA_PREFIX + metric.name for metric in group.metrics if metric.delta]
+        groups[group.title] = [name for name in names if name in present]
+    return {title: metrics for title, metrics in groups.items() if metrics}
+
+
+def paired_difference(scores: pd.DataFrame, method: str, other: str, metric: str) -> dict | None:
+    """``method`` − ``other`` on ``metric`` over the seeds where both ran ok: mean, 95 % t interval, n.
+
+    Pairing by seed removes what the seed shares (split, data draw); the interval is Student's t on
+    the per-seed differences, so with 3 seeds it is wide, and it is reported whatever its sign.
+    """
+
+    def per_seed(selector: str) -> pd.Series:
+        name, _, variant = selector.partition("/")
+        rows = scores[(scores["method"] == name) & (scores["variant"] == variant) & (scores["metric"] == metric)
+                      & (scores["status"] == "ok")]  # fmt: skip
+        return rows.set_index("seed")["value"]
+
+    differences = (per_seed(method) - per_seed(other)).dropna()
+    return None if differences.empty else t_interval(differences)
+
+
+def t_interval(values: pd.Series) -> dict:
+    """Mean of per-seed values with a 95 % Student-t interval (low, high: NaN for one value) and their number."""
+    n, mean = len(values), float(values.mean())
+    if n < 2:
+        return {"mean": mean, "low": float("nan"), "high": float("nan"), "n": n}
+    half = float(stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / n**0.5)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
+
+
+def paired_rows(scores: pd.DataFrame, paired: Sequence[dict]) -> list[dict]:
+    """Every comparison the config asks for that has runs on this table: method, other, metric and the difference."""
+    rows = []
+    for comparison in paired:
+        for other in comparison["against"]:
+            for metric in comparison["metrics"]:
+                result = paired_difference(scores, comparison["method"], other, metric)
+                if result is not None:
+                    rows.append({"method": comparison["method"], "other": other, "metric": metric, **result,
+                                 "higher_is_better": higher_is_better(scores, metric)})  # fmt: skip
+    return rows
+
+
+def clipped_runs(rows: pd.DataFrame, track: Track) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """(method, variant, metric) → (seeds whose value is the metric's clipping bound, seeds ok), where any is."""
+    clipped = {}
+    for metric, declared in track.metrics.items():
+        if declared.clipped_at is None:
+            continue
+        ok = rows[(rows["metric"] == metric) & (rows["status"] == "ok")]
+        for (method, variant), values in ok.groupby(["method", "variant"])["value"]:
+            n_clipped = int((values == declared.clipped_at).sum())
+            if n_clipped:
+                clipped[method, variant, metric] = (n_clipped, len(values))
+    return clipped
+
+
+def metric_is_count(metric: str, track: Track) -> bool:
+    return metric in track.metrics and track.metrics[metric].count
+
+
+def rank_key(mean: float, higher_is_better: bool, method: str, variant: str) -> tuple:
+    """A leaderboard row's place: the best mean of the headline metric first, rows without an ok value
+    last, then by method and variant (``celldag compare`` ranks by the same key)."""
+    missing = bool(pd.isna(mean))
+    return (missing, 0.0 if missing else (-mean if higher_is_better else mean), method, variant)
+
+
+def higher_is_better(scores: pd.DataFrame, metric: str) -> bool:
+    """The metric's direction, from the scores table's higher_is_better column."""
+    return bool(scores.loc[scores["metric"] == metric, "higher_is_better"].iloc[0])
+
+
+def aggregate_tables(score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
+                     baseline: str, tracks: dict[str, Track]) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """Every run's scores (with the Δ rows against ``baseline``) and run records, checked and written to
+    ``scores_path`` and ``runs_path`` (scores.parquet, runs.parquet); returned for the views."""
+    scores = add_deltas(collect_scores(score_paths), baseline, tracks)
+    scores = scores.sort_values(["dataset", "method", "variant", "metric", "seed"]).reset_index(drop=True)
+    contracts.check_scores(scores, scores_path)
+    artifacts.write_parquet(scores, scores_path)
+    runs = collect_runs(record_paths)
+    artifacts.write_parquet(runs, runs_path)
+    return scores, runs
+
+
+# ------------------------------------------------------------------------------------------ ranks
 
 
 @dataclass(frozen=True)
@@ -63,7 +218,8 @@ def paired_test(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[int, fl
         return len(differences), (differences[0] if differences else math.nan), 1.0
     mean = math.fsum(differences) / len(differences)
     spread = math.sqrt(math.fsum((d - mean) ** 2 for d in differences) / (len(differences) - 1))
-    if spread == 0.0:  # not separable by seeds: no error to scale the difference by
+    scale = max(max(abs(a[seed]), abs(b[seed])) for seed in seeds)
+    if spread <= NO_SPREAD * scale:  # not separable by seeds: no error to scale the difference by (rounding aside)
         return len(differences), mean, 1.0
     t = mean / (spread / math.sqrt(len(differences)))
     return len(differences), mean, float(2 * stats.t.sf(abs(t), df=len(differences) - 1))
@@ -106,6 +262,18 @@ def rank(per_seed: Mapping[Hashable, Mapping[int, float]], higher_is_better: boo
     tied = frozenset(row for row in ranked if row == best or not any(
         set(test.rows) == {row, best} and test.better is not None for test in pairs))  # fmt: skip
     return Ranking(intervals, tied, pairs, unranked)
+
+
+def table_ranking(rows: pd.DataFrame, keys: Sequence[tuple[str, str]], metric: str) -> Ranking:
+    """``rank`` of a leaderboard table's rows ((method, variant) ``keys``) by ``metric``: each seed's ok value (the
+    mean where a seed holds several rows of it)."""
+    ok = rows[(rows["metric"] == metric) & (rows["status"] == "ok")]
+    means = ok.groupby(["method", "variant", "seed"])["value"].mean()
+    per_seed = {key: {} for key in keys}
+    for (method, variant, seed), value in means.items():
+        if (method, variant) in per_seed:
+            per_seed[method, variant][int(seed)] = float(value)
+    return rank(per_seed, higher_is_better(rows, metric))
 
 
 def interval_text(interval: tuple[int, int]) -> str:

@@ -40,7 +40,7 @@ from celldag import artifacts
 from celldag.compare import KEY, Side
 from celldag.errors import InputError
 from celldag.record_differences import INPUT, RECORD, MACHINE, run_facts
-from celldag.report.leaderboard import metric_is_count
+from celldag.leaderboard import metric_is_count
 from celldag.tolerance import Tolerance, plural
 from celldag.tracks import Track
 

@@ -54,7 +54,7 @@ def scores_heatmap(data: FigureData):
     import numpy as np
     import pandas as pd
 
-    from celldag.report.leaderboard import clipped_runs
+    from celldag.leaderboard import clipped_runs, interval_text, metric_groups, table_ranking
 
     table = mean_table(data.scores, data.track)
     if table.empty:
@@ -64,7 +64,13 @@ def scores_heatmap(data: FigureData):
     ranked, controls = table[~control], table[control].sort_index()
     ranks = column_ranks(ranked, data.track)
     core = [metric for metric in data.track.core_metrics if metric in table.columns]
-    mean_rank = ranks[core].mean(axis=1).sort_values(kind="stable")
+    mean_rank = ranks[core].mean(axis=1)
+    # rows in the leaderboard's order: its rank interval by the headline metric (celldag.leaderboard), then mean rank
+    headline = next(iter(metric_groups(data.scores, data.track).values()))[0]
+    ranking = table_ranking(data.scores, [tuple(key.split("/", 1)) for key in ranked.index], headline)
+    intervals = {key: ranking.intervals.get(tuple(key.split("/", 1))) for key in ranked.index}
+    unranked = (len(ranked) + 1, len(ranked) + 1)  # fewer than two ok seeds: after the ranked rows
+    mean_rank = mean_rank.loc[sorted(ranked.index, key=lambda key: (intervals[key] or unranked, mean_rank[key], key))]
     table = pd.concat([ranked.loc[mean_rank.index], controls])
     ranks, mean_rank = ranks.reindex(table.index), mean_rank.reindex(table.index)
     # colour by rank within the column, scaled to [0, 1] (1 = best): comparable across metrics of any range
@@ -90,15 +96,17 @@ def scores_heatmap(data: FigureData):
                 axes.text(column, row, text,
                           ha="center", va="center", fontsize=7, color="white" if shade[row, column] > 0.6 else "black")  # fmt: skip
     axes.set_xticks(range(len(columns)), headings, rotation=45, ha="right", fontsize=7)
-    axes.set_yticks(range(n_rows), [label(key, data.kinds) for key in table.index], fontsize=7)
+    rank_labels = {key: f"  [{interval_text(interval)}]" for key, interval in intervals.items() if interval}
+    axes.set_yticks(range(n_rows), [label(key, data.kinds) + rank_labels.get(key, "") for key in table.index],
+                    fontsize=7)  # fmt: skip
     for text, key in zip(axes.get_yticklabels(), table.index):
         style_label(text, key, data.kinds)
     axes.axvline(len(columns) - 1.5, color="black", linewidth=1)
     if len(controls) and n_ranked:
         axes.axhline(n_ranked - 0.5, color="black", linewidth=1)  # the controls below: not ranked
     axes.set_title(
-        f"{data.dataset}: mean over seeds (status ok); darker = better in its column"
-        + ("; controls (grey, below the line) not ranked" if len(controls) else ""),
+        f"{data.dataset}: mean over seeds (status ok); darker = better in its column; [ranks] by {headline}, as in "
+        "the leaderboard" + ("; controls (grey, below the line) not ranked" if len(controls) else ""),
         fontsize=9,
     )
     return figure
@@ -183,7 +191,7 @@ def figure_data(*, dataset: str, dataset_entry: dict, track_id: str, track: Trac
     if scores_path:
         scores = artifacts.read_scores(scores_path)
     if record_paths:
-        from celldag.report.leaderboard import collect_runs
+        from celldag.leaderboard import collect_runs
 
         runs = collect_runs(record_paths)
     if prepared_path:

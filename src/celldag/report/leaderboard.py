@@ -1,4 +1,6 @@
-"""Per-run scores and run records → a configuration's scores.parquet, runs.parquet and leaderboard.md (results/{name}/)."""
+"""A configuration's leaderboard.md (results/{name}/) and the blocks index.html renders: per dataset and metric group,
+methods × metrics with their rank intervals, the notes under them and the paired differences. The numbers — the
+gathered tables, the statistics over seeds and the ranks — are ``celldag.leaderboard``'s, re-exported here."""
 
 from __future__ import annotations
 
@@ -9,53 +11,32 @@ import pandas as pd
 
 from celldag import artifacts, contracts
 from celldag.document import Block, Heading, Paragraph, Table, markdown
-from celldag.records import read_record
-from celldag.tracks import DELTA_PREFIX, Track, relative_reduction
+from celldag.leaderboard import (
+    RUN_COLUMNS,
+    Ranking,
+    add_deltas,
+    aggregate_tables,
+    clipped_runs,
+    collect_runs,
+    collect_scores,
+    higher_is_better,
+    interval_text,
+    metric_groups,
+    metric_is_count,
+    paired_difference,
+    paired_rows,
+    rank_key,
+    score_text,
+    t_interval,
+    table_ranking,
+)
+from celldag.tracks import DELTA_PREFIX, Track
 
-RUN_COLUMNS = ["dataset", "method", "variant", "seed", "status", "status_reason", "wall_time_s", "peak_rss_mb",
-               "device", "config_hash", "note", "record"]  # fmt: skip
-
-
-def collect_scores(paths: Sequence[str]) -> pd.DataFrame:
-    return pd.concat([artifacts.read_scores(path) for path in paths], ignore_index=True)
-
-
-def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
-    records = []
-    for path in paths:
-        record = read_record(path)
-        # a method's note for readers (uns["note"]: e.g. CellTreeQM's selection fallback) reaches the leaderboard
-        note = (record.get("method_facts") or {}).get("note", "")
-        records.append({"dataset": record["dataset_id"], "method": record["method_id"], **record, "note": note,
-                        "record": str(path)})  # fmt: skip
-    return pd.DataFrame(records)[RUN_COLUMNS].sort_values(["dataset", "method", "variant", "seed"])
-
-
-def add_deltas(scores: pd.DataFrame, baseline: str, tracks: dict[str, Track]) -> pd.DataFrame:
-    """Append Δ rows (``delta_rf`` …) for the metrics their track declares with a Δ: relative reduction
-    against ``baseline`` on the same dataset and seed."""
-    with_delta = {
-        (track_id, name) for track_id, track in tracks.items() for name, m in track.metrics.items() if m.delta
-    }
-    declared = pd.Series([(track, metric) in with_delta for track, metric in zip(scores["track"], scores["metric"])],
-                         index=scores.index)  # fmt: skip
-    ok = scores[(scores["status"] == "ok") & declared]
-    reference = ok[ok["method"] == baseline].groupby(["dataset", "seed", "metric"])["value"].first()
-    others = ok[ok["method"] != baseline].join(
-        reference.rename("baseline"), on=["dataset", "seed", "metric"], how="inner"
-    )
-    deltas = others.assign(
-        metric=DELTA_PREFIX + others["metric"],
-        value=[relative_reduction(b, v) for b, v in zip(others["baseline"], others["value"])],
-        higher_is_better=True,
-    ).drop(columns="baseline")
-    deltas = deltas[deltas["value"].notna()]
-    return pd.concat([scores, deltas], ignore_index=True) if len(deltas) else scores
-
-
-def score_text(value: float) -> str:
-    text = f"{value:.3f}"
-    return "0.000" if text == "-0.000" else text  # a rounding artefact, not a sign worth reading
+__all__ = [  # the model's names, for code that imported them from here
+    "RUN_COLUMNS", "add_deltas", "aggregate", "clipped_runs", "collect_runs", "collect_scores", "leaderboard_blocks",
+    "leaderboard_markdown", "markdown", "metric_groups", "metric_heading", "metric_is_count", "paired_difference",
+    "paired_rows", "rank_key", "score_text", "t_interval",
+]  # fmt: skip
 
 
 def _cell(values: pd.Series, statuses: pd.Series, count: bool = False) -> str:
@@ -123,7 +104,10 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
             if index:
                 blocks.append(Heading(3, group))
             clipped = clipped_runs(rows, tracks[track])
-            blocks.append(_table(rows, keys[[not c for c in control]], metrics, tracks[track], clipped))
+            ranked_keys = keys[[not c for c in control]]
+            ranking = table_ranking(rows, list(ranked_keys.itertuples(index=False, name=None)), metrics[0])
+            blocks += [_table(rows, ranked_keys, metrics, tracks[track], clipped, ranking),
+                       ranks_note(ranking, metrics[0])]  # fmt: skip
             if any(control):
                 blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics, tracks[track], clipped)]
             if clipped:
@@ -285,58 +269,6 @@ def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baselin
     return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs))
 
 
-def metric_groups(table: pd.DataFrame, track: Track) -> dict[str, list[str]]:
-    """The track's metric groups (in their order; each Δ after its metrics), restricted to metrics present."""
-    present = set(table["metric"])
-    groups = {}
-    for group in track.metric_groups:
-        names = [metric.name for metric in group.metrics]
-        names += [DELTA_PREFIX + metric.name for metric in group.metrics if metric.delta]
-        groups[group.title] = [name for name in names if name in present]
-    return {title: metrics for title, metrics in groups.items() if metrics}
-
-
-def paired_difference(scores: pd.DataFrame, method: str, other: str, metric: str) -> dict | None:
-    """``method`` − ``other`` on ``metric`` over the seeds where both ran ok: mean, 95 % t interval, n.
-
-    Pairing by seed removes what the seed shares (split, data draw); the interval is Student's t on
-    the per-seed differences, so with 3 seeds it is wide, and it is reported whatever its sign.
-    """
-
-    def per_seed(selector: str) -> pd.Series:
-        name, _, variant = selector.partition("/")
-        rows = scores[(scores["method"] == name) & (scores["variant"] == variant) & (scores["metric"] == metric)
-                      & (scores["status"] == "ok")]  # fmt: skip
-        return rows.set_index("seed")["value"]
-
-    differences = (per_seed(method) - per_seed(other)).dropna()
-    return None if differences.empty else t_interval(differences)
-
-
-def t_interval(values: pd.Series) -> dict:
-    """Mean of per-seed values with a 95 % Student-t interval (low, high: NaN for one value) and their number."""
-    from scipy import stats
-
-    n, mean = len(values), float(values.mean())
-    if n < 2:
-        return {"mean": mean, "low": float("nan"), "high": float("nan"), "n": n}
-    half = float(stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / n**0.5)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
-
-
-def paired_rows(scores: pd.DataFrame, paired: Sequence[dict]) -> list[dict]:
-    """Every comparison the config asks for that has runs on this table: method, other, metric and the difference."""
-    rows = []
-    for comparison in paired:
-        for other in comparison["against"]:
-            for metric in comparison["metrics"]:
-                result = paired_difference(scores, comparison["method"], other, metric)
-                if result is not None:
-                    rows.append({"method": comparison["method"], "other": other, "metric": metric, **result,
-                                 "higher_is_better": _arrow(scores, metric) == "↑"})  # fmt: skip
-    return rows
-
-
 def _paired_blocks(scores: pd.DataFrame, paired: Sequence[dict]) -> list[Block]:
     rows = []
     for row in paired_rows(scores, paired):
@@ -354,25 +286,7 @@ def _paired_blocks(scores: pd.DataFrame, paired: Sequence[dict]) -> list[Block]:
 
 def _arrow(scores: pd.DataFrame, metric: str) -> str:
     """↑ or ↓: the metric's direction, from the scores table's higher_is_better column."""
-    return "↑" if scores.loc[scores["metric"] == metric, "higher_is_better"].iloc[0] else "↓"
-
-
-def clipped_runs(rows: pd.DataFrame, track: Track) -> dict[tuple[str, str, str], tuple[int, int]]:
-    """(method, variant, metric) → (seeds whose value is the metric's clipping bound, seeds ok), where any is."""
-    clipped = {}
-    for metric, declared in track.metrics.items():
-        if declared.clipped_at is None:
-            continue
-        ok = rows[(rows["metric"] == metric) & (rows["status"] == "ok")]
-        for (method, variant), values in ok.groupby(["method", "variant"])["value"]:
-            n_clipped = int((values == declared.clipped_at).sum())
-            if n_clipped:
-                clipped[method, variant, metric] = (n_clipped, len(values))
-    return clipped
-
-
-def metric_is_count(metric: str, track: Track) -> bool:
-    return metric in track.metrics and track.metrics[metric].count
+    return "↑" if higher_is_better(scores, metric) else "↓"
 
 
 def metric_heading(metric: str, arrow: str, track: Track) -> str:
@@ -380,16 +294,10 @@ def metric_heading(metric: str, arrow: str, track: Track) -> str:
     return f"{metric} (count)" if metric_is_count(metric, track) else f"{metric} {arrow}"
 
 
-def rank_key(mean: float, higher_is_better: bool, method: str, variant: str) -> tuple:
-    """A leaderboard row's place: the best mean of the headline metric first, rows without an ok value
-    last, then by method and variant (``celldag compare`` ranks by the same key)."""
-    missing = bool(pd.isna(mean))
-    return (missing, 0.0 if missing else (-mean if higher_is_better else mean), method, variant)
-
-
 def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Track,
-           clipped: Mapping[tuple[str, str, str], tuple[int, int]]) -> Table:  # fmt: skip
-    """``clipped``: ``clipped_runs`` of ``rows``, marked in their cells."""
+           clipped: Mapping[tuple[str, str, str], tuple[int, int]], ranking: Ranking | None = None) -> Table:  # fmt: skip
+    """``clipped``: ``clipped_runs`` of ``rows``, marked in their cells. ``ranking`` (``table_ranking`` by the first
+    metric): a rank column and the rows by rank interval, then mean; without it (controls) the rows by mean."""
     arrows = {metric: _arrow(rows, metric) for metric in metrics}
     body = []
     for method, variant in keys.itertuples(index=False):
@@ -411,21 +319,42 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Tr
         seeds = runs.groupby("seed")["status"].agg(
             lambda statuses: "ok" if (statuses == "ok").any() else statuses.iloc[0]
         )
-        body.append((rank_key(mean, arrows[metrics[0]] == "↑", method, variant),
-                     (method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}")))  # fmt: skip
+        row = (method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}")
+        by_mean = rank_key(mean, arrows[metrics[0]] == "↑", method, variant)
+        if ranking is None:
+            body.append((by_mean, row))
+            continue
+        interval = ranking.intervals.get((method, variant))
+        place = (0, interval, by_mean) if interval else (1, (0, 0), by_mean)  # unranked (< 2 ok seeds) last
+        body.append((place, (interval_text(interval) if interval else "–", *row)))
     header = (*track.row_labels, *(metric_heading(m, arrows[m], track) for m in metrics), "seeds ok")
-    return Table(header, tuple(cells for _, cells in sorted(body)))
+    return Table(("rank", *header) if ranking else header, tuple(cells for _, cells in sorted(body)))
+
+
+def ranks_note(ranking: Ranking, metric: str) -> Paragraph:
+    """How to read a table's rank column: what decided it, how many pairs the seeds separate, the tie with the best."""
+    ranked = len(ranking.intervals)
+    pairs = len(ranking.pairs)
+    shared = sum(low != high for low, high in ranking.intervals.values())
+    lines = [f"Rank: the ranks compatible with paired t tests of {metric} over the seeds ok for both methods, Holm "
+             f"over the table's {pairs} pairs (simultaneous 95 %; celldag.leaderboard): {ranking.separable} of "
+             f"{pairs} pairs separable."]  # fmt: skip
+    if ranked > 1 and len(ranking.tied_with_best) > 1:
+        tied = ", ".join(f"`{method}/{variant}`" for method, variant in sorted(ranking.tied_with_best))
+        lines.append(f"Not separable from the best: {tied}.")
+    if shared:
+        lines.append(f"{shared} of {ranked} methods share ranks (an interval like 2–5): the seeds cannot order them, "
+                     "read their order by mean as a tie.")  # fmt: skip
+    if ranking.unranked:
+        lines.append(f"Unranked (fewer than two ok seeds): {', '.join(f'`{m}/{v}`' for m, v in ranking.unranked)}.")
+    return Paragraph(tuple(lines))
 
 
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
               leaderboard_path: str, baseline: str, tracks: dict[str, Track], paired: Sequence[dict] = (),
               notes: Sequence[str] = (), kinds: Mapping[str, str] | None = None) -> pd.DataFrame:  # fmt: skip
-    scores = add_deltas(collect_scores(score_paths), baseline, tracks)
-    scores = scores.sort_values(["dataset", "method", "variant", "metric", "seed"]).reset_index(drop=True)
-    contracts.check_scores(scores, scores_path)
-    artifacts.write_parquet(scores, scores_path)
-    runs = collect_runs(record_paths)
-    artifacts.write_parquet(runs, runs_path)
+    """scores.parquet and runs.parquet (``celldag.leaderboard.aggregate_tables``), then leaderboard.md from them."""
+    scores, runs = aggregate_tables(score_paths, record_paths, scores_path, runs_path, baseline, tracks)
     with artifacts.atomic_path(leaderboard_path) as tmp:
         tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds, runs))
     return scores

@@ -69,15 +69,32 @@ def test_the_heatmap_marks_controls_and_baselines_and_is_deterministic():
     data = figure_data(scores=scores_table())
     first = figures.scores_heatmap(data)
     labels = [text.get_text() for text in first.axes[0].get_yticklabels()]
-    # rows sorted by mean rank over the core metrics present (rf, quartet_dist): nj_raw (1, 2), upgma (3, 1), control (2, 3)
+    # two seeds without spread in the differences separate nothing: both ranked rows share [1–2], then by mean rank
+    # over the core metrics present (rf, quartet_dist): nj_raw (1, 2), upgma (3, 1); the control below, unranked
     assert labels == [
-        "nj_raw/default (baseline)",
-        "upgma_raw/default",
+        "nj_raw/default (baseline)  [1–2]",
+        "upgma_raw/default  [1–2]",
         "celltreeqm/high_level_partition_relabelled (control)",
     ]
     styles = {t.get_text(): t.get_fontstyle() for t in first.axes[0].get_yticklabels()}
     assert styles["celltreeqm/high_level_partition_relabelled (control)"] == "italic"
     assert png(first) == png(figures.scores_heatmap(data))
+
+
+def test_the_heatmap_orders_its_rows_by_the_leaderboards_rank_intervals():
+    """upgma_raw is best on quartet_dist, so by mean rank over the core metrics it ties nj_raw; by rf, the headline,
+    four seeds separate them: nj_raw [1] above upgma_raw [2], as the leaderboard ranks them."""
+    rows = []
+    for method, rf, quartet in (("nj_raw", 0.30, 0.5), ("upgma_raw", 0.70, 0.1)):
+        rows += [{"dataset": "bm", "track": "lineage", "method": method, "variant": "default", "seed": seed,
+                  "metric": metric, "value": value + 0.01 * seed * seed, "higher_is_better": False, "status": "ok"}
+                 for seed in range(4) for metric, value in (("rf", rf), ("quartet_dist", quartet))]  # fmt: skip
+    rows[0]["value"] += 0.002  # a seed's spread in the paired differences, so that the seeds can separate them
+    labels = [
+        text.get_text()
+        for text in figures.scores_heatmap(figure_data(scores=pd.DataFrame(rows))).axes[0].get_yticklabels()
+    ]
+    assert labels == ["nj_raw/default (baseline)  [1]", "upgma_raw/default  [2]"]
 
 
 def test_a_control_better_than_every_method_stays_under_the_ranking_in_the_heatmap():

@@ -6,9 +6,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from celldag import leaderboard
+from celldag.report.html import render
+from celldag.report.leaderboard import leaderboard_blocks, leaderboard_markdown
+from conftest import TRACKS
 
 
 def table(values: dict[str, list[float]]) -> dict[str, dict[int, float]]:
@@ -22,6 +26,11 @@ def test_the_paired_test_is_scipys_on_the_seeds_both_rows_have():
     expected = stats.ttest_rel([0.61, 0.55, 0.70], [0.50, 0.52, 0.58])
     assert seeds == 3 and math.isclose(mean, (0.11 + 0.03 + 0.12) / 3) and math.isclose(p, expected.pvalue)
     assert leaderboard.paired_test({0: 1.0, 1: 2.0}, {0: 0.5, 1: 1.5}) == (2, 0.5, 1.0)  # no spread: seeds can't say
+    # a constant difference whose rounding differs from seed to seed has no spread either
+    rounded = leaderboard.paired_test(
+        {s: 0.3 + 0.01 * s * s for s in range(4)}, {s: 0.7 + 0.01 * s * s for s in range(4)}
+    )
+    assert rounded[0] == 4 and math.isclose(rounded[1], -0.4) and rounded[2] == 1.0
     assert leaderboard.paired_test({0: 1.0}, {0: 0.5})[2] == 1.0
 
 
@@ -66,3 +75,23 @@ def test_equal_means_are_separated_in_at_most_5_percent_of_tables_and_intervals_
         covered += all(intervals[f"m{k}"][0] <= 6 - k <= intervals[f"m{k}"][1] for k in range(6))
     assert false_alarms <= 50, false_alarms
     assert covered >= 950, covered
+
+
+def test_the_leaderboard_shows_rank_intervals_ties_and_how_many_pairs_the_seeds_separate():
+    tracks = TRACKS
+    rf = {"nj_raw": [0.30, 0.32, 0.35], "upgma_raw": [0.31, 0.32, 0.37], "nj_pca": [0.80, 0.83, 0.81],
+          "bonsai": [0.5, float("nan"), float("nan")]}  # fmt: skip
+    rows = [{"dataset": "bm", "track": "lineage", "method": method, "variant": "default", "seed": seed, "metric": "rf",
+             "value": value, "higher_is_better": False, "status": "ok" if value == value else "failed"}
+            for method, values in rf.items() for seed, value in enumerate(values)]  # fmt: skip
+    text = leaderboard_markdown(pd.DataFrame(rows), tracks)
+    assert "| rank | method | variant | rf ↓ | seeds ok |" in text
+    table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [line.split(" | ")[:2] for line in table] == [["| 1–2", "nj_raw"], ["| 1–2", "upgma_raw"], ["| 3", "nj_pca"],
+                                                         ["| –", "bonsai"]]  # fmt: skip
+    assert ("Rank: the ranks compatible with paired t tests of rf over the seeds ok for both methods, Holm over the "
+            "table's 3 pairs (simultaneous 95 %; celldag.leaderboard): 2 of 3 pairs separable.") in text  # fmt: skip
+    assert "Not separable from the best: `nj_raw/default`, `upgma_raw/default`." in text
+    assert "Unranked (fewer than two ok seeds): `bonsai/default`." in text
+    html = "\n".join(render(leaderboard_blocks(pd.DataFrame(rows), tracks), {}))
+    assert "<td>1–2</td>" in html and "<th>rank</th>" in html
