@@ -88,9 +88,8 @@ def installed_from(env: Path, dist_info_glob: str) -> str:
 
 
 def clone(folder: Path) -> Path:
-    """What a clone holds of celldag: the workflow files and the package source (src/celldag)."""
+    """What a clone holds of celldag: the workflow files and the package source (src/celldag: copy_workflow's)."""
     copy_workflow(folder)
-    shutil.copytree(REPO / "src/celldag", folder / "src/celldag", ignore=shutil.ignore_patterns("__pycache__"))
     (folder / "config/config.yaml").write_text("datasets: [bm_default]\nmethods: [nj_raw]\nseeds: [0]\n")
     return folder
 
@@ -121,9 +120,11 @@ def test_a_clone_runs_its_jobs_in_envs_that_carry_its_own_celldag(tmp_path, stan
     (record,) = folder.glob("results/runs/bm_default/nj_raw/default/*/seed0/run.json")
     assert json.loads(record.read_text())["status"] == "ok"
 
-    # a change of celldag's source is a new env: Snakemake builds it (on a login node: --conda-create-envs-only)
-    plan = folder / "src/celldag/plan.py"
-    plan.write_text(plan.read_text() + "\n# changed\n")
+    # a change of what celldag's wheel is built from is a new env: Snakemake builds it (on a login node:
+    # --conda-create-envs-only). Its pyproject.toml here: a change of src/celldag is one too, but the workflow's guard
+    # refuses a source other than the installed celldag's (test_e2e_module.py), and this test's is this checkout's
+    pyproject = folder / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('description = "', 'description = "(changed) ', 1))
     snakemake(folder, standin, "--conda-create-envs-only")
     assert header_digest(generated) != digest
     new_env = env_made_from(folder, generated)
