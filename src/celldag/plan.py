@@ -423,11 +423,16 @@ def warn_of_idle_methods(config: dict, registries: Registries, runs: set[Run], c
         warnings.warn(f"method {method!r} runs on no selected dataset: none {where}")
 
 
+def without_citation(entry: dict) -> dict:
+    """A registry entry less what cites it (``CITATION``): what its jobs compute from, so that a corrected reference
+    or license changes no key and, passed as a rule's params, reruns no job (Snakemake's params trigger)."""
+    return {key: value for key, value in entry.items() if key not in CITATION}
+
+
 def chain_key(task: dict, methods: dict[str, dict]) -> str:
     """The key of a chained track's files on a dataset: its task params and the entries of the methods run
     on each upstream output (one job runs them all, so a change to one reruns that job), less their citations."""
-    computed = {method: {key: value for key, value in entry.items() if key not in CITATION}
-                for method, entry in methods.items()}  # fmt: skip
+    computed = {method: without_citation(entry) for method, entry in methods.items()}
     return settings_key({"task": task, "methods": computed})
 
 

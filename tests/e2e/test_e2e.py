@@ -155,6 +155,21 @@ def test_second_run_has_nothing_to_do(finished_run):
     assert "Nothing to be done" in snakemake(finished_run, "-n").stdout + snakemake(finished_run, "-n").stderr
 
 
+def test_a_corrected_citation_reruns_nothing(finished_run):
+    """A registry entry's reference and license enter no key and reach no job's params (plan.without_citation):
+    correcting them leaves a finished run finished."""
+    path = finished_run / "config/methods.yaml"
+    shipped = path.read_text()
+    methods = yaml.safe_load(shipped)
+    methods["nj_raw"] |= {"reference": "A corrected citation. 2026.", "license": "Apache-2.0"}
+    path.write_text(yaml.safe_dump(methods))
+    try:
+        result = snakemake(finished_run, "-n")
+        assert "Nothing to be done" in result.stdout + result.stderr
+    finally:
+        path.write_text(shipped)
+
+
 def test_a_second_configuration_shares_identical_runs_and_keeps_its_own_tables(finished_run):
     """Another name and one method param changed: only that method's runs are computed again, in their own
     directories; the first configuration's runs, scores and leaderboard stay as they are."""

@@ -50,7 +50,7 @@ for _track_id in INPUTS.chained_tracks:
             track=REGISTRIES.tracks[_track_id],
             upstream=REGISTRIES.tracks[REGISTRIES.track(_track_id).upstream],
             dataset=dataset_entry,
-            methods={method: REGISTRIES.methods[method] for method in _methods},
+            methods={method: plan.without_citation(REGISTRIES.methods[method]) for method in _methods},
             seeds=config["seeds"],
         wildcard_constraints:
             dataset=_one_of(_datasets) if _datasets else "(?!)",

@@ -142,13 +142,14 @@ def chained_evaluation_inputs(track_id):
     return planned(functools.partial(INPUTS.chained_evaluation, track_id), "dataset")
 
 
-# ---- lookups of the rules' params and resources
+# ---- lookups of the rules' params and resources. Entries go to the jobs less their citations (plan.without_citation):
+# a corrected reference or license reruns no job.
 def dataset_entry(wildcards):
-    return REGISTRIES.datasets[wildcards.dataset]
+    return plan.without_citation(REGISTRIES.datasets[wildcards.dataset])
 
 
 def method_entry(wildcards):
-    return REGISTRIES.methods[wildcards.method]
+    return plan.without_citation(REGISTRIES.methods[wildcards.method])
 
 
 def method_gpus(wildcards):
@@ -213,12 +214,12 @@ def download_pins(wildcards):
 
 
 def embedding_entry(wildcards):
-    return REGISTRIES.embeddings[wildcards.embedding]
+    return plan.without_citation(REGISTRIES.embeddings[wildcards.embedding])
 
 
 def embedding_dataset_entry(wildcards):
     """The dataset's registry entry: its gene_ids and species say how its genes meet the table's."""
-    return REGISTRIES.datasets[wildcards.dataset]
+    return plan.without_citation(REGISTRIES.datasets[wildcards.dataset])
 
 
 KINDS_OF_ROWS = plan.method_kinds(REGISTRIES) | plan.chained_kinds(PLAN.chained, REGISTRIES)
