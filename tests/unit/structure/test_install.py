@@ -128,8 +128,13 @@ def test_cuda_takes_pypis_build_even_where_a_wheel_folder_holds_the_cpu_build(ve
     assert "PyPI's CUDA build" in result.stdout
 
 
+# make as a user types it, not as a sub-make of `make test-all` (CI): a sub-make inherits MAKEFLAGS and prints
+# "make[1]: Entering directory …" around what it runs
+OUTSIDE_MAKE = {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+
+
 def test_make_install_installs_torch_before_the_rest_of_the_lock_and_runs_nothing(tmp_path):
-    commands = subprocess.run(["make", "-n", "-B", "install", f"VENV={tmp_path / 'venv'}"], cwd=REPO,
+    commands = subprocess.run(["make", "-n", "-B", "install", f"VENV={tmp_path / 'venv'}"], cwd=REPO, env=OUTSIDE_MAKE,
                               capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
     steps = [
         line.split("requirements/install.py ", 1)[1].strip() for line in commands if "requirements/install.py" in line
@@ -159,7 +164,7 @@ def make_lock(folder: Path, frozen: str) -> subprocess.CompletedProcess:
     python.write_text(f"#!/bin/sh\nprintf '%s\\n' '{frozen}'\n")
     python.chmod(0o755)
     (folder / ".venv/bin/.installed").touch()  # newer than the lock: nothing reinstalled
-    return subprocess.run(["make", "lock"], cwd=folder, capture_output=True, text=True)
+    return subprocess.run(["make", "lock"], cwd=folder, env=OUTSIDE_MAKE, capture_output=True, text=True)
 
 
 def test_make_lock_keeps_the_cpu_build_of_torch(tmp_path):
