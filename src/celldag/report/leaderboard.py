@@ -107,7 +107,7 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
             ranked_keys = keys[[not c for c in control]]
             ranking = table_ranking(rows, list(ranked_keys.itertuples(index=False, name=None)), metrics[0])
             blocks += [_table(rows, ranked_keys, metrics, tracks[track], clipped, ranking),
-                       ranks_note(ranking, metrics[0])]  # fmt: skip
+                       *ranks_note(ranking, metrics[0])]  # fmt: skip
             if any(control):
                 blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics, tracks[track], clipped)]
             if clipped:
@@ -331,23 +331,28 @@ def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Tr
     return Table(("rank", *header) if ranking else header, tuple(cells for _, cells in sorted(body)))
 
 
-def ranks_note(ranking: Ranking, metric: str) -> Paragraph:
-    """How to read a table's rank column: what decided it, how many pairs the seeds separate, the tie with the best."""
-    ranked = len(ranking.intervals)
-    pairs = len(ranking.pairs)
-    shared = sum(low != high for low, high in ranking.intervals.values())
-    lines = [f"Rank: the ranks compatible with paired t tests of {metric} over the seeds ok for both methods, Holm "
-             f"over the table's {pairs} pairs (simultaneous 95 %; celldag.leaderboard): {ranking.separable} of "
-             f"{pairs} pairs separable."]  # fmt: skip
-    if ranked > 1 and len(ranking.tied_with_best) > 1:
-        tied = ", ".join(f"`{method}/{variant}`" for method, variant in sorted(ranking.tied_with_best))
-        lines.append(f"Not separable from the best: {tied}.")
-    if shared:
-        lines.append(f"{shared} of {ranked} methods share ranks (an interval like 2–5): the seeds cannot order them, "
-                     "read their order by mean as a tie.")  # fmt: skip
+def ranks_note(ranking: Ranking, metric: str) -> list[Block]:
+    """How to read a table's rank column: what decided it, how many pairs the seeds separate, the tie with the best;
+    nothing for a table of one ranked row and no unranked one."""
+    ranked, pairs = len(ranking.intervals), len(ranking.pairs)
+    lines = []
+    if pairs:
+        lines.append(f"Rank: the ranks compatible with paired t tests of {metric} over the seeds ok for both methods, "
+                     f"Holm over the table's {pairs} pairs (simultaneous 95 %; celldag.leaderboard): "
+                     f"{ranking.separable} of {pairs} pairs separable.")  # fmt: skip
+    if pairs and not ranking.separable:
+        lines.append(f"The seeds order none of these {ranked} methods: every rank is 1–{ranked}, the rows are by mean.")
+    elif pairs:
+        shared = sum(low != high for low, high in ranking.intervals.values())
+        if len(ranking.tied_with_best) > 1:
+            tied = ", ".join(f"`{method}/{variant}`" for method, variant in sorted(ranking.tied_with_best))
+            lines.append(f"Not separable from the best: {tied}.")
+        if shared:
+            lines.append(f"{shared} of {ranked} methods share ranks (an interval like 2–5): the seeds cannot order "
+                         "them, read their order by mean as a tie.")  # fmt: skip
     if ranking.unranked:
         lines.append(f"Unranked (fewer than two ok seeds): {', '.join(f'`{m}/{v}`' for m, v in ranking.unranked)}.")
-    return Paragraph(tuple(lines))
+    return [Paragraph(tuple(lines))] if lines else []
 
 
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,

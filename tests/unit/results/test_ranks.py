@@ -93,5 +93,13 @@ def test_the_leaderboard_shows_rank_intervals_ties_and_how_many_pairs_the_seeds_
             "table's 3 pairs (simultaneous 95 %; celldag.leaderboard): 2 of 3 pairs separable.") in text  # fmt: skip
     assert "Not separable from the best: `nj_raw/default`, `upgma_raw/default`." in text
     assert "Unranked (fewer than two ok seeds): `bonsai/default`." in text
+    one = leaderboard_markdown(pd.DataFrame([row for row in rows if row["method"] == "nj_pca"]), tracks)
+    assert "| 1 | nj_pca | default |" in one and "Rank:" not in one  # one method: nothing to say of its rank
+    tied = [row | {"value": row["value"] + 0.001 * row["seed"] ** 2 * (row["method"] == "nj_pca")} for row in rows
+            if row["method"] in ("nj_raw", "nj_pca")]  # fmt: skip
+    tied[0]["value"] = 0.7  # nj_raw's first seed near nj_pca's: not separable
+    assert "The seeds order none of these 2 methods: every rank is 1–2, the rows are by mean." in leaderboard_markdown(
+        pd.DataFrame(tied), tracks
+    )
     html = "\n".join(render(leaderboard_blocks(pd.DataFrame(rows), tracks), {}))
     assert "<td>1–2</td>" in html and "<th>rank</th>" in html
