@@ -26,7 +26,7 @@ from celldag.plan import method_kind
 from celldag.record_differences import INPUT, FieldDifference, record_differences
 from celldag.records import read_record
 from celldag.registry import read_yaml, shipped_registries
-from celldag.leaderboard import metric_groups, metric_is_count, rank, rank_key
+from celldag.leaderboard import metric_groups, metric_is_count, rank_key, table_ranking
 from celldag.tracks import Track, tracks_of
 from celldag.tolerance import CUDA_TOLERANCE, Tolerance, values_match
 
@@ -229,19 +229,20 @@ class Ranking:
         mine, theirs = (self.a, self.b) if side == "A" else (self.b, self.a)
         return [entry for entry in mine if entry not in theirs]
 
-    def swapped(self) -> list[tuple[str, str]]:
-        """Pairs ranked one way in A and the other way in B, separable on both sides (each first as A ranks it)."""
+    def reversed_pairs(self) -> list[tuple[str, str]]:
+        """Pairs ranked one way in A and the other way in B, separable or not (each first as A ranks it)."""
         where = {entry: position for position, entry in enumerate(self.b)}
         common = [entry for entry in self.a if entry in where]
+        return [(x, y) for i, x in enumerate(common) for y in common[i + 1 :] if where[x] > where[y]]
+
+    def swapped(self) -> list[tuple[str, str]]:
+        """The reversed pairs both sides' seeds separate: an order change."""
         both = self.separable_a & self.separable_b
-        return [(x, y) for i, x in enumerate(common) for y in common[i + 1 :]
-                if where[x] > where[y] and frozenset((x, y)) in both]  # fmt: skip
+        return [pair for pair in self.reversed_pairs() if frozenset(pair) in both]
 
     def tied_swaps(self) -> int:
         """Pairs whose order swapped where either side's seeds cannot separate them (not a change)."""
-        where = {entry: position for position, entry in enumerate(self.b)}
-        common = [entry for entry in self.a if entry in where]
-        return sum(where[x] > where[y] for i, x in enumerate(common) for y in common[i + 1 :]) - len(self.swapped())
+        return len(self.reversed_pairs()) - len(self.swapped())
 
 
 def controls(side: Side) -> set[str]:
@@ -262,15 +263,14 @@ def leaderboard_order(scores: pd.DataFrame, metric: str, higher_is_better: bool,
                                                             *entry.split("/", 1))))  # fmt: skip
 
 
-def separable_pairs(scores: pd.DataFrame, metric: str, higher_is_better: bool, excluded: set[str]) -> frozenset:
-    """The pairs of method/variant whose ok seeds of ``metric`` separate them (celldag.leaderboard.rank)."""
-    ok = scores[(scores["metric"] == metric) & (scores["status"] == "ok")]
-    per_seed: dict[str, dict[int, float]] = defaultdict(dict)
-    for method, variant, seed, value in zip(ok["method"], ok["variant"], ok["seed"], ok["value"], strict=True):
-        if f"{method}/{variant}" not in excluded:
-            per_seed[f"{method}/{variant}"][int(seed)] = float(value)
-    ranking = rank(per_seed, higher_is_better)
-    return frozenset(frozenset(test.rows) for test in ranking.pairs if test.better is not None)
+def separable_pairs(scores: pd.DataFrame, metric: str, excluded: set[str]) -> frozenset:
+    """The pairs of method/variant whose ok seeds of ``metric`` separate them: the leaderboard's own ranking
+    (celldag.leaderboard.table_ranking) of the entries not ``excluded``."""
+    if not (scores["metric"] == metric).any():  # a dataset or metric on the other side only
+        return frozenset()
+    keys = sorted({(m, v) for m, v in zip(scores["method"], scores["variant"]) if f"{m}/{v}" not in excluded})
+    ranking = table_ranking(scores, keys, metric)
+    return frozenset(frozenset(f"{m}/{v}" for m, v in test.rows) for test in ranking.pairs if test.better is not None)
 
 
 def mean_rank_order(orders: list[tuple[str, ...]]) -> tuple[str, ...]:
@@ -296,7 +296,7 @@ def rankings(a: Side, b: Side, tracks: dict[str, Track]) -> list[Ranking]:
         ]
         higher = track.higher_is_better(metric)
         orders = [leaderboard_order(scores, metric, higher, excluded) for scores in tables]
-        separable = [separable_pairs(scores, metric, higher, excluded) for scores in tables]
+        separable = [separable_pairs(scores, metric, excluded) for scores in tables]
         found.append(Ranking(f"{dataset} ({track_id})", metric, *orders, *separable))
         per_track[track_id].append(found[-1])
     for track_id, ranked in sorted(per_track.items()):
