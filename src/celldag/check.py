@@ -6,8 +6,12 @@ may change a number differs from the reference's environment, else with the refe
 (``celldag.reference``), and prints one verdict, the environment that differs and the cost per rule. Exit 0 when
 nothing changed beyond noise, 1 otherwise.
 
+Beside the per-score verdicts, each method is judged as a whole, its seeds and metrics pooled
+(``celldag.method_verdicts``); a method called changed fails the check as a changed score does.
+
 ``reference`` makes the runs (``celldag.reference_runs``), builds the reference from them, and checks the held-out
-perturbed reruns against it as a lab's run would be checked; their verdicts go into reference.yaml.
+perturbed reruns against it as a lab's run would be checked, and each perturbed rerun against the reference built
+without it; their verdicts go into reference.yaml.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from celldag import method_verdicts
 from celldag import reference as ref
 from celldag.compare import Side, declared_tracks, read_side
 from celldag.errors import InputError
@@ -37,13 +42,20 @@ def measured_jobs(side: Side, workflow: Path) -> list[dict]:
     return measured(str(side.folder.parent), read_yaml(workflow / "config" / "resources.yaml"))
 
 
-def judged(reference: ref.Reference, side: Side, workflow: Path):
+def judged(reference: ref.Reference, side: Side, workflow: Path, reference_means: pd.DataFrame | None = None):
+    """Every score judged, the rule, the environment that differs, the cost ratios and the per-method verdicts
+    (``reference_means``: the means a lab's seeds are held against; the reference's over its seeds by default)."""
     here = ref.environment_of(side.records, workflow)
     differences = ref.environment_differences(reference.environment, here)
     rule = ref.rule_for(differences)
     found = ref.judge(reference, side.scores, rule)
     ratios = ref.cost_ratios(reference, ref.cost_table(side, measured_jobs(side, workflow)))
-    return found, rule, differences, ratios
+    if reference_means is None:
+        reference_means = reference.noise[[*ref.GROUP, "mean", "seeds"]].rename(columns={"seeds": "n"})
+    methods = method_verdicts.judge_methods(reference.noise, reference_means, side.scores,
+                                            declared_tracks(str(workflow), (side, side)),
+                                            reference.meta["noise"]["family_false_alarm"], reference.regimes)  # fmt: skip
+    return found, rule, differences, ratios, methods
 
 
 def check(reference_folder: str, results: str, workflow: str, out: str, baseline: str | None = None) -> int:
@@ -52,21 +64,26 @@ def check(reference_folder: str, results: str, workflow: str, out: str, baseline
     workflow_path = Path(workflow)
     reference = ref.read(reference_folder)
     side = read_side(results)
+    reference_means = None
     if baseline is not None:
         base = read_side(baseline)
         environment = ref.environment_of(base.records, workflow_path)
         reference = replace(reference, scores=base.scores[[*ref.KEY, "status", "value"]],
                             cost=ref.cost_table(base, measured_jobs(base, workflow_path)),
                             meta=reference.meta | {"environment": environment})  # fmt: skip
-    found, rule, differences, ratios = judged(reference, side, workflow_path)
-    blocks = check_blocks(reference, found, rule, differences, ratios, side.folder, Path(reference_folder))
+        reference_means = method_verdicts.means_over_seeds(base.scores)
+    found, rule, differences, ratios, methods = judged(reference, side, workflow_path, reference_means)
+    blocks = check_blocks(reference, found, rule, differences, ratios, methods, side.folder, Path(reference_folder))
     files = write_check(blocks, Path(out))
-    print("\n".join(summary_lines(found, rule, differences, ratios, files)))
-    return 0 if ref.reproduces(found) else 1
+    print("\n".join(summary_lines(found, rule, differences, ratios, methods, files)))
+    return 0 if ref.reproduces(found) and not method_verdicts.any_changed(methods) else 1
 
 
 def make_reference(workflow: str, out: str, cores: str, run: bool = True) -> int:
-    """Make (``run``) or reuse the runs, build the reference into ``out``, check the held-out reruns against it."""
+    """Make (``run``) or reuse the runs, build the reference into ``out``, and check against it, as a lab's run is
+    checked, the held-out reruns — and each perturbed rerun against the reference built without it (leave one
+    perturbation out), which tests the noise model on moves it was not built from. Exit 1 when a held-out rerun is
+    called changed, per score or per method; the left-out verdicts are recorded and printed."""
     workflow_path = Path(workflow).resolve()
     config = reference_config(workflow_path)
     folders = make_runs(workflow_path, cores) if run else existing_runs(workflow_path, config)
@@ -78,21 +95,37 @@ def make_reference(workflow: str, out: str, cores: str, run: bool = True) -> int
     }
     made = {"commit": commit_of(workflow_path), "made_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "made_by": "make reference (celldag reference)"} | reference_origin(workflow_path)  # fmt: skip
-    reference = ref.build(
-        default, seeds, reruns, tracks, config, measured_jobs(default, workflow_path), workflow_path, made
-    )
-    held_out = {}
-    for item in config["held_out"]:
-        found, rule, differences, _ = judged(reference, read_side(str(folders[item["name"]])), workflow_path)
-        held_out[item["name"]] = {"rule": rule, "verdict": ref.summary_line(found),
-                                  "environment": [f"{name}: {a} → {b}" for name, (a, b) in differences.items()]}  # fmt: skip
+    measured = measured_jobs(default, workflow_path)
+
+    def built(names: list[str]) -> ref.Reference:
+        chosen = {name: reruns[name] for name in names}
+        return ref.build(default, seeds, chosen, tracks, config, measured, workflow_path, made)
+
+    def verdict(reference: ref.Reference, name: str) -> dict:
+        found, rule, differences, _, methods = judged(reference, read_side(str(folders[name])), workflow_path)
+        return {"rule": rule, "verdict": ref.summary_line(found), "methods": method_verdicts.summary_line(methods),
+                "environment": [f"{field}: {a} → {b}" for field, (a, b) in differences.items()]}  # fmt: skip
+
+    reference = built(list(reruns))
+    held_out = {item["name"]: verdict(reference, item["name"]) for item in config["held_out"]}
+    left_out = {}
+    if len(reruns) > 1:  # each perturbation judged by the model built from the others
+        for name in reruns:
+            left_out[name] = {key: value for key, value in verdict(built([n for n in reruns if n != name]), name).items()
+                              if key in ("verdict", "methods")}  # fmt: skip
     reference.meta["held_out"] = held_out
+    reference.meta["left_out"] = left_out
     ref.write(reference, Path(out))
     print(f"reference written to {out}: {len(reference.scores):,} scores, {len(reference.noise):,} score groups "
           f"({reference.noise['kind'].value_counts().to_dict()}), numerical tolerance {reference.tolerance}")  # fmt: skip
-    for name, result in held_out.items():
-        print(f"held-out rerun {name} ({result['rule']}): {result['verdict']}")
-    return 0 if all(result["verdict"].startswith("reproduces") for result in held_out.values()) else 1
+    for role, results in (("held-out rerun", held_out), ("left-out perturbation", left_out)):
+        for name, result in results.items():
+            print(f"{role} {name}: {result['verdict']}")
+            print(f"{role} {name}, per method: {result['methods']}")
+    # a left-out perturbation that fails shows a move the others never made (recorded, docs/check.md); the held-out
+    # reruns are the reference's test
+    return 0 if all(result["verdict"].startswith("reproduces") and result["methods"].startswith("0 of")
+                    for result in held_out.values()) else 1  # fmt: skip
 
 
 def existing_runs(workflow: Path, config: dict) -> dict[str, Path]:

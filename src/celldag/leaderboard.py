@@ -152,6 +152,11 @@ def metric_is_count(metric: str, track: Track) -> bool:
     return metric in track.metrics and track.metrics[metric].count
 
 
+def metric_is_derived(metric: str, track: Track) -> bool:
+    """A Δ against the baseline method, or a metric the track declares computed from the run's other scores."""
+    return metric.startswith(DELTA_PREFIX) or (metric in track.metrics and track.metrics[metric].derived)
+
+
 def rank_key(mean: float, higher_is_better: bool, method: str, variant: str) -> tuple:
     """A leaderboard row's place: the best mean of the headline metric first, rows without an ok value
     last, then by method and variant (``celldag compare`` ranks by the same key)."""

@@ -5,7 +5,8 @@ The noise model. Per score group (dataset, track, method, variant, metric) the r
 
 - ``kind``: ``count`` (the track declares it), ``smooth`` (the perturbed reruns moved it by rounding at most:
   ≤ ``ROUNDING.rel``·|A| + ``ROUNDING.abs``) or ``discontinuous`` (a perturbed rerun moved it further: an NJ
-  topology, a kNN tie, an argmax or an order statistic flipped, or a trained model took another path);
+  topology, a kNN tie, an argmax or an order statistic flipped, or a trained model took another path), and among
+  those ``two-regime`` where its values over the seeds fall in two regimes (``two_regimes``, regimes.tsv);
 - ``sd`` with ``df`` degrees of freedom: the spread the score has from run to run, pooled from its values over
   the reference's seeds (sample variance, n − 1 df) and from the perturbed reruns' moves at the same seed (each
   Δ²/2 with one df: a rerun perturbed like another machine is, for a trained method, another draw);
@@ -18,6 +19,8 @@ The noise model. Per score group (dataset, track, method, variant, metric) the r
   false-alarm rate of config/reference.yaml and m the number of scores judged by noise (Bonferroni): on an
   unchanged installation, the chance that any score is called changed stays under α. It is also the smallest
   move a check can detect, which the check prints.
+- ``mean``, the group's mean over the reference's seeds, and ``offset``, how far another machine moves that mean
+  (``machine_offset``): what the per-method verdicts (``celldag.method_verdicts``) hold a lab's seeds against.
 
 A smooth score may also move by the numerical tolerance, ``TOLERANCE_HEADROOM`` times the largest relative
 move of any smooth score in the perturbed reruns (calibrated, never above ``ROUNDING``).
@@ -60,13 +63,17 @@ VERDICTS = (CHANGED, STATUS_CHANGED, ONLY_REFERENCE, ONLY_HERE, SEED_NOISE, NUME
 PASSING = (IDENTICAL, NUMERICAL, SEED_NOISE)
 BIT_FOR_BIT, NOISE_AWARE = "bit for bit", "noise-aware"
 
-SCORES_FILE, NOISE_FILE, RUNS_FILE, COST_FILE, META_FILE = (
+SCORES_FILE, NOISE_FILE, REGIMES_FILE, RUNS_FILE, COST_FILE, META_FILE = (
     "scores.tsv",
     "noise.tsv",
+    "regimes.tsv",
     "runs.tsv",
     "cost.tsv",
     "reference.yaml",
 )
+TWO_REGIME = "two-regime"
+REGIME_GAP = 4.0  # two regimes: a gap between the sorted values ≥ this many within-regime sds
+REGIME_COLUMNS = [*GROUP, "split", "low", "high", "within", "above", "values"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class Reference:
     runs: pd.DataFrame  # dataset, method, variant, seed, status, config_hash, inputs: what each run read
     cost: pd.DataFrame  # rule, job, wall_s, peak_mb
     meta: dict = field(default_factory=dict)  # reference.yaml: how, where and from what it was made
+    # GROUP + split, low, high, within, above, values: the two-regime groups (``two_regimes``)
+    regimes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=REGIME_COLUMNS))
 
     @property
     def tolerance(self) -> Tolerance:
@@ -161,6 +170,20 @@ def numerical_tolerance(moves: pd.DataFrame, smooth: pd.Series) -> Tolerance:
     return Tolerance(rel=float(max(rel, TOLERANCE_FLOOR)), abs=float(ROUNDING.abs * rel / ROUNDING.rel))
 
 
+def machine_offset(moves: pd.DataFrame, groups: pd.Index) -> pd.Series:
+    """Per score group, how far another machine moves its mean over seeds: the root mean square, over the perturbed
+    reruns, of the rerun's moves averaged over the seeds — never below its metric's on its dataset (the same mean
+    over every method and variant), as ``sd`` has its floor. A move that every seed shares (a kernel that shifts a
+    deterministic method's kBET) does not average out over a lab's seeds; this is the part of the noise that more
+    seeds cannot shrink (``celldag.method_verdicts``)."""
+    averaged = moves.groupby([*GROUP, "rerun"])["delta"].mean().pow(2).rename("square").reset_index()
+    own = averaged.groupby(GROUP)["square"].mean().reindex(groups)
+    floor = averaged.groupby(METRIC_FLOOR)["square"].mean()
+    floor = floor.reindex(pd.MultiIndex.from_frame(groups.to_frame()[METRIC_FLOOR])).to_numpy()
+    return pd.Series(pd.concat([own.fillna(0.0).rename("own"), pd.Series(floor, index=groups).fillna(0.0).rename("floor")],
+                               axis=1).max(axis=1).pow(0.5), index=groups)  # fmt: skip
+
+
 def noise_model(default: pd.DataFrame, seeds: pd.DataFrame, reruns: dict[str, pd.DataFrame], tracks: dict[str, Track],
                 false_alarm: float) -> tuple[pd.DataFrame, Tolerance, dict]:  # fmt: skip
     """Per score group of the default run: kind, seeds, sd, df and margin (the module's docstring), the
@@ -171,13 +194,13 @@ def noise_model(default: pd.DataFrame, seeds: pd.DataFrame, reruns: dict[str, pd
     spread = (
         ok_values(seeds)
         .groupby(GROUP)["value"]
-        .agg(seeds="count", squares=lambda v: float(((v - v.mean()) ** 2).sum()))
+        .agg(seeds="count", mean="mean", squares=lambda v: float(((v - v.mean()) ** 2).sum()))
     )
     moves = perturbed_moves(default, reruns)
     rounding = moves["delta"].abs() <= ROUNDING.rel * moves["size"] + ROUNDING.abs
     by_group = moves.assign(half_square=moves["delta"] ** 2 / 2, flip=~rounding).groupby(GROUP)
     perturbed = by_group.agg(moves=("delta", "count"), half_squares=("half_square", "sum"), flips=("flip", "sum"))
-    table = pd.DataFrame(index=groups).join(spread).join(perturbed).fillna(0)
+    table = pd.DataFrame(index=groups).join(spread.drop(columns="mean")).join(perturbed).fillna(0)
     count = pd.Series([metric_is_count(metric, tracks[track]) for track, metric in
                        zip(table.index.get_level_values("track"), table.index.get_level_values("metric"))], index=table.index)  # fmt: skip
     table["kind"] = "smooth"
@@ -197,11 +220,40 @@ def noise_model(default: pd.DataFrame, seeds: pd.DataFrame, reruns: dict[str, pd
     level = 1 - false_alarm / (2 * max(judged, 1))
     quantile = table["df"].where(table["df"] > 0).map(lambda df: float(stats.t.ppf(level, df)))
     table["margin"] = (quantile * math.sqrt(2) * table["sd"]).fillna(0.0)
+    table["mean"] = spread["mean"].reindex(table.index)
+    table["offset"] = machine_offset(moves, table.index)
     tolerance = numerical_tolerance(moves, table["kind"] == "smooth")
     how = {"family_false_alarm": false_alarm, "scores_judged_by_noise": judged, "per_score_level": float(1 - level),
            "groups_at_the_metric_floor": int(floored.sum()), "reruns": sorted(reruns), "moves_beyond_rounding": int((~rounding).sum()), "moves": int((moves["delta"] != 0).sum())}  # fmt: skip
-    noise = table.reset_index()[[*GROUP, "kind", "seeds", "df", "sd", "margin"]]
+    noise = table.reset_index()[[*GROUP, "kind", "seeds", "df", "sd", "margin", "mean", "offset"]]
     return noise.astype({"seeds": int, "df": int}), tolerance, how
+
+
+def two_regimes(seeds: pd.DataFrame, discontinuous: pd.Index) -> pd.DataFrame:
+    """The discontinuous groups whose values over the reference's seeds fall in two regimes — a conformal threshold
+    that lands on one of two score levels, a new-batch set size of 2 or of 4.7: sorted, the values' largest gap is at
+    least ``REGIME_GAP`` times the pooled sd within the two sides, each side holding two values or more. Per such
+    group: the ``split`` (the gap's middle), each regime's mean (``low``, ``high``), the pooled ``within`` sd, and how
+    many of its ``values`` lie ``above`` the split: what ``celldag.method_verdicts`` judges a lab's seeds against
+    instead of a normal model, which under-states how far a mean of few seeds of a two-regime score moves."""
+    rows = []
+    ok = ok_values(seeds)
+    ok = ok[pd.MultiIndex.from_frame(ok[GROUP]).isin(discontinuous)]
+    for key, group in ok.groupby(GROUP, sort=True):
+        values = sorted(group["value"])
+        if len(values) < 4:
+            continue
+        gaps = [b - a for a, b in zip(values, values[1:])]
+        at = max(range(len(gaps)), key=lambda i: (gaps[i], -i))
+        low, high = values[: at + 1], values[at + 1 :]
+        if len(low) < 2 or len(high) < 2 or gaps[at] <= 0:
+            continue
+        squares = sum((v - sum(low) / len(low)) ** 2 for v in low) + sum((v - sum(high) / len(high)) ** 2 for v in high)
+        within = math.sqrt(squares / (len(values) - 2))
+        if gaps[at] >= REGIME_GAP * within:
+            rows.append(dict(zip(GROUP, key)) | {"split": (values[at] + values[at + 1]) / 2, "low": sum(low) / len(low),
+                        "high": sum(high) / len(high), "within": within, "above": len(high), "values": len(values)})  # fmt: skip
+    return pd.DataFrame(rows, columns=REGIME_COLUMNS)
 
 
 def cost_table(side: Side, measured: list[dict]) -> pd.DataFrame:
@@ -247,11 +299,16 @@ def build(default: Side, seeds: pd.DataFrame, reruns: dict[str, pd.DataFrame], t
             f"the run on the noise model's seeds has no scores of seed {missing[0]} (config/reference.yaml seeds)"
         )
     noise, tolerance, how = noise_model(default.scores, seeds, reruns, tracks, config["family_false_alarm"])
+    discontinuous = pd.MultiIndex.from_frame(noise.loc[noise["kind"] == "discontinuous", GROUP])
+    regimes = two_regimes(seeds, discontinuous)
+    noise.loc[pd.MultiIndex.from_frame(noise[GROUP]).isin(pd.MultiIndex.from_frame(regimes[GROUP])), "kind"] = (
+        TWO_REGIME
+    )
     scores = default.scores[[*KEY, "status", "value"]].sort_values(KEY, ignore_index=True)
     meta = {**made, "seeds": list(config["seeds"]), "perturbations": config["perturbations"], "noise": how,
             "numerical_tolerance": {"rel": tolerance.rel, "abs": tolerance.abs},
             "environment": environment_of(default.records, workflow)}  # fmt: skip
-    return Reference(scores, noise, runs_table(default), cost_table(default, measured), meta)
+    return Reference(scores, noise, runs_table(default), cost_table(default, measured), meta, regimes)
 
 
 # ------------------------------------------------------------------------------------------ files
@@ -262,6 +319,7 @@ def write(reference: Reference, folder: Path) -> None:
     tables = {
         SCORES_FILE: reference.scores,
         NOISE_FILE: reference.noise,
+        REGIMES_FILE: reference.regimes,
         RUNS_FILE: reference.runs,
         COST_FILE: reference.cost,
     }
@@ -273,7 +331,9 @@ def write(reference: Reference, folder: Path) -> None:
         tmp.write_text(yaml.safe_dump(reference.meta, sort_keys=False, allow_unicode=True, width=110))
 
 
-COLUMNS = {SCORES_FILE: [*KEY, "status", "value"], NOISE_FILE: [*GROUP, "kind", "seeds", "df", "sd", "margin"],
+COLUMNS = {SCORES_FILE: [*KEY, "status", "value"],
+           NOISE_FILE: [*GROUP, "kind", "seeds", "df", "sd", "margin", "mean", "offset"],
+           REGIMES_FILE: REGIME_COLUMNS,
            RUNS_FILE: ["dataset", "method", "variant", "seed", "status", "config_hash", "inputs"],
            COST_FILE: ["rule", "wall_s", "peak_mb"]}  # fmt: skip
 TEXT = {"dataset": str, "track": str, "method": str, "variant": str, "metric": str, "status": str, "kind": str,
@@ -287,14 +347,16 @@ def read(folder: str | Path) -> Reference:
     for name, columns in COLUMNS.items():
         path = folder / name
         if not path.is_file():
-            raise InputError(
-                f"{path}: not found — not a celldag reference folder (made by `make reference`, docs/check.md)"
-            )
+            what = ("a reference made before celldag 0.3.0: remake it (make reference)" if name == REGIMES_FILE
+                    else "not a celldag reference folder (made by `make reference`, docs/check.md)")  # fmt: skip
+            raise InputError(f"{path}: not found — {what}")
         table = pd.read_csv(path, sep="\t", dtype={c: t for c, t in TEXT.items() if c in columns}, keep_default_na=False,
-                            na_values={"value": ["nan"]}, float_precision="round_trip")  # fmt: skip
+                            na_values={"value": ["nan"], "mean": ["nan"]}, float_precision="round_trip")  # fmt: skip
         absent = [column for column in columns if column not in table.columns]
         if absent:
-            raise InputError(f"{path}: no column {absent[0]!r} (expected {', '.join(columns)})")
+            made_before = " — a reference made before celldag 0.3.0: remake it (make reference)" if absent[0] in (
+                "mean", "offset") else ""  # fmt: skip
+            raise InputError(f"{path}: no column {absent[0]!r} (expected {', '.join(columns)}){made_before}")
         tables[name] = table[columns]
     meta_path = folder / META_FILE
     if not meta_path.is_file():
@@ -303,7 +365,9 @@ def read(folder: str | Path) -> Reference:
     for name in ("numerical_tolerance", "environment"):
         if name not in (meta or {}):
             raise InputError(f"{meta_path}: no {name!r}")
-    return Reference(tables[SCORES_FILE], tables[NOISE_FILE], tables[RUNS_FILE], tables[COST_FILE], meta)
+    return Reference(
+        tables[SCORES_FILE], tables[NOISE_FILE], tables[RUNS_FILE], tables[COST_FILE], meta, tables[REGIMES_FILE]
+    )
 
 
 # ------------------------------------------------------------------------------------------ judging

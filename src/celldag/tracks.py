@@ -50,6 +50,9 @@ class Metric:
     core: bool = False  # every run gets a row (NaN when the run is not ok): what "seeds ok" counts
     delta: bool = False  # the leaderboard adds delta_<name>, the relative reduction against the baseline method
     count: bool = False  # a count (e.g. marker genes found), not a score: shown, never ranked or shaded
+    # computed from other scores of the same run (scIB's aggregates, a reduction against raw distances): left out
+    # of check's per-method verdict, whose evidence its parts already carry (a Δ, DELTA_PREFIX, is derived too)
+    derived: bool = False
     clipped_at: float | None = (
         None  # the scoring library clips its raw score to this bound: values equal to it are marked
     )

@@ -67,6 +67,10 @@ def test_the_reference_holds_the_runs_scores_its_noise_model_and_the_held_out_re
     held_out = meta["held_out"]["nehalem"]
     assert held_out["rule"] == "noise-aware" and held_out["verdict"].startswith("reproduces the release")
     assert "machine.kernels.OPENBLAS_CORETYPE: absent → Nehalem" in held_out["environment"]
+    assert held_out["methods"].startswith("0 of 2 methods changed")  # nj_raw and upgma_raw on bm_small
+    assert meta["left_out"] == {}  # one perturbation: none to leave out
+    judged = noise[~noise["metric"].str.startswith("delta_")]
+    assert judged["mean"].notna().all() and (noise["offset"] >= 0).all()
     cost = pd.read_csv(folder / "cost.tsv", sep="\t")
     assert {"run nj_raw", "run upgma_raw", "prepare_dataset", "evaluate"} <= set(cost["rule"])
     assert dry_run_jobs(workdir) == {}  # make check's `make run` then reruns nothing
@@ -88,3 +92,28 @@ def test_ci_passes_bit_for_bit_then_fails_on_a_change_that_moves_scores_until_th
     assert "changed: bm_small/lineage/nj_raw/default/" in failed.stdout
     assert "updates the reference in the same commit" in failed.stderr
     assert "upgma_raw" not in "".join(line for line in failed.stdout.splitlines() if line.startswith("changed"))
+
+
+@pytest.mark.e2e
+def test_compare_noise_calls_a_method_shifted_on_every_seed_changed_where_each_score_alone_passes(referenced, tmp_path):
+    """A lab's regression of a few sd in one method, on every seed: each score stays within its margin (Bonferroni
+    over every score), the per-method verdict pools the seeds and metrics and calls it changed."""
+    workdir, _ = referenced
+    noise = pd.read_csv(workdir / "reference/default/noise.tsv", sep="\t")
+    shifted = tmp_path / "shifted/results/tiny"
+    shutil.copytree(workdir / "results/tiny", shifted, ignore=shutil.ignore_patterns("figures", "report"))
+    scores = pd.read_parquet(shifted / "scores.parquet")
+    margin = scores.merge(noise, on=["dataset", "track", "method", "variant", "metric"], how="left")["margin"]
+    upgma = (scores["method"] == "upgma_raw").to_numpy() & (margin > 0).to_numpy()
+    # 0.8 of each score's margin, on every seed: each within seed noise; their mean over seeds is √n times as far
+    # out, against a method's level (Bonferroni over its metrics, Holm over two methods) laxer than a score's
+    scores.loc[upgma, "value"] += 0.8 * margin[upgma]
+    scores.to_parquet(shifted / "scores.parquet")
+    out = tmp_path / "compare"
+    status = main(["compare", str(workdir / "results/tiny"), str(shifted), "--noise", str(workdir / "reference/default"),
+                   "--workflow", str(workdir), "--out", str(out)])  # fmt: skip
+    assert status == 1
+    text = (out / "check.md").read_text()
+    assert "0 changed" in text and "1 of 2 methods changed" in text
+    assert "| changed | bm_small | lineage | upgma_raw | default |" in text
+    assert "| no change detected | bm_small | lineage | nj_raw | default |" in text

@@ -53,8 +53,8 @@ TRACK = Track(
             (
                 Metric("k_qdist", higher_is_better=False),
                 Metric("u_qdist", higher_is_better=False),
-                Metric("k_qdist_reduction_vs_raw", higher_is_better=True),
-                Metric("u_qdist_reduction_vs_raw", higher_is_better=True),
+                Metric("k_qdist_reduction_vs_raw", higher_is_better=True, derived=True),
+                Metric("u_qdist_reduction_vs_raw", higher_is_better=True, derived=True),
             ),
         ),
         MetricGroup(

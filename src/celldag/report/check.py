@@ -11,6 +11,8 @@ from pathlib import Path
 import pandas as pd
 
 from celldag import artifacts
+from celldag.method_verdicts import CHANGED, POWER
+from celldag.method_verdicts import summary_line as methods_line
 from celldag.document import Block, Heading, Paragraph, Table, markdown
 from celldag.reference import (
     BIT_FOR_BIT,
@@ -76,8 +78,35 @@ def cost_lines(ratios: pd.DataFrame) -> list[str]:
     return lines
 
 
+METHOD_HEADER = ("verdict", "dataset", "track", "method", "variant", "metrics", "seeds here", "reference seeds", "p",
+                 "Holm level", "largest |z|", "its move", f"shift detected at {POWER:g} (sd)")  # fmt: skip
+
+
+def method_row(row) -> tuple[str, ...]:
+    return (row.verdict, row.dataset, row.track, row.method, row.variant, str(row.metrics), str(row.seeds_here),
+            str(row.seeds_reference), f"{row.p:.3g}", f"{row.level:.3g}", f"{row.worst_metric} ({row.worst_z:+.2f})",
+            f"{row.worst_delta:+.3g}", f"{row.detectable_sd:.2f}")  # fmt: skip
+
+
+def method_blocks(methods: pd.DataFrame, false_alarm: float) -> list[Block]:
+    ordered = methods.sort_values(["p", "dataset", "track", "method", "variant"], kind="stable")
+    return [
+        Heading(2, "Verdicts per method"),
+        Paragraph((methods_line(methods) + ".",
+                   "Each method (dataset, track, method, variant) is judged as a whole: per metric, the mean over this "
+                   "run's seeds against the reference's mean over its seeds, standardised by the score's spread and "
+                   "the part of a machine's move that seeds do not average out; the method's p is its smallest "
+                   "metric p times its number of metrics (valid whatever the metrics' dependence), and Holm over the "
+                   f"methods keeps the chance that an unchanged installation has any method called changed under "
+                   f"{false_alarm:g} (docs/check.md, \"Verdicts per method\"). The last column is the shift of one "
+                   f"metric, in its sd, that the verdict sees with probability {POWER:g}: more seeds here narrow it.")),
+        Table(METHOD_HEADER, tuple(method_row(row) for row in ordered.itertuples()))
+        if len(methods) else Paragraph(("No method has scores with noise on both sides.",)),
+    ]  # fmt: skip
+
+
 def check_blocks(reference: Reference, found: list[Judgement], rule: str, differences: dict[str, tuple[str, str]],
-                 ratios: pd.DataFrame, results: Path, reference_folder: Path) -> list[Block]:  # fmt: skip
+                 ratios: pd.DataFrame, methods: pd.DataFrame, results: Path, reference_folder: Path) -> list[Block]:  # fmt: skip
     counts = verdict_counts(found)
     made = reference.meta
     listed = [item for item in found if item.verdict != IDENTICAL]
@@ -85,7 +114,7 @@ def check_blocks(reference: Reference, found: list[Judgement], rule: str, differ
         Heading(1, "celldag check"),
         Paragraph((f"`{results}` against the reference `{reference_folder}` (commit {made.get('commit', '?')}, made "
                    f"{made.get('made_at', '?')} on {made['environment'].get('machine.cpu_model', '?')}).",
-                   summary_line(found), rule_line(rule, differences), detection_line(found))),
+                   summary_line(found), methods_line(methods), rule_line(rule, differences), detection_line(found))),
         Paragraph(tuple(f"{verdict}: {counts[verdict]}" for verdict in VERDICTS), bullets=True),
         Paragraph(("Verdicts (docs/check.md): identical — the same float64 bits; within numerical tolerance — a smooth "
                    f"score moved by at most {reference.tolerance.abs:g} + {reference.tolerance.rel:g}·|reference| "
@@ -97,6 +126,7 @@ def check_blocks(reference: Reference, found: list[Judgement], rule: str, differ
     ]  # fmt: skip
     blocks.append(Table(SCORE_HEADER, tuple(score_row(item) for item in listed)) if listed
                   else Paragraph(("Every score is identical to the reference's.",)))  # fmt: skip
+    blocks += method_blocks(methods, made["noise"]["family_false_alarm"])
     blocks.append(Heading(2, "Environment that differs from the reference's"))
     blocks.append(Table(("field", "reference", "this run"), tuple((name, a, b) for name, (a, b) in differences.items()))
                   if differences else Paragraph(("None of the fields that may change a number differs.",)))  # fmt: skip
@@ -121,15 +151,29 @@ def write_check(blocks: list[Block], out: Path) -> tuple[Path, Path]:
 
 
 def summary_lines(found: list[Judgement], rule: str, differences: dict[str, tuple[str, str]], ratios: pd.DataFrame,
-                  files: tuple[Path, Path]) -> list[str]:  # fmt: skip
+                  methods: pd.DataFrame, files: tuple[Path, Path]) -> list[str]:  # fmt: skip
     failing = [item for item in found if item.verdict not in PASSING]
-    lines = [summary_line(found), rule_line(rule, differences), detection_line(found)]
+    changed = methods[methods["verdict"] == CHANGED]
+    lines = [
+        summary_line(found),
+        "methods: " + methods_line(methods),
+        rule_line(rule, differences),
+        detection_line(found),
+    ]
     lines += [f"{item.verdict}: {'/'.join(map(str, item.key[:5]))} {item.key[5]} {number(item.reference)} → "
               f"{number(item.here)} (margin {item.margin:.3g})" for item in failing[:SHOWN_IN_TERMINAL]]  # fmt: skip
     if len(failing) > SHOWN_IN_TERMINAL:
         lines.append(f"… and {len(failing) - SHOWN_IN_TERMINAL} more in {files[0]}")
+    lines += [f"method changed: {row.dataset}/{row.track}/{row.method}/{row.variant} p = {row.p:.3g} (Holm level "
+              f"{row.level:.3g}; largest |z| {row.worst_metric} {row.worst_z:+.2f}, move {row.worst_delta:+.3g})"
+              for row in changed.itertuples()]  # fmt: skip
     lines += [f"environment: {line}" for line in environment_lines(differences)]
     lines += [f"cost: {line}" for line in cost_lines(ratios)]
-    exit_line = ("exit 0: nothing changed beyond noise" if reproduces(found)
-                 else f"exit 1: {plural(len(failing), 'score')} changed, changed status or on one side only")  # fmt: skip
+    if reproduces(found) and changed.empty:
+        exit_line = "exit 0: nothing changed beyond noise"
+    elif changed.empty:
+        exit_line = f"exit 1: {plural(len(failing), 'score')} changed, changed status or on one side only"
+    else:
+        exit_line = (f"exit 1: {plural(len(failing), 'score')} changed, changed status or on one side only; "
+                     f"{plural(len(changed), 'method')} changed")  # fmt: skip
     return lines + [f"written: {files[0]}, {files[1]}", exit_line]

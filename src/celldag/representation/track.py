@@ -34,7 +34,7 @@ TRACK = Track(
         MetricGroup(
             "scIB",
             tuple(
-                Metric(name, higher_is_better=True, core=True)
+                Metric(name, higher_is_better=True, core=True, derived=True)
                 for name in ("total", "bio_conservation", "batch_correction")
             ),
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -121,10 +122,27 @@ def test_a_reference_reads_back_every_score_to_the_bit(tmp_path):
     assert (tmp_path / "r" / "scores.tsv").read_text().splitlines()[1].split("\t")[-1] == repr(values[0])
 
 
+def test_a_group_without_an_ok_seed_reads_back_with_a_nan_mean_and_the_two_regime_groups_with_it(tmp_path):
+    reference = built_reference(tmp_path)
+    noise = reference.noise.copy()
+    noise.loc[0, "mean"] = math.nan  # a method not_applicable on every seed of the noise model's run
+    regimes = pd.DataFrame([dict(zip(ref.GROUP, noise.loc[0, ref.GROUP])) | {"split": 3.4, "low": 2.0, "high": 4.75,
+                            "within": 0.04, "above": 2, "values": 10}])  # fmt: skip
+    ref.write(replace(reference, noise=noise, regimes=regimes), tmp_path / "again")
+    back = ref.read(tmp_path / "again")
+    assert back.noise["mean"].dtype == float and math.isnan(back.noise.loc[0, "mean"])
+    assert back.regimes.to_dict("records") == regimes.to_dict("records")
+
+
 def test_a_folder_without_a_file_or_a_column_is_refused_naming_it(tmp_path):
     reference = built_reference(tmp_path)
     with pytest.raises(InputError, match=r"noise\.tsv: not found"):
         (tmp_path / "reference" / "noise.tsv").unlink()
+        ref.read(tmp_path / "reference")
+    ref.write(reference, tmp_path / "reference")
+    noise = tmp_path / "reference" / "noise.tsv"
+    noise.write_text("\n".join("\t".join(line.split("\t")[:-2]) for line in noise.read_text().splitlines()) + "\n")
+    with pytest.raises(InputError, match=r"noise\.tsv: no column 'mean' .* made before celldag 0\.3\.0: remake it"):
         ref.read(tmp_path / "reference")
     ref.write(reference, tmp_path / "reference")
     (tmp_path / "reference" / "cost.tsv").write_text("rule\twall\nx\t1\n")
