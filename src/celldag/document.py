@@ -51,4 +51,5 @@ def markdown(blocks: Sequence[Block]) -> str:
 
 
 def _markdown_row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
+    # a "|" inside a cell (a lab's id, a formula) would end the cell: GitHub Markdown reads "\|" as the character
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"

@@ -79,7 +79,7 @@ def cost_lines(ratios: pd.DataFrame) -> list[str]:
 
 
 METHOD_HEADER = ("verdict", "dataset", "track", "method", "variant", "metrics", "seeds here", "reference seeds", "p",
-                 "Holm level", "largest |z|", "its move", f"shift detected at {POWER:g} (sd)")  # fmt: skip
+                 "Holm level", "metric farthest out (z)", "its move", f"shift detected at {POWER:g} (sd)")  # fmt: skip
 
 
 def method_row(row) -> tuple[str, ...]:

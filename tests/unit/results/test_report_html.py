@@ -4,6 +4,8 @@ scenario as tables; every page parses as HTML without an error."""
 
 from __future__ import annotations
 
+import re
+
 import html5lib
 import pandas as pd
 import pytest
@@ -229,3 +231,11 @@ def test_note_parts_split_a_note_at_its_lists():
     note = "x failed: a: b. what: s1 — g1, g2 | s2 — g3. tail. more: s — g (1.5)"
     assert note_parts(note) == ["x failed: a: b", ("what", (("s1", "g1, g2"), ("s2", "g3"))), "tail",
                                 ("more", (("s", "g (1.5)"),))]  # fmt: skip
+
+
+def test_a_cell_holding_a_pipe_stays_one_cell_of_its_markdown_table():
+    text = markdown([Table(("method", "largest |z|"), (("lab|method", "|z| = 3"),))])
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    # every row splits into the header's two cells at the pipes that are not escaped
+    assert all(len(re.split(r"(?<!\\)\|", row)) == 4 for row in rows)
+    assert rows[2] == "| lab\\|method | \\|z\\| = 3 |"
