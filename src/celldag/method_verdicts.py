@@ -46,6 +46,8 @@ SIMULATED_DRAWS = 4000
 SIMULATION_SEED = 43  # the simulations draw from a fixed stream: the same reference gives the same numbers
 CHANGED, NOT_DETECTED = "changed", "no change detected"
 REFERENCE_COLUMNS = ["kind", "sd", "df", "offset"]
+VERDICT_COLUMNS = [*FAMILY, "metrics", "seeds_here", "seeds_reference", "p", "level", "verdict", "worst_metric",
+                   "worst_z", "worst_delta", "detectable_sd"]  # fmt: skip
 
 
 def means_over_seeds(scores: pd.DataFrame) -> pd.DataFrame:
@@ -79,12 +81,10 @@ def metric_evidence(noise: pd.DataFrame, reference_means: pd.DataFrame, here: pd
     p's, the normal one (its sd holds the regimes' spread) and ``two_regime_p`` (far narrower, outside the regimes'
     envelope): its p is twice the smaller. ``reference_means`` and ``here``: ``means_over_seeds``."""
     merged = (
-        noise[[*GROUP, *REFERENCE_COLUMNS]]
+        judged_metrics(noise, tracks)[[*GROUP, *REFERENCE_COLUMNS]]
         .merge(reference_means, on=GROUP)
         .merge(means_over_seeds(here), on=GROUP, suffixes=("_reference", "_here"))
     )
-    derived = [metric_is_derived(metric, tracks[track]) for track, metric in zip(merged["track"], merged["metric"])]
-    merged = merged[~np.array(derived, dtype=bool) & ((merged["sd"] > 0) | (merged["offset"] > 0))]
     se = np.sqrt(merged["sd"] ** 2 * (1 / merged["n_here"] + 1 / merged["n_reference"]) + merged["offset"] ** 2)
     z = (merged["mean_here"] - merged["mean_reference"]) / se
     df = merged["df"].clip(lower=1)
@@ -113,8 +113,7 @@ def verdicts(evidence: pd.DataFrame, false_alarm: float) -> pd.DataFrame:
     p_j), Holm's level at its step, the verdict, the metric with the largest |z| and its move, and the shift of
     one metric (in sd) it detects with probability ``POWER``, at the strictest Holm step."""
     if evidence.empty:
-        return pd.DataFrame(columns=[*FAMILY, "metrics", "seeds_here", "seeds_reference", "p", "level", "verdict",
-                                     "worst_metric", "worst_z", "worst_delta", "detectable_sd"])  # fmt: skip
+        return pd.DataFrame(columns=VERDICT_COLUMNS)
     families = len(evidence.groupby(FAMILY))
     rows = []
     for key, group in evidence.groupby(FAMILY, sort=True):
@@ -129,8 +128,7 @@ def verdicts(evidence: pd.DataFrame, false_alarm: float) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     table["level"], rejected = holm(table["p"], false_alarm)
     table["verdict"] = np.where(rejected, CHANGED, NOT_DETECTED)
-    return table[[*FAMILY, "metrics", "seeds_here", "seeds_reference", "p", "level", "verdict", "worst_metric",
-                  "worst_z", "worst_delta", "detectable_sd"]]  # fmt: skip
+    return table[VERDICT_COLUMNS]
 
 
 def judge_methods(noise: pd.DataFrame, reference_means: pd.DataFrame, here: pd.DataFrame,
