@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prefetch(commands)
     _add_check(commands)
     _add_cite(commands)
+    _add_annotate(commands)
     return parser
 
 
@@ -97,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             from celldag.check import make_reference
 
             return make_reference(args.workflow, args.out, args.cores, run=not args.no_run)
+        if args.command == "annotate":
+            return _annotate(args)
         if args.command == "cite":
             return _cite(args.results, args.output_format, args.configfile, args.workflow, args.config_key)
         if args.command == "prefetch":
@@ -211,6 +214,55 @@ def _add_check(commands) -> None:
     reference.add_argument("--cores", default="all", help="snakemake --cores of the runs (default all)")
     reference.add_argument("--no-run", action="store_true", help="build from the runs already made, run nothing")
     reference.add_argument("--workflow", default=".", metavar="DIR", help="the celldag workflow folder (default: here)")
+
+
+def _add_annotate(commands) -> None:
+    """Options left out take ``celldag.annotate.Request``'s defaults (not imported here: it loads pandas)."""
+    annotate = commands.add_parser("annotate", help="annotate a lab's unlabelled cells from a labelled reference: "
+                                                    "prediction sets, unknown types, a shift verdict per batch")  # fmt: skip
+    annotate.add_argument("reference", metavar="REFERENCE",
+                          help="a prepared dataset of the representation track (results/data/<dataset>/<key>/seed<s>.h5ad)")  # fmt: skip
+    annotate.add_argument(
+        "query", metavar="QUERY", help="the lab's h5ad: counts or log-normalised values, batches named"
+    )
+    annotate.add_argument("--out", required=True, metavar="DIR", help="the folder written (annotated.h5ad, cells.tsv, "
+                                                                      "batches.tsv, report.md, run.json)")  # fmt: skip
+    annotate.add_argument("--batch-key", help="the query's obs column of batches (default batch)")
+    annotate.add_argument("--label-key", help="a query obs column of known labels (empty where unlabelled): those "
+                                              "cells' batches get the labelled shift test")  # fmt: skip
+    annotate.add_argument("--representation", help="representation method of the registry (default pca)")
+    annotate.add_argument("--classifier", help="annotation classifier of the registry (default logistic)")
+    annotate.add_argument("--procedure", help="conformal procedure: class_conditional (default), split_lac, split_aps "
+                                              "or kandinsky_augmented")  # fmt: skip
+    annotate.add_argument(
+        "--values",
+        choices=("auto", "counts", "lognorm"),
+        help="what the query's X holds (default auto: counts when every value is an integer)",
+    )
+    annotate.add_argument("--alpha", type=float, help="miscoverage of the sets (default 0.1)")
+    annotate.add_argument("--level", type=float, help="family-wise level of the shift tests over the query's batches "
+                                                      "(default 0.05)")  # fmt: skip
+    annotate.add_argument("--unknown-level", type=float, help="the share of known-type cells flagged unknown type at "
+                                                              "most (default: --alpha)")  # fmt: skip
+    annotate.add_argument("--seed", type=int, help="seed of the split and the methods (default 0)")
+    annotate.add_argument("--threads", type=int, help="BLAS and torch threads (default 1)")
+    annotate.add_argument("--configfile", default=DEFAULT_CONFIG,
+                          help=f"run config naming the registries (default {DEFAULT_CONFIG})")  # fmt: skip
+    _add_module_options(annotate)
+
+
+ANNOTATE_SETTINGS = ("batch_key", "label_key", "representation", "classifier", "procedure", "values", "alpha",
+                     "level", "unknown_level", "seed", "threads")  # fmt: skip
+
+
+def _annotate(args) -> int:
+    from celldag.annotate import Request, annotate
+
+    _, registries = load_workflow_config(args.configfile, args.workflow, args.config_key)
+    given = {name: getattr(args, name) for name in ANNOTATE_SETTINGS if getattr(args, name) is not None}
+    out = annotate(Request(reference=args.reference, query=args.query, out=args.out, **given), registries.methods)
+    print(f"annotated {args.query} into {out} (report.md: the shift verdict per batch)")
+    return 0
 
 
 def _add_cite(commands) -> None:

@@ -55,6 +55,8 @@ CHAINED_OUTPUT = CHAINED_DIR + "/{chained_method}/output.h5ad"
 CHAINED_RECORD = CHAINED_DIR + "/{chained_method}/run.json"
 CHAINED_LOG = "results/logs/run_chained/{dataset}/{method}/{variant}/{key}/{track}-{chain_key}.log"
 CHAINED_SCORES = "results/{name}/scores/{dataset}.{track}.parquet"
+ANNOTATED = "results/{name}/annotate/{query}"  # a lab's query annotated (config `annotate`, celldag.annotate)
+ANNOTATE_LOG = "results/logs/annotate_query/{name}/{query}.log"
 # every job's log (Snakemake's `log:`), under results/logs/<what the job does>/; RUN_LOG and CHAINED_LOG above
 DOWNLOAD_LOG = "results/logs/download/{source}/{file}.log"
 VALIDATION_LOG = "results/logs/validate_dataset/{dataset}/{data_key}.log"
@@ -149,6 +151,7 @@ class Plan:
     job_per_seed: bool = False  # config compute.job_per_seed: a run_method job per seed, else per variant
     file_datasets: frozenset[str] = frozenset()  # datasets read from files (url, local): validated before preparing
     chained: tuple[ChainedRun, ...] = ()  # runs of chained tracks on the outputs of `runs`
+    queries: tuple[str, ...] = ()  # config `annotate`: a lab's queries annotated from registry datasets
 
     @property
     def prepared(self) -> tuple[str, ...]:
@@ -211,7 +214,9 @@ class Plan:
 
     @property
     def final_targets(self) -> list[str]:
-        return [pattern.format(name=self.name) for pattern in (SCORES, RUNS, LEADERBOARD, INDEX)]
+        return [pattern.format(name=self.name) for pattern in (SCORES, RUNS, LEADERBOARD, INDEX)] + [
+            ANNOTATED.format(name=self.name, query=query) for query in self.queries
+        ]
 
 
 def job_seeds(config: dict, seed: str | None = None) -> list[int]:
@@ -382,7 +387,21 @@ def make_plan(config: dict, registries: Registries) -> Plan:
         raise ValueError(f"two tracks of dataset {clashes[0][0]!r} declare a figure {clashes[0][1]!r}")
     return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)),
                 tuple(figures), figure_seed=min(config["seeds"]), job_per_seed=config["compute"]["job_per_seed"],
-                file_datasets=file_datasets, chained=tuple(sorted(chained)))  # fmt: skip
+                file_datasets=file_datasets, chained=tuple(sorted(chained)),
+                queries=tuple(sorted(annotate_references(config, registries))))  # fmt: skip
+
+
+def annotate_references(config: dict, registries: Registries) -> dict[str, str]:
+    """Each query of config ``annotate`` → the prepared file of its reference (a representation dataset, at the
+    query's seed, default 0), which ``prepare_dataset`` makes like any other."""
+    references = {}
+    for query, settings in config.get("annotate", {}).items():
+        dataset = settings["reference"]
+        entry = registries.datasets.get(dataset)
+        if entry is None or entry["track"] != "representation":
+            raise ValueError(f"annotate.{query}.reference: {dataset!r} is not a dataset of the representation track")
+        references[query] = PREPARED.format(dataset=dataset, data_key=data_key(entry), seed=settings.get("seed", 0))
+    return references
 
 
 def chained_runs(config: dict, registries: Registries, runs: set[Run]) -> list[ChainedRun]:

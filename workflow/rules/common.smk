@@ -63,7 +63,8 @@ if celldag_release.package_digest() != WORKFLOW_SOURCE_DIGEST:
         f"(pip install -e <its checkout>, or the release tag's package for a tagged workflow)"
     )
 
-from celldag import envs as celldag_envs, plan, resources, rule_inputs  # noqa: E402
+from celldag import annotate as celldag_annotate, envs as celldag_envs, plan, resources, rule_inputs  # noqa: E402
+from celldag.errors import InputError  # noqa: E402
 from celldag.registry import KINDS, ConfigError, key_sources, load_config, read_yaml  # noqa: E402
 from celldag.registry import package_folders as registry_package_folders  # noqa: E402
 
@@ -83,7 +84,13 @@ SHIPPED_REGISTRIES = {kind: workflow_file(f"../../config/{kind}.yaml") for kind 
 try:
     config, REGISTRIES = load_config(config, CONFIG_SOURCES, root=SHIPPED_REGISTRIES)
     PLAN = plan.make_plan(config, REGISTRIES)
-except (ConfigError, ValueError) as err:
+    # a lab's queries (config `annotate`): their methods and settings checked now, before any job
+    ANNOTATE_REFERENCES = plan.annotate_references(config, REGISTRIES)
+    ANNOTATE_REQUESTS = {query: celldag_annotate.request_of(settings, ANNOTATE_REFERENCES[query], "")
+                         for query, settings in config["annotate"].items()}
+    for _request in ANNOTATE_REQUESTS.values():
+        celldag_annotate.check_request(_request, REGISTRIES.methods)
+except (ConfigError, ValueError, InputError) as err:
     raise WorkflowError(f"invalid configuration: {err}") from None
 INPUTS = rule_inputs.RuleInputs(PLAN, REGISTRIES, config)  # what each job reads, by its wildcards
 
@@ -276,6 +283,12 @@ def dataset_env(wildcards):
     """A dataset's jobs run in its entry's env, by default its track's (scanpy and scIB metrics on one)."""
     entry = REGISTRIES.datasets[wildcards.dataset]
     return celldag_env(entry.get("env") or dataset_track(wildcards)["env"], entry.get("packages", ()))
+
+
+def annotate_methods(settings):
+    """The registry entries (without citations) of a query's representation method and classifier."""
+    request = celldag_annotate.request_of(settings, "", "")
+    return {m: plan.without_citation(REGISTRIES.methods[m]) for m in (request.representation, request.classifier)}
 
 
 def method_env(wildcards):

@@ -71,16 +71,16 @@ def labelled_in_new_batch(labels, batch, fraction: float, seed: int) -> np.ndarr
     ``[LABELLED_STREAM, seed]``): a random ``round(fraction · m)`` cells (half up), at least one when
     m >= 2 and never all m — a stratum of one cell is never labelled. Used for the batch that a fit
     holds out; the draw does not depend on ``split_cells``, so a caller intersects it with the split
-    it needs.
+    it needs. A fraction of 0 labels no cell: the label-free new batch, calibrated on the other batches alone.
     """
     labels, batch = _cell_vectors(labels, batch)
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"fraction must be in (0, 1), got {fraction!r}")
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"fraction must be in [0, 1), got {fraction!r}")
     rng = np.random.default_rng([LABELLED_STREAM, seed])
     labelled = np.zeros(labels.size, dtype=bool)
     for members in _strata(labels, batch):
         m = members.size
-        n_labelled = 0 if m < 2 else min(max(int(np.round(fraction * m, 9) + 0.5), 1), m - 1)
+        n_labelled = 0 if m < 2 or fraction == 0 else min(max(int(np.round(fraction * m, 9) + 0.5), 1), m - 1)
         labelled[rng.permutation(members)[:n_labelled]] = True
     return labelled
 

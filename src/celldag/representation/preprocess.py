@@ -235,3 +235,39 @@ def _lognorm_input(matrix):
     if not np.isfinite(values.data).all() or (values.data < 0).any():
         raise ValueError("log-normalised input must be finite and >= 0")
     return values
+
+
+def lognorm_of(matrix, values: str, where: str) -> sparse.csr_matrix:
+    """A lab's cells × genes as log-normalised expression (CSR float32), as ``preprocess`` makes it: counts become
+    log1p(count / the cell's total over all its genes · 1e4); log-normalised values are checked and kept. A cell
+    with no counts has no expression to compare: an input error naming how many (``where`` names the file)."""
+    if values == "counts":
+        counts = integer_counts(matrix, where)
+        totals = np.asarray(counts.sum(axis=1)).ravel()
+        if (totals == 0).any():
+            raise InputError(f"{where}: {int((totals == 0).sum())} cells have no counts (first: row "
+                             f"{int(np.flatnonzero(totals == 0)[0])}); remove empty barcodes first")  # fmt: skip
+        scaled = sparse.diags((TARGET_SUM / totals).astype(np.float32)) @ counts.astype(np.float32)
+        return sparse.csr_matrix(scaled).log1p().astype(np.float32)
+    if values == "lognorm":
+        try:
+            return _lognorm_input(matrix)
+        except ValueError as err:
+            raise InputError(f"{where}: {err}") from None
+    raise ValueError(f"values must be one of {VALUES}, got {values!r}")
+
+
+def values_of(matrix) -> str:
+    """'counts' when every stored value is a non-negative integer, else 'lognorm'."""
+    stored = sparse.csr_matrix(matrix).data
+    return "counts" if stored.size and (stored >= 0).all() and np.array_equal(stored, np.round(stored)) else "lognorm"
+
+
+def jointly_scaled(lognorm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(scaled, varying): the columns of ``lognorm`` (cells × genes) that vary, z-scored over every cell (ddof=1,
+    as ``sc.pp.scale``) and clipped at ±``MAX_VALUE``; ``varying`` marks which columns were kept."""
+    lognorm = np.asarray(lognorm, dtype=np.float64)
+    varying = lognorm.max(axis=0) > lognorm.min(axis=0)
+    kept = lognorm[:, varying]
+    scaled = (kept - kept.mean(axis=0)) / kept.std(axis=0, ddof=1)
+    return np.clip(scaled, -MAX_VALUE, MAX_VALUE).astype(np.float32), varying

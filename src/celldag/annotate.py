@@ -1,0 +1,317 @@
+"""``celldag annotate``: a lab's unlabelled cells annotated from a labelled reference (docs/annotation.md).
+
+The reference is a prepared dataset of the representation track (``results/data/<dataset>/<key>/seed<s>.h5ad``,
+what the workflow's ``annotate`` rule hands over for a registry dataset); the query a lab's h5ad of counts or
+log-normalised values with its batches named. On the genes both share, the query is log-normalised as the reference
+was, both are scaled together and embedded by a representation method of the registry (fitted on the reference's
+train cells, as in the benchmark; transductive methods see the query's features, never labels); a classifier of the
+annotation track trains on the reference's annotation train cells and conformal sets are calibrated on its
+calibration cells (``celldag.annotation.query``). Every input problem is found before any compute and stops with one
+line naming the file and field; the outputs are written only when everything is done.
+
+Writes to ``OUT``: ``annotated.h5ad`` (the query with ``obs`` columns ``celldag_call``, ``celldag_set``,
+``celldag_set_size``, ``celldag_unknown_type``, ``celldag_batch_shift``), ``cells.tsv`` (the same per cell),
+``batches.tsv`` (the shift test per batch), ``report.md`` and ``run.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from celldag import artifacts
+from celldag.annotation import query as annotation_query
+from celldag.annotation import shift
+from celldag.annotation.task import principal_components, soft_groups, split_cells
+from celldag.annotation.track import SCORING_DEFAULTS, TASK_DEFAULTS, AnnotationInput
+from celldag.document import Heading, Paragraph, Table, markdown
+from celldag.errors import InputError
+from celldag.plan import method_needs, method_params
+from celldag.provenance import RunClock
+from celldag.representation import preprocess
+from celldag.representation.track import RepresentationInput, check_prepared
+from celldag.runner import call_method, unmet_need
+
+QUERY_BATCH_PREFIX = "query:"  # the query's batches beside the reference's in the embedding, never mistaken for them
+MIN_BATCH_CELLS = 2  # a batch's shift test compares 2+ query cells with the calibration cells
+OUTPUTS = ("annotated.h5ad", "cells.tsv", "batches.tsv", "report.md", "run.json")
+SNAKEMAKE_MARK = ".snakemake_timestamp"  # Snakemake's, in the folder the annotate_query rule made
+
+
+@dataclass(frozen=True)
+class Request:
+    """What ``celldag annotate`` was asked: the files, the methods by registry id and the settings."""
+
+    reference: str
+    query: str
+    out: str
+    representation: str = "pca"
+    classifier: str = "logistic"
+    batch_key: str = "batch"
+    label_key: str | None = None  # a query column of known labels (missing where unlabelled): the labelled test
+    values: str = "auto"  # of the query's X: counts, lognorm, or auto (counts when every value is an integer)
+    procedure: str = annotation_query.DEFAULT_PROCEDURE
+    alpha: float = SCORING_DEFAULTS["alpha"]
+    level: float = shift.LEVEL
+    unknown_level: float | None = None  # of the unknown-type flag (None: alpha)
+    seed: int = 0
+    threads: int = 1
+
+
+def read_reference(path: str):
+    """The reference, held to the prepared dataset's contract; a reference without labels is refused first."""
+    adata = artifacts.read_h5ad(path)
+    if "label" not in adata.obs or adata.obs["label"].isna().all():
+        raise InputError(f"{path}: obs['label'] is missing or empty: a reference must be labelled (a prepared dataset "
+                         "of the representation track, results/data/<dataset>/<key>/seed<s>.h5ad)")  # fmt: skip
+    check_prepared(adata, path)
+    if adata.obs["label"].nunique() < 2:
+        raise InputError(f"{path}: obs['label'] holds one type; annotation needs two or more")
+    return adata
+
+
+def read_query(request: Request, reference_genes: pd.Index):
+    """The query and its genes shared with the reference; every problem an ``InputError`` naming the field."""
+    path = request.query
+    adata = artifacts.read_h5ad(path)
+    if adata.n_obs == 0:
+        raise InputError(f"{path}: no cells")
+    if request.batch_key not in adata.obs:
+        raise InputError(f"{path}: obs['{request.batch_key}'] (--batch-key) is missing; columns: "
+                         f"{list(adata.obs.columns)}")  # fmt: skip
+    batches = adata.obs[request.batch_key]
+    if batches.isna().any():
+        raise InputError(f"{path}: obs['{request.batch_key}'] is missing for {int(batches.isna().sum())} cells")
+    sizes = batches.astype(str).value_counts()
+    small = sizes[sizes < MIN_BATCH_CELLS]
+    if len(small):
+        raise InputError(f"{path}: obs['{request.batch_key}']: batch {small.index[0]!r} has {int(small.iloc[0])} "
+                         f"cell; a batch's shift test needs {MIN_BATCH_CELLS}+ (merge it or leave it out)")  # fmt: skip
+    if request.label_key is not None and request.label_key not in adata.obs:
+        raise InputError(f"{path}: obs['{request.label_key}'] (--label-key) is missing")
+    if not adata.var_names.is_unique:
+        raise InputError(f"{path}: var_names are not unique ({int(adata.var_names.duplicated().sum())} repeated)")
+    shared = reference_genes.intersection(adata.var_names, sort=False)
+    if shared.empty:
+        raise InputError(f"{path}: var_names share no gene with the reference's {len(reference_genes):,} (first "
+                         f"query genes {list(adata.var_names[:3])}, reference {list(reference_genes[:3])}): "
+                         "name genes alike in both")  # fmt: skip
+    return adata, shared
+
+
+def request_of(settings: dict, reference: str, out: str) -> Request:
+    """A query of config ``annotate`` (its settings) as a ``Request`` on the reference's prepared file."""
+    return Request(
+        reference=reference, out=out, **{key: value for key, value in settings.items() if key != "reference"}
+    )
+
+
+def check_request(request: Request, methods: dict[str, dict]) -> tuple[dict, dict]:
+    """The registry entries of the representation and the classifier; bad settings refused before any compute."""
+    for role, method_id, track in (("--representation", request.representation, "representation"),
+                                   ("--classifier", request.classifier, "annotation")):  # fmt: skip
+        if method_id not in methods or methods[method_id]["track"] != track:
+            choices = sorted(m for m, entry in methods.items() if entry["track"] == track)
+            raise InputError(f"{role} {method_id!r}: not a method of the {track} track ({', '.join(choices)})")
+    if request.procedure not in annotation_query.PROCEDURES:
+        raise InputError(f"--procedure {request.procedure!r}: one of {', '.join(annotation_query.PROCEDURES)}")
+    for option, value in (("--alpha", request.alpha), ("--level", request.level),
+                          ("--unknown-level", request.alpha if request.unknown_level is None else request.unknown_level)):  # fmt: skip
+        if not 0 < value < 1:
+            raise InputError(f"{option} {value}: must be in (0, 1)")
+    if request.values not in ("auto", *preprocess.VALUES):
+        raise InputError(f"--values {request.values!r}: auto, counts or lognorm")
+    return methods[request.representation], methods[request.classifier]
+
+
+def joint_expression(reference, query, shared: pd.Index, values: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(log-normalised, scaled) expression of reference then query cells on the shared genes that vary."""
+    values = preprocess.values_of(query.X) if values == "auto" else values
+    query_lognorm = preprocess.lognorm_of(query.X, values, where)[:, query.var_names.get_indexer(shared)]
+    reference_lognorm = reference[:, shared].layers["lognorm"]
+    lognorm = np.vstack([np.asarray(m.toarray() if hasattr(m, "toarray") else m, dtype=np.float32)
+                         for m in (reference_lognorm, query_lognorm)])  # fmt: skip
+    scaled, varying = preprocess.jointly_scaled(lognorm)
+    if not varying.any():
+        raise InputError(f"{where}: no shared gene varies across the reference and query cells")
+    return lognorm[:, varying], scaled
+
+
+def ran(entry: dict, inputs, seed: int, threads: int, what: str):
+    """The method's result; a method that cannot run or fails stops the command naming it (no other stands in)."""
+    unmet = unmet_need(inputs, method_needs(entry, "default") if "default" in entry["variants"] else [])
+    if unmet:
+        raise InputError(f"{what} {unmet}")
+    result, status, reason = call_method(entry["run"], inputs, method_params(entry, default_variant(entry)), seed,
+                                         threads)  # fmt: skip
+    if status != "ok":
+        raise RuntimeError(f"{what} is {status}: {reason}")
+    return result
+
+
+def default_variant(entry: dict) -> str:
+    return "default" if "default" in entry["variants"] else next(iter(entry["variants"]))
+
+
+def annotate(request: Request, methods: dict[str, dict]) -> Path:
+    """Annotate the query (``Request``) with methods of the registry (id → entry); the folder written."""
+    clock = RunClock()
+    representation_entry, classifier_entry = check_request(request, methods)
+    check_out(Path(request.out))
+    reference = read_reference(request.reference)
+    query, shared = read_query(request, pd.Index(reference.var_names))
+    lognorm, scaled = joint_expression(reference, query, shared, request.values, request.query)
+    n_reference = reference.n_obs
+    reference_labels = reference.obs["label"].astype(str).to_numpy()
+    reference_batch = reference.obs["batch"].astype(str).to_numpy()
+    query_batch = query.obs[request.batch_key].astype(str).to_numpy()
+    batch = np.concatenate([reference_batch, np.char.add(QUERY_BATCH_PREFIX, query_batch)])
+    names = (*reference.obs_names.astype(str), *(f"query:{name}" for name in query.obs_names.astype(str)))
+    train = np.concatenate([(reference.obs["split"] == "train").to_numpy(), np.zeros(query.n_obs, dtype=bool)])
+    inputs = RepresentationInput(names=tuple(names), features=scaled, gene_names=tuple(shared), batch=batch,
+                                 train_mask=train, lognorm=lognorm, counts=None)  # fmt: skip
+    embedding = np.asarray(ran(representation_entry, inputs, request.seed, request.threads,
+                               f"representation {request.representation}").embedding, dtype=np.float32)  # fmt: skip
+    split = split_cells(reference_labels, reference_batch, tuple(TASK_DEFAULTS["split"]), request.seed)
+    classes = tuple(sorted(set(reference_labels)))
+    fit = np.concatenate([split == "train", np.zeros(query.n_obs, dtype=bool)])
+    labels = np.concatenate([reference_labels, np.full(query.n_obs, "")])
+    classified = AnnotationInput(features=embedding, labels=labels, batch=batch, classes=classes,
+                                 fits={"reference": fit}, names=tuple(names))  # fmt: skip
+    proba = ran(classifier_entry, classified, request.seed, request.threads,
+                f"classifier {request.classifier}").obsm["proba_reference"]  # fmt: skip
+    soft = None
+    if request.procedure == "kandinsky_augmented":
+        soft = soft_groups(principal_components(scaled, request.seed), int(TASK_DEFAULTS["soft_groups"]), request.seed)
+    query_labels = None
+    if request.label_key is not None:
+        column = query.obs[request.label_key]
+        query_labels = np.where(column.isna().to_numpy(), "", column.astype(str).to_numpy())
+    found = annotation_query.annotate_query(proba, reference_labels, split, query_batch, query_labels, classes,
+                                            request.alpha, request.procedure, soft, request.level,
+                                            request.unknown_level)  # fmt: skip
+    cells = cell_table(query, found, classes, proba[n_reference:], query_batch)
+    batches = batch_table(found, cells)
+    facts = {"genes_shared": len(shared), "genes_used": int(lognorm.shape[1]), "reference_genes": reference.n_vars,
+             "reference_cells": n_reference, "calibration_cells": int((split == "calibration").sum()),
+             "query_cells": query.n_obs, "classes": list(classes),
+             "held_out_coverage": found.held_out_coverage, "held_out_set_size": found.held_out_set_size,
+             "held_out_unknown": found.held_out_unknown, "uncalibrated_types": list(found.uncalibrated)}  # fmt: skip
+    record = clock.record(seed=request.seed, config=asdict(request),
+                          input_checksums={path: artifacts.sha256_file(path) for path in (request.reference, request.query)},
+                          command="celldag annotate", facts=facts)  # fmt: skip
+    return write_outputs(request, query, cells, batches, record, report(request, facts, batches, cells))
+
+
+def cell_table(query, found: annotation_query.QueryAnnotation, classes: tuple[str, ...], proba: np.ndarray,
+               query_batch: np.ndarray) -> pd.DataFrame:  # fmt: skip
+    """One row per query cell: batch, call, set (types joined by '|'), set size, unknown, best type, its p."""
+    names = np.asarray(classes, dtype=object)
+    verdicts = {test.batch: test.verdict for test in found.tests}
+    return pd.DataFrame({
+        "batch": query_batch, "call": found.calls,
+        "set": ["|".join(names[row]) for row in found.sets], "set_size": found.sets.sum(axis=1),
+        "unknown_type": found.unknown, "best_type": names[proba.argmax(axis=1)], "best_probability": proba.max(axis=1),
+        "batch_shift": [verdicts[b] for b in query_batch],
+    }, index=pd.Index(query.obs_names.astype(str), name="cell"))  # fmt: skip
+
+
+def batch_table(found: annotation_query.QueryAnnotation, cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per query batch: its shift test, mean set size, shares unknown and ambiguous, labelled coverage."""
+    rows = []
+    for test in found.tests:
+        members = cells[cells["batch"] == test.batch]
+        rows.append({"batch": test.batch, "cells": len(members), "verdict": test.verdict, "test": test.test,
+                     "tested_cells": test.query_cells, "calibration_cells": test.calibration_cells,
+                     "effect": test.statistic, "p": test.p_value, "holm_p": test.adjusted_p,
+                     "mean_set_size": float(members["set_size"].mean()),
+                     "unknown_share": float(members["unknown_type"].mean()),
+                     "ambiguous_share": float((members["call"] == annotation_query.AMBIGUOUS).mean()),
+                     "labelled_coverage": found.query_labelled_coverage.get(test.batch, np.nan)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataFrame) -> str:
+    """The short report: what was done, the reference's own check, and per batch the verdict and the sets."""
+    shifted = int(batches["verdict"].str.startswith("shifted").sum())
+    blocks = [
+        Heading(1, f"celldag annotate: {Path(request.query).name}"),
+        Paragraph((f"{facts['query_cells']:,} query cells in {len(batches)} batches annotated from "
+                  f"{Path(request.reference).name} ({facts['reference_cells']:,} cells, {len(facts['classes'])} types) "
+                  f"on {facts['genes_used']:,} shared genes: embedding {request.representation}, classifier "
+                  f"{request.classifier}, sets by {request.procedure} at α = {request.alpha:g}, calibrated on "
+                  f"{facts['calibration_cells']:,} reference cells. Seed {request.seed}.",)),
+        Paragraph((f"Reference check (held-out reference cells, labels known): coverage "
+                  f"{facts['held_out_coverage']:.3f} (promised ≥ {1 - request.alpha:.2f}), mean set size "
+                  f"{facts['held_out_set_size']:.2f}, flagged unknown type {facts['held_out_unknown']:.3f} (all are of known types: at most "
+                  f"{unknown_level(request):g} plus binomial noise by design).",)),
+        Paragraph((f"Shift test per batch (one-sided, Holm over batches at {request.level:g}): {shifted} of "
+                  f"{len(batches)} batches shifted. A shifted batch's cells conform less to the classifier than the "
+                  "calibration cells did: the sets' coverage promise is not supported there. 'No shift detected' is "
+                  "not a proof of exchangeability.",)),
+        Table(("batch", "cells", "verdict", "test", "mean set size", "unknown type", "ambiguous", "labelled coverage"),
+              tuple((row.batch, f"{row.cells:,}", row.verdict, row.test, f"{row.mean_set_size:.2f}",
+                f"{row.unknown_share:.3f}", f"{row.ambiguous_share:.3f}",
+                "–" if np.isnan(row.labelled_coverage) else f"{row.labelled_coverage:.3f}")
+                    for row in batches.itertuples())),
+        Paragraph(("Calls: " + ", ".join(f"{call} {count:,}" for call, count in cells["call"].value_counts().items())
+                  + f". '{annotation_query.UNKNOWN}': no reference type's class-conditional threshold admits the "
+                  f"cell (a type the reference lacks, or a damaged cell); '{annotation_query.AMBIGUOUS}': several "
+                  "types fit.",)),
+    ]  # fmt: skip
+    if facts["uncalibrated_types"]:
+        level = unknown_level(request)
+        blocks.append(Paragraph((f"{len(facts['uncalibrated_types'])} reference types have fewer than "
+                                 f"{(1 - level) / level:g} calibration cells ("
+                                 f"{', '.join(facts['uncalibrated_types'])}): at the unknown level {level:g} they "
+                                 "are in every class-conditional set, so no cell can be flagged unknown type. A reference with more cells of them lifts "
+                                 "this.",)))  # fmt: skip
+    return markdown(blocks)
+
+
+def unknown_level(request: Request) -> float:
+    return request.alpha if request.unknown_level is None else request.unknown_level
+
+
+def write_outputs(request: Request, query, cells: pd.DataFrame, batches: pd.DataFrame, record: dict,
+                  text: str) -> Path:  # fmt: skip
+    """Every output written into a fresh folder beside ``out``, which then takes its place: never half written."""
+    out = Path(request.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_into(staging, query, cells, batches, record, text)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if out.exists():  # a previous annotate's folder (check_out): replaced whole
+        shutil.rmtree(out)
+    staging.rename(out)
+    return out
+
+
+def write_into(folder: Path, query, cells: pd.DataFrame, batches: pd.DataFrame, record: dict, text: str) -> None:
+    annotated = query.copy()
+    for column in ("call", "set", "set_size", "unknown_type", "batch_shift"):
+        annotated.obs[f"celldag_{column}"] = cells[column].to_numpy()
+    annotated.uns["celldag_annotate"] = json.loads(
+        json.dumps({"request": record["config"], **record["facts"]}, default=str)
+    )
+    annotated.write_h5ad(folder / "annotated.h5ad")
+    cells.to_csv(folder / "cells.tsv", sep="\t")
+    batches.to_csv(folder / "batches.tsv", sep="\t", index=False)
+    (folder / "report.md").write_text(text)
+    (folder / "run.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+
+
+def check_out(out: Path) -> None:
+    """``out`` may be new or a previous ``celldag annotate``'s folder, never a folder of other files."""
+    if out.exists() and (not out.is_dir() or any(p.name not in (*OUTPUTS, SNAKEMAKE_MARK) for p in out.iterdir())):
+        raise InputError(f"{out}: exists and holds other files than celldag annotate's ({', '.join(OUTPUTS)}); "
+                         "choose another --out")  # fmt: skip

@@ -1,0 +1,105 @@
+"""Is a query batch drawn like the calibration cells? A test per batch of what conformal sets are built from.
+
+A conformal set's promise (coverage ≥ 1 − α) needs the query cells to be exchangeable with the calibration cells.
+Every batch differs from every other in some way; what matters is whether it differs in the direction that costs
+coverage: query cells that conform less to the classifier than calibration cells did. So both tests are one-sided,
+on the conformity scores S(x, y) = 1 − p(y | x) the sets threshold:
+
+- **label-free** (the batch has no labels): the score of each cell's best label, 1 − max_y p(y | x). Exchangeable
+  cells give it one distribution; a batch whose cells the classifier is less sure of gives larger values.
+- **labelled** (some cells of the batch carry labels): the score of each labelled cell's own label against the
+  calibration cells' own-label scores — the very scores the threshold is a quantile of, so it tests the promise.
+
+Both are Mann–Whitney U tests (query scores stochastically larger), with the tie correction of the normal
+approximation (kNN's probabilities take few values); Holm's step-down over a query's batches keeps the chance of
+calling any exchangeable batch shifted at most ``level``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+LEVEL = 0.05  # family-wise: the chance of calling any batch of an exchangeable query shifted
+LABEL_FREE, LABELLED = "label-free", "labelled"
+MIN_CELLS = 2  # a side of a test needs this many cells
+
+
+@dataclass(frozen=True)
+class ShiftTest:
+    """One batch's test: which, on how many cells, its one-sided p, Holm's adjusted p and the verdict."""
+
+    batch: str
+    test: str  # LABEL_FREE or LABELLED
+    query_cells: int
+    calibration_cells: int
+    statistic: float  # the common-language effect size: P(query score > calibration score) + ½ P(tie)
+    p_value: float
+    adjusted_p: float
+    verdict: str
+
+
+def top_scores(proba: np.ndarray) -> np.ndarray:
+    """(n,) the conformity score of each cell's best label, 1 − max_y p(y | x): what a label-free test compares."""
+    proba = np.asarray(proba, dtype=np.float64)
+    if proba.ndim != 2 or proba.shape[1] == 0:
+        raise ValueError(f"probabilities must be (cells, classes), got shape {proba.shape}")
+    return 1.0 - proba.max(axis=1)
+
+
+def larger_p(calibration: np.ndarray, query: np.ndarray) -> tuple[float, float]:
+    """(effect, p): the one-sided Mann–Whitney p that ``query`` scores are stochastically larger than
+    ``calibration`` scores, and P(query > calibration) + ½ P(tie) (0.5 under exchangeability)."""
+    from scipy.stats import mannwhitneyu
+
+    calibration, query = np.asarray(calibration, dtype=np.float64), np.asarray(query, dtype=np.float64)
+    if calibration.size < MIN_CELLS or query.size < MIN_CELLS:
+        raise ValueError(f"a shift test needs {MIN_CELLS}+ cells on each side, got {calibration.size} calibration "
+                         f"and {query.size} query cells")  # fmt: skip
+    if not (np.isfinite(calibration).all() and np.isfinite(query).all()):
+        raise ValueError("conformity scores must be finite")
+    if np.ptp(np.concatenate([calibration, query])) == 0:  # every score tied: nothing tells the sides apart
+        return 0.5, 1.0
+    found = mannwhitneyu(query, calibration, alternative="greater", method="asymptotic", use_continuity=True)
+    return float(found.statistic / (query.size * calibration.size)), float(min(1.0, found.pvalue))
+
+
+def holm(p_values: list[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values (monotone, capped at 1), in the order given."""
+    p = np.asarray(p_values, dtype=np.float64)
+    order = np.argsort(p, kind="stable")
+    stepped = np.maximum.accumulate((p.size - np.arange(p.size)) * p[order])
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.minimum(stepped, 1.0)
+    return adjusted
+
+
+def verdict(adjusted_p: float, level: float) -> str:
+    return f"shifted (p = {adjusted_p:.2g})" if adjusted_p <= level else f"no shift detected (p = {adjusted_p:.2g})"
+
+
+def batch_tests(cal_top: np.ndarray, cal_true: np.ndarray, query_top: np.ndarray, query_true: np.ndarray,
+                query_batch: np.ndarray, level: float = LEVEL) -> list[ShiftTest]:  # fmt: skip
+    """One ``ShiftTest`` per query batch (sorted), Holm-adjusted over them.
+
+    ``cal_top``/``cal_true``: the calibration cells' best-label and own-label scores; ``query_top`` the query cells'
+    best-label scores; ``query_true`` their own-label scores, NaN where a cell has no label. A batch with
+    ``MIN_CELLS``+ labelled cells is tested on them (labelled), any other on every cell's best label (label-free).
+    """
+    query_batch = np.asarray(query_batch).astype(str)
+    query_true = np.asarray(query_true, dtype=np.float64)
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    raw = []
+    for batch in np.unique(query_batch):
+        members = query_batch == batch
+        labelled = members & np.isfinite(query_true)
+        if np.count_nonzero(labelled) >= MIN_CELLS:
+            effect, p = larger_p(cal_true, query_true[labelled])
+            raw.append((batch, LABELLED, int(labelled.sum()), cal_true.size, effect, p))
+        else:
+            effect, p = larger_p(cal_top, query_top[members])
+            raw.append((batch, LABEL_FREE, int(members.sum()), cal_top.size, effect, p))
+    adjusted = holm([p for *_, p in raw])
+    return [ShiftTest(*fields, float(a), verdict(float(a), level)) for fields, a in zip(raw, adjusted, strict=True)]

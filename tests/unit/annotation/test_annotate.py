@@ -1,0 +1,188 @@
+"""``celldag annotate``: a lab's unlabelled batch annotated from a labelled reference, against the benchmark's own
+new-batch scenario, and its bad inputs refused with one line each before anything is written."""
+
+from __future__ import annotations
+
+import anndata
+import numpy as np
+import pandas as pd
+import pytest
+
+from celldag.annotate import Request, annotate
+from celldag.annotation.classifiers import logistic
+from celldag.annotation.query import UNKNOWN
+from celldag.annotation.scoring import codes, new_batch_calibration, procedure_sets
+from celldag.annotation.track import chain_task, method_input
+from celldag.cli import main
+from celldag.errors import InputError
+from celldag.representation.preprocess import preprocess
+
+TYPES = ["alpha", "beta", "delta", "gamma", "epsilon"]
+BATCHES = ["b0", "b1", "b2", "b3"]
+
+
+def counts_dataset(seed: int = 0, cells_per_batch: int = 160, n_genes: int = 60, novel: bool = False):
+    """Counts of five types in four batches: type t raises genes 10t..10t+9 fourfold, each batch scales every gene
+    by its own factor; ``novel`` adds cells of a sixth type raising genes 50..59, in the last batch only."""
+    rng = np.random.default_rng(seed)
+    rows, labels, batches = [], [], []
+    for b, batch in enumerate(BATCHES):
+        batch_scale = np.exp(rng.normal(0, 0.3, n_genes))
+        kinds = rng.integers(0, len(TYPES), cells_per_batch)
+        if novel and b == len(BATCHES) - 1:
+            kinds[: cells_per_batch // 4] = len(TYPES)
+        for kind in kinds:
+            mean = np.full(n_genes, 2.0) * batch_scale
+            mean[10 * kind : 10 * kind + 10] *= 4.0
+            rows.append(rng.poisson(mean))
+            labels.append(TYPES[kind] if kind < len(TYPES) else "novel")
+            batches.append(batch)
+    obs = pd.DataFrame({"type": labels, "sample": batches}, index=[f"cell{i}" for i in range(len(rows))])
+    return anndata.AnnData(X=np.array(rows, dtype=np.float32), obs=obs,
+                           var=pd.DataFrame(index=[f"gene{g}" for g in range(n_genes)]))  # fmt: skip
+
+
+def prepared(adata, seed: int = 0):
+    data = preprocess(adata, label_key="type", batch_key="sample", seed=seed, params={})
+    data.uns.update(dataset_id="lab", track="representation", seed=seed)
+    return data
+
+
+def held_out(data, batch: str, tmp_path):
+    """(reference file, query file): the prepared dataset without ``batch``, and that batch's log-normalised values
+    with its labels moved to a column the command is not told of."""
+    reference, query = data[data.obs["batch"] != batch].copy(), data[data.obs["batch"] == batch].copy()
+    reference.write_h5ad(tmp_path / "reference.h5ad")
+    lab = anndata.AnnData(X=query.layers["lognorm"].copy(), var=pd.DataFrame(index=query.var_names),
+                          obs=pd.DataFrame({"run": query.obs["batch"].astype(str).to_numpy(),
+                                            "removed": query.obs["label"].astype(str).to_numpy()},
+                                           index=query.obs_names))  # fmt: skip
+    lab.write_h5ad(tmp_path / "query.h5ad")
+    return str(tmp_path / "reference.h5ad"), str(tmp_path / "query.h5ad")
+
+
+def benchmark_new_batch(data, batch: str, procedure: str, alpha: float = 0.1, seed: int = 0) -> np.ndarray:
+    """The benchmark's new-batch scenario with ``labelled_fraction: 0``: per cell of ``batch``, covered or not."""
+    components = chain_task(data, {"labelled_fraction": 0}, seed)
+    task = anndata.AnnData(X=np.asarray(data.X, dtype=np.float32), obs=components.obs, obsm=dict(components.obsm))
+    classes = sorted(set(task.obs["label"].astype(str)))
+    output = logistic(method_input(task, None), {}, seed)  # on the `expression` embedding: X
+    held = sorted(set(task.obs["batch"].astype(str))).index(batch)
+    proba = output.obsm[f"proba_without_{held}"]
+    truth = np.array([classes.index(label) for label in task.obs["label"].astype(str)])
+    calibration, query = new_batch_calibration(task, held)
+    sets = procedure_sets(proba, truth, codes(task.obs["batch"]), task.obsm["soft_groups"], calibration, query, alpha,
+                          procedures=(procedure,)).sets[procedure]  # fmt: skip
+    return sets[np.arange(query.sum()), truth[query]]
+
+
+@pytest.mark.parametrize("procedure", ["class_conditional", "split_lac"])
+def test_a_held_out_batch_annotated_as_the_benchmark_scores_a_new_batch_without_labelled_cells(
+    tmp_path, registries, procedure
+):
+    data = prepared(counts_dataset())
+    reference, query = held_out(data, "b3", tmp_path)  # the last batch: the other batches' split is unchanged
+    out = annotate(Request(reference, query, str(tmp_path / "out"), representation="expression",
+                           classifier="logistic", batch_key="run", procedure=procedure), registries.methods)  # fmt: skip
+    cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
+    truth = anndata.read_h5ad(query).obs["removed"]
+    covered = np.array([label in cell_set.split("|") for label, cell_set in zip(truth, cells["set"], strict=True)])
+    expected = benchmark_new_batch(data, "b3", procedure)
+    assert covered.size == expected.size == 160
+    # the same cells train and calibrate; only the last bits of the scaling differ (float64 here, float32 there)
+    assert abs(covered.mean() - expected.mean()) <= 2 / covered.size
+    assert covered.mean() >= 0.85
+    annotated = anndata.read_h5ad(out / "annotated.h5ad")
+    assert annotated.obs["celldag_set"].tolist() == cells["set"].tolist()
+    assert set(annotated.obs["celldag_batch_shift"]) == {cells["batch_shift"].iloc[0]}
+    batches = pd.read_csv(out / "batches.tsv", sep="\t")
+    assert batches["batch"].tolist() == ["b3"] and batches["test"].tolist() == ["label-free"]
+
+
+def test_a_type_the_reference_lacks_is_flagged_unknown_and_a_shifted_batch_named(tmp_path, registries):
+    data = prepared(counts_dataset(novel=True, cells_per_batch=240))
+    reference = data[data.obs["batch"] != "b3"].copy()
+    reference.write_h5ad(tmp_path / "reference.h5ad")
+    query_cells = data[data.obs["batch"].isin(["b2", "b3"])]  # b2's cells are also in the reference (exchangeable)
+    lab = anndata.AnnData(X=query_cells.layers["lognorm"].copy(), var=pd.DataFrame(index=query_cells.var_names),
+                          obs=pd.DataFrame({"run": np.where(query_cells.obs["batch"] == "b2", "same", "new"),
+                                            "removed": query_cells.obs["label"].astype(str).to_numpy()},
+                                           index=query_cells.obs_names))  # fmt: skip
+    lab.write_h5ad(tmp_path / "query.h5ad")
+    out = annotate(Request(str(tmp_path / "reference.h5ad"), str(tmp_path / "query.h5ad"), str(tmp_path / "out"),
+                           representation="pca", classifier="logistic", batch_key="run"), registries.methods)  # fmt: skip
+    cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
+    truth = lab.obs["removed"].to_numpy()
+    novel, known = truth == "novel", truth != "novel"
+    assert (cells["call"].to_numpy()[novel] == UNKNOWN).mean() >= 0.9  # the sixth type: flagged
+    assert (cells["call"].to_numpy()[known] == UNKNOWN).mean() <= 0.1 + 3 * np.sqrt(0.09 / known.sum())
+    verdicts = pd.read_csv(out / "batches.tsv", sep="\t").set_index("batch")["verdict"]
+    assert verdicts["new"].startswith("shifted") and verdicts["same"].startswith("no shift detected")
+
+
+def test_labelled_query_cells_are_tested_on_their_own_labels_scores(tmp_path, registries):
+    data = prepared(counts_dataset())
+    reference, query = held_out(data, "b3", tmp_path)
+    out = annotate(
+        Request(reference, query, str(tmp_path / "out"), batch_key="run", label_key="removed"), registries.methods
+    )
+    batch = pd.read_csv(out / "batches.tsv", sep="\t").iloc[0]
+    assert batch["test"] == "labelled" and batch["tested_cells"] == 160
+    cells = pd.read_csv(out / "cells.tsv", sep="\t", keep_default_na=False)
+    truth = anndata.read_h5ad(query).obs["removed"].to_numpy()
+    assert batch["labelled_coverage"] == pytest.approx(
+        np.mean([label in s.split("|") for label, s in zip(truth, cells["set"], strict=True)])
+    )
+
+
+def bad_query(tmp_path, change):
+    data = prepared(counts_dataset(cells_per_batch=40))
+    reference, query = held_out(data, "b3", tmp_path)
+    lab = anndata.read_h5ad(query)
+    lab = change(lab) or lab
+    lab.write_h5ad(query)
+    return reference, query
+
+
+def renamed_genes(lab):
+    lab.var_names = [f"other{i}" for i in range(lab.n_vars)]
+
+
+def one_cell_batch(lab):
+    lab.obs["run"] = ["lonely"] + ["b3"] * (lab.n_obs - 1)
+
+
+def without_batches(lab):
+    del lab.obs["run"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (renamed_genes, "share no gene with the reference"),
+    (one_cell_batch, "batch 'lonely' has 1 cell"),
+    (without_batches, "obs['run'] (--batch-key) is missing"),
+])  # fmt: skip
+def test_a_bad_query_is_refused_with_one_line_before_anything_is_written(tmp_path, change, message, capsys):
+    reference, query = bad_query(tmp_path, change)
+    assert main(["annotate", reference, query, "--out", str(tmp_path / "out"), "--batch-key", "run"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and query in error and "\n" not in error
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_a_reference_without_labels_is_refused(tmp_path, registries):
+    reference, query = bad_query(tmp_path, lambda lab: None)
+    unlabelled = anndata.read_h5ad(reference)
+    del unlabelled.obs["label"]
+    unlabelled.write_h5ad(reference)
+    with pytest.raises(InputError, match="must be labelled"):
+        annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run"), registries.methods)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_of_other_files_is_never_overwritten(tmp_path, registries):
+    reference, query = bad_query(tmp_path, lambda lab: None)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="holds other files"):
+        annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run"), registries.methods)
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"

@@ -1,0 +1,26 @@
+# A lab's own cells annotated from a labelled registry dataset (config `annotate`, docs/annotation.md): the
+# reference's prepared file comes from prepare_dataset like any other, the query is the lab's file; one job per
+# query writes results/<name>/annotate/<query>/ (celldag.annotate, the same as `celldag annotate`).
+
+
+rule annotate_query:
+    input:
+        reference=lambda wildcards: ANNOTATE_REFERENCES[wildcards.query],
+        query=lambda wildcards: config["annotate"][wildcards.query]["query"],
+    output:
+        directory(plan.ANNOTATED),
+    params:
+        settings=lambda wildcards: config["annotate"][wildcards.query],
+        methods=lambda wildcards: annotate_methods(config["annotate"][wildcards.query]),
+    wildcard_constraints:
+        query=_one_of(config["annotate"]) if config["annotate"] else "(?!)",
+    log:
+        plan.ANNOTATE_LOG,
+    conda:
+        "../../envs/representation.yaml"
+    threads: 1
+    resources:
+        mem_mb=per_attempt(4000),
+        runtime=per_attempt(60),
+    script:
+        "../scripts/annotate_query.py"

@@ -1,0 +1,6 @@
+from celldag import joblog
+from celldag.annotate import annotate, request_of
+
+joblog.start(snakemake.log[0])
+request = request_of(snakemake.params.settings, snakemake.input.reference, snakemake.output[0])
+annotate(request, snakemake.params.methods)
