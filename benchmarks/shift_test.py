@@ -1,0 +1,164 @@
+"""Does the shift test of `celldag annotate` say when the sets' promise fails? On real annotation runs (issue 44;
+docs/annotation.md, "How the shift test does on real runs").
+
+  .venv/bin/python benchmarks/shift_test.py RUNS [RUNS ...] [--resplits 500]
+
+RUNS: a `results/runs` folder (the default run's, or a reference rerun's on more seeds). For every ok output of
+the annotation track under it (`…/annotation-<key>/<classifier>/output.h5ad` beside its `input.h5ad` task):
+
+- **false alarms under nulls that hold by construction**, over `--resplits` re-splits each, seeded by the run:
+  (a) the random split's calibration and query cells pooled and dealt again at their sizes, the query's batches
+  tested label-free and labelled, Holm over them as `celldag annotate` does: the family's false-alarm rate;
+  (b) each batch's own calibration and query cells dealt again, tested label-free: one test's false-alarm rate;
+- **sensitivity and specificity for shortfalls**: per new batch of the new-batch scenario (the classifier trained
+  without it), the label-free test of its unlabelled cells and the labelled test of its labelled share, each against
+  the other batches' calibration cells, beside whether a procedure's coverage of that batch falls more than 0.05
+  below 1 − α (the headline `kandinsky_augmented`, calibrated as the benchmark calibrates it, and `split_lac`).
+
+Prints Markdown. The default run's 48 outputs take about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+import anndata  # noqa: E402
+
+from celldag.annotation import conformal, shift  # noqa: E402
+from celldag.annotation.scoring import (  # noqa: E402
+    Settings,
+    codes,
+    new_batch_calibration,
+    procedure_sets,
+    scenario_randomisation,
+    split_masks,
+    task_arrays,
+)
+
+SHORTFALL = 0.05  # a batch covered more than this below 1 − α is a broken promise
+PROCEDURES = ("kandinsky_augmented", "split_lac")
+
+
+def outputs(runs: Path):
+    """(task, output, name) of every ok annotation output under ``runs``."""
+    for path in sorted(runs.glob("*/*/*/*/seed*/annotation-*/*/output.h5ad")):
+        output = anndata.read_h5ad(path)
+        if output.uns.get("status") == "ok":
+            yield anndata.read_h5ad(path.parent.parent / "input.h5ad"), output, str(path.relative_to(runs).parent)
+
+
+def scores(proba: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(best-label score, own-label score) per cell."""
+    return shift.top_scores(proba), conformal.true_scores(conformal.lac_scores(proba), truth)
+
+
+def null_alarms(task, output, name: str, resplits: int) -> tuple[int, int, int]:
+    """(family alarms label-free, family alarms labelled, single-batch alarms label-free) over the re-splits."""
+    truth, batch, _ = task_arrays(task, output)
+    top, own = scores(np.asarray(output.obsm["proba_random"], dtype=np.float64), truth)
+    calibration, query = split_masks(task)
+    pooled = np.flatnonzero(calibration | query)
+    n_cal = int(calibration.sum())
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    family_free = family_labelled = single = 0
+    for _ in range(resplits):
+        dealt = rng.permutation(pooled)
+        cal, qry = dealt[:n_cal], dealt[n_cal:]
+        unlabelled = np.full(qry.size, np.nan)
+        free = shift.batch_tests(top[cal], own[cal], top[qry], unlabelled, batch[qry])
+        labelled = shift.batch_tests(top[cal], own[cal], top[qry], own[qry], batch[qry])
+        family_free += any(t.verdict.startswith("shifted") for t in free)
+        family_labelled += any(t.verdict.startswith("shifted") for t in labelled)
+        b = rng.integers(batch.max() + 1)  # one batch's own cells dealt again
+        own_cells = rng.permutation(pooled[batch[pooled] == b])
+        half = int((calibration & (batch == b)).sum())
+        single += shift.larger_p(top[own_cells[:half]], top[own_cells[half:]])[1] <= shift.LEVEL
+    return family_free, family_labelled, single
+
+
+def new_batch_rows(task, output, name: str, settings: Settings) -> list[dict]:
+    """Per new batch: both tests' p and each procedure's coverage of the batch."""
+    truth, batch, soft = task_arrays(task, output)
+    split = task.obs["split"].astype(str).to_numpy()
+    labelled = task.obs["new_batch_labelled"].to_numpy(dtype=bool)
+    rows = []
+    for held, batch_name in enumerate(sorted(set(task.obs["batch"].astype(str)))):
+        proba = np.asarray(output.obsm[f"proba_without_{held}"], dtype=np.float64)
+        top, own = scores(proba, truth)
+        calibration, query = new_batch_calibration(task, held)
+        others = (split == "calibration") & (batch != held)
+        new_labelled = labelled & (batch == held)
+        draws = scenario_randomisation(task, f"new batch {batch_name}", calibration, query, truth, proba.shape[1],
+                                       settings)  # fmt: skip
+        built = procedure_sets(proba, truth, batch, soft, calibration, query, settings.alpha, settings.groups,
+                               PROCEDURES, settings.min_weight, draws)  # fmt: skip
+        row = {"run": name, "batch": batch_name,
+               "p_label_free": shift.larger_p(top[others], top[query])[1],
+               "p_labelled": shift.larger_p(own[others], own[new_labelled])[1] if new_labelled.sum() >= 2 else np.nan}  # fmt: skip
+        for procedure, sets in built.sets.items():
+            row[f"{procedure}_coverage"] = float(sets[np.arange(query.sum()), truth[query]].mean())
+        rows.append(row)
+    return rows
+
+
+def rate(k: int, n: int) -> str:
+    """k/n with its Wilson 95 % interval."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    low, high = proportion_confint(k, n, alpha=0.05, method="wilson")
+    return f"{k / n:.3f} [{low:.3f}, {high:.3f}] ({k}/{n})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--resplits", type=int, default=500)
+    args = parser.parse_args()
+    settings = Settings.of({})
+    alarms, rows = [], []
+    for runs in args.runs:
+        for task, output, name in outputs(runs):
+            alarms.append(null_alarms(task, output, name, args.resplits))
+            rows += new_batch_rows(task, output, name, settings)
+    free, labelled, single = np.array(alarms).sum(axis=0)
+    n = len(alarms) * args.resplits
+    print(f"## False alarms under exchangeability ({len(alarms)} outputs × {args.resplits} re-splits, level "
+          f"{shift.LEVEL})\n")  # fmt: skip
+    print("| null | test | false-alarm rate [95 % interval] |\n|---|---|---|")
+    print(f"| random split re-dealt, Holm over batches | label-free | {rate(free, n)} |")
+    print(f"| random split re-dealt, Holm over batches | labelled | {rate(labelled, n)} |")
+    print(f"| a batch's own cells re-dealt | label-free | {rate(single, n)} |")
+    table = pd.DataFrame(rows)
+    print(f"\n## Shortfalls of the new batch ({len(table)} batch scenarios; shortfall: coverage < "
+          f"{1 - settings.alpha - SHORTFALL:.2f})\n")  # fmt: skip
+    print("| procedure | batches short | test | sensitivity | specificity |\n|---|---|---|---|---|")
+    for procedure in PROCEDURES:
+        column = f"{procedure}_coverage"
+        if column not in table:
+            continue
+        short = table[column] < 1 - settings.alpha - SHORTFALL
+        for test in ("p_label_free", "p_labelled"):
+            tested = table[test].notna()
+            called = table[test] <= shift.LEVEL
+            hits, misses = (called & short & tested).sum(), (~called & short & tested).sum()
+            quiet, false_calls = (~called & ~short & tested).sum(), (called & ~short & tested).sum()
+            sensitivity = rate(int(hits), int(hits + misses)) if hits + misses else "–"
+            specificity = rate(int(quiet), int(quiet + false_calls)) if quiet + false_calls else "–"
+            print(f"| {procedure} | {int(short.sum())} of {len(table)} | {test.removeprefix('p_').replace('_', '-')} "
+                  f"| {sensitivity} | {specificity} |")  # fmt: skip
+    worst = table.groupby("run")[[f"{p}_coverage" for p in PROCEDURES]].min().mean()
+    print("\nMean over outputs of the worst new batch's coverage: "
+          + ", ".join(f"{column.removesuffix('_coverage')} {value:.3f}" for column, value in worst.items()))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
