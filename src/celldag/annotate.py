@@ -202,7 +202,8 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
              "reference_cells": n_reference, "calibration_cells": int((split == "calibration").sum()),
              "query_cells": query.n_obs, "classes": list(classes),
              "held_out_coverage": found.held_out_coverage, "held_out_set_size": found.held_out_set_size,
-             "held_out_unknown": found.held_out_unknown, "uncalibrated_types": list(found.uncalibrated)}  # fmt: skip
+             "held_out_unknown": found.held_out_unknown, "uncalibrated_types": list(found.uncalibrated),
+             "query_proportions": found.query_proportions}  # fmt: skip
     record = clock.record(seed=request.seed, config=asdict(request),
                           input_checksums={path: artifacts.sha256_file(path) for path in (request.reference, request.query)},
                           command="celldag annotate", facts=facts)  # fmt: skip
@@ -265,6 +266,11 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
                   f"cell (a type the reference lacks, or a damaged cell); '{annotation_query.AMBIGUOUS}': several "
                   "types fit.",)),
     ]  # fmt: skip
+    if facts["query_proportions"]:
+        blocks.append(Paragraph(("The query's type proportions, estimated from its unlabelled cells (label_shift; "
+                                 "P(X | Y) assumed unchanged): " + ", ".join(
+                                     f"{label} {share:.3f}" for label, share in facts["query_proportions"].items())
+                                 + ". With few calibration cells of a type its share is noisy, and the sets grow.",)))  # fmt: skip
     if facts["uncalibrated_types"]:
         level = unknown_level(request)
         blocks.append(Paragraph((f"{len(facts['uncalibrated_types'])} reference types have fewer than "

@@ -23,11 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from celldag.annotation import conformal, shift
+from celldag.annotation.label_shift import label_shift_sets, query_proportions
 from celldag.annotation.scoring import ProcedureFailed, procedure_sets
 
 # the procedures a query can be annotated with: the others need labels of the query's own batches (Mondrian by
 # batch) or are the plain Kandinsky fit, which under-covers at a few hundred calibration cells (docs/annotation.md)
-PROCEDURES = ("class_conditional", "split_lac", "split_aps", "kandinsky_augmented")
+LABEL_SHIFT = "label_shift"  # weighted by the query's estimated type proportions (celldag.annotation.label_shift)
+PROCEDURES = ("class_conditional", "split_lac", "split_aps", "kandinsky_augmented", LABEL_SHIFT)
 DEFAULT_PROCEDURE = "class_conditional"
 # the query's batches have no calibration cells, so Kandinsky's groups are the candidate type and soft groups, beside
 # one batch that holds every cell: the constant, which always enters the design (``design.sized_columns``), so that
@@ -48,6 +50,7 @@ class QueryAnnotation:
     held_out_set_size: float
     held_out_unknown: float  # share of held-out reference cells (all of known types) flagged unknown: ≤ α + noise
     query_labelled_coverage: dict[str, float]  # batch → coverage of its labelled cells (batches with any)
+    query_proportions: dict[str, float]  # label_shift: the query's type proportions estimated from its cells
     uncalibrated: tuple[str, ...]  # types with too few calibration cells for a finite threshold at the unknown
     #                                level: in every such set, so that no cell can be flagged unknown while one exists
 
@@ -60,6 +63,17 @@ def cell_calls(sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...]) 
     calls = np.where(sizes == 1, single, np.where(sizes > 1, AMBIGUOUS, EMPTY)).astype(object)
     calls[unknown] = UNKNOWN
     return calls.astype(str)
+
+
+def weighted_sets(proba: np.ndarray, lac: np.ndarray, truth: np.ndarray, calibration: np.ndarray, rows: np.ndarray,
+                  alpha: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(sets of ``rows``, their estimated type proportions): label-shift-weighted sets of one query."""
+    n_classes = proba.shape[1]
+    if not rows.any():
+        return np.zeros((0, n_classes), dtype=bool), np.full(n_classes, np.nan)
+    estimate = query_proportions(proba[calibration], truth[calibration], proba[rows])
+    cal_true = conformal.true_scores(lac[calibration], truth[calibration])
+    return label_shift_sets(cal_true, truth[calibration], lac[rows], estimate, alpha), estimate
 
 
 def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_split: np.ndarray,
@@ -95,36 +109,38 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
         raise ValueError(f"the reference has {np.count_nonzero(calibration)} calibration cells; sets need 2+")
     # the held-out reference cells are queried beside the lab's: one calibration, two uses
     queried = held_out | lab
-    soft = np.zeros((n_reference + m, 1)) if soft is None else np.asarray(soft, dtype=np.float64)
-    built = procedure_sets(proba, truth, np.zeros(n_reference + m, dtype=int), soft, calibration, queried, alpha,
-                           QUERY_KANDINSKY_GROUPS, (procedure,))  # fmt: skip
     lac = conformal.lac_scores(proba)
     cal_true = conformal.true_scores(lac[calibration], truth[calibration])
+    if procedure == LABEL_SHIFT:  # each query weighted by its own estimated type proportions
+        held_sets, _ = weighted_sets(proba, lac, truth, calibration, held_out, alpha)
+        lab_sets, estimate = weighted_sets(proba, lac, truth, calibration, lab, alpha)
+        proportions = dict(zip(classes, estimate.tolist(), strict=True))
+    else:
+        soft = np.zeros((n_reference + m, 1)) if soft is None else np.asarray(soft, dtype=np.float64)
+        built = procedure_sets(proba, truth, np.zeros(n_reference + m, dtype=int), soft, calibration, queried, alpha,
+                               QUERY_KANDINSKY_GROUPS, (procedure,))  # fmt: skip
+        if built.failed:  # no other procedure's sets stand in for the one asked for
+            raise ProcedureFailed("; ".join(built.failed.values()))
+        held_sets, lab_sets = built.sets[procedure][held_out[queried]], built.sets[procedure][lab[queried]]
+        proportions = {}
     unknown_level = alpha if unknown_level is None else unknown_level
-    unknown_all = ~conformal.class_conditional_sets(cal_true, truth[calibration], lac[queried], unknown_level).any(
-        axis=1
-    )
+    unknown_all = ~conformal.class_conditional_sets(cal_true, truth[calibration], lac, unknown_level).any(axis=1)
     query_true = np.where(known, lac[lab][np.arange(m), truth[lab]], np.nan)
     tests = shift.batch_tests(shift.top_scores(proba[calibration]), cal_true, shift.top_scores(proba[lab]),
                               query_true, query_batch, level)  # fmt: skip
-    if built.failed:  # no other procedure's sets stand in for the one asked for
-        raise ProcedureFailed("; ".join(built.failed.values()))
     counts = np.bincount(truth[calibration], minlength=n_classes)
-    uncalibrated = tuple(
-        c for c, k in zip(classes, counts, strict=True) if np.isinf(conformal.conformal_quantile(np.zeros(k), alpha))
-    )
-    lab_rows, held_rows = lab[queried], held_out[queried]
-    sets = built.sets[procedure]
+    uncalibrated = tuple(label for label, count in zip(classes, counts, strict=True)
+                         if np.isinf(conformal.conformal_quantile(np.zeros(count), unknown_level)))  # fmt: skip
     held_truth = truth[held_out]
-    covered = sets[held_rows][np.arange(held_truth.size), held_truth]
-    lab_sets, unknown = sets[lab_rows], unknown_all[lab_rows]
+    covered = held_sets[np.arange(held_truth.size), held_truth]
+    unknown = unknown_all[lab]
     lab_covered = lab_sets[np.arange(m), truth[lab]] & known
     labelled_coverage = {batch: float(lab_covered[(query_batch == batch) & known].mean())
                          for batch in np.unique(query_batch[known])}  # fmt: skip
     return QueryAnnotation(
         sets=lab_sets, unknown=unknown, calls=cell_calls(lab_sets, unknown, classes), tests=tests,
         held_out_coverage=float(covered.mean()) if covered.size else float("nan"),
-        held_out_set_size=float(sets[held_rows].sum(axis=1).mean()) if covered.size else float("nan"),
-        held_out_unknown=float(unknown_all[held_rows].mean()) if covered.size else float("nan"),
-        query_labelled_coverage=labelled_coverage, uncalibrated=uncalibrated,
+        held_out_set_size=float(held_sets.sum(axis=1).mean()) if covered.size else float("nan"),
+        held_out_unknown=float(unknown_all[held_out].mean()) if covered.size else float("nan"),
+        query_labelled_coverage=labelled_coverage, uncalibrated=uncalibrated, query_proportions=proportions,
     )  # fmt: skip

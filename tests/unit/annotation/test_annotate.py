@@ -3,6 +3,8 @@ new-batch scenario, and its bad inputs refused with one line each before anythin
 
 from __future__ import annotations
 
+import json
+
 import anndata
 import numpy as np
 import pandas as pd
@@ -186,3 +188,19 @@ def test_a_folder_of_other_files_is_never_overwritten(tmp_path, registries):
     with pytest.raises(InputError, match="holds other files"):
         annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run"), registries.methods)
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+
+
+def test_label_shift_weights_the_calibration_by_the_querys_own_estimated_proportions(tmp_path, registries):
+    data = prepared(counts_dataset(cells_per_batch=400))
+    reference, query = held_out(data, "b3", tmp_path)
+    lab = anndata.read_h5ad(query)
+    keep = (lab.obs["removed"] == "alpha").to_numpy() | (np.arange(lab.n_obs) % 5 == 0)  # alpha, and 1 in 5 others
+    lab[keep].copy().write_h5ad(query)
+    out = annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run", procedure="label_shift"),
+                   registries.methods)  # fmt: skip
+    truth = lab.obs["removed"][keep].value_counts(normalize=True)
+    estimated = json.loads((out / "run.json").read_text())["facts"]["query_proportions"]
+    assert estimated["alpha"] > 0.5
+    assert estimated == pytest.approx({label: truth.get(label, 0.0) for label in estimated}, abs=0.05)
+    # coverage is label_shift's promise only under a pure label shift (tests/unit/annotation/test_label_shift.py);
+    # this batch also has its own gene scales
