@@ -36,7 +36,6 @@ import anndata  # noqa: E402
 from celldag.annotation import conformal, shift  # noqa: E402
 from celldag.annotation.scoring import (  # noqa: E402
     Settings,
-    codes,
     new_batch_calibration,
     procedure_sets,
     scenario_randomisation,
