@@ -34,6 +34,7 @@ from celldag.document import Heading, Paragraph, Table, markdown
 from celldag.errors import InputError
 from celldag.plan import method_needs, method_params
 from celldag.provenance import RunClock
+from celldag.registry.params import split_method_selector
 from celldag.representation import preprocess
 from celldag.representation.track import RepresentationInput, check_prepared
 from celldag.runner import call_method, unmet_need
@@ -112,13 +113,22 @@ def request_of(settings: dict, reference: str, out: str) -> Request:
     )
 
 
-def check_request(request: Request, methods: dict[str, dict]) -> tuple[dict, dict]:
-    """The registry entries of the representation and the classifier; bad settings refused before any compute."""
-    for role, method_id, track in (("--representation", request.representation, "representation"),
-                                   ("--classifier", request.classifier, "annotation")):  # fmt: skip
-        if method_id not in methods or methods[method_id]["track"] != track:
+def check_request(request: Request, methods: dict[str, dict]) -> tuple[tuple[dict, str], tuple[dict, str]]:
+    """((entry, variant) of the representation, of the classifier): methods of the registry named ``method`` or
+    ``method/variant`` (default: its ``default`` variant, else its first); bad settings refused before any compute."""
+    chosen = []
+    for role, selector, track in (("--representation", request.representation, "representation"),
+                                  ("--classifier", request.classifier, "annotation")):  # fmt: skip
+        method_id, variant = split_method_selector(selector)
+        entry = methods.get(method_id)
+        if entry is None or entry["track"] != track:
             choices = sorted(m for m, entry in methods.items() if entry["track"] == track)
-            raise InputError(f"{role} {method_id!r}: not a method of the {track} track ({', '.join(choices)})")
+            raise InputError(f"{role} {selector!r}: not a method of the {track} track ({', '.join(choices)})")
+        variant = variant or ("default" if "default" in entry["variants"] else next(iter(entry["variants"])))
+        if variant not in entry["variants"]:
+            raise InputError(f"{role} {selector!r}: {method_id} has no variant {variant!r} "
+                             f"({', '.join(entry['variants'])})")  # fmt: skip
+        chosen.append((entry, variant))
     if request.procedure not in annotation_query.PROCEDURES:
         raise InputError(f"--procedure {request.procedure!r}: one of {', '.join(annotation_query.PROCEDURES)}")
     for option, value in (("--alpha", request.alpha), ("--level", request.level),
@@ -127,7 +137,7 @@ def check_request(request: Request, methods: dict[str, dict]) -> tuple[dict, dic
             raise InputError(f"{option} {value}: must be in (0, 1)")
     if request.values not in ("auto", *preprocess.VALUES):
         raise InputError(f"--values {request.values!r}: auto, counts or lognorm")
-    return methods[request.representation], methods[request.classifier]
+    return chosen[0], chosen[1]
 
 
 def joint_expression(reference, query, shared: pd.Index, values: str, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -143,26 +153,23 @@ def joint_expression(reference, query, shared: pd.Index, values: str, where: str
     return lognorm[:, varying], scaled
 
 
-def ran(entry: dict, inputs, seed: int, threads: int, what: str):
-    """The method's result; a method that cannot run or fails stops the command naming it (no other stands in)."""
-    unmet = unmet_need(inputs, method_needs(entry, "default") if "default" in entry["variants"] else [])
+def ran(method: tuple[dict, str], inputs, seed: int, threads: int, what: str):
+    """The result of one (entry, variant); a method that cannot run or fails stops the command naming it (no other
+    stands in)."""
+    entry, variant = method
+    unmet = unmet_need(inputs, method_needs(entry, variant))
     if unmet:
         raise InputError(f"{what} {unmet}")
-    result, status, reason = call_method(entry["run"], inputs, method_params(entry, default_variant(entry)), seed,
-                                         threads)  # fmt: skip
+    result, status, reason = call_method(entry["run"], inputs, method_params(entry, variant), seed, threads)
     if status != "ok":
         raise RuntimeError(f"{what} is {status}: {reason}")
     return result
 
 
-def default_variant(entry: dict) -> str:
-    return "default" if "default" in entry["variants"] else next(iter(entry["variants"]))
-
-
 def annotate(request: Request, methods: dict[str, dict]) -> Path:
     """Annotate the query (``Request``) with methods of the registry (id → entry); the folder written."""
     clock = RunClock()
-    representation_entry, classifier_entry = check_request(request, methods)
+    representation, classifier = check_request(request, methods)
     check_out(Path(request.out))
     reference = read_reference(request.reference)
     query, shared = read_query(request, pd.Index(reference.var_names))
@@ -176,7 +183,7 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     train = np.concatenate([(reference.obs["split"] == "train").to_numpy(), np.zeros(query.n_obs, dtype=bool)])
     inputs = RepresentationInput(names=tuple(names), features=scaled, gene_names=tuple(shared), batch=batch,
                                  train_mask=train, lognorm=lognorm, counts=None)  # fmt: skip
-    embedding = np.asarray(ran(representation_entry, inputs, request.seed, request.threads,
+    embedding = np.asarray(ran(representation, inputs, request.seed, request.threads,
                                f"representation {request.representation}").embedding, dtype=np.float32)  # fmt: skip
     split = split_cells(reference_labels, reference_batch, tuple(TASK_DEFAULTS["split"]), request.seed)
     classes = tuple(sorted(set(reference_labels)))
@@ -184,7 +191,7 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     labels = np.concatenate([reference_labels, np.full(query.n_obs, "")])
     classified = AnnotationInput(features=embedding, labels=labels, batch=batch, classes=classes,
                                  fits={"reference": fit}, names=tuple(names))  # fmt: skip
-    proba = ran(classifier_entry, classified, request.seed, request.threads,
+    proba = ran(classifier, classified, request.seed, request.threads,
                 f"classifier {request.classifier}").obsm["proba_reference"]  # fmt: skip
     soft = None
     if request.procedure == "kandinsky_augmented":

@@ -65,6 +65,7 @@ if celldag_release.package_digest() != WORKFLOW_SOURCE_DIGEST:
 
 from celldag import annotate as celldag_annotate, envs as celldag_envs, plan, resources, rule_inputs  # noqa: E402
 from celldag.errors import InputError  # noqa: E402
+from celldag.registry.params import split_method_selector  # noqa: E402
 from celldag.registry import KINDS, ConfigError, key_sources, load_config, read_yaml  # noqa: E402
 from celldag.registry import package_folders as registry_package_folders  # noqa: E402
 
@@ -288,7 +289,8 @@ def dataset_env(wildcards):
 def annotate_methods(settings):
     """The registry entries (without citations) of a query's representation method and classifier."""
     request = celldag_annotate.request_of(settings, "", "")
-    return {m: plan.without_citation(REGISTRIES.methods[m]) for m in (request.representation, request.classifier)}
+    chosen = (split_method_selector(request.representation)[0], split_method_selector(request.classifier)[0])
+    return {m: plan.without_citation(REGISTRIES.methods[m]) for m in chosen}
 
 
 def method_env(wildcards):

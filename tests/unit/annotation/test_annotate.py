@@ -181,6 +181,17 @@ def test_a_reference_without_labels_is_refused(tmp_path, registries):
     assert not (tmp_path / "out").exists()
 
 
+def test_methods_are_registry_ids_with_an_optional_variant(tmp_path, registries):
+    reference, query = bad_query(tmp_path, lambda lab: None)
+    with pytest.raises(InputError, match="harmony has no variant 'nope'"):
+        annotate(Request(reference, query, str(tmp_path / "out"), representation="harmony/nope"), registries.methods)
+    with pytest.raises(InputError, match="--classifier 'pca': not a method of the annotation track"):
+        annotate(Request(reference, query, str(tmp_path / "out"), classifier="pca"), registries.methods)
+    out = annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run", representation="harmony/default",
+                           classifier="knn"), registries.methods)  # fmt: skip
+    assert json.loads((out / "run.json").read_text())["config"]["representation"] == "harmony/default"
+
+
 def test_a_folder_of_other_files_is_never_overwritten(tmp_path, registries):
     reference, query = bad_query(tmp_path, lambda lab: None)
     (tmp_path / "out").mkdir()
