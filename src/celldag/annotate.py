@@ -202,14 +202,15 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
         query_labels = np.where(column.isna().to_numpy(), "", column.astype(str).to_numpy())
     found = annotation_query.annotate_query(proba, reference_labels, split, query_batch, query_labels, classes,
                                             request.alpha, request.procedure, soft, request.level,
-                                            request.unknown_level)  # fmt: skip
+                                            request.unknown_level,
+                                            annotation_query.novelty_distances(embedding, fit))  # fmt: skip
     cells = cell_table(query, found, classes, proba[n_reference:], query_batch)
     batches = batch_table(found, cells)
     facts = {"genes_shared": len(shared), "genes_used": int(lognorm.shape[1]), "reference_genes": reference.n_vars,
              "reference_cells": n_reference, "calibration_cells": int((split == "calibration").sum()),
              "query_cells": query.n_obs, "classes": list(classes),
              "held_out_coverage": found.held_out_coverage, "held_out_set_size": found.held_out_set_size,
-             "held_out_unknown": found.held_out_unknown, "uncalibrated_types": list(found.uncalibrated),
+             "held_out_unknown": found.held_out_unknown, 
              "query_proportions": found.query_proportions}  # fmt: skip
     record = clock.record(seed=request.seed, config=asdict(request),
                           input_checksums={path: artifacts.sha256_file(path) for path in (request.reference, request.query)},
@@ -225,7 +226,7 @@ def cell_table(query, found: annotation_query.QueryAnnotation, classes: tuple[st
     return pd.DataFrame({
         "batch": query_batch, "call": found.calls,
         "set": ["|".join(names[row]) for row in found.sets], "set_size": found.sets.sum(axis=1),
-        "unknown_type": found.unknown, "best_type": names[proba.argmax(axis=1)], "best_probability": proba.max(axis=1),
+        "unknown_type": found.unknown, "unknown_by": found.unknown_by, "best_type": names[proba.argmax(axis=1)], "best_probability": proba.max(axis=1),
         "batch_shift": [verdicts[b] for b in query_batch],
     }, index=pd.Index(query.obs_names.astype(str), name="cell"))  # fmt: skip
 
@@ -269,22 +270,16 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
                 "–" if np.isnan(row.labelled_coverage) else f"{row.labelled_coverage:.3f}")
                     for row in batches.itertuples())),
         Paragraph(("Calls: " + ", ".join(f"{call} {count:,}" for call, count in cells["call"].value_counts().items())
-                  + f". '{annotation_query.UNKNOWN}': no reference type's class-conditional threshold admits the "
-                  f"cell (a type the reference lacks, or a damaged cell); '{annotation_query.AMBIGUOUS}': several "
-                  "types fit.",)),
+                  + f". '{annotation_query.UNKNOWN}': farther from the reference's cells in the embedding, or doubted by "
+                  f"the classifier more, than all but {unknown_level(request) / 2:g} of its calibration cells (a type "
+                  "the reference lacks, damaged cells; on a shifted batch, also the shift; `unknown_by` in cells.tsv "
+                  f"says which); '{annotation_query.AMBIGUOUS}': several types fit.",)),
     ]  # fmt: skip
     if facts["query_proportions"]:
         blocks.append(Paragraph(("The query's type proportions, estimated from its unlabelled cells (label_shift; "
                                  "P(X | Y) assumed unchanged): " + ", ".join(
                                      f"{label} {share:.3f}" for label, share in facts["query_proportions"].items())
                                  + ". With few calibration cells of a type its share is noisy, and the sets grow.",)))  # fmt: skip
-    if facts["uncalibrated_types"]:
-        level = unknown_level(request)
-        blocks.append(Paragraph((f"{len(facts['uncalibrated_types'])} reference types have fewer than "
-                                 f"{(1 - level) / level:g} calibration cells ("
-                                 f"{', '.join(facts['uncalibrated_types'])}): at the unknown level {level:g} they "
-                                 "are in every class-conditional set, so no cell can be flagged unknown type. A reference with more cells of them lifts "
-                                 "this.",)))  # fmt: skip
     return markdown(blocks)
 
 

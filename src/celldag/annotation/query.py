@@ -5,13 +5,17 @@ probabilities for every reference and query cell, trained on the reference's tra
 
 - the sets of one conformal procedure are calibrated on the reference's calibration cells and built for the
   query cells and for the reference's held-out cells (whose labels give a check of the calibration itself);
-- a cell is flagged **unknown type** when its class-conditional set at ``unknown_level`` (default α) is empty:
-  every reference type's own calibration cells say the cell conforms less than all but that share of them, so for
-  a cell of a known type the flag is raised with probability ≤ ``unknown_level`` whatever the types' proportions
-  in the query (class-conditional coverage holds under any label shift). Where the classifier is right on nearly
-  every cell, about that share of known cells is flagged: a lower level flags fewer, but a type needs
-  (1 − level)/level calibration cells before any cell can be flagged at all. Apart from it, a cell whose set holds two or more types is **ambiguous** — several
-  types fit, which is not the same as none;
+- a cell is flagged **unknown type** when it is farther from the reference, or less fitting to every type, than
+  nearly every calibration cell: its distance to its ``NOVELTY_NEIGHBOURS``-th nearest reference train cell in the
+  embedding, or its best label's score 1 − max p(y | x), exceeds the conformal (1 − ``unknown_level``/2) quantile of
+  the calibration cells' — so a query cell drawn like the calibration cells is flagged with probability ≤
+  ``unknown_level`` (default α; the union of two tests at half the level each). Each test sees what the other
+  misses: an embedding fitted on the reference can fold a new type onto known ones (the distance misses, the
+  classifier's doubt does not), and a classifier can be sure of a cell far from every reference cell (the
+  distance sees it). Both are calibrated over all calibration cells, so a rare type needs no calibration cells of
+  its own; an empty class-conditional set, the other candidate, flags nothing while one type has fewer than
+  (1 − α)/α calibration cells (``benchmarks/unknown_types.py``). Apart from it, a cell whose set holds two or more
+  types is **ambiguous**: several types fit, which is not the same as none;
 - each query batch gets a shift test (``celldag.annotation.shift``): whether its cells conform less than the
   calibration cells did, the direction that breaks the sets' promise.
 """
@@ -36,6 +40,7 @@ DEFAULT_PROCEDURE = "class_conditional"
 # marginal coverage keeps its guarantee however many light groups are dropped
 QUERY_KANDINSKY_GROUPS = ("batch", "type", "soft")
 UNKNOWN, AMBIGUOUS, EMPTY = "unknown type", "ambiguous", "no type"
+NOVELTY_NEIGHBOURS = 10  # the novelty distance: to the 10th nearest reference train cell (one stray neighbour is noise)
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ class QueryAnnotation:
     """What ``annotate_query`` finds, query cells in the order given."""
 
     sets: np.ndarray  # (m, K) bool: the procedure's set of each query cell, columns in ``classes``
-    unknown: np.ndarray  # (m,) bool: the class-conditional set at the unknown level is empty
+    unknown: np.ndarray  # (m,) bool: farther from the reference train cells than the calibration cells' quantile
     calls: np.ndarray  # (m,) str: the one type of the set, AMBIGUOUS, UNKNOWN or EMPTY
     tests: list[shift.ShiftTest]  # one per query batch
     held_out_coverage: float  # on the reference's held-out cells: the calibration's own check
@@ -51,8 +56,7 @@ class QueryAnnotation:
     held_out_unknown: float  # share of held-out reference cells (all of known types) flagged unknown: ≤ α + noise
     query_labelled_coverage: dict[str, float]  # batch → coverage of its labelled cells (batches with any)
     query_proportions: dict[str, float]  # label_shift: the query's type proportions estimated from its cells
-    uncalibrated: tuple[str, ...]  # types with too few calibration cells for a finite threshold at the unknown
-    #                                level: in every such set, so that no cell can be flagged unknown while one exists
+    unknown_by: np.ndarray  # (m,) str: which test flagged the cell: "distance", "doubt", "both" or ""
 
 
 def cell_calls(sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
@@ -63,6 +67,31 @@ def cell_calls(sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...]) 
     calls = np.where(sizes == 1, single, np.where(sizes > 1, AMBIGUOUS, EMPTY)).astype(object)
     calls[unknown] = UNKNOWN
     return calls.astype(str)
+
+
+def novelty_distances(embedding: np.ndarray, train: np.ndarray, k: int = NOVELTY_NEIGHBOURS) -> np.ndarray:
+    """(n,) each cell's Euclidean distance to its k-th nearest train cell (a train cell's own row excluded), exact."""
+    from sklearn.neighbors import NearestNeighbors
+
+    embedding, train = np.asarray(embedding, dtype=np.float64), np.asarray(train, dtype=bool)
+    k = min(k, int(train.sum()) - 1)
+    if k < 1:
+        raise ValueError(f"novelty distances need 2+ train cells, got {int(train.sum())}")
+    found = NearestNeighbors(n_neighbors=k + 1, algorithm="brute").fit(embedding[train]).kneighbors(embedding)[0]
+    # a train cell is its own nearest neighbour at distance 0: skip it; any other cell takes the k-th
+    return np.where(train, found[:, k], found[:, k - 1])
+
+
+def novelty_tests(distances: np.ndarray, doubts: np.ndarray, calibration: np.ndarray, level: float) -> np.ndarray:
+    """(n,) str per cell: which of the two tests at ``level``/2 flags it ("distance", "doubt", "both") or "".
+    A distance of +inf (none computed) never counts: its test is left out, the other keeps ``level``/2."""
+    flags = []
+    for values in (distances, doubts):
+        finite = np.isfinite(values[calibration])
+        threshold = conformal.conformal_quantile(values[calibration], level / 2) if finite.all() else np.inf
+        flags.append(np.isfinite(values) & (values > threshold))
+    by_distance, by_doubt = flags
+    return np.where(by_distance & by_doubt, "both", np.where(by_distance, "distance", np.where(by_doubt, "doubt", "")))
 
 
 def weighted_sets(proba: np.ndarray, lac: np.ndarray, truth: np.ndarray, calibration: np.ndarray, rows: np.ndarray,
@@ -79,14 +108,16 @@ def weighted_sets(proba: np.ndarray, lac: np.ndarray, truth: np.ndarray, calibra
 def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_split: np.ndarray,
                    query_batch: np.ndarray, query_labels: np.ndarray | None, classes: tuple[str, ...],
                    alpha: float, procedure: str = DEFAULT_PROCEDURE, soft: np.ndarray | None = None,
-                   level: float = shift.LEVEL, unknown_level: float | None = None) -> QueryAnnotation:  # fmt: skip
+                   level: float = shift.LEVEL, unknown_level: float | None = None,
+                   distances: np.ndarray | None = None) -> QueryAnnotation:  # fmt: skip
     """Sets, unknown-type flags, calls and shift tests of the query cells.
 
     ``proba`` (n_reference + m, K): the classifier's probabilities, reference cells first, columns in ``classes``;
     ``reference_labels`` and ``reference_split`` (train / calibration / query) per reference cell; ``query_labels``
     per query cell, '' where unlabelled (None: none labelled) — a labelled cell of a type the reference lacks is
     left out of the labelled test and of coverage; ``soft`` (n_reference + m, S) the soft-group memberships that
-    ``kandinsky_augmented`` needs. The augmented fit is unrandomised: a lab's sets are a function of its data.
+    ``kandinsky_augmented`` needs; ``distances`` (n_reference + m,) each cell's ``novelty_distances`` (None: the
+    unknown-type flag rests on the classifier's doubt alone). The augmented fit is unrandomised: a lab's sets are a function of its data.
     """
     if procedure not in PROCEDURES:
         raise ValueError(f"procedure must be one of {', '.join(PROCEDURES)}, got {procedure!r}")
@@ -124,13 +155,12 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
         held_sets, lab_sets = built.sets[procedure][held_out[queried]], built.sets[procedure][lab[queried]]
         proportions = {}
     unknown_level = alpha if unknown_level is None else unknown_level
-    unknown_all = ~conformal.class_conditional_sets(cal_true, truth[calibration], lac, unknown_level).any(axis=1)
+    unknown_by = novelty_tests(np.full(n_reference + m, np.inf) if distances is None else np.asarray(distances),
+                               shift.top_scores(proba), calibration, unknown_level)  # fmt: skip
+    unknown_all = unknown_by != ""
     query_true = np.where(known, lac[lab][np.arange(m), truth[lab]], np.nan)
     tests = shift.batch_tests(shift.top_scores(proba[calibration]), cal_true, shift.top_scores(proba[lab]),
                               query_true, query_batch, level)  # fmt: skip
-    counts = np.bincount(truth[calibration], minlength=n_classes)
-    uncalibrated = tuple(label for label, count in zip(classes, counts, strict=True)
-                         if np.isinf(conformal.conformal_quantile(np.zeros(count), unknown_level)))  # fmt: skip
     held_truth = truth[held_out]
     covered = held_sets[np.arange(held_truth.size), held_truth]
     unknown = unknown_all[lab]
@@ -142,5 +172,6 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
         held_out_coverage=float(covered.mean()) if covered.size else float("nan"),
         held_out_set_size=float(held_sets.sum(axis=1).mean()) if covered.size else float("nan"),
         held_out_unknown=float(unknown_all[held_out].mean()) if covered.size else float("nan"),
-        query_labelled_coverage=labelled_coverage, uncalibrated=uncalibrated, query_proportions=proportions,
+        query_labelled_coverage=labelled_coverage, unknown_by=unknown_by[lab],
+        query_proportions=proportions,
     )  # fmt: skip

@@ -1,0 +1,115 @@
+"""Does `celldag annotate`'s unknown-type flag find a type the reference lacks? A held-out-type scenario on real
+annotation runs (issue 44; docs/annotation.md, "Unknown types on real runs").
+
+  .venv/bin/python benchmarks/unknown_types.py RUNS [RUNS ...] [--dataset ID] [--min-cells 20]
+
+RUNS: a `results/runs` folder. For every annotation task under it (`…/annotation-<key>/input.h5ad`: the task with
+a representation run's embedding as X), each type with at least `--min-cells` query cells is removed in turn from
+the training and calibration cells; the classifier (`knn`, `logistic`, as the track runs them) trains on the rest,
+is calibrated on the rest, and a query cell is flagged `unknown type` when no
+query cell is flagged `unknown type` by ``celldag.annotation.query``'s rule at α (distance to the reference train
+cells or the classifier's doubt beyond the calibration cells' quantile at α/2 each) — and, to compare, by each of
+its two tests alone and by an empty class-conditional set. Per rule, classifier and embedding: the share of the
+removed type's query cells flagged (detection, Wilson 95 % interval over every cell of every removal and seed) and
+the share of the other query cells flagged (false flags: at most α by construction, plus binomial noise).
+
+Prints Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+import anndata  # noqa: E402
+
+from celldag.annotation import conformal, shift  # noqa: E402
+from celldag.annotation.classifiers import knn, logistic  # noqa: E402
+from celldag.annotation.query import novelty_distances, novelty_tests  # noqa: E402
+from celldag.annotation.track import SCORING_DEFAULTS, AnnotationInput  # noqa: E402
+
+CLASSIFIERS = {"knn": knn, "logistic": logistic}
+
+
+def tasks(runs: Path, dataset: str):
+    """(embedding, task) of every annotation task under ``runs`` whose representation run is ok."""
+    for path in sorted(runs.glob(f"{dataset}/*/*/*/seed*/annotation-*/input.h5ad")):
+        outputs = list(path.parent.glob("*/output.h5ad"))
+        if outputs and anndata.read_h5ad(outputs[0]).uns.get("status") == "ok":
+            embedding = "/".join(path.relative_to(runs).parts[1:3])
+            yield embedding, anndata.read_h5ad(path)
+
+
+RULES = ("annotate: distance or doubt", "distance alone", "doubt alone", "empty class-conditional set")
+
+
+def flagged(task, classifier, removed: str, alpha: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per rule of ``RULES``: (flags of the removed type's query cells, flags of the other query cells)."""
+    labels = task.obs["label"].astype(str).to_numpy()
+    split = task.obs["split"].astype(str).to_numpy()
+    known = labels != removed
+    classes = tuple(sorted(set(labels[known])))
+    embedding = np.asarray(task.X, dtype=np.float32)
+    train = (split == "train") & known
+    inputs = AnnotationInput(features=embedding, labels=labels, batch=task.obs["batch"].astype(str).to_numpy(),
+                             classes=classes, fits={"known": train})  # fmt: skip
+    proba = classifier(inputs, {}, int(task.uns["seed"])).obsm["proba_known"]
+    lac = conformal.lac_scores(proba)
+    calibration, query = (split == "calibration") & known, split == "query"
+    truth = np.array([classes.index(label) if label in classes else -1 for label in labels])
+    cal_scores = conformal.true_scores(lac[calibration], truth[calibration])
+    empty = ~conformal.class_conditional_sets(cal_scores, truth[calibration], lac[query], alpha).any(axis=1)
+    by = novelty_tests(novelty_distances(embedding, train), shift.top_scores(proba), calibration, alpha)[query]
+    rules = {RULES[0]: by != "", RULES[1]: np.isin(by, ("distance", "both")), RULES[2]: np.isin(by, ("doubt", "both")),
+             RULES[3]: empty}  # fmt: skip
+    novel = ~known[query]
+    return {rule: (flags[novel], flags[~novel]) for rule, flags in rules.items()}
+
+
+def rate(flags: list[np.ndarray]) -> str:
+    from statsmodels.stats.proportion import proportion_confint
+
+    joined = np.concatenate(flags)
+    low, high = proportion_confint(int(joined.sum()), joined.size, alpha=0.05, method="wilson")
+    return f"{joined.mean():.3f} [{low:.3f}, {high:.3f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--dataset", default="*", help="one dataset's runs (default: every dataset's)")
+    parser.add_argument("--min-cells", type=int, default=20)
+    args = parser.parse_args()
+    alpha = SCORING_DEFAULTS["alpha"]
+    detected, false_flags, removals = defaultdict(list), defaultdict(list), defaultdict(set)
+    for runs in args.runs:
+        for embedding, task in tasks(runs, args.dataset):
+            labels = task.obs["label"].astype(str).to_numpy()
+            query = task.obs["split"].astype(str).to_numpy() == "query"
+            types, counts = np.unique(labels[query], return_counts=True)
+            for removed in types[counts >= args.min_cells]:
+                for name, classifier in CLASSIFIERS.items():
+                    for rule, (novel, known) in flagged(task, classifier, removed, alpha).items():
+                        detected[rule, name, embedding].append(novel)
+                        false_flags[rule, name, embedding].append(known)
+                        detected[rule, name, "all"].append(novel)
+                        false_flags[rule, name, "all"].append(known)
+                    removals[name, embedding].add(removed)
+    print(f"## Held-out types flagged unknown (α = {alpha}; types with ≥ {args.min_cells} query cells: "
+          f"{', '.join(sorted(set().union(*removals.values())))})\n")  # fmt: skip
+    print("| rule | classifier | embedding | detected [95 %] | false flags on known types [95 %] |")
+    print("|---|---|---|---|---|")
+    for key in sorted(detected, key=lambda key: (RULES.index(key[0]), key[1], key[2] != "all", key[2])):
+        if key[0] == RULES[0] or key[2] == "all":
+            print(f"| {key[0]} | {key[1]} | {key[2]} | {rate(detected[key])} | {rate(false_flags[key])} |")
+
+
+if __name__ == "__main__":
+    main()
