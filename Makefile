@@ -53,7 +53,8 @@ check: run
 	$(BIN)/celldag check
 
 # The reference of the default run, for a release or a lab's own cluster (docs/check.md): the default run, the same on
-# more seeds and perturbed reruns (config/reference.yaml), ≈ 5× the default run's time; writes reference/default/.
+# more seeds and perturbed reruns (config/reference.yaml), ≈ 13× the default run's time (≈ 1 h 30 min on 2 cores);
+# writes reference/default/.
 reference: $(BIN)/.installed
 	$(BIN)/celldag reference --cores $(CORES)
 
