@@ -60,8 +60,8 @@ class QueryAnnotation:
 
 
 def cell_calls(sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
-    """(m,) str: the type of a single-type set, AMBIGUOUS for a larger one, UNKNOWN where no class-conditional
-    threshold admits any type, EMPTY for an empty set of another procedure (a randomised fit's)."""
+    """(m,) str: the type of a single-type set, AMBIGUOUS for a larger one, EMPTY for an empty one, and UNKNOWN,
+    whatever the set, where ``unknown`` flags the cell (``novelty_tests``)."""
     sizes = sets.sum(axis=1)
     single = np.asarray(classes, dtype=object)[sets.argmax(axis=1)]
     calls = np.where(sizes == 1, single, np.where(sizes > 1, AMBIGUOUS, EMPTY)).astype(object)
@@ -117,7 +117,8 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
     per query cell, '' where unlabelled (None: none labelled) — a labelled cell of a type the reference lacks is
     left out of the labelled test and of coverage; ``soft`` (n_reference + m, S) the soft-group memberships that
     ``kandinsky_augmented`` needs; ``distances`` (n_reference + m,) each cell's ``novelty_distances`` (None: the
-    unknown-type flag rests on the classifier's doubt alone). The augmented fit is unrandomised: a lab's sets are a function of its data.
+    unknown-type flag rests on the classifier's doubt alone). The augmented fit is unrandomised: a lab's sets are a
+    function of its data.
     """
     if procedure not in PROCEDURES:
         raise ValueError(f"procedure must be one of {', '.join(PROCEDURES)}, got {procedure!r}")
