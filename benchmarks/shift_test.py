@@ -21,7 +21,6 @@ Prints Markdown. The default run's 48 outputs take about a minute.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import zlib
 from pathlib import Path
@@ -33,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 import anndata  # noqa: E402
+from annotation_runs import annotation_folders, parser, rate  # noqa: E402
 
 from celldag.annotation import conformal, shift  # noqa: E402
 from celldag.annotation.scoring import (  # noqa: E402
@@ -50,7 +50,7 @@ PROCEDURES = ("kandinsky_augmented", "split_lac")
 
 def outputs(runs: Path, dataset: str):
     """(task, output, name) of every ok annotation output under ``runs``."""
-    for path in sorted(runs.glob(f"{dataset}/*/*/*/seed*/annotation-*/*/output.h5ad")):
+    for path in (p for folder in annotation_folders(runs, dataset) for p in sorted(folder.glob("*/output.h5ad"))):
         output = anndata.read_h5ad(path)
         if output.uns.get("status") == "ok":
             yield anndata.read_h5ad(path.parent.parent / "input.h5ad"), output, str(path.relative_to(runs).parent)
@@ -120,20 +120,10 @@ def new_batch_rows(task, output, name: str, settings: Settings) -> list[dict]:
     return rows
 
 
-def rate(k: int, n: int) -> str:
-    """k/n with its Wilson 95 % interval."""
-    from statsmodels.stats.proportion import proportion_confint
-
-    low, high = proportion_confint(k, n, alpha=0.05, method="wilson")
-    return f"{k / n:.3f} [{low:.3f}, {high:.3f}] ({k}/{n})"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path)
-    parser.add_argument("--dataset", default="*", help="one dataset's runs (default: every dataset's)")
-    parser.add_argument("--resplits", type=int, default=500)
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--resplits", type=int, default=500)
+    args = arguments.parse_args()
     settings = Settings.of({})
     alarms, rows = [], []
     for runs in args.runs:

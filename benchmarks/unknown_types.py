@@ -18,7 +18,6 @@ Prints Markdown.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -29,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 import anndata  # noqa: E402
+from annotation_runs import annotation_folders, parser, rate  # noqa: E402
 
 from celldag.annotation import conformal, shift  # noqa: E402
 from celldag.annotation.classifiers import knn, logistic  # noqa: E402
@@ -40,8 +40,8 @@ CLASSIFIERS = {"knn": knn, "logistic": logistic}
 
 def tasks(runs: Path, dataset: str):
     """(embedding, task) of every annotation task under ``runs`` whose representation run is ok."""
-    for path in sorted(runs.glob(f"{dataset}/*/*/*/seed*/annotation-*/input.h5ad")):
-        outputs = list(path.parent.glob("*/output.h5ad"))
+    for folder in annotation_folders(runs, dataset):
+        path, outputs = folder / "input.h5ad", list(folder.glob("*/output.h5ad"))
         if outputs and anndata.read_h5ad(outputs[0]).uns.get("status") == "ok":
             embedding = "/".join(path.relative_to(runs).parts[1:3])
             yield embedding, anndata.read_h5ad(path)
@@ -73,20 +73,15 @@ def flagged(task, classifier, removed: str, alpha: float) -> dict[str, tuple[np.
     return {rule: (flags[novel], flags[~novel]) for rule, flags in rules.items()}
 
 
-def rate(flags: list[np.ndarray]) -> str:
-    from statsmodels.stats.proportion import proportion_confint
-
+def joined_rate(flags: list[np.ndarray]) -> str:
     joined = np.concatenate(flags)
-    low, high = proportion_confint(int(joined.sum()), joined.size, alpha=0.05, method="wilson")
-    return f"{joined.mean():.3f} [{low:.3f}, {high:.3f}]"
+    return rate(int(joined.sum()), joined.size)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path)
-    parser.add_argument("--dataset", default="*", help="one dataset's runs (default: every dataset's)")
-    parser.add_argument("--min-cells", type=int, default=20)
-    args = parser.parse_args()
+    arguments = parser(__doc__)
+    arguments.add_argument("--min-cells", type=int, default=20)
+    args = arguments.parse_args()
     alpha = SCORING_DEFAULTS["alpha"]
     detected, false_flags, removals = defaultdict(list), defaultdict(list), defaultdict(set)
     for runs in args.runs:
@@ -108,7 +103,9 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for key in sorted(detected, key=lambda key: (RULES.index(key[0]), key[1], key[2] != "all", key[2])):
         if key[0] == RULES[0] or key[2] == "all":
-            print(f"| {key[0]} | {key[1]} | {key[2]} | {rate(detected[key])} | {rate(false_flags[key])} |")
+            print(
+                f"| {key[0]} | {key[1]} | {key[2]} | {joined_rate(detected[key])} | {joined_rate(false_flags[key])} |"
+            )
 
 
 if __name__ == "__main__":
