@@ -151,7 +151,7 @@ class Plan:
     job_per_seed: bool = False  # config compute.job_per_seed: a run_method job per seed, else per variant
     file_datasets: frozenset[str] = frozenset()  # datasets read from files (url, local): validated before preparing
     chained: tuple[ChainedRun, ...] = ()  # runs of chained tracks on the outputs of `runs`
-    queries: tuple[str, ...] = ()  # config `annotate`: a lab's queries annotated from registry datasets
+    queries: tuple[tuple[str, str], ...] = ()  # config `annotate`: (query, its reference's prepared file), by query
 
     @property
     def prepared(self) -> tuple[str, ...]:
@@ -215,7 +215,7 @@ class Plan:
     @property
     def final_targets(self) -> list[str]:
         return [pattern.format(name=self.name) for pattern in (SCORES, RUNS, LEADERBOARD, INDEX)] + [
-            ANNOTATED.format(name=self.name, query=query) for query in self.queries
+            ANNOTATED.format(name=self.name, query=query) for query, _ in self.queries
         ]
 
 
@@ -388,7 +388,7 @@ def make_plan(config: dict, registries: Registries) -> Plan:
     return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)),
                 tuple(figures), figure_seed=min(config["seeds"]), job_per_seed=config["compute"]["job_per_seed"],
                 file_datasets=file_datasets, chained=tuple(sorted(chained)),
-                queries=tuple(sorted(annotate_references(config, registries))))  # fmt: skip
+                queries=tuple(sorted(annotate_references(config, registries).items())))  # fmt: skip
 
 
 def annotate_references(config: dict, registries: Registries) -> dict[str, str]:

@@ -11,7 +11,7 @@ rule annotate_query:
         directory(plan.ANNOTATED),
     params:
         settings=lambda wildcards: config["annotate"][wildcards.query],
-        methods=lambda wildcards: annotate_methods(config["annotate"][wildcards.query]),
+        methods=lambda wildcards: annotate_methods(wildcards.query),
     wildcard_constraints:
         query=_one_of(config["annotate"]) if config["annotate"] else "(?!)",
     log:

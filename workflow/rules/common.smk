@@ -86,7 +86,7 @@ try:
     config, REGISTRIES = load_config(config, CONFIG_SOURCES, root=SHIPPED_REGISTRIES)
     PLAN = plan.make_plan(config, REGISTRIES)
     # a lab's queries (config `annotate`): their methods and settings checked now, before any job
-    ANNOTATE_REFERENCES = plan.annotate_references(config, REGISTRIES)
+    ANNOTATE_REFERENCES = dict(PLAN.queries)
     ANNOTATE_REQUESTS = {query: celldag_annotate.request_of(settings, ANNOTATE_REFERENCES[query], "")
                          for query, settings in config["annotate"].items()}
     for _request in ANNOTATE_REQUESTS.values():
@@ -286,9 +286,9 @@ def dataset_env(wildcards):
     return celldag_env(entry.get("env") or dataset_track(wildcards)["env"], entry.get("packages", ()))
 
 
-def annotate_methods(settings):
+def annotate_methods(query):
     """The registry entries (without citations) of a query's representation method and classifier."""
-    request = celldag_annotate.request_of(settings, "", "")
+    request = ANNOTATE_REQUESTS[query]
     chosen = (split_method_selector(request.representation)[0], split_method_selector(request.classifier)[0])
     return {m: plan.without_citation(REGISTRIES.methods[m]) for m in chosen}
 
