@@ -27,7 +27,7 @@ import pandas as pd
 
 from celldag import artifacts
 from celldag.annotation import query as annotation_query
-from celldag.annotation import shift
+from celldag.annotation import novelty, shift
 from celldag.annotation.task import principal_components, soft_groups, split_cells
 from celldag.annotation.track import SCORING_DEFAULTS, TASK_DEFAULTS, AnnotationInput
 from celldag.document import Heading, Paragraph, Table, markdown
@@ -203,7 +203,7 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     found = annotation_query.annotate_query(proba, reference_labels, split, query_batch, query_labels, classes,
                                             request.alpha, request.procedure, soft, request.level,
                                             request.unknown_level,
-                                            annotation_query.novelty_distances(embedding, fit))  # fmt: skip
+                                            novelty.novelty_distances(embedding, fit))  # fmt: skip
     cells = cell_table(query, found, classes, proba[n_reference:], query_batch)
     batches = batch_table(found, cells)
     facts = {"genes_shared": len(shared), "genes_used": int(lognorm.shape[1]), "reference_genes": reference.n_vars,

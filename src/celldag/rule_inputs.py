@@ -203,7 +203,8 @@ class RuleInputs:
         }
 
     def chained_evaluation(self, track_id: str, dataset: str) -> dict[str, list[str]]:
-        """Inputs of a chained track's scoring on one dataset: its task of every seed and every chained output."""
+        """Inputs of a chained track's scoring on one dataset: its task of every seed, every chained output and every
+        chained input (the task with an upstream run's embedding)."""
         runs = self.plan.chained_on(dataset, track_id)
         return {"prepared": sorted({run.path(plan.CHAIN_TASK) for run in runs}), "outputs": [run.output for run in runs],
-                "tables": []}  # fmt: skip
+                "inputs": sorted({run.path(plan.CHAINED_INPUT) for run in runs}), "tables": []}  # fmt: skip

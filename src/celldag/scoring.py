@@ -21,7 +21,10 @@ from celldag.tracks import ScoringContext, Track
 
 
 def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_paths: list[str], scores_path: str,
-                  track_id: str, track: Track, dataset: dict, evaluation: dict) -> None:  # fmt: skip
+                  track_id: str, track: Track, dataset: dict, evaluation: dict,
+                  chained_input_paths: list[str] = ()) -> None:  # fmt: skip
+    """``chained_input_paths``: a chained track's inputs, every seed's (each scorer call gets those of its seed, by
+    their ``uns['seed']``: ``ScoringContext.chained_inputs``)."""
     import pandas as pd
 
     prepared_of = {}
@@ -41,12 +44,16 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
                 path, "uns['dataset_id']", f"{output.uns['dataset_id']!r} does not match {prepared_path}"
             )
 
+    inputs_of: dict[int, list] = {}
+    for path in chained_input_paths:
+        chained_input = artifacts.read_h5ad(path)
+        inputs_of.setdefault(int(chained_input.uns["seed"]), []).append(chained_input)
     values: list[dict[str, float]] = [{} for _ in outputs]
     facts: list[dict[str, int | str]] = [{} for _ in outputs]  # contracts.SCORE_FACTS / SCORE_NOTE a scorer returned
     failed: list[dict[str, str]] = [{} for _ in outputs]  # contracts.SCORE_FAILED: metric → why it was not computed
     for seed, (_, prepared) in sorted(prepared_of.items()):
         of_seed = [i for i, output in enumerate(outputs) if int(output.uns["seed"]) == seed]
-        context = ScoringContext(seed, dataset, evaluation, tuple(table_paths))
+        context = ScoringContext(seed, dataset, evaluation, tuple(table_paths), tuple(inputs_of.get(seed, [])))
         scored = track.call("scorer", prepared, [outputs[i] for i in of_seed], context)
         for i, scores in zip(of_seed, scored):
             facts[i] = {name: int(value) for name, value in scores.items() if name in contracts.SCORE_FACTS}

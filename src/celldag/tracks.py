@@ -72,6 +72,9 @@ class ScoringContext:
     dataset: dict  # the dataset's registry entry (e.g. its marker genes)
     evaluation: dict  # the run config's `evaluation` section (e.g. the number of sampled quartets)
     table_paths: tuple[str, ...] = ()  # gene-embedding tables the runs read
+    # a chained track's inputs of this seed, as AnnData (the task with each upstream run's embedding as X): what a
+    # scorer measures in the embedding itself (annotation: the distance of a held-out type's cells to the train cells)
+    chained_inputs: tuple = ()
 
 
 FIGURE_INPUTS = ("scores", "runs", "outputs", "tables")  # what a figure may read (its job's inputs)

@@ -12,4 +12,5 @@ score_dataset(
     track=load_track(snakemake.params.track["definition"]),
     dataset=snakemake.params.dataset,
     evaluation=snakemake.params.evaluation,
+    chained_input_paths=list(getattr(snakemake.input, "inputs", [])),  # a chained track's (rule_inputs)
 )

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import nnls
 
+from celldag.annotation import conformal
+
 
 def query_proportions(cal_proba: np.ndarray, cal_labels: np.ndarray, query_proba: np.ndarray) -> np.ndarray:
     """(K,) the query's estimated type proportions (sum 1), from calibration cells with labels and query cells
@@ -72,3 +74,14 @@ def label_shift_sets(cal_scores: np.ndarray, cal_labels: np.ndarray, query_score
     ratio = np.divide(proportions, cal_share, out=np.zeros(n_classes), where=cal_share > 0)
     thresholds = weighted_thresholds(cal_scores, ratio[cal_labels], ratio, alpha)
     return query_scores <= thresholds[None, :]
+
+
+def weighted_sets(proba: np.ndarray, lac: np.ndarray, truth: np.ndarray, calibration: np.ndarray, rows: np.ndarray,
+                  alpha: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(sets of ``rows``, their estimated type proportions): label-shift-weighted sets of one query."""
+    n_classes = proba.shape[1]
+    if not rows.any():
+        return np.zeros((0, n_classes), dtype=bool), np.full(n_classes, np.nan)
+    estimate = query_proportions(proba[calibration], truth[calibration], proba[rows])
+    cal_true = conformal.true_scores(lac[calibration], truth[calibration])
+    return label_shift_sets(cal_true, truth[calibration], lac[rows], estimate, alpha), estimate

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from celldag.annotation import conformal, shift
-from celldag.annotation.label_shift import label_shift_sets, query_proportions
+from celldag.annotation.label_shift import weighted_sets
+from celldag.annotation.novelty import novelty_tests
 from celldag.annotation.scoring import ProcedureFailed, procedure_sets
 
 # the procedures a query can be annotated with: the others need labels of the query's own batches (Mondrian by
@@ -40,7 +41,6 @@ DEFAULT_PROCEDURE = "class_conditional"
 # marginal coverage keeps its guarantee however many light groups are dropped
 QUERY_KANDINSKY_GROUPS = ("batch", "type", "soft")
 UNKNOWN, AMBIGUOUS, EMPTY = "unknown type", "ambiguous", "no type"
-NOVELTY_NEIGHBOURS = 10  # the novelty distance: to the 10th nearest reference train cell (one stray neighbour is noise)
 
 
 @dataclass(frozen=True)
@@ -67,42 +67,6 @@ def cell_calls(sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...]) 
     calls = np.where(sizes == 1, single, np.where(sizes > 1, AMBIGUOUS, EMPTY)).astype(object)
     calls[unknown] = UNKNOWN
     return calls.astype(str)
-
-
-def novelty_distances(embedding: np.ndarray, train: np.ndarray, k: int = NOVELTY_NEIGHBOURS) -> np.ndarray:
-    """(n,) each cell's Euclidean distance to its k-th nearest train cell (a train cell's own row excluded), exact."""
-    from sklearn.neighbors import NearestNeighbors
-
-    embedding, train = np.asarray(embedding, dtype=np.float64), np.asarray(train, dtype=bool)
-    k = min(k, int(train.sum()) - 1)
-    if k < 1:
-        raise ValueError(f"novelty distances need 2+ train cells, got {int(train.sum())}")
-    found = NearestNeighbors(n_neighbors=k + 1, algorithm="brute").fit(embedding[train]).kneighbors(embedding)[0]
-    # a train cell is its own nearest neighbour at distance 0: skip it; any other cell takes the k-th
-    return np.where(train, found[:, k], found[:, k - 1])
-
-
-def novelty_tests(distances: np.ndarray, doubts: np.ndarray, calibration: np.ndarray, level: float) -> np.ndarray:
-    """(n,) str per cell: which of the two tests at ``level``/2 flags it ("distance", "doubt", "both") or "".
-    A distance of +inf (none computed) never counts: its test is left out, the other keeps ``level``/2."""
-    flags = []
-    for values in (distances, doubts):
-        finite = np.isfinite(values[calibration])
-        threshold = conformal.conformal_quantile(values[calibration], level / 2) if finite.all() else np.inf
-        flags.append(np.isfinite(values) & (values > threshold))
-    by_distance, by_doubt = flags
-    return np.where(by_distance & by_doubt, "both", np.where(by_distance, "distance", np.where(by_doubt, "doubt", "")))
-
-
-def weighted_sets(proba: np.ndarray, lac: np.ndarray, truth: np.ndarray, calibration: np.ndarray, rows: np.ndarray,
-                  alpha: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """(sets of ``rows``, their estimated type proportions): label-shift-weighted sets of one query."""
-    n_classes = proba.shape[1]
-    if not rows.any():
-        return np.zeros((0, n_classes), dtype=bool), np.full(n_classes, np.nan)
-    estimate = query_proportions(proba[calibration], truth[calibration], proba[rows])
-    cal_true = conformal.true_scores(lac[calibration], truth[calibration])
-    return label_shift_sets(cal_true, truth[calibration], lac[rows], estimate, alpha), estimate
 
 
 def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_split: np.ndarray,

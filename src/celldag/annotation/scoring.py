@@ -25,9 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from celldag.annotation import conformal, design
+from celldag.annotation import conformal, design, shift
+from celldag.annotation.label_shift import weighted_sets
+from celldag.annotation.novelty import novelty_distances, novelty_tests
 from celldag.annotation.quantile_lp import QuantileRegressionError, UnverifiedPrograms
-from celldag.annotation.track import KANDINSKY_FITS, NEW_BATCH_METRICS, PROCEDURES, SCORING_DEFAULTS, SET_METRICS
+from celldag.annotation.track import (HELD_OUT_TYPE_FIT, KANDINSKY_FITS, LABEL_FREE_METRICS, NEW_BATCH_METRICS,
+                                      NO_EMPTY_METRICS, NOT_LABEL_FREE, PROCEDURES, SCORING_DEFAULTS, SET_METRICS)  # fmt: skip
 from celldag.contracts import SCORE_FAILED
 from celldag.tracks import ScoringContext
 
@@ -109,11 +112,13 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
     cal_design, query_design = cal_features[:, kept], features[query][:, :, kept]
     build = {
         "kandinsky_augmented": lambda: augmented(cal_lac, cal_design, lac[query], query_design, alpha, randomisation),
+        "kandinsky_augmented_unrandomised": lambda: augmented(cal_lac, cal_design, lac[query], query_design, alpha, None),
         "kandinsky": lambda: conformal.kandinsky_sets(cal_lac, cal_design, lac[query], query_design, alpha)[0],
         "split_lac": lambda: conformal.split_sets(cal_lac, lac[query], alpha),
         "split_aps": lambda: conformal.split_sets(conformal.true_scores(aps[calibration], truth[calibration]), aps[query], alpha),
         "class_conditional": lambda: conformal.class_conditional_sets(cal_lac, truth[calibration], lac[query], alpha),
         "mondrian_batch": lambda: conformal.mondrian_sets(cal_lac, batch[calibration], lac[query], batch_of, alpha)[0],
+        "label_shift": lambda: weighted_sets(proba, lac, truth, calibration, query, alpha)[0],
     }  # fmt: skip
     sets, failed, unverified = {}, {}, {}
     for procedure in procedures:
@@ -289,7 +294,18 @@ def random_split_scores(task, output, settings: Settings) -> tuple[dict[str, flo
             scores[f"{procedure}_worst_{name}"] = worst_coverage(procedure_set, truth, members, settings.min_cells)
         scores[f"{procedure}_max_shortfall"] = max_shortfall(procedure_set, truth, list(groupings.values()),
                                                              settings.alpha, settings.min_cells)  # fmt: skip
+        filled = set_metrics(no_empty_sets(procedure_set, np.asarray(output.obsm["proba_random"])[query]), truth)
+        scores |= {f"{procedure}_no_empty_{name}": filled[name] for name in ("coverage", "set_size")}
     return scores, scenario
+
+
+def no_empty_sets(sets: np.ndarray, proba: np.ndarray) -> np.ndarray:
+    """``sets`` with the top label (largest probability, the first on ties) added to each empty one: the
+    ``no_empty_sets`` option. Coverage can only grow, and the set of a cell that had one is unchanged."""
+    filled = np.array(sets, dtype=bool, copy=True)
+    empty = ~filled.any(axis=1)
+    filled[np.flatnonzero(empty), np.asarray(proba)[empty].argmax(axis=1)] = True
+    return filled
 
 
 def new_batch_calibration(task, held_out: int) -> tuple[np.ndarray, np.ndarray]:
@@ -325,14 +341,125 @@ def new_batch_scores(task, output, settings: Settings) -> tuple[dict[str, float]
         truths.append(truth[query])
     point = point_metrics(np.vstack(probabilities), np.concatenate(truths), len(output.uns["classes"]))
     scores = {f"{name}_new_batch": value for name, value in point.items()}
+    return scores | pooled(covered, sizes, scenarios, settings.procedures, "new_batch"), scenarios
+
+
+def pooled(covered: dict[str, list[np.ndarray]], sizes: dict[str, list[np.ndarray]], scenarios: dict[str, Scenario],
+           procedures: tuple[str, ...], prefix: str) -> dict[str, float]:  # fmt: skip
+    """Coverage and set size pooled over the left-out batches, and the worst batch's coverage, of each procedure
+    that built sets for every batch (``<procedure>_<prefix>_coverage``, ``_worst``, ``_set_size``)."""
     failed = {procedure for scenario in scenarios.values() for procedure in scenario.failed}
-    for procedure in settings.procedures:
-        if procedure in failed:
+    scores = {}
+    for procedure in procedures:
+        if procedure in failed or not covered.get(procedure):
             continue
-        scores[f"{procedure}_new_batch_coverage"] = float(np.concatenate(covered[procedure]).mean())
-        scores[f"{procedure}_new_batch_worst"] = float(min(part.mean() for part in covered[procedure]))
-        scores[f"{procedure}_new_batch_set_size"] = float(np.concatenate(sizes[procedure]).mean())
-    return scores, scenarios
+        scores[f"{procedure}_{prefix}_coverage"] = float(np.concatenate(covered[procedure]).mean())
+        scores[f"{procedure}_{prefix}_worst"] = float(min(part.mean() for part in covered[procedure]))
+        scores[f"{procedure}_{prefix}_set_size"] = float(np.concatenate(sizes[procedure]).mean())
+    return scores
+
+
+LABEL_FREE = "label-free new batch"  # the scenario's name in notes and in the randomised fit's cell keys
+
+
+def label_free_scores(task, output, settings: Settings) -> tuple[dict[str, float], dict[str, Scenario]]:
+    """Leave each batch out with no cell of it labelled: the classifier that never saw it (``proba_without_<i>``),
+    sets calibrated on the other batches' calibration cells alone and measured on every cell of the new batch — what
+    ``celldag annotate`` gives a lab's batch. Every batch is one (the constant of Kandinsky's design, as in
+    ``celldag annotate``): the new batch's own column would have no calibration weight. Mondrian by batch does not
+    apply (``NOT_LABEL_FREE``)."""
+    truth, batch, soft = task_arrays(task, output)
+    procedures = tuple(procedure for procedure in settings.procedures if procedure not in NOT_LABEL_FREE)
+    one_batch = np.zeros_like(batch)
+    covered: dict[str, list[np.ndarray]] = {procedure: [] for procedure in procedures}
+    sizes: dict[str, list[np.ndarray]] = {procedure: [] for procedure in procedures}
+    scenarios = {}
+    for held_out, name in enumerate(sorted(set(task.obs["batch"].astype(str)))):
+        proba = np.asarray(output.obsm[f"proba_without_{held_out}"], dtype=np.float64)
+        calibration, query = label_free_calibration(task, held_out)
+        draws = scenario_randomisation(task, f"{LABEL_FREE} {name}", calibration, query, truth, proba.shape[1],
+                                       settings)  # fmt: skip
+        scenario = procedure_sets(proba, truth, one_batch, soft, calibration, query, settings.alpha, settings.groups,
+                                  procedures, settings.min_weight, draws)  # fmt: skip
+        scenarios[name] = scenario
+        for procedure, procedure_set in scenario.sets.items():
+            covered[procedure].append(procedure_set[np.arange(query.sum()), truth[query]])
+            sizes[procedure].append(procedure_set.sum(axis=1))
+    return pooled(covered, sizes, scenarios, procedures, "label_free"), scenarios
+
+
+def label_free_calibration(task, held_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """(calibration, query) of the label-free new batch: the other batches' calibration cells; every new-batch cell."""
+    new = codes(task.obs["batch"]) == held_out
+    return ~new & (task.obs["split"].astype(str).to_numpy() == "calibration"), new
+
+
+def shift_verdicts(task, output, level: float = shift.LEVEL) -> tuple[dict[str, float], str]:
+    """Per left-out batch, the shift test of ``celldag annotate`` under the classifier that never saw it, against the
+    other batches' calibration cells: on the own-label scores of its labelled share (the new-batch scenario), and
+    label-free on the best-label scores of all its cells; Holm over batches, each test apart. Returns
+    ({new_batch_shifted, label_free_shifted}: batches called shifted, a note part that lists them with the run and
+    their adjusted p per test — '' when none is — in the form the leaderboard tabulates by scenario)."""
+    truth, _, _ = task_arrays(task, output)
+    labelled = task.obs["new_batch_labelled"].to_numpy(dtype=bool)
+    names = sorted(set(task.obs["batch"].astype(str)))
+    raw: dict[str, list[float]] = {SHIFT_LABELLED: [], SHIFT_LABEL_FREE: []}
+    for held_out in range(len(names)):
+        proba = np.asarray(output.obsm[f"proba_without_{held_out}"], dtype=np.float64)
+        calibration, new = label_free_calibration(task, held_out)
+        true = conformal.true_scores(conformal.lac_scores(proba), truth)
+        top = shift.top_scores(proba)
+        share = new & labelled
+        enough = np.count_nonzero(share) >= shift.MIN_CELLS
+        raw[SHIFT_LABELLED].append(shift.larger_p(true[calibration], true[share])[1] if enough else np.nan)
+        raw[SHIFT_LABEL_FREE].append(shift.larger_p(top[calibration], top[new])[1])
+    run = f"{output.uns['method_id']} on {output.uns['variant']}"
+    scores, listed, untested = {}, [], ""
+    for scenario, metric in ((SHIFT_LABELLED, "new_batch_shifted"), (SHIFT_LABEL_FREE, "label_free_shifted")):
+        p = np.asarray(raw[scenario])
+        if np.isnan(p).any():  # a batch without two labelled cells: the labelled test is made for none
+            untested = f"the shift test of the labelled share is not made: a batch has fewer than {shift.MIN_CELLS} labelled cells"
+            continue
+        adjusted = shift.holm(list(p))
+        scores[metric] = float(np.count_nonzero(adjusted <= level))
+        shifted = [f"{name} (p = {a:.2g})" for name, a in zip(names, adjusted) if a <= level]
+        if shifted:
+            listed.append(f"{scenario} — {run}: {', '.join(shifted)}")
+    part = f"batches called shifted by the shift test, Holm over batches: {' | '.join(listed)}" if listed else ""
+    return scores, ". ".join(text for text in (part, untested) if text)
+
+
+SHIFT_LABELLED, SHIFT_LABEL_FREE = "new batch, its labelled share", "label-free new batch, all its cells"
+
+
+def held_out_type_scores(task, output, embedding, alpha: float) -> tuple[dict[str, float], str]:
+    """Unknown types: each held-out type's fit (``proba_without_type_<j>``, trained without type j) and the rule of
+    ``celldag annotate`` (``novelty_tests`` at level α: the 10th-nearest-train-cell distance in ``embedding`` or the
+    classifier's doubt, calibrated on the random split's calibration cells of the other types). Detection: the
+    share of type j's query cells flagged, pooled over the held-out types; false flags: the share of the other
+    types' query cells flagged, pooled likewise. Nothing is drawn at random. Returns (scores, note)."""
+    classes = list(output.uns["classes"])
+    held_out = {int(key.removeprefix(f"proba_{HELD_OUT_TYPE_FIT}")): key for key in output.obsm
+                if key.startswith(f"proba_{HELD_OUT_TYPE_FIT}")}  # fmt: skip
+    if not held_out or embedding is None:
+        why = "no held-out-type fit in the output" if not held_out else "no embedding given to the scorer"
+        return {}, f"unknown types not scored: {why}"
+    labels = task.obs["label"].astype(str).to_numpy()
+    split = task.obs["split"].astype(str).to_numpy()
+    detected, false_flags = [], []
+    for j, key in sorted(held_out.items()):
+        known = labels != classes[j]
+        flagged = novelty_tests(novelty_distances(np.asarray(embedding.X), (split == "train") & known),
+                                shift.top_scores(np.asarray(output.obsm[key], dtype=np.float64)),
+                                (split == "calibration") & known, alpha) != ""  # fmt: skip
+        query = split == "query"
+        detected.append(flagged[query & ~known])
+        false_flags.append(flagged[query & known])
+    scores = {"unknown_type_detection": float(np.concatenate(detected).mean()),
+              "unknown_type_false_flags": float(np.concatenate(false_flags).mean())}  # fmt: skip
+    saw = "was fitted on every cell, theirs included" if embedding.uns.get("transductive", True) else "did not see them"
+    note = f"unknown types held out in turn: {', '.join(classes[j] for j in sorted(held_out))} (the embedding {saw})"
+    return scores, note
 
 
 def permuted_scores(task, output, alpha: float, seed: int) -> dict[str, float]:
@@ -350,7 +477,8 @@ def permuted_scores(task, output, alpha: float, seed: int) -> dict[str, float]:
 
 def procedure_metrics(procedure: str) -> list[str]:
     """The metrics of ``procedure`` that its sets make (failed together when it fails)."""
-    return [f"{procedure}_{name}" for name in SET_METRICS + NEW_BATCH_METRICS]
+    label_free = () if procedure in NOT_LABEL_FREE else LABEL_FREE_METRICS
+    return [f"{procedure}_{name}" for name in SET_METRICS + NEW_BATCH_METRICS + label_free + NO_EMPTY_METRICS]
 
 
 def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
@@ -369,8 +497,13 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
         run = f"{output.uns['dataset_id']} {output.uns['method_id']} on {output.uns['variant']} seed {context.seed}"
         random, random_scenario = random_split_scores(task, output, settings)
         new_batch, new_scenarios = new_batch_scores(task, output, settings)
-        scenarios = {RANDOM_SPLIT: random_scenario} | {f"new batch {name}": s for name, s in new_scenarios.items()}
-        scores[i] = random | new_batch | permuted_scores(task, output, settings.alpha, context.seed)
+        label_free, free_scenarios = label_free_scores(task, output, settings)
+        shifted, shift_note = shift_verdicts(task, output)
+        unknown, unknown_note = held_out_type_scores(task, output, embedding_of(context, output), settings.alpha)
+        scenarios = ({RANDOM_SPLIT: random_scenario} | {f"new batch {name}": s for name, s in new_scenarios.items()}
+                     | {f"{LABEL_FREE} {name}": s for name, s in free_scenarios.items()})  # fmt: skip
+        scores[i] = (random | new_batch | label_free | shifted | unknown
+                     | permuted_scores(task, output, settings.alpha, context.seed))  # fmt: skip
         reasons: dict[str, str] = {}
         for scenario_name, scenario in scenarios.items():
             for procedure, reason in scenario.failed.items():
@@ -392,7 +525,7 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
         dropped = {
             name: dropped_names(task, output, scenario.dropped, settings) for name, scenario in scenarios.items()
         }
-        note = ". ".join(part for part in (groups_note(small, dropped, settings),
+        note = ". ".join(part for part in (groups_note(small, dropped, settings), shift_note, unknown_note,
                                            *(f"{procedure} failed: {reason}" for procedure, reason in reasons.items()))
                          if part)  # fmt: skip
         if note:
@@ -401,8 +534,21 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
 
 
 def calibration_of(task, scenario: str) -> np.ndarray:
-    """The calibration cells of a scenario by its name (``RANDOM_SPLIT`` or 'new batch <name>')."""
+    """The calibration cells of a scenario by its name (``RANDOM_SPLIT``, 'new batch <name>' or
+    '``LABEL_FREE`` <name>')."""
     if scenario == RANDOM_SPLIT:
         return split_masks(task)[0]
     batch_names = sorted(set(task.obs["batch"].astype(str)))
+    if scenario.startswith(LABEL_FREE):
+        return label_free_calibration(task, batch_names.index(scenario.removeprefix(f"{LABEL_FREE} ")))[0]
     return new_batch_calibration(task, batch_names.index(scenario.removeprefix("new batch ")))[0]
+
+
+def embedding_of(context: ScoringContext, output):
+    """The chained input the output's classifier ran on (same upstream run: the output's ``variant``), or None."""
+    matching = [chained for chained in context.chained_inputs if chained.uns.get("upstream") == output.uns["variant"]]
+    if len(matching) > 1:
+        raise ValueError(
+            f"{len(matching)} chained inputs of upstream run {output.uns['variant']!r}, seed {context.seed}"
+        )
+    return matching[0] if matching else None

@@ -9,7 +9,8 @@ take ``random_state=seed`` — so the same inputs give the same outputs in any p
 - ``principal_components``: the covariates (the expression's first 20 principal components).
 - ``soft_groups``: fractional group memberships on covariates (a Gaussian mixture on principal components),
   the groups of group-conditional coverage that need no labels.
-- ``fit_masks``: the training cells of each fit: a random split of all batches, and one fit per held-out batch.
+- ``fit_masks``: the training cells of each fit: a random split of all batches, and one fit per held-out batch;
+- ``held_out_types``: the types held out in turn by the unknown-type scenario (each one fit more).
 """
 
 from __future__ import annotations
@@ -121,14 +122,23 @@ def soft_groups(expression, n_groups: int, seed: int) -> np.ndarray:
 
 
 def fit_masks(split, batch) -> dict[str, np.ndarray]:
-    """Training cells of each fit: ``random`` (every train cell) and ``without_i`` (the train cells
-    outside batch i, i indexing the sorted unique batches): a fit that has never seen that batch."""
+    """Training cells of each fit: ``random`` (every train cell) and ``without_i`` (the train cells outside batch i,
+    i indexing the sorted unique batches): a fit that has never seen that batch."""
     split, batch = _cell_vectors(split, batch)
     train = split == "train"
     masks = {"random": train}
     for i, held_out in enumerate(np.unique(batch)):
         masks[f"without_{i}"] = train & (batch != held_out)
     return masks
+
+
+def held_out_types(labels, split, min_query_cells: int) -> dict[int, str]:
+    """{j: type} of the held-out-type scenario: each type (j its index among the sorted unique labels) with at
+    least ``min_query_cells`` query cells, so that its detection rate rests on that many cells."""
+    labels, split = _cell_vectors(labels, split)
+    query = split == "query"
+    return {j: name for j, name in enumerate(np.unique(labels))
+            if np.count_nonzero(query & (labels == name)) >= min_query_cells}  # fmt: skip
 
 
 def _cell_vectors(first, second) -> tuple[np.ndarray, np.ndarray]:

@@ -21,19 +21,34 @@ from celldag.tracks import Figure, Metric, MetricGroup, Track
 
 PROCEDURES = {  # id → what the leaderboard calls it; every one scores LAC = 1 − p(y|x) except split_aps
     "kandinsky_augmented": "Kandinsky groups, augmented fit (conditional calibration, Gibbs–Cherian–Candès)",
+    "kandinsky_augmented_unrandomised": "Kandinsky groups, augmented fit, unrandomised (coverage ≥ 1 − α, no empty "
+    "set drawn at random)",
     "kandinsky": "Kandinsky groups, the paper's plain fit",
     "split_lac": "split conformal, LAC",
     "split_aps": "split conformal, APS (non-randomised)",
     "class_conditional": "class-conditional",
     "mondrian_batch": "Mondrian by batch",
+    "label_shift": "label-shift weighted (the query's type proportions estimated from its unlabelled cells)",
 }
 HEADLINE = "kandinsky_augmented"  # its metrics sit beside accuracy in the track's first metric group
 SET_METRICS = ("coverage", "worst_batch", "worst_type", "worst_batch_type", "max_shortfall", "set_size",
                "singletons", "empty")  # fmt: skip
-KANDINSKY_FITS = ("kandinsky_augmented", "kandinsky")  # quantile-regression fits on a sized design (annotation.design)
+KANDINSKY_FITS = (
+    "kandinsky_augmented",
+    "kandinsky_augmented_unrandomised",
+    "kandinsky",
+)  # quantile-regression fits on a sized design (annotation.design)
 GROUPED = ("class_conditional", "mondrian_batch")  # procedures that give groups too small to calibrate full sets
-LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty", "small_groups", "dropped_groups", "unverified")  # name endings
+LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty", "small_groups", "dropped_groups", "unverified", "shifted",
+                   "false_flags")  # name endings  # fmt: skip
 NEW_BATCH_METRICS = ("new_batch_coverage", "new_batch_worst", "new_batch_set_size")
+# the label-free new batch: no cell of it labelled, calibrated on the other batches alone; Mondrian by batch has no
+# calibration cell of the new batch, so it does not apply
+LABEL_FREE_METRICS = ("label_free_coverage", "label_free_worst", "label_free_set_size")
+NOT_LABEL_FREE = ("mondrian_batch",)
+NO_EMPTY_METRICS = ("no_empty_coverage", "no_empty_set_size")  # random split, the top label added to an empty set
+HELD_OUT_TYPE_MIN_QUERY = 20  # query cells a type needs to be held out in turn (issue 44: a rate on ≥ 20 cells)
+HELD_OUT_TYPE_FIT = "without_type_"  # + j: the fit that never saw type j (j its index among the sorted labels)
 TASK_DEFAULTS = {"split": [0.5, 0.25, 0.25], "labelled_fraction": 0.1, "soft_groups": 4}
 SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10, "kandinsky_groups": ["batch", "type", "soft"],
                     "kandinsky_min_weight": None, "kandinsky_randomised": True, "procedures": list(PROCEDURES)}  # fmt: skip
@@ -89,6 +104,29 @@ TRACK = Track(
             ),
         ),
         MetricGroup(
+            "label-free new batch: no cell of it labelled, calibrated on the other batches (Mondrian by batch does not "
+            "apply); batches called shifted by the shift test, Holm over batches",
+            (
+                *(
+                    _metric(f"{procedure}_{name}")
+                    for procedure in PROCEDURES
+                    if procedure not in NOT_LABEL_FREE
+                    for name in LABEL_FREE_METRICS
+                ),
+                _metric("new_batch_shifted"),
+                _metric("label_free_shifted"),
+            ),
+        ),
+        MetricGroup(
+            f"unknown types: each type with ≥ {HELD_OUT_TYPE_MIN_QUERY} query cells left out of training and "
+            "calibration in turn (the embedding saw its cells)",
+            (Metric("unknown_type_detection", higher_is_better=True), _metric("unknown_type_false_flags")),
+        ),
+        MetricGroup(
+            "no empty sets: the top label added to an empty set (random split)",
+            tuple(_metric(f"{procedure}_{name}") for procedure in PROCEDURES for name in NO_EMPTY_METRICS),
+        ),
+        MetricGroup(
             "control: split conformal (LAC) calibrated on permuted labels",
             (Metric("permuted_coverage", higher_is_better=True), Metric("permuted_set_size", higher_is_better=False)),
         ),
@@ -121,14 +159,22 @@ class AnnotationInput:
 
 
 def method_input(prepared, work_dir: str | None, gene_table=None) -> AnnotationInput:
-    from celldag.annotation.task import fit_masks
+    """The fits: the random split's, one per held-out batch (``task.fit_masks``), then one per held-out type
+    (``HELD_OUT_TYPE_FIT`` + the type's index among the sorted labels; ``task.held_out_types``) — last, so the
+    others are trained as they were before the held-out-type scenario existed."""
+    from celldag.annotation.task import fit_masks, held_out_types
 
     labels = prepared.obs["label"].astype(str).to_numpy()
     batch = prepared.obs["batch"].astype(str).to_numpy()
+    split = prepared.obs["split"].astype(str).to_numpy()
+    fits = fit_masks(split, batch)
+    train = fits["random"]
+    fits |= {
+        f"{HELD_OUT_TYPE_FIT}{j}": train & (labels != name)
+        for j, name in held_out_types(labels, split, HELD_OUT_TYPE_MIN_QUERY).items()
+    }
     return AnnotationInput(features=np.asarray(prepared.X, dtype=np.float32), labels=labels, batch=batch,
-                           classes=tuple(sorted(set(labels))),
-                           fits=fit_masks(prepared.obs["split"].astype(str).to_numpy(), batch),
-                           names=tuple(prepared.obs_names))  # fmt: skip
+                           classes=tuple(sorted(set(labels))), fits=fits, names=tuple(prepared.obs_names))  # fmt: skip
 
 
 def chain_task(prepared, params: dict, seed: int):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from celldag import artifacts
-from celldag.annotation.track import check_output
+from celldag.annotation.track import HELD_OUT_TYPE_FIT, check_output
 from celldag.contracts import ContractError, require_finite_matrix
 from celldag.errors import InputError
 from celldag.lineage.reconstruct import RECONSTRUCTIONS, reconstruct
@@ -190,16 +190,20 @@ def read_distances(path: str, leaves: Sequence[str]) -> np.ndarray:
 
 def probabilities(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult:
     """``obsm['proba_<fit>']`` for every fit of the task (``proba_random``, ``proba_without_<i>``) with
-    columns ``uns['classes']`` (the task's classes, any order), rows the task's cells by id (any order)."""
+    columns ``uns['classes']`` (the task's classes, any order), rows the task's cells by id (any order). The fits
+    that hold one type out (``proba_without_type_<j>``) are optional: without them the held-out-type scenario is
+    not scored for this method (its note says so)."""
     del seed
     path = params["path"]
     adata = artifacts.read_h5ad(path)
-    wanted = [f"proba_{fit}" for fit in inputs.fits]
+    fits = [f"proba_{fit}" for fit in inputs.fits]
+    required = [key for key in fits if not key.startswith(f"proba_{HELD_OUT_TYPE_FIT}")]
     found = [key for key in adata.obsm if key.startswith("proba_")]
-    if missing := [key for key in wanted if key not in found]:
-        raise ContractError(path, f"obsm['{missing[0]}']", f"missing; the task's fits need {', '.join(wanted)}")
-    if extra := [key for key in found if key not in wanted]:
-        raise ContractError(path, f"obsm['{extra[0]}']", f"not a fit of the task, whose fits are {', '.join(wanted)}")
+    if missing := [key for key in required if key not in found]:
+        raise ContractError(path, f"obsm['{missing[0]}']", f"missing; the task's fits need {', '.join(required)}")
+    if extra := [key for key in found if key not in fits]:
+        raise ContractError(path, f"obsm['{extra[0]}']", f"not a fit of the task, whose fits are {', '.join(fits)}")
+    wanted = [key for key in fits if key in found]
     if "classes" not in adata.uns:
         raise ContractError(path, "uns['classes']", "missing (the class of each probability column)")
     classes = [str(name) for name in adata.uns["classes"]]
@@ -209,7 +213,8 @@ def probabilities(inputs: AnnotationInput, params: dict, seed: int) -> MethodRes
     check_output(adata, path)  # the track's own contract: (cells × classes), non-negative, rows summing to 1
     rows = row_order(adata.obs_names, inputs.names, path, "obs_names", ("cell", "cells"), "the task")
     obsm = {key: dense(adata.obsm[key]).astype(np.float64)[np.ix_(rows, columns)] for key in wanted}
-    return MethodResult(obsm=obsm, uns={"classes": list(inputs.classes), "fits": list(inputs.fits), "imported": path})
+    fitted = [fit for fit in inputs.fits if f"proba_{fit}" in found]
+    return MethodResult(obsm=obsm, uns={"classes": list(inputs.classes), "fits": fitted, "imported": path})
 
 
 probabilities.accepted_params = ("path",)

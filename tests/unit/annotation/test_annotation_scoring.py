@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from celldag.annotation.scoring import procedure_sets
-from celldag.annotation.track import NEW_BATCH_METRICS, PROCEDURES, SET_METRICS
+from celldag.annotation.track import LABEL_FREE_METRICS, NEW_BATCH_METRICS, NO_EMPTY_METRICS, PROCEDURES, SET_METRICS
 
 ALPHA = 0.1
 N_CLASSES, N_BATCHES, NOISY = 5, 3, 2
@@ -88,6 +90,11 @@ def test_at_the_default_runs_size_the_augmented_fit_covers_every_batch_and_type(
 
 def toy_task_and_outputs():
     """chain_task → chain_input → kNN and logistic on 600 cells of 4 types × 3 batches: (task, outputs)."""
+    return toy_run()[:2]
+
+
+def toy_run():
+    """(task, outputs, the chained input they ran on: the task with the embedding as X) of ``toy_task_and_outputs``."""
     import anndata
     import pandas as pd
 
@@ -107,12 +114,13 @@ def toy_task_and_outputs():
     upstream = anndata.AnnData(obs=pd.DataFrame(index=obs.index), obsm={"X_emb": x[:, :10]},
                                uns={"status": "ok", "method_id": "pca", "variant": "default"})  # fmt: skip
     chained = chain_input(task, upstream, {"config": {"method": {"transductive": True}}})
+    chained.uns["upstream"] = "pca/default"  # as celldag.chained writes it
     assert chained.X.shape == (n_cells, 10) and chained.uns["transductive"] is True
     inputs = method_input(chained, None)
     outputs = [output_anndata(chained, classify(inputs, {}, 0), {"dataset_id": "toy", "method_id": name,
                               "variant": "pca/default", "seed": 0}, "ok", "", "output.h5ad")
                for classify, name in ((knn, "knn"), (logistic, "logistic"))]  # fmt: skip
-    return task, outputs
+    return task, outputs, chained
 
 
 def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
@@ -123,8 +131,9 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
     from celldag.annotation.track import TRACK
     from celldag.tracks import ScoringContext
 
-    task, outputs = toy_task_and_outputs()
-    scores = score_seed(task, outputs, ScoringContext(0, {}, {"annotation": {"alpha": 0.1, "min_group_cells": 5}}))
+    task, outputs, chained = toy_run()
+    evaluation = {"annotation": {"alpha": 0.1, "min_group_cells": 5}}
+    scores = score_seed(task, outputs, ScoringContext(0, {}, evaluation, chained_inputs=(chained,)))
     for row in scores:
         assert set(row) - {"note"} == set(TRACK.metrics)
         assert row["accuracy"] > 0.9
@@ -191,7 +200,8 @@ def test_a_failing_procedure_fails_alone_with_its_reason_and_the_table_is_writte
                   evaluation={"annotation": {"alpha": 0.1}})  # fmt: skip
     table = pd.read_parquet(scores_path)
     failed = table[table["status"] == "failed"]
-    assert set(failed["metric"]) == {f"kandinsky_augmented_{name}" for name in SET_METRICS + NEW_BATCH_METRICS}
+    assert set(failed["metric"]) == {f"{fit}_{name}" for fit in ("kandinsky_augmented", "kandinsky_augmented_unrandomised")
+                                     for name in SET_METRICS + NEW_BATCH_METRICS + LABEL_FREE_METRICS + NO_EMPTY_METRICS}  # fmt: skip
     assert failed["value"].isna().all() and len(failed) == 2 * len(set(failed["metric"]))
     knn_reason = failed.loc[failed["method"] == "knn", contracts.SCORE_REASON].iloc[0]
     assert knn_reason == ("toy knn on pca/default seed 0, random split: conformal procedure kandinsky_augmented "
@@ -199,7 +209,9 @@ def test_a_failing_procedure_fails_alone_with_its_reason_and_the_table_is_writte
                           "optimum of the quantile regression (…)")  # fmt: skip
     ok = table[table["status"] == "ok"].set_index(["method", "metric"])["value"]
     n_batches = task.obs["batch"].nunique()
-    assert ok["knn", "kandinsky_augmented_unverified"] == 3 * (1 + n_batches)  # the random split and every new batch
+    # the random split, every new batch and every label-free new batch
+    assert ok["knn", "kandinsky_augmented_unverified"] == ok["knn", "kandinsky_augmented_unrandomised_unverified"] \
+        == 3 * (1 + 2 * n_batches)  # fmt: skip
     assert ok["knn", "kandinsky_unverified"] == 0 and ok["knn", "accuracy"] > 0.9
     assert 0.8 < ok["knn", "mondrian_batch_coverage"] <= 1 and "kandinsky_coverage" in ok["logistic"]
     assert table.loc[table["status"] == "ok", contracts.SCORE_REASON].isna().all()
@@ -246,7 +258,7 @@ def test_groups_too_small_to_calibrate_are_counted_and_named_in_a_note():
             "calibrate at α = 0.1, in every set: random split — class_conditional: type type3"
         )
         dropped = row["note"].split(
-            "dropped from the design of kandinsky_augmented, kandinsky (their directions have "
+            "dropped from the design of kandinsky_augmented, kandinsky_augmented_unrandomised, kandinsky (their directions have "
             "less than 50 calibration cells' weight; their coverage is not guaranteed): "
         )[1]
         # type3's direction and that of the lightest common type, which the constant ties to it: their union is kept
@@ -277,3 +289,108 @@ def test_kandinsky_groups_are_a_choice_and_batch_type_covers_each_cell_of_the_ta
     marginal = by_batch["split_lac"][np.arange(query.sum()), truth[query]]
     noisy = batch[query] == NOISY
     assert marginal[noisy].mean() < 1 - ALPHA - 0.15  # which batch × type groups fix as well
+
+
+# ---------------------------------------------------------------- issue 44: scenarios a lab's use needs
+
+
+def test_no_empty_sets_adds_the_top_label_to_empty_sets_only():
+    from celldag.annotation.scoring import no_empty_sets
+
+    sets = np.array([[False, False, False], [True, False, True], [False, False, False]])
+    proba = np.array([[0.2, 0.5, 0.3], [0.1, 0.8, 0.1], [0.4, 0.2, 0.4]])  # a tie: the first label wins
+    filled = no_empty_sets(sets, proba)
+    assert filled.tolist() == [[False, True, False], [True, False, True], [True, False, False]]
+    assert not sets[0].any()  # the sets given are left as they were
+
+
+def test_held_out_type_fits_are_added_last_and_leave_the_other_fits_as_they_were():
+    """method_input's fits: random, without_<i>, then without_type_<j> for each type with ≥ 20 query cells; a
+    held-out type's fit gives its type probability 0, and the random fit's probabilities are those of a run without
+    the held-out-type fits, bit for bit."""
+    from dataclasses import replace
+
+    from celldag.annotation.classifiers import knn, logistic
+    from celldag.annotation.track import method_input
+
+    task, outputs, chained = toy_run()
+    inputs = method_input(chained, None)
+    n_batches = task.obs["batch"].nunique()
+    assert list(inputs.fits) == ["random", *(f"without_{i}" for i in range(n_batches)),
+                                 *(f"without_type_{j}" for j in range(4))]  # fmt: skip
+    assert not (inputs.fits["without_type_2"] & (inputs.labels == "type2")).any()
+    assert np.count_nonzero(inputs.fits["without_type_2"]) == np.count_nonzero(
+        inputs.fits["random"] & (inputs.labels != "type2")
+    )
+    for classify, output in ((knn, outputs[0]), (logistic, outputs[1])):
+        assert (np.asarray(output.obsm["proba_without_type_2"])[:, 2] == 0).all()
+        old = replace(inputs, fits={fit: mask for fit, mask in inputs.fits.items() if "type" not in fit})
+        before = classify(old, {}, 0).obsm
+        assert all(before[key].tobytes() == np.asarray(output.obsm[key]).tobytes() for key in before)
+
+
+def test_label_free_new_batch_drops_mondrian_and_calibrates_on_the_other_batches_alone():
+    """Split LAC's and class-conditional's label-free sets are those of the new-batch scenario with no labelled cell
+    (labelled_fraction 0); Kandinsky's design has the constant instead of the new batch's weightless column, so its
+    sets are not the full label set; Mondrian by batch has no label-free scores."""
+    from celldag.annotation.scoring import Settings, label_free_scores, new_batch_scores
+
+    task, outputs = toy_task_and_outputs()
+    settings = Settings.of({"annotation": {"alpha": 0.1}})
+    scores, scenarios = label_free_scores(task, outputs[1], settings)
+    assert not any(name.startswith("mondrian_batch") for name in scores)
+    unlabelled = task.copy()
+    unlabelled.obs["new_batch_labelled"] = False
+    _, reference = new_batch_scores(unlabelled, outputs[1], settings)
+    for name, scenario in scenarios.items():
+        for procedure in ("split_lac", "class_conditional", "label_shift"):
+            assert (scenario.sets[procedure] == reference[name].sets[procedure]).all()
+        assert scenario.sets["kandinsky_augmented_unrandomised"].sum(axis=1).mean() < 2.0
+    for procedure in ("split_lac", "kandinsky_augmented", "kandinsky_augmented_unrandomised", "label_shift"):
+        assert scores[f"{procedure}_label_free_worst"] <= scores[f"{procedure}_label_free_coverage"]
+        assert 0.85 < scores[f"{procedure}_label_free_coverage"] <= 1.0
+
+
+def test_the_shift_test_calls_the_one_batch_made_to_conform_less_shifted():
+    """On exchangeable batches no batch is called shifted; flatten the probabilities of batch b1's cells under the
+    fit that never saw it and both tests (its labelled share, all its cells) call b1, and only b1, shifted."""
+    from celldag.annotation.scoring import shift_verdicts
+    from celldag.report.leaderboard import note_parts
+
+    task, outputs = toy_task_and_outputs()
+    assert shift_verdicts(task, outputs[1]) == ({"new_batch_shifted": 0.0, "label_free_shifted": 0.0}, "")
+    proba = np.array(outputs[1].obsm["proba_without_1"])
+    b1 = (task.obs["batch"] == "b1").to_numpy()
+    proba[b1] = 0.4 * proba[b1] + 0.6 / proba.shape[1]
+    outputs[1].obsm["proba_without_1"] = proba
+    scores, note = shift_verdicts(task, outputs[1])
+    assert scores == {"new_batch_shifted": 1.0, "label_free_shifted": 1.0}
+    assert re.fullmatch(r"batches called shifted by the shift test, Holm over batches: new batch, its labelled share — "
+                        r"logistic on pca/default: b1 \(p = [0-9.e-]+\) \| label-free new batch, all its cells — "
+                        r"logistic on pca/default: b1 \(p = [0-9.e-]+\)", note)  # fmt: skip
+    lead, rows = note_parts(note)[0]  # the leaderboard's table of it: one row per scenario
+    assert [scenario for scenario, _ in rows] == [
+        "new batch, its labelled share",
+        "label-free new batch, all its cells",
+    ]
+
+
+def test_held_out_types_are_detected_and_known_types_rarely_flagged():
+    """Four separated types, each held out in turn: nearly all of its query cells flagged unknown, the known types'
+    query cells at most α plus binomial noise; without the embedding, no scores and a note that says why."""
+    from celldag.annotation.scoring import held_out_type_scores
+
+    task, outputs, chained = toy_run()
+    for output in outputs:
+        scores, note = held_out_type_scores(task, output, chained, 0.1)
+        known = np.count_nonzero(task.obs["split"] == "query")  # each query cell is a known one in 3 of 4 turns
+        assert scores["unknown_type_detection"] > 0.9
+        assert scores["unknown_type_false_flags"] <= 0.1 + 2 * np.sqrt(0.1 * 0.9 / (3 * known))
+        assert (
+            note
+            == "unknown types held out in turn: type0, type1, type2, type3 (the embedding was fitted on every cell, theirs included)"
+        )
+    assert held_out_type_scores(task, outputs[0], None, 0.1) == (
+        {},
+        "unknown types not scored: no embedding given to the scorer",
+    )

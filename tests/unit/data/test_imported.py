@@ -324,3 +324,20 @@ def test_the_runner_digests_the_labs_file_and_stops_on_a_bad_one_leaving_nothing
         ContractError, match=r"^lab/bm_t-seed0\.nwk: file: missing \(the file ours's params\.path names"
     ):
         run_bad()
+
+
+def test_held_out_type_fits_are_optional_and_taken_when_given(tmp_path):
+    """A lab's file need not hold the fits that leave one type out (its held-out-type scenario is then not scored);
+    given, they are read like the others."""
+    with_types = task_input()
+    with_types = AnnotationInput(
+        **{**with_types.__dict__, "fits": with_types.fits | {"without_type_0": with_types.labels != "B"}}
+    )
+    obsm = task_probabilities()
+    without = imported.probabilities(with_types, {"path": write_probabilities(tmp_path / "a.h5ad", obsm)}, seed=0)
+    assert sorted(without.obsm) == ["proba_random", "proba_without_0", "proba_without_1"]
+    assert without.uns["fits"] == ["random", "without_0", "without_1"]
+    given = obsm | {"proba_without_type_0": task_probabilities(1)["proba_random"]}
+    taken = imported.probabilities(with_types, {"path": write_probabilities(tmp_path / "b.h5ad", given)}, seed=0)
+    assert taken.obsm["proba_without_type_0"].tobytes() == given["proba_without_type_0"].tobytes()
+    assert taken.uns["fits"] == ["random", "without_0", "without_1", "without_type_0"]
