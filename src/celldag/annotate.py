@@ -61,6 +61,7 @@ class Request:
     alpha: float = SCORING_DEFAULTS["alpha"]
     level: float = shift.LEVEL
     unknown_level: float | None = None  # of the unknown-type flag (None: alpha)
+    no_empty_sets: bool = False  # the top label added to an empty set
     seed: int = 0
     threads: int = 1
 
@@ -202,8 +203,8 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
         query_labels = np.where(column.isna().to_numpy(), "", column.astype(str).to_numpy())
     found = annotation_query.annotate_query(proba, reference_labels, split, query_batch, query_labels, classes,
                                             request.alpha, request.procedure, soft, request.level,
-                                            request.unknown_level,
-                                            novelty.novelty_distances(embedding, fit))  # fmt: skip
+                                            request.unknown_level, novelty.novelty_distances(embedding, fit),
+                                            request.no_empty_sets)  # fmt: skip
     cells = cell_table(query, found, classes, proba[n_reference:], query_batch)
     batches = batch_table(found, cells)
     facts = {"genes_shared": len(shared), "genes_used": int(lognorm.shape[1]), "reference_genes": reference.n_vars,
@@ -255,7 +256,9 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
                   f"{Path(request.reference).name} ({facts['reference_cells']:,} cells, {len(facts['classes'])} types) "
                   f"on {facts['genes_used']:,} shared genes: embedding {request.representation}, classifier "
                   f"{request.classifier}, sets by {request.procedure} at α = {request.alpha:g}, calibrated on "
-                  f"{facts['calibration_cells']:,} reference cells. Seed {request.seed}.",)),
+                  f"{facts['calibration_cells']:,} reference cells"
+                  + (", the top label added to an empty set (--no-empty-sets: coverage can only grow, the promise "
+                     "is kept)" if request.no_empty_sets else "") + f". Seed {request.seed}.",)),
         Paragraph((f"Reference check (held-out reference cells, labels known): coverage "
                   f"{facts['held_out_coverage']:.3f} (promised ≥ {1 - request.alpha:.2f}), mean set size "
                   f"{facts['held_out_set_size']:.2f}, flagged unknown type {facts['held_out_unknown']:.3f} (all are of known types: at most "

@@ -29,7 +29,7 @@ import numpy as np
 from celldag.annotation import conformal, shift
 from celldag.annotation.label_shift import weighted_sets
 from celldag.annotation.novelty import novelty_tests
-from celldag.annotation.scoring import ProcedureFailed, procedure_sets
+from celldag.annotation.scoring import ProcedureFailed, no_empty_sets, procedure_sets
 
 # the procedures a query can be annotated with: the others need labels of the query's own batches (Mondrian by
 # batch) or are the plain Kandinsky fit, which under-covers at a few hundred calibration cells (docs/annotation.md)
@@ -73,7 +73,7 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
                    query_batch: np.ndarray, query_labels: np.ndarray | None, classes: tuple[str, ...],
                    alpha: float, procedure: str = DEFAULT_PROCEDURE, soft: np.ndarray | None = None,
                    level: float = shift.LEVEL, unknown_level: float | None = None,
-                   distances: np.ndarray | None = None) -> QueryAnnotation:  # fmt: skip
+                   distances: np.ndarray | None = None, no_empty: bool = False) -> QueryAnnotation:  # fmt: skip
     """Sets, unknown-type flags, calls and shift tests of the query cells.
 
     ``proba`` (n_reference + m, K): the classifier's probabilities, reference cells first, columns in ``classes``;
@@ -81,7 +81,8 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
     per query cell, '' where unlabelled (None: none labelled) — a labelled cell of a type the reference lacks is
     left out of the labelled test and of coverage; ``soft`` (n_reference + m, S) the soft-group memberships that
     ``kandinsky_augmented`` needs; ``distances`` (n_reference + m,) each cell's ``novelty_distances`` (None: the
-    unknown-type flag rests on the classifier's doubt alone). The augmented fit is unrandomised: a lab's sets are a
+    unknown-type flag rests on the classifier's doubt alone); ``no_empty`` adds the top label to an empty set
+    (``scoring.no_empty_sets``), so no cell is called EMPTY. The augmented fit is unrandomised: a lab's sets are a
     function of its data.
     """
     if procedure not in PROCEDURES:
@@ -119,6 +120,8 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
             raise ProcedureFailed("; ".join(built.failed.values()))
         held_sets, lab_sets = built.sets[procedure][held_out[queried]], built.sets[procedure][lab[queried]]
         proportions = {}
+    if no_empty:
+        held_sets, lab_sets = no_empty_sets(held_sets, proba[held_out]), no_empty_sets(lab_sets, proba[lab])
     unknown_level = alpha if unknown_level is None else unknown_level
     unknown_by = novelty_tests(np.full(n_reference + m, np.inf) if distances is None else np.asarray(distances),
                                shift.top_scores(proba), calibration, unknown_level)  # fmt: skip

@@ -1,6 +1,6 @@
 """Score the annotation runs of one dataset seed: point labels, then conformal sets by every procedure.
 
-Two scenarios per classifier output (``celldag.annotation.track``):
+Scenarios per classifier output (``celldag.annotation.track``):
 
 - **random split**: the classifier trained on the train cells (``proba_random``); sets calibrated on the
   calibration cells, measured on the query cells — marginal coverage, coverage of each batch, cell type
@@ -9,13 +9,23 @@ Two scenarios per classifier output (``celldag.annotation.track``):
 - **new batch**: for each batch in turn, the classifier trained on the other batches
   (``proba_without_<i>``), calibrated on the other batches' calibration cells plus the new batch's
   labelled share; coverage and set size on the rest of the new batch, pooled over batches, and the
-  worst batch.
+  worst batch;
+- **label-free new batch**: the same fits, no cell of the new batch labelled — calibrated on the other batches
+  alone, measured on all its cells (what ``celldag annotate`` gives a lab's batch; Mondrian by batch does not apply);
+- **shift test per left-out batch** (``celldag.annotation.shift``): whether the new batch's cells conform less than
+  the other batches' calibration cells, on its labelled share and label-free; batches called shifted (Holm);
+- **held-out types**: each type with ≥ 20 query cells left out of a fit's training and of calibration in turn
+  (``proba_without_type_<j>``); how many of its query cells the unknown-type rule of ``celldag annotate`` flags
+  (``celldag.annotation.novelty``, in the embedding the classifier ran on: ``ScoringContext.chained_inputs``), and
+  how many known cells it flags. Nothing in it is drawn at random;
+- **no empty sets**: the random split's sets with the top label added to each empty one.
 
 The control recalibrates split conformal on permuted calibration labels (seeded): what set size a
 calibration that carries no information buys. Settings come from the config's ``evaluation.annotation``
 (``Settings``). Both Kandinsky fits take a design sized to each scenario's calibration cells
 (``celldag.annotation.design``); the augmented fit is randomised by draws derived from the seed and each cell's key
-(``Randomisation``). A procedure that fails fails alone: its metrics are returned as failed, with their reason.
+(``Randomisation``; the label-free scenario's keys name it, so no earlier draw changes), and scored unrandomised as
+a procedure of its own. A procedure that fails fails alone: its metrics are returned as failed, with their reason.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 from celldag.annotate import Request, annotate
 from celldag.annotation.classifiers import logistic
 from celldag.annotation.query import UNKNOWN
-from celldag.annotation.scoring import codes, new_batch_calibration, procedure_sets
+from celldag.annotation.scoring import label_free_calibration, procedure_sets
 from celldag.annotation.track import chain_task, method_input
 from celldag.cli import main
 from celldag.errors import InputError
@@ -64,17 +64,18 @@ def held_out(data, batch: str, tmp_path):
 
 
 def benchmark_new_batch(data, batch: str, procedure: str, alpha: float = 0.1, seed: int = 0) -> np.ndarray:
-    """The benchmark's new-batch scenario with ``labelled_fraction: 0``: per cell of ``batch``, covered or not."""
-    components = chain_task(data, {"labelled_fraction": 0}, seed)
+    """The benchmark's label-free new-batch scenario (``scoring.label_free_scores``: calibrated on the other batches
+    alone, every batch one in Kandinsky's design): per cell of ``batch``, covered or not."""
+    components = chain_task(data, {}, seed)
     task = anndata.AnnData(X=np.asarray(data.X, dtype=np.float32), obs=components.obs, obsm=dict(components.obsm))
     classes = sorted(set(task.obs["label"].astype(str)))
     output = logistic(method_input(task, None), {}, seed)  # on the `expression` embedding: X
     held = sorted(set(task.obs["batch"].astype(str))).index(batch)
     proba = output.obsm[f"proba_without_{held}"]
     truth = np.array([classes.index(label) for label in task.obs["label"].astype(str)])
-    calibration, query = new_batch_calibration(task, held)
-    sets = procedure_sets(proba, truth, codes(task.obs["batch"]), task.obsm["soft_groups"], calibration, query, alpha,
-                          procedures=(procedure,)).sets[procedure]  # fmt: skip
+    calibration, query = label_free_calibration(task, held)
+    sets = procedure_sets(proba, truth, np.zeros(task.n_obs, dtype=int), task.obsm["soft_groups"], calibration, query,
+                          alpha, procedures=(procedure,)).sets[procedure]  # fmt: skip
     return sets[np.arange(query.sum()), truth[query]]
 
 
@@ -99,6 +100,25 @@ def test_a_held_out_batch_annotated_as_the_benchmark_scores_a_new_batch_without_
     assert set(annotated.obs["celldag_batch_shift"]) == {cells["batch_shift"].iloc[0]}
     batches = pd.read_csv(out / "batches.tsv", sep="\t")
     assert batches["batch"].tolist() == ["b3"] and batches["test"].tolist() == ["label-free"]
+
+
+def test_no_empty_sets_gives_every_cell_its_top_label_at_least(tmp_path, registries):
+    """--no-empty-sets: no cell is called 'no type' (an unknown type keeps its call), sets only grow (by the top label
+    of each empty one)."""
+    data = prepared(counts_dataset())
+    reference, query = held_out(data, "b3", tmp_path)
+    sets = {}
+    for no_empty in (False, True):
+        out = annotate(Request(reference, query, str(tmp_path / f"out{no_empty}"), representation="expression",
+                               classifier="logistic", batch_key="run", procedure="split_lac", alpha=0.3,
+                               no_empty_sets=no_empty), registries.methods)  # fmt: skip
+        sets[no_empty] = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
+    empty = sets[False]["set_size"].to_numpy() == 0
+    assert empty.any() and set(sets[False]["call"].to_numpy()[empty]) == {"no type", "unknown type"}
+    assert (sets[True]["set"].to_numpy()[empty] == sets[True]["best_type"].to_numpy()[empty]).all()
+    assert (sets[True]["set"].to_numpy()[~empty] == sets[False]["set"].to_numpy()[~empty]).all()
+    assert "no type" not in set(sets[True]["call"])
+    assert "the top label added to an empty set" in (tmp_path / "outTrue" / "report.md").read_text()
 
 
 def test_a_type_the_reference_lacks_is_flagged_unknown_and_a_shifted_batch_named(tmp_path, registries):
