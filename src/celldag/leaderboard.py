@@ -27,6 +27,7 @@ import pandas as pd
 from scipy import stats
 
 from celldag import artifacts, contracts
+from celldag.multiplicity import holm_rejections
 from celldag.records import read_record
 from celldag.tracks import DELTA_PREFIX, Track, relative_reduction
 
@@ -230,18 +231,6 @@ def paired_test(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[int, fl
     return len(differences), mean, float(2 * stats.t.sf(abs(t), df=len(differences) - 1))
 
 
-def holm_rejections(p_values: list[float], level: float = LEVEL) -> list[bool]:
-    """Holm's step-down: reject the k-th smallest p while it is ≤ level / (m − k + 1), stopping at the first that is
-    not; family error ≤ ``level`` under any dependence between the tests."""
-    order = sorted(range(len(p_values)), key=lambda index: (p_values[index], index))
-    rejected = [False] * len(p_values)
-    for position, index in enumerate(order):
-        if p_values[index] > level / (len(p_values) - position):
-            break
-        rejected[index] = True
-    return rejected
-
-
 def rank(per_seed: Mapping[Hashable, Mapping[int, float]], higher_is_better: bool, level: float = LEVEL) -> Ranking:
     """The rank intervals of a table's rows from their per-seed scores (seed → value; NaN or absent where not ok)."""
     finite = {row: {s: v for s, v in seeds.items() if math.isfinite(v)} for row, seeds in per_seed.items()}
@@ -249,7 +238,7 @@ def rank(per_seed: Mapping[Hashable, Mapping[int, float]], higher_is_better: boo
     unranked = tuple(row for row in finite if len(finite[row]) < 2)
     sign = 1.0 if higher_is_better else -1.0
     raw = [(a, b, *paired_test(finite[a], finite[b])) for a, b in itertools.combinations(ranked, 2)]
-    rejected = holm_rejections([p for *_, p in raw], level)
+    rejected = holm_rejections([p for *_, p in raw], level)  # family error ≤ level under any dependence
     pairs = tuple(
         PairTest((a, b), seeds, mean, p, (a if sign * mean > 0 else b) if reject else None)
         for (a, b, seeds, mean, p), reject in zip(raw, rejected, strict=True)
