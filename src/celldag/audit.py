@@ -31,10 +31,12 @@ from pathlib import Path
 
 from celldag import artifacts
 from celldag import plan as planning
+from celldag.annotation.scoring import options as annotation_options
 from celldag.artifacts import sha256_file
 from celldag.errors import InputError
 from celldag.provenance import package_versions
 from celldag.records import AUDITED_FIELDS, RecordError, read_record
+from celldag.report.leaderboard import aggregate
 from celldag.registry import DEFAULT_CONFIG, load_workflow_config
 from celldag.runner import run_method
 from celldag.scoring import score_dataset, score_digests
@@ -176,8 +178,6 @@ def check_aggregate(plan, config, registries, readable: int, report: Report) -> 
     what the per-dataset scores tables and run records give: the aggregate job is rebuilt in a scratch
     folder from them (themselves checked above) and every row and line compared. ``readable``: how many run
     records load_records read; with one unreadable (said there) the tables cannot be rebuilt."""
-    from celldag.report.leaderboard import aggregate
-
     shown = {"scores": planning.SCORES, "runs": planning.RUNS, "leaderboard": planning.LEADERBOARD}
     shown = {kind: pattern.format(name=plan.name) for kind, pattern in shown.items()}
     records = [run.record for run in (*plan.runs, *plan.chained)]
@@ -194,7 +194,8 @@ def check_aggregate(plan, config, registries, readable: int, report: Report) -> 
         aggregate(score_paths=score_paths, record_paths=records, scores_path=rebuilt["scores"],
                   runs_path=rebuilt["runs"], leaderboard_path=rebuilt["leaderboard"], baseline=evaluation["delta_baseline"],
                   paired=evaluation["paired"], notes=evaluation["notes"], tracks=tracks_of(registries.tracks),
-                  kinds=planning.method_kinds(registries) | planning.chained_kinds(plan.chained, registries))  # fmt: skip
+                  kinds=planning.method_kinds(registries) | planning.chained_kinds(plan.chained, registries),
+                  alpha=annotation_options(evaluation)["alpha"])  # fmt: skip
         for kind, path in shown.items():
             report.counts["aggregate files"] += 1
             if not Path(path).is_file():

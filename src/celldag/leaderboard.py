@@ -27,6 +27,7 @@ import pandas as pd
 from scipy import stats
 
 from celldag import artifacts, contracts
+from celldag.multiplicity import holm_rejections
 from celldag.records import read_record
 from celldag.tracks import DELTA_PREFIX, Track, relative_reduction
 
@@ -230,18 +231,6 @@ def paired_test(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[int, fl
     return len(differences), mean, float(2 * stats.t.sf(abs(t), df=len(differences) - 1))
 
 
-def holm_rejections(p_values: list[float], level: float = LEVEL) -> list[bool]:
-    """Holm's step-down: reject the k-th smallest p while it is ≤ level / (m − k + 1), stopping at the first that is
-    not; family error ≤ ``level`` under any dependence between the tests."""
-    order = sorted(range(len(p_values)), key=lambda index: (p_values[index], index))
-    rejected = [False] * len(p_values)
-    for position, index in enumerate(order):
-        if p_values[index] > level / (len(p_values) - position):
-            break
-        rejected[index] = True
-    return rejected
-
-
 def rank(per_seed: Mapping[Hashable, Mapping[int, float]], higher_is_better: bool, level: float = LEVEL) -> Ranking:
     """The rank intervals of a table's rows from their per-seed scores (seed → value; NaN or absent where not ok)."""
     finite = {row: {s: v for s, v in seeds.items() if math.isfinite(v)} for row, seeds in per_seed.items()}
@@ -249,7 +238,7 @@ def rank(per_seed: Mapping[Hashable, Mapping[int, float]], higher_is_better: boo
     unranked = tuple(row for row in finite if len(finite[row]) < 2)
     sign = 1.0 if higher_is_better else -1.0
     raw = [(a, b, *paired_test(finite[a], finite[b])) for a, b in itertools.combinations(ranked, 2)]
-    rejected = holm_rejections([p for *_, p in raw], level)
+    rejected = holm_rejections([p for *_, p in raw], level)  # family error ≤ level under any dependence
     pairs = tuple(
         PairTest((a, b), seeds, mean, p, (a if sign * mean > 0 else b) if reject else None)
         for (a, b, seeds, mean, p), reject in zip(raw, rejected, strict=True)
@@ -285,3 +274,77 @@ def interval_text(interval: tuple[int, int]) -> str:
     """ "3" for a rank the seeds fix, "2–5" for the ranks compatible with them."""
     low, high = interval
     return str(low) if low == high else f"{low}–{high}"
+
+
+# ------------------------------------------------------------------------------------------ held-out-batch efficiency
+
+# Beside each representation run, what its embedding buys a lab annotating a new batch: the annotation track's logistic
+# classifier on that embedding, its headline procedure in the new-batch scenario (docs/report.md). Joined from the
+# annotation scores at aggregation, for the view only: no score row is added. The annotation track's names are spelled
+# here, not imported: its figures are a view, so the results floor importing celldag.annotation would close an import
+# cycle between celldag's children (tests/unit/results/test_held_out_batch.py holds them equal to the track's).
+ANNOTATION_TRACK = "annotation"  # chained on the representation track (annotation.track.TRACK.upstream)
+REPRESENTATION_TRACK = "representation"
+EFFICIENCY_CLASSIFIER = "logistic"
+EFFICIENCY_PROCEDURE = "kandinsky_augmented"  # annotation.track.HEADLINE
+SHORTFALL = f"held-out-batch shortfall ({EFFICIENCY_CLASSIFIER}, Kandinsky)"
+SET_SIZE = "held-out-batch set size"
+EFFICIENCY_METRICS = {  # the view's column → the annotation metric it is read from
+    SHORTFALL: f"{EFFICIENCY_PROCEDURE}_new_batch_worst",
+    SET_SIZE: f"{EFFICIENCY_PROCEDURE}_new_batch_set_size",
+}
+# the views' α where a caller gives none: annotation.track.SCORING_DEFAULTS["alpha"]; the workflow and the audit pass
+# the config's (celldag.annotation.scoring.options(evaluation)["alpha"]), the α the annotation scores were built with
+DEFAULT_ALPHA = 0.1
+
+
+def shortfall(worst: float, alpha: float) -> float:
+    """How far the worst left-out batch's coverage falls below 1 − α: max(0, 1 − α − worst); 0 where it holds."""
+    return max(0.0, 1.0 - alpha - worst)
+
+
+def held_out_batch_rows(scores: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """Per representation run (dataset, method, variant, seed) of ``scores``: rows in the scores' columns for the
+    two ``EFFICIENCY_METRICS`` columns (lower is better), read from the annotation run of ``EFFICIENCY_CLASSIFIER``
+    chained on it (its variant is the run's ``method/variant``, ``plan.ChainedRun.label``), same seed. The shortfall
+    is ``shortfall(worst, alpha)``; a row keeps the annotation row's status, and is ``not_applicable`` where there is
+    none (no chained annotation on the dataset — a dataset of one batch has none —, or the classifier not run)."""
+    columns = ["dataset", "track", "method", "variant", "seed", "metric", "value", "higher_is_better", "status"]
+    runs = scores.loc[scores["track"] == REPRESENTATION_TRACK, ["dataset", "method", "variant", "seed"]]
+    runs = runs.drop_duplicates().sort_values(["dataset", "method", "variant", "seed"])
+    chained = scores[(scores["track"] == ANNOTATION_TRACK) & (scores["method"] == EFFICIENCY_CLASSIFIER)
+                     & scores["metric"].isin(list(EFFICIENCY_METRICS.values()))]  # fmt: skip
+    found = {(row.dataset, row.variant, int(row.seed), row.metric): (float(row.value), str(row.status))
+             for row in chained.itertuples(index=False)}  # fmt: skip
+    rows = []
+    for run in runs.itertuples(index=False):
+        for column, metric in EFFICIENCY_METRICS.items():
+            value, status = found.get((run.dataset, f"{run.method}/{run.variant}", int(run.seed), metric),
+                                      (math.nan, "not_applicable"))  # fmt: skip
+            if column == SHORTFALL and status == "ok":
+                value = shortfall(value, alpha)
+            rows.append((run.dataset, REPRESENTATION_TRACK, run.method, run.variant, int(run.seed), column,
+                         value if status == "ok" else math.nan, False, status))  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Two rankings of the same table's rows (``rank``) pair by pair, on the pairs both rank: how many each
+    separates, how many both separate in the same order, and the pairs they put in opposite orders."""
+
+    pairs: int  # pairs of rows ranked by both
+    first: int  # separated by the first ranking
+    second: int  # separated by the second
+    same: int  # separated by both, the same row ahead
+    opposite: tuple[tuple[Hashable, Hashable], ...]  # separated by both, opposite rows ahead: (first's better, other)
+
+
+def agreement(first: Ranking, second: Ranking) -> Agreement:
+    """Whether ``second`` orders the rows as ``first`` does, stated on the tie groups the seeds leave: a pair
+    counts only where each ranking separates it (Holm over its table, as the rank column), never by mean."""
+    better = [{frozenset(test.rows): test.better for test in ranking.pairs} for ranking in (first, second)]
+    separated = [(better[0][pair], better[1][pair]) for pair in set(better[0]) & set(better[1])]
+    both = [(a, b) for a, b in separated if a is not None and b is not None]
+    return Agreement(len(separated), sum(a is not None for a, _ in separated), sum(b is not None for _, b in separated),
+                     sum(a == b for a, b in both), tuple(sorted(((a, b) for a, b in both if a != b), key=str)))  # fmt: skip

@@ -37,6 +37,7 @@ import pandas as pd
 from scipy import stats
 
 from celldag.leaderboard import metric_is_derived
+from celldag.multiplicity import holm_steps
 from celldag.tracks import Track
 
 FAMILY = ["dataset", "track", "method", "variant"]
@@ -100,12 +101,10 @@ def metric_evidence(noise: pd.DataFrame, reference_means: pd.DataFrame, here: pd
 
 
 def holm(p: pd.Series, level: float) -> tuple[pd.Series, pd.Series]:
-    """Holm's step-down over ``p``: per entry, the level its step compares it with and whether it is rejected."""
-    order = p.sort_values(kind="stable").index
-    thresholds = pd.Series(level / (len(p) - np.arange(len(p))), index=order)
-    passing = (p[order] <= thresholds).to_numpy()
-    rejected = pd.Series(np.cumprod(passing).astype(bool), index=order)
-    return thresholds.reindex(p.index), rejected.reindex(p.index)
+    """Holm's step-down over ``p``: per entry, the level its step compares it with and whether it is rejected
+    (``celldag.multiplicity.holm_steps``)."""
+    thresholds, rejected = holm_steps(p.tolist(), level)
+    return pd.Series(thresholds, index=p.index, dtype=float), pd.Series(rejected, index=p.index, dtype=bool)
 
 
 def verdicts(evidence: pd.DataFrame, false_alarm: float) -> pd.DataFrame:

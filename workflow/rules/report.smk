@@ -1,3 +1,4 @@
+from celldag.annotation.scoring import options as celldag_annotation_options
 from celldag import published as celldag_published
 from celldag.errors import InputError
 
@@ -16,6 +17,7 @@ rule aggregate:
         notes=config["evaluation"]["notes"],
         tracks=REGISTRIES.tracks,
         kinds=KINDS_OF_ROWS,
+        alpha=celldag_annotation_options(config["evaluation"])["alpha"],  # the annotation scores' α
     log:
         plan.AGGREGATE_LOG,
     conda:
@@ -65,6 +67,7 @@ rule report_html:
         notes=config["evaluation"]["notes"],
         tracks=REGISTRIES.tracks,
         kinds=KINDS_OF_ROWS,
+        alpha=celldag_annotation_options(config["evaluation"])["alpha"],  # the annotation scores' α
         published=[table for table in PUBLISHED if table.dataset_id in config["datasets"]],
         published_context=celldag_published.context_of(config, PLAN, REGISTRIES, check_downloads=False),
     log:

@@ -14,4 +14,5 @@ aggregate(
     notes=snakemake.params.notes,
     tracks=tracks_of(snakemake.params.tracks),
     kinds=snakemake.params.kinds,
+    alpha=snakemake.params.alpha,
 )

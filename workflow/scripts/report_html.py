@@ -18,5 +18,6 @@ write_index(
     notes=snakemake.params.notes,
     published=snakemake.params.published,
     published_context=snakemake.params.published_context,
+    alpha=snakemake.params.alpha,
     links=[snakemake.input.leaderboard, snakemake.input.scores, snakemake.input.runs],
 )

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from celldag.multiplicity import holm_adjusted
+
 LEVEL = 0.05  # family-wise: the chance of calling any batch of an exchangeable query shifted
 LABEL_FREE, LABELLED = "label-free", "labelled"
 MIN_CELLS = 2  # a side of a test needs this many cells
@@ -66,13 +68,9 @@ def larger_p(calibration: np.ndarray, query: np.ndarray) -> tuple[float, float]:
 
 
 def holm(p_values: list[float]) -> np.ndarray:
-    """Holm's step-down adjusted p-values (monotone, capped at 1), in the order given."""
-    p = np.asarray(p_values, dtype=np.float64)
-    order = np.argsort(p, kind="stable")
-    stepped = np.maximum.accumulate((p.size - np.arange(p.size)) * p[order])
-    adjusted = np.empty_like(p)
-    adjusted[order] = np.minimum(stepped, 1.0)
-    return adjusted
+    """Holm's step-down adjusted p-values (monotone, capped at 1), in the order given
+    (``celldag.multiplicity.holm_adjusted``)."""
+    return np.asarray(holm_adjusted(p_values), dtype=np.float64)
 
 
 def verdict(adjusted_p: float, level: float) -> str:

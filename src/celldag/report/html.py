@@ -24,6 +24,7 @@ from markupsafe import Markup, escape
 
 from celldag import artifacts, plan
 from celldag.document import Block, Heading, Paragraph, Table
+from celldag.leaderboard import DEFAULT_ALPHA
 from celldag.published import Context, PublishedTable, report_blocks
 from celldag.report.leaderboard import leaderboard_blocks
 from celldag.tracks import Track
@@ -184,11 +185,13 @@ class Part:
 
 def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Track], figures: Sequence[ShownFigure],
                index_path: str, kinds: dict[str, str], baseline: str | None = None, paired: Sequence[dict] = (),
-               notes: Sequence[str] = (), links: Sequence[str] = (), published: Sequence[Block] = ()) -> str:  # fmt: skip
+               notes: Sequence[str] = (), links: Sequence[str] = (), published: Sequence[Block] = (),
+               alpha: float = DEFAULT_ALPHA) -> str:  # fmt: skip
     """The index (``templates/index.html``): each dataset's leaderboard tables followed by its figures, the
-    published numbers (``published``: ``celldag.published.report_blocks``), then the runs not ok."""
+    published numbers (``published``: ``celldag.published.report_blocks``), then the runs not ok. ``alpha``: the
+    annotation scores' (``leaderboard_blocks``)."""
     index_dir = os.path.dirname(index_path) or "."
-    blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs)
+    blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha)
     sections = [block for block in blocks if isinstance(block, Heading) and block.dataset]
     first = {s.dataset: s.track for s in reversed(sections)}  # figures without a track: the dataset's first section
     parts: list[tuple[list[Block], tuple[FigureView, ...]]] = [([], ())]
@@ -209,7 +212,7 @@ def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str]
                 figure_tracks: Sequence[str], index_path: str, leaderboard_path: str, tracks: dict[str, Track], kinds: dict[str, str],
                 baseline: str | None = None, paired: Sequence[dict] = (), notes: Sequence[str] = (),
                 links: Sequence[str] = (), published: Sequence[PublishedTable] = (),
-                published_context: Context | None = None) -> None:  # fmt: skip
+                published_context: Context | None = None, alpha: float = DEFAULT_ALPHA) -> None:  # fmt: skip
     """Write index.html and leaderboard.html. Figure paths are results/{name}/figures/{dataset}/{figure}.png;
     ``published``: the tables of the config's datasets, held against the scores in ``published_context``."""
     scores, runs = pd.read_parquet(scores_path), pd.read_parquet(runs_path)
@@ -220,8 +223,8 @@ def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str]
             figures.append(ShownFigure(dataset, name, path, handle.read(), track))
     with artifacts.atomic_path(index_path) as tmp:
         tmp.write_text(index_page(scores=scores, runs=runs, tracks=tracks, figures=figures, index_path=index_path,
-                                  kinds=kinds, baseline=baseline, paired=paired, notes=notes, links=links,
+                                  kinds=kinds, baseline=baseline, paired=paired, notes=notes, links=links, alpha=alpha,
                                   published=report_blocks(published, scores, published_context) if published else ()))  # fmt: skip
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs)
+        blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha)
         tmp.write_text(document_page("celldag leaderboard", blocks, kinds))

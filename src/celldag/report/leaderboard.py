@@ -12,13 +12,20 @@ import pandas as pd
 from celldag import artifacts, contracts
 from celldag.document import Block, Heading, Paragraph, Table, markdown
 from celldag.leaderboard import (
+    DEFAULT_ALPHA,
+    EFFICIENCY_CLASSIFIER,
+    EFFICIENCY_METRICS,
+    EFFICIENCY_PROCEDURE,
+    REPRESENTATION_TRACK,
     RUN_COLUMNS,
     Ranking,
     add_deltas,
     aggregate_tables,
+    agreement,
     clipped_runs,
     collect_runs,
     collect_scores,
+    held_out_batch_rows,
     higher_is_better,
     interval_text,
     metric_groups,
@@ -30,6 +37,7 @@ from celldag.leaderboard import (
     t_interval,
     table_ranking,
 )
+from celldag.tolerance import plural
 from celldag.tracks import DELTA_PREFIX, Track
 
 __all__ = [  # the model's names, for code that imported them from here
@@ -64,12 +72,17 @@ CONTROLS_NOTE = (
 
 def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
                        paired: Sequence[dict] = (), notes: Sequence[str | Mapping] = (),
-                       kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None) -> list[Block]:  # fmt: skip
+                       kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None,
+                       alpha: float = DEFAULT_ALPHA) -> list[Block]:  # fmt: skip
     """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first (rendered as
     Markdown here and as HTML by ``celldag.report.html``: one content, two formats). ``kinds``
     ("method/variant" → method, baseline or control): controls go to a table of their own under the
-    ranking, never into it. ``runs`` (``collect_runs``): the methods' notes, under their dataset."""
+    ranking, never into it. ``runs`` (``collect_runs``): the methods' notes, under their dataset. The
+    representation track's first table also shows each run's held-out-batch efficiency
+    (``celldag.leaderboard.held_out_batch_rows`` at ``alpha``, the annotation scores' α) and whether its order
+    agrees with the table's (``efficiency_notes``)."""
     kinds = kinds or {}
+    efficiency = held_out_batch_rows(scores, alpha)
     blocks: list[Block] = [
         Heading(1, "celldag leaderboard"),
         Paragraph(
@@ -106,10 +119,17 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
             clipped = clipped_runs(rows, tracks[track])
             ranked_keys = keys[[not c for c in control]]
             ranking = table_ranking(rows, list(ranked_keys.itertuples(index=False, name=None)), metrics[0])
-            blocks += [_table(rows, ranked_keys, metrics, tracks[track], clipped, ranking),
+            shown = metrics
+            if index == 0 and track == REPRESENTATION_TRACK:  # the held-out-batch columns, after the track's own
+                rows = pd.concat([rows, efficiency[efficiency["dataset"] == dataset]], ignore_index=True)
+                shown = [*metrics, *EFFICIENCY_METRICS]
+            blocks += [_table(rows, ranked_keys, shown, tracks[track], clipped, ranking),
                        *ranks_note(ranking, metrics[0])]  # fmt: skip
+            if shown != metrics:
+                blocks += efficiency_notes(rows, ranking, list(ranked_keys.itertuples(index=False, name=None)),
+                                           metrics[0], alpha)  # fmt: skip
             if any(control):
-                blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], metrics, tracks[track], clipped)]
+                blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], shown, tracks[track], clipped)]
             if clipped:
                 blocks.append(Paragraph(CLIPPED_NOTE))
             if index == 0:  # the notes under the main table, before the sub-sections: they say how to read it
@@ -265,8 +285,9 @@ def notes_for(scores: pd.DataFrame, notes: Sequence[str | Mapping]) -> tuple[str
 
 def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
                          paired: Sequence[dict] = (), notes: Sequence[str] = (),
-                         kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None) -> str:  # fmt: skip
-    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs))
+                         kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None,
+                         alpha: float = DEFAULT_ALPHA) -> str:  # fmt: skip
+    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha))
 
 
 def _paired_blocks(scores: pd.DataFrame, paired: Sequence[dict]) -> list[Block]:
@@ -355,11 +376,48 @@ def ranks_note(ranking: Ranking, metric: str) -> list[Block]:
     return [Paragraph(tuple(lines))] if lines else []
 
 
+def efficiency_notes(rows: pd.DataFrame, ranking: Ranking, keys: Sequence[tuple[str, str]], metric: str,
+                     alpha: float) -> list[Block]:  # fmt: skip
+    """What the held-out-batch columns of a representation table are, and whether their orders agree with the
+    table's own (``ranking``, by ``metric``: scIB's ``total``), stated on tie groups (``celldag.leaderboard.agreement``
+    of the two rankings, each by paired t tests with Holm as the rank column), never as one ordering."""
+    lines = [f"Held-out-batch columns (from the annotation scores; no scores of their own): the `{EFFICIENCY_CLASSIFIER}` "
+             f"classifier on the run's embedding in the annotation track's new-batch scenario (each batch left out in "
+             f"turn), sets by Kandinsky's augmented fit (`{EFFICIENCY_PROCEDURE}`, the track's headline). Shortfall = "
+             f"max(0, 1 − α − the worst left-out batch's coverage), α = {alpha:g} (0: every batch covered at 1 − α); "
+             f"set size: the mean over the new batches' cells. Lower is better for both; mean ± sd over seeds. "
+             f"`not_applicable`: no chained annotation on this dataset (a dataset of one batch has none) or no "
+             f"`{EFFICIENCY_CLASSIFIER}` run on the embedding."]  # fmt: skip
+    for column in EFFICIENCY_METRICS:
+        other = table_ranking(rows, keys, column)
+        found = agreement(ranking, other)
+        if not found.pairs:
+            continue
+        name = column.removeprefix("held-out-batch ").split(" (")[0]  # shortfall, set size
+        both = found.same + len(found.opposite)
+        if not both:
+            verdict = "no pair is separated by both, so the seeds cannot say whether the orders agree"
+        elif found.opposite:
+            listed = "; ".join(f"`{a[0]}/{a[1]}` ahead by {metric}, `{b[0]}/{b[1]}` by the {name}"
+                               for a, b in found.opposite)  # fmt: skip
+            verdict = f"they disagree on {len(found.opposite)} of the {plural(both, 'pair')} both separate ({listed})"
+        else:
+            verdict = f"they agree on {'the' if both == 1 else 'all'} {plural(both, 'pair')} both separate"
+        tied = (f"all {len(other.intervals)} ranked rows" if len(other.tied_with_best) == len(other.intervals) else
+                ", ".join(f"`{method}/{variant}`" for method, variant in sorted(other.tied_with_best)))  # fmt: skip
+        lines.append(f"{name[0].upper()}{name[1:]} against {metric}, pair by pair ({plural(found.pairs, 'pair')} both "
+                     f"rank): {metric} separates {found.first}, the {name} {found.second}; {verdict}. Not separable from the "
+                     f"best by the {name}: {tied}.")  # fmt: skip
+    return [Paragraph(tuple(lines))]
+
+
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
               leaderboard_path: str, baseline: str, tracks: dict[str, Track], paired: Sequence[dict] = (),
-              notes: Sequence[str] = (), kinds: Mapping[str, str] | None = None) -> pd.DataFrame:  # fmt: skip
-    """scores.parquet and runs.parquet (``celldag.leaderboard.aggregate_tables``), then leaderboard.md from them."""
+              notes: Sequence[str] = (), kinds: Mapping[str, str] | None = None,
+              alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:  # fmt: skip
+    """scores.parquet and runs.parquet (``celldag.leaderboard.aggregate_tables``), then leaderboard.md from them.
+    ``alpha``: the annotation scores' (``celldag.annotation.scoring.options(evaluation)["alpha"]``)."""
     scores, runs = aggregate_tables(score_paths, record_paths, scores_path, runs_path, baseline, tracks)
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds, runs))
+        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds, runs, alpha))
     return scores

@@ -34,12 +34,6 @@ def test_the_paired_test_is_scipys_on_the_seeds_both_rows_have():
     assert leaderboard.paired_test({0: 1.0}, {0: 0.5})[2] == 1.0
 
 
-def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
-    # sorted: 0.005 ≤ 0.05/4, 0.01 ≤ 0.05/3, 0.03 > 0.05/2: stop, 0.04 kept though ≤ 0.05/1
-    assert leaderboard.holm_rejections([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
-    assert leaderboard.holm_rejections([]) == []
-
-
 def test_far_apart_rows_are_separated_and_indistinguishable_ones_share_their_ranks():
     ranking = leaderboard.rank(table({
         "best": [0.90, 0.91, 0.92], "close": [0.905, 0.90, 0.925], "far": [0.10, 0.12, 0.11],
