@@ -253,8 +253,8 @@ def groups_note(small: dict[str, dict[str, list[str]]], dropped: dict[str, list[
                          f"{scenario} — {listed(of_scenario)}" for scenario, of_scenario in small.items() if listed(of_scenario)))  # fmt: skip
     kandinsky = [procedure for procedure in settings.procedures if procedure in KANDINSKY_FITS]
     if kandinsky and any(dropped.values()):
-        parts.append(f"dropped from the design of {', '.join(kandinsky)} (their directions have less than "
-                     f"{settings.min_weight:g} calibration cells' weight; their coverage is not guaranteed): " + " | ".join(
+        parts.append(f"dropped from the design of {', '.join(kandinsky)} (less than {settings.min_weight:g} "
+                     "calibration cells' weight, so no guarantee): " + " | ".join(
                          f"{scenario} — {', '.join(names)}" for scenario, names in dropped.items() if names))  # fmt: skip
     return ". ".join(parts)
 
@@ -327,46 +327,63 @@ def new_batch_calibration(task, held_out: int) -> tuple[np.ndarray, np.ndarray]:
     return (~new & (split == "calibration")) | (new & labelled), new & ~labelled
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """Each batch left out in turn: per procedure the coverage and set size of each left-out batch's query cells,
+    each batch's scenario by its name, and the query cells' probabilities and truth (batches in sorted order)."""
+
+    covered: dict[str, list[np.ndarray]]
+    sizes: dict[str, list[np.ndarray]]
+    scenarios: dict[str, Scenario]
+    probabilities: list[np.ndarray]
+    truths: list[np.ndarray]
+
+    def pooled(self, procedures: tuple[str, ...], prefix: str) -> dict[str, float]:
+        """Coverage and set size pooled over the left-out batches, and the worst batch's coverage, of each procedure
+        that built sets for every batch (``<procedure>_<prefix>_coverage``, ``_worst``, ``_set_size``)."""
+        failed = {procedure for scenario in self.scenarios.values() for procedure in scenario.failed}
+        scores = {}
+        for procedure in procedures:
+            if procedure in failed or not self.covered.get(procedure):
+                continue
+            scores[f"{procedure}_{prefix}_coverage"] = float(np.concatenate(self.covered[procedure]).mean())
+            scores[f"{procedure}_{prefix}_worst"] = float(min(part.mean() for part in self.covered[procedure]))
+            scores[f"{procedure}_{prefix}_set_size"] = float(np.concatenate(self.sizes[procedure]).mean())
+        return scores
+
+
+def leave_each_batch_out(task, output, settings: Settings, masks, batch: np.ndarray, procedures: tuple[str, ...],
+                         scenario: str) -> LeftOut:  # fmt: skip
+    """For each batch in turn, the classifier that never saw it (``proba_without_<i>``) and the sets of
+    ``procedures`` on ``masks(task, i)`` = (calibration, query) cells; ``batch`` the codes Kandinsky's design and
+    Mondrian see; ``scenario`` names it in the randomised fit's cell keys ('<scenario> <batch name>')."""
+    truth, _, soft = task_arrays(task, output)
+    left = LeftOut({procedure: [] for procedure in procedures}, {procedure: [] for procedure in procedures}, {}, [], [])
+    for held_out, name in enumerate(sorted(set(task.obs["batch"].astype(str)))):
+        proba = np.asarray(output.obsm[f"proba_without_{held_out}"], dtype=np.float64)
+        calibration, query = masks(task, held_out)
+        draws = scenario_randomisation(task, f"{scenario} {name}", calibration, query, truth, proba.shape[1], settings)
+        sets = procedure_sets(proba, truth, batch, soft, calibration, query, settings.alpha, settings.groups,
+                              procedures, settings.min_weight, draws)  # fmt: skip
+        left.scenarios[name] = sets
+        for procedure, procedure_set in sets.sets.items():
+            left.covered[procedure].append(procedure_set[np.arange(query.sum()), truth[query]])
+            left.sizes[procedure].append(procedure_set.sum(axis=1))
+        left.probabilities.append(proba[query])
+        left.truths.append(truth[query])
+    return left
+
+
 def new_batch_scores(task, output, settings: Settings) -> tuple[dict[str, float], dict[str, Scenario]]:
     """Leave each batch out in turn: pooled coverage and set size on its unlabelled cells, worst batch; and each
     new batch's scenario by its name. A procedure that fails on any batch has no new-batch scores."""
     from celldag.annotation.metrics import point_metrics
 
-    truth, batch, soft = task_arrays(task, output)
-    batch_names = sorted(set(task.obs["batch"].astype(str)))
-    covered: dict[str, list[np.ndarray]] = {procedure: [] for procedure in settings.procedures}
-    sizes: dict[str, list[np.ndarray]] = {procedure: [] for procedure in settings.procedures}
-    probabilities, truths, scenarios = [], [], {}
-    for held_out, name in enumerate(batch_names):
-        proba = np.asarray(output.obsm[f"proba_without_{held_out}"], dtype=np.float64)
-        calibration, query = new_batch_calibration(task, held_out)
-        draws = scenario_randomisation(task, f"new batch {name}", calibration, query, truth, proba.shape[1], settings)
-        scenario = procedure_sets(proba, truth, batch, soft, calibration, query, settings.alpha, settings.groups,
-                                  settings.procedures, settings.min_weight, draws)  # fmt: skip
-        scenarios[name] = scenario
-        for procedure, procedure_set in scenario.sets.items():
-            covered[procedure].append(procedure_set[np.arange(query.sum()), truth[query]])
-            sizes[procedure].append(procedure_set.sum(axis=1))
-        probabilities.append(proba[query])
-        truths.append(truth[query])
-    point = point_metrics(np.vstack(probabilities), np.concatenate(truths), len(output.uns["classes"]))
+    left = leave_each_batch_out(task, output, settings, new_batch_calibration, codes(task.obs["batch"]),
+                                settings.procedures, "new batch")  # fmt: skip
+    point = point_metrics(np.vstack(left.probabilities), np.concatenate(left.truths), len(output.uns["classes"]))
     scores = {f"{name}_new_batch": value for name, value in point.items()}
-    return scores | pooled(covered, sizes, scenarios, settings.procedures, "new_batch"), scenarios
-
-
-def pooled(covered: dict[str, list[np.ndarray]], sizes: dict[str, list[np.ndarray]], scenarios: dict[str, Scenario],
-           procedures: tuple[str, ...], prefix: str) -> dict[str, float]:  # fmt: skip
-    """Coverage and set size pooled over the left-out batches, and the worst batch's coverage, of each procedure
-    that built sets for every batch (``<procedure>_<prefix>_coverage``, ``_worst``, ``_set_size``)."""
-    failed = {procedure for scenario in scenarios.values() for procedure in scenario.failed}
-    scores = {}
-    for procedure in procedures:
-        if procedure in failed or not covered.get(procedure):
-            continue
-        scores[f"{procedure}_{prefix}_coverage"] = float(np.concatenate(covered[procedure]).mean())
-        scores[f"{procedure}_{prefix}_worst"] = float(min(part.mean() for part in covered[procedure]))
-        scores[f"{procedure}_{prefix}_set_size"] = float(np.concatenate(sizes[procedure]).mean())
-    return scores
+    return scores | left.pooled(settings.procedures, "new_batch"), left.scenarios
 
 
 LABEL_FREE = "label-free new batch"  # the scenario's name in notes and in the randomised fit's cell keys
@@ -378,24 +395,10 @@ def label_free_scores(task, output, settings: Settings) -> tuple[dict[str, float
     ``celldag annotate`` gives a lab's batch. Every batch is one (the constant of Kandinsky's design, as in
     ``celldag annotate``): the new batch's own column would have no calibration weight. Mondrian by batch does not
     apply (``NOT_LABEL_FREE``)."""
-    truth, batch, soft = task_arrays(task, output)
-    procedures = tuple(procedure for procedure in settings.procedures if procedure not in NOT_LABEL_FREE)
-    one_batch = np.zeros_like(batch)
-    covered: dict[str, list[np.ndarray]] = {procedure: [] for procedure in procedures}
-    sizes: dict[str, list[np.ndarray]] = {procedure: [] for procedure in procedures}
-    scenarios = {}
-    for held_out, name in enumerate(sorted(set(task.obs["batch"].astype(str)))):
-        proba = np.asarray(output.obsm[f"proba_without_{held_out}"], dtype=np.float64)
-        calibration, query = label_free_calibration(task, held_out)
-        draws = scenario_randomisation(task, f"{LABEL_FREE} {name}", calibration, query, truth, proba.shape[1],
-                                       settings)  # fmt: skip
-        scenario = procedure_sets(proba, truth, one_batch, soft, calibration, query, settings.alpha, settings.groups,
-                                  procedures, settings.min_weight, draws)  # fmt: skip
-        scenarios[name] = scenario
-        for procedure, procedure_set in scenario.sets.items():
-            covered[procedure].append(procedure_set[np.arange(query.sum()), truth[query]])
-            sizes[procedure].append(procedure_set.sum(axis=1))
-    return pooled(covered, sizes, scenarios, procedures, "label_free"), scenarios
+    procedures = procedures_of(LABEL_FREE, settings.procedures)
+    left = leave_each_batch_out(task, output, settings, label_free_calibration, np.zeros(task.n_obs, dtype=int),
+                                procedures, LABEL_FREE)  # fmt: skip
+    return left.pooled(procedures, "label_free"), left.scenarios
 
 
 def label_free_calibration(task, held_out: int) -> tuple[np.ndarray, np.ndarray]:
@@ -527,7 +530,8 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
             if procedure in KANDINSKY_FITS:
                 scores[i][f"{procedure}_unverified"] = float(sum(s.unverified[procedure] for s in scenarios.values()))
                 scores[i][f"{procedure}_dropped_groups"] = float(len(random_scenario.dropped))
-        small = {name: small_groups(task, output, calibration_of(task, name), settings.alpha, settings.procedures)
+        small = {name: small_groups(task, output, calibration_of(task, name), settings.alpha,
+                                    procedures_of(name, settings.procedures))
                  for name in scenarios}  # fmt: skip
         scores[i] |= {
             f"{procedure}_small_groups": float(len(names)) for procedure, names in small[RANDOM_SPLIT].items()
@@ -552,6 +556,13 @@ def calibration_of(task, scenario: str) -> np.ndarray:
     if scenario.startswith(LABEL_FREE):
         return label_free_calibration(task, batch_names.index(scenario.removeprefix(f"{LABEL_FREE} ")))[0]
     return new_batch_calibration(task, batch_names.index(scenario.removeprefix("new batch ")))[0]
+
+
+def procedures_of(scenario: str, procedures: tuple[str, ...]) -> tuple[str, ...]:
+    """The procedures a scenario builds sets by: all, but those that do not apply to a label-free new batch there."""
+    if scenario.startswith(LABEL_FREE):
+        return tuple(procedure for procedure in procedures if procedure not in NOT_LABEL_FREE)
+    return procedures
 
 
 def embedding_of(context: ScoringContext, output):

@@ -258,8 +258,8 @@ def test_groups_too_small_to_calibrate_are_counted_and_named_in_a_note():
             "calibrate at α = 0.1, in every set: random split — class_conditional: type type3"
         )
         dropped = row["note"].split(
-            "dropped from the design of kandinsky_augmented, kandinsky_augmented_unrandomised, kandinsky (their directions have "
-            "less than 50 calibration cells' weight; their coverage is not guaranteed): "
+            "dropped from the design of kandinsky_augmented, kandinsky_augmented_unrandomised, kandinsky (less than 50 "
+            "calibration cells' weight, so no guarantee): "
         )[1]
         # type3's direction and that of the lightest common type, which the constant ties to it: their union is kept
         random_split_dropped = dropped.split(" | ")[0]

@@ -181,9 +181,12 @@ def test_a_chained_track_reads_its_task_and_the_upstream_runs(representation, re
         "files": [],
     }  # fmt: skip
     assert by_seed[1].path(plan.CHAIN_TASK) == f"results/data/pbmc68k_batched/{key}/annotation-{chain_key}/seed1.h5ad"
+    inputs = sorted({run.path(plan.CHAINED_INPUT) for run in chained})  # one per upstream run and seed
+    assert len(inputs) == len({(run.upstream.method, run.upstream.variant, run.seed) for run in chained})
+    assert inputs[0].endswith(f"/annotation-{chain_key}/input.h5ad")
     assert representation.chained_evaluation("annotation", "pbmc68k_batched") == {
         "prepared": sorted({run.path(plan.CHAIN_TASK) for run in chained}), "outputs": [run.output for run in chained],
-        "tables": []}  # fmt: skip
+        "inputs": inputs, "tables": []}  # fmt: skip
 
 
 def test_a_chained_job_of_other_settings_or_of_no_planned_upstream_run_is_refused(representation):
