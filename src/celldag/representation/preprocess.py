@@ -92,10 +92,7 @@ def preprocess(
     if values == "counts":
         data.layers["counts"] = data.X
         # totals over the QC-passed genes, before HVG selection (scanpy's order): lognorm = log1p(count / total · 1e4)
-        data.X = data.X.astype(np.float32)
-        sc.pp.normalize_total(data, target_sum=TARGET_SUM)
-        sc.pp.log1p(data)
-        del data.uns["log1p"]  # scanpy's marker for X; the prepared X is scaled, and lognorm sources have none
+        data.X = log_normalised(data.X)
         record["target_sum"] = TARGET_SUM
     data.layers["lognorm"] = data.X
 
@@ -103,17 +100,12 @@ def preprocess(
     data = data[:, data.var["highly_variable"]].copy() if "highly_variable" in data.var else data
     data.var = data.var.iloc[:, :0]  # the HVG statistics are not part of the prepared dataset
 
-    # a constant gene has no z-score (its std is 0); exact comparison, as mean-of-squares variance is not exact
-    spread = data.layers["lognorm"].max(axis=0) - data.layers["lognorm"].min(axis=0)
-    constant = np.asarray(spread.todense() if sparse.issparse(spread) else spread).ravel() == 0
+    constant = ~varying_genes(data.layers["lognorm"])
     data = data[:, ~constant].copy()
     if data.n_vars == 0:
         raise ValueError("no gene varies across the kept cells")
     record |= {"zero_variance_genes_dropped": int(constant.sum()), "cells": data.n_obs, "genes": data.n_vars}
-
-    lognorm = data.layers["lognorm"]
-    dense = lognorm.toarray() if sparse.issparse(lognorm) else np.array(lognorm)
-    data.X = sc.pp.scale(dense.astype(np.float32, copy=False), max_value=MAX_VALUE)  # z-score (ddof=1), clip ±10
+    data.X = z_scored(data.layers["lognorm"])
 
     data.obs["label"] = data.obs["label"].cat.remove_unused_categories()
     data.obs["batch"] = data.obs["batch"].cat.remove_unused_categories()
@@ -238,23 +230,52 @@ def _lognorm_input(matrix):
 
 
 def lognorm_of(matrix, values: str, where: str) -> sparse.csr_matrix:
-    """A lab's cells × genes as log-normalised expression (CSR float32), as ``preprocess`` makes it: counts become
-    log1p(count / the cell's total over all its genes · 1e4); log-normalised values are checked and kept. A cell
-    with no counts has no expression to compare: an input error naming how many (``where`` names the file)."""
+    """A lab's cells × genes as log-normalised expression (CSR float32), as ``preprocess`` makes it
+    (``log_normalised``: log1p(count / the cell's total over all its genes · 1e4)); log-normalised values are checked
+    and kept. A cell with no counts has no expression to compare: an input error naming how many (``where`` names
+    the file)."""
     if values == "counts":
         counts = integer_counts(matrix, where)
         totals = np.asarray(counts.sum(axis=1)).ravel()
         if (totals == 0).any():
             raise InputError(f"{where}: {int((totals == 0).sum())} cells have no counts (first: row "
                              f"{int(np.flatnonzero(totals == 0)[0])}); remove empty barcodes first")  # fmt: skip
-        scaled = sparse.diags((TARGET_SUM / totals).astype(np.float32)) @ counts.astype(np.float32)
-        return sparse.csr_matrix(scaled).log1p().astype(np.float32)
+        return sparse.csr_matrix(log_normalised(counts))
     if values == "lognorm":
         try:
             return _lognorm_input(matrix)
         except ValueError as err:
             raise InputError(f"{where}: {err}") from None
     raise ValueError(f"values must be one of {VALUES}, got {values!r}")
+
+
+def log_normalised(counts):
+    """log1p(count / the cell's total · ``TARGET_SUM``) of a cells × genes count matrix, in float32 (sparse stays
+    sparse): scanpy's normalize_total and log1p — the step of ``preprocess`` and of ``celldag annotate``'s query."""
+    import anndata
+    import scanpy as sc
+
+    data = anndata.AnnData(X=counts.astype(np.float32))
+    sc.pp.normalize_total(data, target_sum=TARGET_SUM)
+    sc.pp.log1p(data)
+    return data.X
+
+
+def varying_genes(lognorm) -> np.ndarray:
+    """(genes,) bool: the columns whose values are not all equal. A constant gene has no z-score (its std is 0); the
+    comparison is exact, as a mean-of-squares variance is not."""
+    spread = lognorm.max(axis=0) - lognorm.min(axis=0)
+    return np.asarray(spread.todense() if sparse.issparse(spread) else spread).ravel() != 0
+
+
+def z_scored(lognorm) -> np.ndarray:
+    """Each column z-scored over the cells (ddof=1) and clipped at ±``MAX_VALUE``, in float32: scanpy's scale — the
+    prepared X of ``preprocess`` and the joint scaling of ``celldag annotate``. Constant columns must be dropped
+    first (``varying_genes``)."""
+    import scanpy as sc
+
+    dense = lognorm.toarray() if sparse.issparse(lognorm) else np.array(lognorm)
+    return sc.pp.scale(dense.astype(np.float32, copy=False), max_value=MAX_VALUE)
 
 
 def values_of(matrix) -> str:
@@ -264,10 +285,7 @@ def values_of(matrix) -> str:
 
 
 def jointly_scaled(lognorm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(scaled, varying): the columns of ``lognorm`` (cells × genes) that vary, z-scored over every cell (ddof=1,
-    as ``sc.pp.scale``) and clipped at ±``MAX_VALUE``; ``varying`` marks which columns were kept."""
-    lognorm = np.asarray(lognorm, dtype=np.float64)
-    varying = lognorm.max(axis=0) > lognorm.min(axis=0)
-    kept = lognorm[:, varying]
-    scaled = (kept - kept.mean(axis=0)) / kept.std(axis=0, ddof=1)
-    return np.clip(scaled, -MAX_VALUE, MAX_VALUE).astype(np.float32), varying
+    """(scaled, varying): the columns of ``lognorm`` (cells × genes) that vary, scaled over every cell as
+    ``preprocess`` scales a dataset (``z_scored``); ``varying`` marks which columns were kept."""
+    varying = varying_genes(lognorm)
+    return z_scored(np.asarray(lognorm)[:, varying]), varying
