@@ -37,6 +37,7 @@ from celldag import method_verdicts as mv  # noqa: E402
 from celldag import reference as ref  # noqa: E402
 from celldag.compare import read_side  # noqa: E402
 from celldag.registry import read_yaml  # noqa: E402
+from celldag.annotation.track import PROCEDURES as ANNOTATION_PROCEDURES  # noqa: E402
 from celldag.tracks import tracks_of  # noqa: E402
 
 LAB_SEEDS = (3, 5, 10, 20)
@@ -138,7 +139,9 @@ def degraded(reference: ref.Reference, tracks, folder: str) -> str:
     return "\n".join(lines)
 
 
-PROCEDURES = r"^(kandinsky_augmented|kandinsky|mondrian_batch|split_lac|split_aps|class_conditional|permuted)_"
+# the annotation track's conformal procedures (and the permuted control), the longest first so that
+# kandinsky_augmented_unrandomised is not read as kandinsky_augmented
+PROCEDURES = "^(" + "|".join(sorted([*ANNOTATION_PROCEDURES, "permuted"], key=len, reverse=True)) + ")_"
 
 
 def kinds_per_metric(reference: ref.Reference) -> str:
