@@ -445,12 +445,15 @@ def shift_verdicts(task, output, level: float = shift.LEVEL) -> tuple[dict[str, 
 SHIFT_LABELLED, SHIFT_LABEL_FREE = "new batch, its labelled share", "label-free new batch, all its cells"
 
 
-def held_out_type_scores(task, output, embedding, alpha: float) -> tuple[dict[str, float], str]:
+def held_out_type_scores(task, output, embedding, alpha: float,
+                         distances: dict[int, np.ndarray] | None = None) -> tuple[dict[str, float], str]:  # fmt: skip
     """Unknown types: each held-out type's fit (``proba_without_type_<j>``, trained without type j) and the rule of
     ``celldag annotate`` (``novelty_tests`` at level α: the 10th-nearest-train-cell distance in ``embedding`` or the
     classifier's doubt, calibrated on the random split's calibration cells of the other types). Detection: the
     share of type j's query cells flagged, pooled over the held-out types; false flags: the share of the other
-    types' query cells flagged, pooled likewise. Nothing is drawn at random. Returns (scores, note)."""
+    types' query cells flagged, pooled likewise. Nothing is drawn at random. ``distances``: {j: each cell's novelty
+    distance without type j's train cells}, filled as computed — the classifiers of one embedding share them.
+    Returns (scores, note)."""
     classes = list(output.uns["classes"])
     held_out = {int(key.removeprefix(f"proba_{HELD_OUT_TYPE_FIT}")): key for key in output.obsm
                 if key.startswith(f"proba_{HELD_OUT_TYPE_FIT}")}  # fmt: skip
@@ -459,11 +462,13 @@ def held_out_type_scores(task, output, embedding, alpha: float) -> tuple[dict[st
         return {}, f"unknown types not scored: {why}"
     labels = task.obs["label"].astype(str).to_numpy()
     split = task.obs["split"].astype(str).to_numpy()
+    distances = {} if distances is None else distances
     detected, false_flags = [], []
     for j, key in sorted(held_out.items()):
         known = labels != classes[j]
-        flagged = novelty_tests(novelty_distances(np.asarray(embedding.X), (split == "train") & known),
-                                shift.top_scores(np.asarray(output.obsm[key], dtype=np.float64)),
+        if j not in distances:
+            distances[j] = novelty_distances(np.asarray(embedding.X), (split == "train") & known)
+        flagged = novelty_tests(distances[j], shift.top_scores(np.asarray(output.obsm[key], dtype=np.float64)),
                                 (split == "calibration") & known, alpha) != ""  # fmt: skip
         query = split == "query"
         detected.append(flagged[query & ~known])
@@ -504,6 +509,7 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
     dropped groups, the groups too small to calibrate and any failure."""
     settings = Settings.of(context.evaluation)
     scores: list[dict] = [{} for _ in outputs]
+    novelty_of: dict[str, dict[int, np.ndarray]] = {}  # upstream run → held-out type → novelty distances
     for i, output in enumerate(outputs):
         if output.uns["status"] != "ok":
             continue
@@ -512,7 +518,8 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
         new_batch, new_scenarios = new_batch_scores(task, output, settings)
         label_free, free_scenarios = label_free_scores(task, output, settings)
         shifted, shift_note = shift_verdicts(task, output)
-        unknown, unknown_note = held_out_type_scores(task, output, embedding_of(context, output), settings.alpha)
+        unknown, unknown_note = held_out_type_scores(task, output, embedding_of(context, output), settings.alpha,
+                                                     novelty_of.setdefault(output.uns["variant"], {}))  # fmt: skip
         scenarios = ({RANDOM_SPLIT: random_scenario} | {f"new batch {name}": s for name, s in new_scenarios.items()}
                      | {f"{LABEL_FREE} {name}": s for name, s in free_scenarios.items()})  # fmt: skip
         scores[i] = (random | new_batch | label_free | shifted | unknown

@@ -394,3 +394,7 @@ def test_held_out_types_are_detected_and_known_types_rarely_flagged():
         {},
         "unknown types not scored: no embedding given to the scorer",
     )
+    shared: dict = {}  # the two classifiers of one embedding share its distances, with the same scores as apart
+    apart = [held_out_type_scores(task, output, chained, 0.1) for output in outputs]
+    assert [held_out_type_scores(task, output, chained, 0.1, shared) for output in outputs] == apart
+    assert sorted(shared) == [0, 1, 2, 3] and all(d.shape == (task.n_obs,) for d in shared.values())
