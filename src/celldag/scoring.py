@@ -46,7 +46,7 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
 
     inputs_of: dict[int, list] = {}
     for path in chained_input_paths:
-        chained_input = artifacts.read_h5ad(path)
+        chained_input = artifacts.read_h5ad(path, contracts.check_prepared_dataset, track_id=track_id, track=track)
         inputs_of.setdefault(int(chained_input.uns["seed"]), []).append(chained_input)
     values: list[dict[str, float]] = [{} for _ in outputs]
     facts: list[dict[str, int | str]] = [{} for _ in outputs]  # contracts.SCORE_FACTS / SCORE_NOTE a scorer returned

@@ -321,10 +321,9 @@ def no_empty_sets(sets: np.ndarray, proba: np.ndarray) -> np.ndarray:
 def new_batch_calibration(task, held_out: int) -> tuple[np.ndarray, np.ndarray]:
     """(calibration, query) of the new-batch scenario for the held-out batch code: the other batches'
     calibration cells plus the new batch's labelled share; its unlabelled cells."""
-    new = codes(task.obs["batch"]) == held_out
-    split = task.obs["split"].astype(str).to_numpy()
+    others, new = label_free_calibration(task, held_out)
     labelled = task.obs["new_batch_labelled"].to_numpy(dtype=bool)
-    return (~new & (split == "calibration")) | (new & labelled), new & ~labelled
+    return others | (new & labelled), new & ~labelled
 
 
 @dataclass(frozen=True)
@@ -463,6 +462,7 @@ def held_out_type_scores(task, output, embedding, alpha: float,
     labels = task.obs["label"].astype(str).to_numpy()
     split = task.obs["split"].astype(str).to_numpy()
     distances = {} if distances is None else distances
+    query = split == "query"
     detected, false_flags = [], []
     for j, key in sorted(held_out.items()):
         known = labels != classes[j]
@@ -470,7 +470,6 @@ def held_out_type_scores(task, output, embedding, alpha: float,
             distances[j] = novelty_distances(np.asarray(embedding.X), (split == "train") & known)
         flagged = novelty_tests(distances[j], shift.top_scores(np.asarray(output.obsm[key], dtype=np.float64)),
                                 (split == "calibration") & known, alpha) != ""  # fmt: skip
-        query = split == "query"
         detected.append(flagged[query & ~known])
         false_flags.append(flagged[query & known])
     scores = {"unknown_type_detection": float(np.concatenate(detected).mean()),

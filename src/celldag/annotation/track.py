@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from celldag.annotation.task import (fit_masks, held_out_types, labelled_in_new_batch, principal_components,
+                                     soft_groups, split_cells)  # fmt: skip
 from celldag.contracts import ContractError
 from celldag.tracks import Figure, Metric, MetricGroup, Track
 
@@ -162,8 +164,6 @@ def method_input(prepared, work_dir: str | None, gene_table=None) -> AnnotationI
     """The fits: the random split's, one per held-out batch (``task.fit_masks``), then one per held-out type
     (``HELD_OUT_TYPE_FIT`` + the type's index among the sorted labels; ``task.held_out_types``) — last, so the
     others are trained as they were before the held-out-type scenario existed."""
-    from celldag.annotation.task import fit_masks, held_out_types
-
     labels = prepared.obs["label"].astype(str).to_numpy()
     batch = prepared.obs["batch"].astype(str).to_numpy()
     split = prepared.obs["split"].astype(str).to_numpy()
@@ -183,8 +183,6 @@ def chain_task(prepared, params: dict, seed: int):
     soft_groups. A function of the prepared dataset, the params and the seed only."""
     import anndata
     import pandas as pd
-
-    from celldag.annotation.task import labelled_in_new_batch, principal_components, soft_groups, split_cells
 
     params = TASK_DEFAULTS | params
     labels = prepared.obs["label"].astype(str).to_numpy()

@@ -203,7 +203,8 @@ def probabilities(inputs: AnnotationInput, params: dict, seed: int) -> MethodRes
         raise ContractError(path, f"obsm['{missing[0]}']", f"missing; the task's fits need {', '.join(required)}")
     if extra := [key for key in found if key not in fits]:
         raise ContractError(path, f"obsm['{extra[0]}']", f"not a fit of the task, whose fits are {', '.join(fits)}")
-    wanted = [key for key in fits if key in found]
+    fitted = [fit for fit in inputs.fits if f"proba_{fit}" in found]
+    wanted = [f"proba_{fit}" for fit in fitted]
     if "classes" not in adata.uns:
         raise ContractError(path, "uns['classes']", "missing (the class of each probability column)")
     classes = [str(name) for name in adata.uns["classes"]]
@@ -213,7 +214,6 @@ def probabilities(inputs: AnnotationInput, params: dict, seed: int) -> MethodRes
     check_output(adata, path)  # the track's own contract: (cells × classes), non-negative, rows summing to 1
     rows = row_order(adata.obs_names, inputs.names, path, "obs_names", ("cell", "cells"), "the task")
     obsm = {key: dense(adata.obsm[key]).astype(np.float64)[np.ix_(rows, columns)] for key in wanted}
-    fitted = [fit for fit in inputs.fits if f"proba_{fit}" in found]
     return MethodResult(obsm=obsm, uns={"classes": list(inputs.classes), "fits": fitted, "imported": path})
 
 
