@@ -27,7 +27,7 @@ import pandas as pd
 
 from celldag import artifacts
 from celldag.annotation import query as annotation_query
-from celldag.annotation import novelty, shift
+from celldag.annotation import conformal, novelty, shift
 from celldag.annotation.task import principal_components, soft_groups, split_cells
 from celldag.annotation.track import SCORING_DEFAULTS, TASK_DEFAULTS, AnnotationInput
 from celldag.document import Heading, Paragraph, Table, markdown
@@ -40,7 +40,6 @@ from celldag.representation.track import RepresentationInput, check_prepared
 from celldag.runner import call_method, unmet_need
 
 QUERY_BATCH_PREFIX = "query:"  # the query's batches beside the reference's in the embedding, never mistaken for them
-MIN_BATCH_CELLS = 2  # a batch's shift test compares 2+ query cells with the calibration cells
 OUTPUTS = ("annotated.h5ad", "cells.tsv", "batches.tsv", "report.md", "run.json")
 SNAKEMAKE_MARK = ".snakemake_timestamp"  # Snakemake's, in the folder the annotate_query rule made
 
@@ -90,11 +89,6 @@ def read_query(request: Request, reference_genes: pd.Index):
     batches = adata.obs[request.batch_key]
     if batches.isna().any():
         raise InputError(f"{path}: obs['{request.batch_key}'] is missing for {int(batches.isna().sum())} cells")
-    sizes = batches.astype(str).value_counts()
-    small = sizes[sizes < MIN_BATCH_CELLS]
-    if len(small):
-        raise InputError(f"{path}: obs['{request.batch_key}']: batch {small.index[0]!r} has {int(small.iloc[0])} "
-                         f"cell; a batch's shift test needs {MIN_BATCH_CELLS}+ (merge it or leave it out)")  # fmt: skip
     if request.label_key is not None and request.label_key not in adata.obs:
         raise InputError(f"{path}: obs['{request.label_key}'] (--label-key) is missing")
     if not adata.var_names.is_unique:
@@ -181,14 +175,15 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     query_batch = query.obs[request.batch_key].astype(str).to_numpy()
     batch = np.concatenate([reference_batch, np.char.add(QUERY_BATCH_PREFIX, query_batch)])
     names = (*reference.obs_names.astype(str), *(f"query:{name}" for name in query.obs_names.astype(str)))
-    train = np.concatenate([(reference.obs["split"] == "train").to_numpy(), np.zeros(query.n_obs, dtype=bool)])
+    split = split_cells(reference_labels, reference_batch, tuple(TASK_DEFAULTS["split"]), request.seed)
+    # the embedding is fitted on the classifier's train cells alone: the calibration and held-out reference cells are
+    # then out of its fit, as the lab's cells are, so the unknown-type distance is calibrated on cells like the query
+    fit = np.concatenate([split == "train", np.zeros(query.n_obs, dtype=bool)])
     inputs = RepresentationInput(names=tuple(names), features=scaled, gene_names=tuple(shared), batch=batch,
-                                 train_mask=train, lognorm=lognorm, counts=None)  # fmt: skip
+                                 train_mask=fit, lognorm=lognorm, counts=None)  # fmt: skip
     embedding = np.asarray(ran(representation, inputs, request.seed, request.threads,
                                f"representation {request.representation}").embedding, dtype=np.float32)  # fmt: skip
-    split = split_cells(reference_labels, reference_batch, tuple(TASK_DEFAULTS["split"]), request.seed)
     classes = tuple(sorted(set(reference_labels)))
-    fit = np.concatenate([split == "train", np.zeros(query.n_obs, dtype=bool)])
     labels = np.concatenate([reference_labels, np.full(query.n_obs, "")])
     classified = AnnotationInput(features=embedding, labels=labels, batch=batch, classes=classes,
                                  fits={"reference": fit}, names=tuple(names))  # fmt: skip
@@ -206,12 +201,15 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
                                             request.unknown_level, novelty.novelty_distances(embedding, fit),
                                             request.no_empty_sets)  # fmt: skip
     cells = cell_table(query, found, classes, proba[n_reference:], query_batch)
-    batches = batch_table(found, cells)
+    rare = rare_types(reference_labels[split == "calibration"], classes, request.alpha)
+    batches = batch_table(found, cells, rare)
     facts = {"genes_shared": len(shared), "genes_used": int(lognorm.shape[1]), "reference_genes": reference.n_vars,
              "reference_cells": n_reference, "calibration_cells": int((split == "calibration").sum()),
              "query_cells": query.n_obs, "classes": list(classes),
              "held_out_coverage": found.held_out_coverage, "held_out_set_size": found.held_out_set_size,
-             "held_out_unknown": found.held_out_unknown, 
+             "held_out_unknown": found.held_out_unknown, "rare_types": rare,
+             "training_conditional": conformal.training_conditional_risk(int((split == "calibration").sum()),
+                                                                         request.alpha),
              "query_proportions": found.query_proportions}  # fmt: skip
     record = clock.record(seed=request.seed, config=asdict(request),
                           input_checksums={path: artifacts.sha256_file(path) for path in (request.reference, request.query)},
@@ -232,18 +230,39 @@ def cell_table(query, found: annotation_query.QueryAnnotation, classes: tuple[st
     }, index=pd.Index(query.obs_names.astype(str), name="cell"))  # fmt: skip
 
 
-def batch_table(found: annotation_query.QueryAnnotation, cells: pd.DataFrame) -> pd.DataFrame:
-    """One row per query batch: its shift test, mean set size, shares unknown and ambiguous, labelled coverage."""
+def rare_types(calibration_labels: np.ndarray, classes: tuple[str, ...], alpha: float) -> list[str]:
+    """The types with fewer than ⌈(1 − α)/α⌉ calibration cells: no procedure can calibrate them on their own."""
+    counts = pd.Series(calibration_labels).value_counts().reindex(list(classes), fill_value=0)
+    return [name for name, count in counts.items() if count < conformal.min_calibration_cells(alpha)]
+
+
+# what each procedure of ``celldag annotate`` does with a type of too few calibration cells (docs/annotation.md)
+RARE_TYPE_RULE = {
+    "class_conditional": "in every set (an infinite threshold)",
+    "class_conditional_pooled": "calibrated together as one pooled group (promised ≥ 1 − α together, not each)",
+    "split_lac": "calibrated with every other type (marginal coverage only)",
+    "split_aps": "calibrated with every other type (marginal coverage only)",
+    "label_shift": "calibrated with every other type, weighted by its estimated share of the query",
+    "kandinsky_augmented": "its group dropped from the design when too light; covered through the groups kept",
+}
+
+
+def batch_table(found: annotation_query.QueryAnnotation, cells: pd.DataFrame, rare: list[str]) -> pd.DataFrame:
+    """One row per query batch: its shift test, mean set size, shares unknown and ambiguous, labelled coverage, the
+    reference's rare types (too few calibration cells) and the share of its cells whose set holds one."""
     rows = []
+    holds_rare = cells["set"].map(lambda cell_set: bool(set(cell_set.split("|")) & set(rare)) if cell_set else False)
     for test in found.tests:
-        members = cells[cells["batch"] == test.batch]
+        in_batch = cells["batch"] == test.batch
+        members = cells[in_batch]
         rows.append({"batch": test.batch, "cells": len(members), "verdict": test.verdict, "test": test.test,
                      "tested_cells": test.query_cells, "calibration_cells": test.calibration_cells,
                      "effect": test.statistic, "p": test.p_value, "holm_p": test.adjusted_p,
                      "mean_set_size": float(members["set_size"].mean()),
                      "unknown_share": float(members["unknown_type"].mean()),
                      "ambiguous_share": float((members["call"] == annotation_query.AMBIGUOUS).mean()),
-                     "labelled_coverage": found.query_labelled_coverage.get(test.batch, np.nan)})  # fmt: skip
+                     "labelled_coverage": found.query_labelled_coverage.get(test.batch, np.nan),
+                     "rare_types": "|".join(rare), "rare_in_set_share": float(holds_rare[in_batch].mean())})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -278,6 +297,16 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
                   "the reference lacks, damaged cells; on a shifted batch, also the shift; `unknown_by` in cells.tsv "
                   f"says which); '{annotation_query.AMBIGUOUS}': several types fit.",)),
     ]  # fmt: skip
+    rare = facts["rare_types"]
+    blocks.append(Paragraph((
+        (f"Rare types (fewer than ⌈(1 − α)/α⌉ = {conformal.min_calibration_cells(request.alpha)} calibration cells): "
+         f"{', '.join(rare)} — by {request.procedure}: {RARE_TYPE_RULE[request.procedure]}; in "
+         f"{cells['set'].map(lambda s: bool(set(s.split('|')) & set(rare))).mean():.1%} of the query's sets."
+         if rare else "Every type has enough calibration cells to be calibrated on its own.")
+        + f" Training-conditional coverage: the promise holds on average over calibration sets; with "
+        f"{facts['calibration_cells']:,} calibration cells, the chance that this calibration set gives split "
+        f"conformal a coverage below 1 − α − {conformal.TRAINING_CONDITIONAL_SLACK:g} is "
+        f"{facts['training_conditional']:.1%} (Beta law; a group of fewer cells is calibrated less tightly).",)))  # fmt: skip
     if facts["query_proportions"]:
         blocks.append(Paragraph(("The query's type proportions, estimated from its unlabelled cells (label_shift; "
                                  "P(X | Y) assumed unchanged): " + ", ".join(

@@ -10,7 +10,10 @@ Guarantees, for calibration and query cells that are exchangeable (drawn alike, 
   with continuous scores it is also below 1 - alpha + 1 / (n + 1).
 - Mondrian (Vovk et al. 2003): the same guarantee conditionally on each group of (x, y); the group may
   depend on the candidate label (class, batch x class), which is why query groups are given per (cell, label).
-- class-conditional: Mondrian with the class as the group, P(Y in C(X) | Y = k) >= 1 - alpha for every k.
+- class-conditional: Mondrian with the class as the group, P(Y in C(X) | Y = k) >= 1 - alpha for every k; a type
+  with fewer than ceil((1 - alpha) / alpha) calibration cells enters every set.
+- class-conditional with rare types pooled: the same for every type with enough calibration cells, and for the
+  rare types as one group (``pooled_class_sets``).
 - Kandinsky (Bairaktari, Wu & Wu, ICML 2025, arXiv 2502.17264; the quantile-regression approach of Gibbs,
   Cherian & Candes 2023): weighted coverage E[w(X, Y) (1{Y in C(X)} - (1 - alpha))] >= 0 for every
   non-negative weight w in the span of the features Phi(x, y) (overlapping, fractional groups: batch,
@@ -165,6 +168,64 @@ def class_conditional_sets(
     candidate_classes = np.broadcast_to(np.arange(query_scores.shape[1]), query_scores.shape)
     sets, _ = mondrian_sets(cal_scores, cal_labels, query_scores, candidate_classes, alpha)
     return sets
+
+
+def min_calibration_cells(alpha: float) -> int:
+    """⌈(1 − α)/α⌉: the fewest calibration scores whose conformal quantile is finite (9 at α = 0.1)."""
+    _check_alpha(alpha)
+    return math.ceil((1 - alpha) / alpha - _RANK_TOLERANCE)
+
+
+def rare_pooled_groups(cal_labels: np.ndarray, n_classes: int, alpha: float) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(group of each class (K,), the rare classes (K,) bool, whether the pooled group itself is calibrated).
+
+    A class with at least ``min_calibration_cells(alpha)`` calibration cells is a group of its own; the others (the
+    rare types) share one pooled group, code K. When that pool still holds too few cells, its types are calibrated
+    with every calibration cell (code K + 1: the marginal threshold), and only marginal coverage is promised them."""
+    counts = np.bincount(np.asarray(cal_labels, dtype=int), minlength=n_classes)
+    rare = counts < min_calibration_cells(alpha)
+    pooled_enough = bool(counts[rare].sum() >= min_calibration_cells(alpha)) if rare.any() else True
+    groups = np.where(rare, n_classes if pooled_enough else n_classes + 1, np.arange(n_classes))
+    return groups, rare, pooled_enough
+
+
+def pooled_class_sets(
+    cal_scores: np.ndarray, cal_labels: np.ndarray, query_scores: np.ndarray, alpha: float
+) -> np.ndarray:
+    """(m, K) class-conditional sets with the rare types calibrated as one pooled group (``rare_pooled_groups``).
+
+    Mondrian over {each type with enough calibration cells, the pooled rest}: P(Y ∈ C(X) | Y = k) ≥ 1 − α for every
+    type with ⌈(1 − α)/α⌉ or more calibration cells, and P(Y ∈ C(X) | Y rare) ≥ 1 − α for the rare types together
+    (not each). Where ``class_conditional`` gives a rare type an infinite threshold — it enters every set — this
+    gives it the pool's; where the pool is still too small, the marginal threshold of all calibration cells (split
+    conformal's promise for them)."""
+    query_scores = _as_query_scores(query_scores)
+    cal_labels = np.asarray(cal_labels, dtype=int)
+    n_classes = query_scores.shape[1]
+    groups, _, pooled_enough = rare_pooled_groups(cal_labels, n_classes, alpha)
+    thresholds = np.array([conformal_quantile(cal_scores[groups[cal_labels] == group], alpha)
+                           for group in range(n_classes + 1)] + [conformal_quantile(cal_scores, alpha)])  # fmt: skip
+    if not pooled_enough:
+        thresholds[n_classes] = thresholds[n_classes + 1]
+    return query_scores <= thresholds[groups][None, :]
+
+
+TRAINING_CONDITIONAL_SLACK = 0.02  # ε of the training-conditional statement: coverage below 1 − α − ε
+
+
+def training_conditional_risk(n: int, alpha: float, epsilon: float = TRAINING_CONDITIONAL_SLACK) -> float:
+    """P(coverage < 1 − α − ε) over calibration sets of ``n`` cells, for split conformal with continuous scores.
+
+    Coverage *given* one calibration set is random: it is Beta(k, n + 1 − k) with k = ⌈(n + 1)(1 − α)⌉ (Vovk 2012;
+    Angelopoulos & Bates 2021, §3.2), whose mean is the ≥ 1 − α promised on average. This is the chance that the
+    calibration set a lab drew sits more than ε below it. 0 when the threshold is infinite (coverage 1)."""
+    from scipy.stats import beta
+
+    _check_alpha(alpha)
+    rank = math.ceil((n + 1) * (1 - alpha) - _RANK_TOLERANCE)
+    if n < 1 or rank > n:
+        return 0.0
+    return float(beta.cdf(1 - alpha - epsilon, rank, n + 1 - rank))
 
 
 def kandinsky_features(

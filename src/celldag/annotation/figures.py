@@ -10,7 +10,8 @@ from celldag.tracks import FigureData
 
 GROUP_STYLE = {"batch": ("tab:blue", "o", 28), "type": ("tab:orange", "s", 18), "batch_type": ("0.6", ".", 10)}
 PROCEDURE_STYLE = {"kandinsky": ("tab:red", "*"), "split_lac": ("0.3", "o"), "split_aps": ("0.6", "v"),
-                   "class_conditional": ("tab:green", "s"), "mondrian_batch": ("tab:blue", "D"),
+                   "class_conditional": ("tab:green", "s"),
+                   "class_conditional_pooled": ("tab:olive", "p"), "mondrian_batch": ("tab:blue", "D"),
                    "kandinsky_augmented": ("tab:purple", "P"), "kandinsky_augmented_unrandomised": ("tab:pink", "X"),
                    "label_shift": ("tab:orange", "^")}  # fmt: skip
 

@@ -76,12 +76,58 @@ def label_shift_sets(cal_scores: np.ndarray, cal_labels: np.ndarray, query_score
     return query_scores <= thresholds[None, :]
 
 
+class ZeroedTypeWarning(UserWarning):
+    """A type present in calibration whose estimated query proportion is 0: its calibration cells weigh nothing."""
+
+
+def cross_fitted_halves(cal_labels: np.ndarray) -> np.ndarray:
+    """(n,) 0/1: the half of each calibration cell, alternating within each type in the cells' order (deterministic,
+    each type split as evenly as it can be)."""
+    cal_labels = np.asarray(cal_labels)
+    halves = np.zeros(cal_labels.size, dtype=int)
+    for label in np.unique(cal_labels):
+        members = np.flatnonzero(cal_labels == label)
+        halves[members] = np.arange(members.size) % 2
+    return halves
+
+
+def cross_fitted_weights(cal_proba: np.ndarray, cal_labels: np.ndarray, query_proba: np.ndarray,
+                         n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """(each calibration cell's weight, each candidate label's weight, the query's proportions averaged over halves).
+
+    The weights are cross-fitted: a calibration cell's ratio π_q(y_i) / π_cal(y_i) comes from the proportions
+    estimated with the other half's conditional means, so no cell's own probabilities enter its own weight (issue 51:
+    the weights were estimated on the very cells they weighted). A candidate label's weight uses the mean of the two
+    estimates. A type present in calibration whose estimate is 0 is warned of (``ZeroedTypeWarning``): NNLS with
+    renormalising can zero a type the query does hold."""
+    import warnings
+
+    cal_labels = np.asarray(cal_labels)
+    halves = cross_fitted_halves(cal_labels)
+    estimates = [query_proportions(cal_proba[halves == half], cal_labels[halves == half], query_proba)
+                 for half in (0, 1)]  # fmt: skip
+    cal_share = np.bincount(cal_labels, minlength=n_classes) / cal_labels.size
+    ratios = [np.divide(estimate, cal_share, out=np.zeros(n_classes), where=cal_share > 0) for estimate in estimates]
+    cal_weights = np.where(halves == 0, ratios[1][cal_labels], ratios[0][cal_labels])
+    mean = (estimates[0] + estimates[1]) / 2
+    zeroed = np.flatnonzero((cal_share > 0) & (mean == 0))
+    if zeroed.size:
+        warnings.warn(f"label_shift: the query's estimated proportion of type(s) {zeroed.tolist()} is 0: their "
+                      "calibration cells weigh nothing", ZeroedTypeWarning, stacklevel=2)  # fmt: skip
+    return cal_weights, np.divide(mean, cal_share, out=np.zeros(n_classes), where=cal_share > 0), mean
+
+
 def weighted_sets(proba: np.ndarray, lac: np.ndarray, truth: np.ndarray, calibration: np.ndarray, rows: np.ndarray,
                   alpha: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """(sets of ``rows``, their estimated type proportions): label-shift-weighted sets of one query."""
+    """(sets of ``rows``, their estimated type proportions): label-shift-weighted sets of one query, the weights
+    cross-fitted (``cross_fitted_weights``)."""
     n_classes = proba.shape[1]
     if not rows.any():
         return np.zeros((0, n_classes), dtype=bool), np.full(n_classes, np.nan)
-    estimate = query_proportions(proba[calibration], truth[calibration], proba[rows])
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    cal_weights, candidate_weights, estimate = cross_fitted_weights(proba[calibration], truth[calibration], proba[rows],
+                                                                    n_classes)  # fmt: skip
     cal_true = conformal.true_scores(lac[calibration], truth[calibration])
-    return label_shift_sets(cal_true, truth[calibration], lac[rows], estimate, alpha), estimate
+    thresholds = weighted_thresholds(cal_true, cal_weights, candidate_weights, alpha)
+    return lac[rows] <= thresholds[None, :], estimate

@@ -34,7 +34,9 @@ from celldag.annotation.scoring import ProcedureFailed, no_empty_sets, procedure
 # the procedures a query can be annotated with: the others need labels of the query's own batches (Mondrian by
 # batch) or are the plain Kandinsky fit, which under-covers at a few hundred calibration cells (docs/annotation.md)
 LABEL_SHIFT = "label_shift"  # weighted by the query's estimated type proportions (celldag.annotation.label_shift)
-PROCEDURES = ("class_conditional", "split_lac", "split_aps", "kandinsky_augmented", LABEL_SHIFT)
+PROCEDURES = ("class_conditional", "class_conditional_pooled", "split_lac", "split_aps", "kandinsky_augmented",
+              LABEL_SHIFT)  # fmt: skip
+APS = "split_aps"  # its empty sets are its most confident cells: called by their top type (``cell_calls``)
 DEFAULT_PROCEDURE = "class_conditional"
 # the query's batches have no calibration cells, so Kandinsky's groups are the candidate type and soft groups, beside
 # one batch that holds every cell: the constant, which always enters the design (``design.sized_columns``), so that
@@ -59,12 +61,19 @@ class QueryAnnotation:
     unknown_by: np.ndarray  # (m,) str: which test flagged the cell: "distance", "doubt", "both" or ""
 
 
-def cell_calls(sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
+def cell_calls(sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...],
+               confident_empty: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """(m,) str: the type of a single-type set, AMBIGUOUS for a larger one, EMPTY for an empty one, and UNKNOWN,
-    whatever the set, where ``unknown`` flags the cell (``novelty_tests``)."""
+    whatever the set, where ``unknown`` flags the cell (``novelty_tests``).
+
+    ``confident_empty`` (m,) the top type's index of each cell, for a procedure whose empty sets are its most
+    confident cells (APS: S(x, top) = p_top, so a cell whose top probability exceeds the threshold has an empty
+    set): such a cell is called by its top type, not EMPTY."""
     sizes = sets.sum(axis=1)
-    single = np.asarray(classes, dtype=object)[sets.argmax(axis=1)]
-    calls = np.where(sizes == 1, single, np.where(sizes > 1, AMBIGUOUS, EMPTY)).astype(object)
+    names = np.asarray(classes, dtype=object)
+    single = names[sets.argmax(axis=1)]
+    empty = names[confident_empty] if confident_empty is not None else np.full(sizes.size, EMPTY, dtype=object)
+    calls = np.where(sizes == 1, single, np.where(sizes > 1, AMBIGUOUS, empty)).astype(object)
     calls[unknown] = UNKNOWN
     return calls.astype(str)
 
@@ -114,8 +123,9 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
         proportions = dict(zip(classes, estimate.tolist(), strict=True))
     else:
         soft = np.zeros((n_reference + m, 1)) if soft is None else np.asarray(soft, dtype=np.float64)
+        train = split == "train"
         built = procedure_sets(proba, truth, np.zeros(n_reference + m, dtype=int), soft, calibration, queried, alpha,
-                               QUERY_KANDINSKY_GROUPS, (procedure,))  # fmt: skip
+                               QUERY_KANDINSKY_GROUPS, (procedure,), sizing=train)  # fmt: skip
         if built.failed:  # no other procedure's sets stand in for the one asked for
             raise ProcedureFailed("; ".join(built.failed.values()))
         held_sets, lab_sets = built.sets[procedure][held_out[queried]], built.sets[procedure][lab[queried]]
@@ -136,7 +146,8 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
     labelled_coverage = {batch: float(lab_covered[(query_batch == batch) & known].mean())
                          for batch in np.unique(query_batch[known])}  # fmt: skip
     return QueryAnnotation(
-        sets=lab_sets, unknown=unknown, calls=cell_calls(lab_sets, unknown, classes), tests=tests,
+        sets=lab_sets, unknown=unknown, tests=tests,
+        calls=cell_calls(lab_sets, unknown, classes, proba[lab].argmax(axis=1) if procedure == APS else None),
         held_out_coverage=float(covered.mean()) if covered.size else float("nan"),
         held_out_set_size=float(held_sets.sum(axis=1).mean()) if covered.size else float("nan"),
         held_out_unknown=float(unknown_all[held_out].mean()) if covered.size else float("nan"),

@@ -40,7 +40,8 @@ from celldag.annotation.label_shift import weighted_sets
 from celldag.annotation.novelty import novelty_distances, novelty_tests
 from celldag.annotation.quantile_lp import QuantileRegressionError, UnverifiedPrograms
 from celldag.annotation.track import (HELD_OUT_TYPE_FIT, KANDINSKY_FITS, LABEL_FREE_METRICS, NEW_BATCH_METRICS,
-                                      NO_EMPTY_METRICS, NOT_LABEL_FREE, PROCEDURES, SCORING_DEFAULTS, SET_METRICS)  # fmt: skip
+                                      NO_EMPTY_METRICS, NOT_LABEL_FREE, POOLED, PROCEDURES, SCORING_DEFAULTS,
+                                      SET_METRICS)  # fmt: skip
 from celldag.contracts import SCORE_FAILED
 from celldag.tracks import ScoringContext
 
@@ -100,7 +101,8 @@ class Scenario:
 def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft: np.ndarray,
                    calibration: np.ndarray, query: np.ndarray, alpha: float,
                    groups: tuple[str, ...] = KANDINSKY_GROUPS, procedures: tuple[str, ...] = tuple(PROCEDURES),
-                   min_weight: float | None = None, randomisation: Randomisation | None = None) -> Scenario:  # fmt: skip
+                   min_weight: float | None = None, randomisation: Randomisation | None = None,
+                   sizing: np.ndarray | None = None) -> Scenario:  # fmt: skip
     """The sets of each of ``procedures`` (ids of ``PROCEDURES``); a procedure that fails is named in ``failed``
     with its reason, and the others are built all the same.
 
@@ -108,6 +110,11 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
     calibration and query cells; ``groups`` those of both Kandinsky fits (``design.kandinsky_design``), sized to
     the calibration set with ``min_weight`` (default ``design.default_min_weight``); ``randomisation`` makes the
     augmented fit randomised (``scenario_randomisation``), None unrandomised.
+
+    ``sizing``: the labelled cells the design is chosen on (the fit's train cells), their weights scaled to the
+    calibration set's size — so the design is chosen without the labels its quantile is fitted on, and the fit's
+    guarantee, which assumes a design fixed before calibration, holds as stated. None: the calibration cells
+    themselves (tests that pin the old rule).
     """
     n_classes = proba.shape[1]
     lac, aps = conformal.lac_scores(proba), conformal.aps_scores(proba)
@@ -116,9 +123,13 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
     features = design.kandinsky_design(batch, soft, n_classes, groups)
     cal_features = features[calibration][np.arange(calibration.sum()), truth[calibration]]
     weight = design.default_min_weight(alpha) if min_weight is None else min_weight
-    order = design.visiting_order(cal_features, batch.max() + 1, soft.shape[1], n_classes, groups)
-    kept, dropped = design.sized_columns(cal_features, features[query].reshape(-1, features.shape[2]), weight, order,
-                                         always=batch.max() + 1 if "batch" in groups else 0)  # fmt: skip
+    sizing = calibration if sizing is None or not sizing.any() else sizing
+    sizing_features = features[sizing][np.arange(sizing.sum()), truth[sizing]]
+    scale = calibration.sum() / sizing.sum()  # a sizing cell stands for this many calibration cells
+    order = design.visiting_order(sizing_features, batch.max() + 1, soft.shape[1], n_classes, groups)
+    kept, dropped = design.sized_columns(sizing_features, features[query].reshape(-1, features.shape[2]),
+                                         weight / scale, order, always=batch.max() + 1 if "batch" in groups else 0)  # fmt: skip
+    dropped = {column: light * scale for column, light in dropped.items()}
     cal_design, query_design = cal_features[:, kept], features[query][:, :, kept]
     build = {
         "kandinsky_augmented": lambda: augmented(cal_lac, cal_design, lac[query], query_design, alpha, randomisation),
@@ -127,6 +138,7 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
         "split_lac": lambda: conformal.split_sets(cal_lac, lac[query], alpha),
         "split_aps": lambda: conformal.split_sets(conformal.true_scores(aps[calibration], truth[calibration]), aps[query], alpha),
         "class_conditional": lambda: conformal.class_conditional_sets(cal_lac, truth[calibration], lac[query], alpha),
+        "class_conditional_pooled": lambda: conformal.pooled_class_sets(cal_lac, truth[calibration], lac[query], alpha),
         "mondrian_batch": lambda: conformal.mondrian_sets(cal_lac, batch[calibration], lac[query], batch_of, alpha)[0],
         "label_shift": lambda: weighted_sets(proba, lac, truth, calibration, query, alpha)[0],
     }  # fmt: skip
@@ -228,6 +240,39 @@ def small_groups(task, output, calibration: np.ndarray, alpha: float,
             for procedure, (matrix, names) in weights.items() if procedure in procedures}  # fmt: skip
 
 
+def pooled_names(task, output, calibration: np.ndarray, alpha: float) -> list[str]:
+    """The types ``class_conditional_pooled`` calibrates as one pooled group on ``calibration``, and how many
+    calibration cells the pool holds ('(calibrated marginally)' where even the pool is too small)."""
+    truth, _, _ = task_arrays(task, output)
+    classes = list(output.uns["classes"])
+    _, rare, pooled_enough = conformal.rare_pooled_groups(truth[calibration], len(classes), alpha)
+    return [name for name, pooled in zip(classes, rare) if pooled] + ([] if pooled_enough or not rare.any()
+                                                                       else ["(calibrated marginally)"])  # fmt: skip
+
+
+def pooled_note(task, output, settings: Settings) -> str:
+    """The note part naming the random split's pooled types ('' when none, or the procedure is not scored)."""
+    if POOLED not in settings.procedures:
+        return ""
+    names = pooled_names(task, output, split_masks(task)[0], settings.alpha)
+    if not names:
+        return ""
+    return (f"types with fewer than ⌈(1 − α)/α⌉ = {conformal.min_calibration_cells(settings.alpha)} calibration cells, "
+            f"calibrated as one pooled group by {POOLED} (random split): {', '.join(names)}")  # fmt: skip
+
+
+def training_conditional_note(task, settings: Settings) -> str:
+    """The note part on training-conditional coverage: for split conformal on the random split's n calibration cells,
+    P(coverage < 1 − α − ε) over calibration sets (``conformal.training_conditional_risk``)."""
+    n = int(split_masks(task)[0].sum())
+    epsilon = conformal.TRAINING_CONDITIONAL_SLACK
+    risk = conformal.training_conditional_risk(n, settings.alpha, epsilon)
+    return (
+        f"training-conditional coverage: with {n} calibration cells, split conformal's coverage falls below "
+        f"1 − α − {epsilon:g} = {1 - settings.alpha - epsilon:g} on {risk:.1%} of calibration sets (Beta law)"
+    )
+
+
 def dropped_names(task, output, dropped: dict[int, float], settings: Settings) -> list[str]:
     """'name (weight)' of each design column the Kandinsky fits dropped, in the design's order."""
     names = design.design_names(sorted(set(task.obs["batch"].astype(str))), list(output.uns["classes"]),
@@ -265,6 +310,11 @@ def split_masks(task) -> tuple[np.ndarray, np.ndarray]:
     return split == "calibration", split == "query"
 
 
+def train_cells(task) -> np.ndarray:
+    """The random split's train cells: what the Kandinsky design is chosen on (``procedure_sets``' ``sizing``)."""
+    return task.obs["split"].astype(str).to_numpy() == "train"
+
+
 def query_groupings(task, query: np.ndarray) -> dict[str, np.ndarray]:
     """The query cells' group of each grouping coverage is reported by: batch, type and batch × type."""
     batch = task.obs["batch"].astype(str).to_numpy()[query]
@@ -279,7 +329,7 @@ def random_split(task, output, settings: Settings) -> tuple[Scenario, np.ndarray
     proba = np.asarray(output.obsm["proba_random"], dtype=np.float64)
     draws = scenario_randomisation(task, RANDOM_SPLIT, calibration, query, truth, proba.shape[1], settings)
     scenario = procedure_sets(proba, truth, batch, soft, calibration, query, settings.alpha, settings.groups,
-                              settings.procedures, settings.min_weight, draws)  # fmt: skip
+                              settings.procedures, settings.min_weight, draws, train_cells(task))  # fmt: skip
     return scenario, truth[query], query
 
 
@@ -363,7 +413,8 @@ def leave_each_batch_out(task, output, settings: Settings, masks, batch: np.ndar
         calibration, query = masks(task, held_out)
         draws = scenario_randomisation(task, f"{scenario} {name}", calibration, query, truth, proba.shape[1], settings)
         sets = procedure_sets(proba, truth, batch, soft, calibration, query, settings.alpha, settings.groups,
-                              procedures, settings.min_weight, draws)  # fmt: skip
+                              procedures, settings.min_weight, draws,
+                              train_cells(task) & (codes(task.obs["batch"]) != held_out))  # fmt: skip
         left.scenarios[name] = sets
         for procedure, procedure_set in sets.sets.items():
             left.covered[procedure].append(procedure_set[np.arange(query.sum()), truth[query]])
@@ -424,15 +475,20 @@ def shift_verdicts(task, output, level: float = shift.LEVEL) -> tuple[dict[str, 
         share = new & labelled
         enough = np.count_nonzero(share) >= shift.MIN_CELLS
         raw[SHIFT_LABELLED].append(shift.larger_p(true[calibration], true[share])[1] if enough else np.nan)
-        raw[SHIFT_LABEL_FREE].append(shift.larger_p(top[calibration], top[new])[1])
+        testable = np.count_nonzero(new) >= shift.MIN_CELLS
+        raw[SHIFT_LABEL_FREE].append(shift.larger_p(top[calibration], top[new])[1] if testable else np.nan)
     run = f"{output.uns['method_id']} on {output.uns['variant']}"
     scores, listed, untested = {}, [], ""
     for scenario, metric in ((SHIFT_LABELLED, "new_batch_shifted"), (SHIFT_LABEL_FREE, "label_free_shifted")):
         p = np.asarray(raw[scenario])
-        if np.isnan(p).any():  # a batch without two labelled cells: the labelled test is made for none
+        if scenario == SHIFT_LABELLED and np.isnan(p).any():  # the labelled test is made for every batch or none
             untested = f"the shift test of the labelled share is not made: a batch has fewer than {shift.MIN_CELLS} labelled cells"
             continue
-        adjusted = shift.holm(list(p))
+        small = [name for name, value in zip(names, p) if np.isnan(value)]
+        if small:
+            untested = ". ".join(part for part in (untested, f"{shift.TOO_SMALL} (fewer than {shift.MIN_CELLS} cells), "
+                                                   f"label-free: {', '.join(small)}") if part)  # fmt: skip
+        adjusted = shift.holm_tested(list(p))
         scores[metric] = float(np.count_nonzero(adjusted <= level))
         shifted = [f"{name} (p = {a:.2g})" for name, a in zip(names, adjusted) if a <= level]
         if shifted:
@@ -542,10 +598,14 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
         scores[i] |= {
             f"{procedure}_small_groups": float(len(names)) for procedure, names in small[RANDOM_SPLIT].items()
         }
+        if POOLED in settings.procedures:
+            pooled = pooled_names(task, output, split_masks(task)[0], settings.alpha)
+            scores[i][f"{POOLED}_pooled_types"] = float(len([name for name in pooled if not name.startswith("(")]))
         dropped = {
             name: dropped_names(task, output, scenario.dropped, settings) for name, scenario in scenarios.items()
         }
-        note = ". ".join(part for part in (groups_note(small, dropped, settings), shift_note, unknown_note,
+        note = ". ".join(part for part in (groups_note(small, dropped, settings), pooled_note(task, output, settings),
+                                           training_conditional_note(task, settings), shift_note, unknown_note,
                                            *(f"{procedure} failed: {reason}" for procedure, reason in reasons.items()))
                          if part)  # fmt: skip
         if note:

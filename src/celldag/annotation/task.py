@@ -25,54 +25,69 @@ MAX_COMPONENTS = 20  # principal components the mixture of ``soft_groups`` is fi
 
 
 def split_cells(labels, batch, fractions: tuple[float, float, float], seed: int) -> np.ndarray:
-    """(n,) str: each cell's part, one of ``SPLITS``, stratified by batch × label.
+    """(n,) str: each cell's part, one of ``SPLITS``, stratified by batch × label, favouring no part.
 
     ``fractions`` are those of train, calibration and query (positive, summing to 1). Within each
-    (batch, label) stratum of n cells — strata in sorted order, all shuffled by one generator seeded
-    with ``[STREAM, seed]`` — the counts are the largest-remainder rounding of ``fractions · n`` (ties
-    to the earlier part in ``SPLITS``); a stratum of >= 3 cells then has any empty part filled with one
-    cell taken from the largest part (the earlier on ties), so that every part holds >= 1 cell of it:
-    group-conditional coverage needs calibration cells of every group. So no part gets more than
-    ``ceil(fraction · n)`` cells, and a stratum whose every ``fraction · n`` is >= 1 is rounded exactly.
+    (batch, label) stratum of n cells — strata in sorted order, one generator seeded with ``[STREAM, seed]`` —
+    the counts are ``fractions · n`` rounded at random (``part_counts``): each part gets the floor of its quota
+    and the remainders go to parts drawn with probability equal to their fractional parts, so every part's
+    expected count is exactly its quota, in every stratum however small. A stratum of >= 3 cells then has any
+    empty part filled with one cell from the largest part (ties drawn at random), so that every part holds
+    >= 1 cell of it: group-conditional coverage needs calibration cells of every group. The cells of each part
+    are then drawn at random from the stratum.
 
-    Strata of 1–2 cells cannot reach all three parts: a single cell goes to calibration; of two cells,
-    one (drawn at random) goes to calibration and the other to train. Such strata have no query cells.
+    Why at random: calibration and query must be exchangeable for coverage measured on the query to be what a
+    lab's cells get. A rule by position (remainders to the earlier part, a 1-cell stratum to calibration) gives
+    calibration the rare types' cells systematically, and every random-split coverage is then overstated
+    (issue 51: +0.0125 for split conformal on the default run). With calibration and query of equal fractions,
+    their counts have the same law in every stratum.
     """
     labels, batch = _cell_vectors(labels, batch)
     shares = _fractions(fractions)
     rng = np.random.default_rng([STREAM, seed])
     split = np.empty(labels.size, dtype=object)
     for members in _strata(labels, batch):
-        counts = _part_counts(members.size, shares)
+        counts = part_counts(members.size, shares, rng)
         shuffled = rng.permutation(members)
         split[shuffled] = np.repeat(np.array(SPLITS, dtype=object), counts)
     return split.astype(str)
 
 
-def _part_counts(n: int, shares: np.ndarray) -> np.ndarray:
-    """Cells per part of a stratum of ``n`` cells (see ``split_cells``)."""
-    if n == 1:
-        return np.array([0, 1, 0])
-    if n == 2:
-        return np.array([1, 1, 0])
+def part_counts(n: int, shares: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Cells per part of a stratum of ``n`` cells (see ``split_cells``): randomised rounding of ``shares · n``."""
     quotas = np.round(shares * n, 9)  # 0.7 · 10 must count as 7, not 7.000000000000001
     counts = np.floor(quotas).astype(int)
-    remainders = quotas - counts
-    counts[np.argsort(-remainders, kind="stable")[: n - counts.sum()]] += 1
-    for part in np.flatnonzero(counts == 0):  # n >= 3: the largest part holds >= 2 cells while one is empty
-        counts[np.argmax(counts)] -= 1
-        counts[part] += 1
+    counts += _randomly_rounded(quotas - counts, n - int(counts.sum()), rng)
+    if n >= 3:  # the largest part holds >= 2 cells while one is empty
+        for part in np.flatnonzero(counts == 0):
+            largest = np.flatnonzero(counts == counts.max())
+            counts[largest[rng.integers(largest.size)] if largest.size > 1 else largest[0]] -= 1
+            counts[part] += 1
     return counts
+
+
+def _randomly_rounded(remainders: np.ndarray, extra: int, rng: np.random.Generator) -> np.ndarray:
+    """(parts,) 0/1: which parts get one of the ``extra`` cells left after flooring, part p with probability
+    ``remainders[p]`` exactly (they lie in [0, 1) and sum to ``extra``): systematic sampling, one uniform."""
+    added = np.zeros(remainders.size, dtype=int)
+    if extra <= 0:
+        return added
+    edges = np.concatenate([[0.0], np.cumsum(remainders)])
+    edges[-1] = extra  # the remainders sum to ``extra`` up to rounding: the last edge is exact
+    points = rng.uniform() + np.arange(extra)
+    np.add.at(added, np.searchsorted(edges, points, side="right") - 1, 1)
+    return added
 
 
 def labelled_in_new_batch(labels, batch, fraction: float, seed: int) -> np.ndarray:
     """(n,) bool: the cells a lab would label in a new sample, drawn in every batch.
 
-    Per (batch, label) stratum of m cells (sorted order, one generator seeded with
-    ``[LABELLED_STREAM, seed]``): a random ``round(fraction · m)`` cells (half up), at least one when
-    m >= 2 and never all m — a stratum of one cell is never labelled. Used for the batch that a fit
-    holds out; the draw does not depend on ``split_cells``, so a caller intersects it with the split
-    it needs. A fraction of 0 labels no cell: the label-free new batch, calibrated on the other batches alone.
+    Per (batch, label) stratum of m cells (sorted order, one generator seeded with ``[LABELLED_STREAM, seed]``):
+    ``fraction · m`` cells rounded at random (the floor, plus one with probability its fractional part), so the
+    labelled share's expected type mix is exactly the batch's — no per-stratum minimum, which over-represented rare
+    types in it (issue 51). Used for the batch that a fit holds out; the draw does not depend on ``split_cells``, so
+    a caller intersects it with the split it needs. A fraction of 0 labels no cell: the label-free new batch,
+    calibrated on the other batches alone.
     """
     labels, batch = _cell_vectors(labels, batch)
     if not 0.0 <= fraction < 1.0:
@@ -80,8 +95,8 @@ def labelled_in_new_batch(labels, batch, fraction: float, seed: int) -> np.ndarr
     rng = np.random.default_rng([LABELLED_STREAM, seed])
     labelled = np.zeros(labels.size, dtype=bool)
     for members in _strata(labels, batch):
-        m = members.size
-        n_labelled = 0 if m < 2 or fraction == 0 else min(max(int(np.round(fraction * m, 9) + 0.5), 1), m - 1)
+        quota = np.round(fraction * members.size, 9)
+        n_labelled = int(np.floor(quota)) + int(rng.uniform() < quota - np.floor(quota))
         labelled[rng.permutation(members)[:n_labelled]] = True
     return labelled
 

@@ -29,6 +29,8 @@ PROCEDURES = {  # id → what the leaderboard calls it; every one scores LAC = 1
     "split_lac": "split conformal, LAC",
     "split_aps": "split conformal, APS (non-randomised)",
     "class_conditional": "class-conditional",
+    "class_conditional_pooled": "class-conditional, rare types pooled (types with too few calibration cells as one "
+    "group)",
     "mondrian_batch": "Mondrian by batch",
     "label_shift": "label-shift weighted (the query's type proportions estimated from its unlabelled cells)",
 }
@@ -41,8 +43,9 @@ KANDINSKY_FITS = (
     "kandinsky",
 )  # quantile-regression fits on a sized design (annotation.design)
 GROUPED = ("class_conditional", "mondrian_batch")  # procedures that give groups too small to calibrate full sets
+POOLED = "class_conditional_pooled"  # calibrates its rare types as one group (conformal.pooled_class_sets)
 LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty", "small_groups", "dropped_groups", "unverified", "shifted",
-                   "false_flags")  # name endings  # fmt: skip
+                   "false_flags", "pooled_types")  # name endings  # fmt: skip
 NEW_BATCH_METRICS = ("new_batch_coverage", "new_batch_worst", "new_batch_set_size")
 # the label-free new batch: no cell of it labelled, calibrated on the other batches alone; Mondrian by batch has no
 # calibration cell of the new batch, so it does not apply
@@ -62,12 +65,15 @@ def _metric(name: str) -> Metric:
 
 def _procedure_metrics(procedure: str) -> tuple[Metric, ...]:
     """Its set metrics; for Mondrian and class-conditional ``small_groups`` (groups with too little calibration
-    weight to be calibrated: in every set); for the Kandinsky fits ``dropped_groups`` (groups left out of the
+    weight to be calibrated: in every set); for the pooled class-conditional ``pooled_types`` (types calibrated as
+    one pooled group); for the Kandinsky fits ``dropped_groups`` (groups left out of the
     design, without a guarantee) and ``unverified`` (programs no attempt verified: any makes the fit's rows
     ``failed``). The leaderboard's note names the groups."""
     extra = (
         ("small_groups",)
         if procedure in GROUPED
+        else ("pooled_types",)
+        if procedure == POOLED
         else ("dropped_groups", "unverified")
         if procedure in KANDINSKY_FITS
         else ()

@@ -180,7 +180,6 @@ def without_batches(lab):
 
 @pytest.mark.parametrize("change, message", [
     (renamed_genes, "share no gene with the reference"),
-    (one_cell_batch, "batch 'lonely' has 1 cell"),
     (without_batches, "obs['run'] (--batch-key) is missing"),
 ])  # fmt: skip
 def test_a_bad_query_is_refused_with_one_line_before_anything_is_written(tmp_path, change, message, capsys):
@@ -189,6 +188,20 @@ def test_a_bad_query_is_refused_with_one_line_before_anything_is_written(tmp_pat
     error = capsys.readouterr().err.strip()
     assert message in error and query in error and "\n" not in error
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_a_one_cell_batch_is_annotated_and_reported_too_small_to_test(tmp_path, registries):
+    """A batch of one cell gets its set and call; its shift test is reported as too small, and the other batch is
+    tested (Holm over the tested batch alone): a note, not a traceback (issue 51)."""
+    reference, query = bad_query(tmp_path, one_cell_batch)
+    out = annotate(Request(reference, query, str(tmp_path / "out"), representation="expression",
+                           classifier="logistic", batch_key="run", procedure="split_lac"), registries.methods)  # fmt: skip
+    batches = pd.read_csv(out / "batches.tsv", sep="\t").set_index("batch")
+    assert batches.loc["lonely", "verdict"] == "too small to test (1 cell)" and np.isnan(batches.loc["lonely", "p"])
+    assert batches.loc["b3", "verdict"].startswith(("shifted", "no shift detected"))
+    assert batches.loc["b3", "holm_p"] == pytest.approx(batches.loc["b3", "p"])  # one tested batch: Holm is the p
+    cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
+    assert cells.loc[cells["batch"] == "lonely", "set_size"].iloc[0] >= 0 and len(cells) == 40
 
 
 def test_a_reference_without_labels_is_refused(tmp_path, registries):

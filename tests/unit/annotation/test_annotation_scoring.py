@@ -247,7 +247,10 @@ def test_groups_too_small_to_calibrate_are_counted_and_named_in_a_note():
     task, outputs = toy_task_and_outputs()
     rare = np.flatnonzero((task.obs["label"] == "type3").to_numpy() & (task.obs["split"] == "calibration").to_numpy())
     task.obs["split"] = task.obs["split"].astype(str)
-    task.obs.iloc[rare[4:], task.obs.columns.get_loc("split")] = "train"  # 4 calibration cells of type3 remain
+    task.obs.iloc[rare[4:], task.obs.columns.get_loc("split")] = "query"  # 4 calibration cells of type3 remain
+    # and few train cells: the Kandinsky design is chosen on the train cells' labels (scaled to calibration's size)
+    rare_train = np.flatnonzero((task.obs["label"] == "type3").to_numpy() & (task.obs["split"] == "train").to_numpy())
+    task.obs.iloc[rare_train[8:], task.obs.columns.get_loc("split")] = "query"
     evaluation = {"annotation": {"alpha": 0.1, "min_group_cells": 5}}
     scores = score_seed(task, outputs, ScoringContext(0, {}, evaluation))
     for row in scores:

@@ -19,8 +19,12 @@ def test_holm_adjusted_p_values_by_hand():
 def test_the_one_sided_p_and_the_effect():
     effect, p = shift.larger_p(np.array([0.1, 0.2, 0.3]), np.array([0.4, 0.5]))
     assert effect == 1.0  # every query score above every calibration score
-    assert p == pytest.approx(mannwhitneyu([0.4, 0.5], [0.1, 0.2, 0.3], alternative="greater",
-                                           method="asymptotic").pvalue)  # fmt: skip
+    # a small batch: the permutation p, here exact — 1 of the C(5, 2) = 10 ways to pick the query's two is the top two
+    assert p == pytest.approx(0.1)
+    rng = np.random.default_rng(0)
+    calibration, query = rng.random(200), rng.random(shift.SMALL_BATCH) + 0.1
+    effect, p = shift.larger_p(calibration, query)  # a batch of SMALL_BATCH cells or more: the normal approximation
+    assert p == pytest.approx(mannwhitneyu(query, calibration, alternative="greater", method="asymptotic").pvalue)
     assert shift.larger_p(np.array([0.4, 0.5, 0.6]), np.array([0.1, 0.2]))[1] > 0.9  # more confident: no shift
     assert shift.larger_p(np.zeros(5), np.zeros(4)) == (0.5, 1.0)  # every score tied
     with pytest.raises(ValueError, match="2\\+ cells on each side"):
