@@ -1,12 +1,14 @@
 """``celldag annotate``: a lab's unlabelled cells annotated from a labelled reference (docs/annotation.md).
 
 The reference is a prepared dataset of the representation track (``results/data/<dataset>/<key>/seed<s>.h5ad``,
-what the workflow's ``annotate`` rule hands over for a registry dataset); the query a lab's h5ad of counts or
-log-normalised values with its batches named. On the genes both share, the query is log-normalised as the reference
-was, both are scaled together and embedded by a representation method of the registry (fitted on the reference's
-train cells, as in the benchmark; transductive methods see the query's features, never labels); a classifier of the
-annotation track trains on the reference's annotation train cells and conformal sets are calibrated on its
-calibration cells (``celldag.annotation.query``). Every input problem is found before any compute and stops with one
+what the workflow's ``annotate`` rule hands over for a registry dataset, or a registry dataset id naming it), or any
+labelled h5ad, prepared here as ``prepare_h5ad`` would and cached by content (``prepared_plain``); the query a lab's
+h5ad of counts or log-normalised values with its batches named. The reference's cells are split by the annotation
+task's rule (train / calibration / held out). On the genes both share, the query is log-normalised as the reference
+was, both are scaled together and embedded by a representation method of the registry, fitted on the reference's
+train cells alone — so the calibration and held-out cells are out of the fit as the query is (transductive methods
+see every cell's features, never labels); a classifier of the annotation track trains on the same train cells and
+conformal sets are calibrated on the calibration cells (``celldag.annotation.query``). Every input problem is found before any compute and stops with one
 line naming the file and field; the outputs are written only when everything is done.
 
 Writes to ``OUT``: ``annotated.h5ad`` (the query with ``obs`` columns ``celldag_call``, ``celldag_set``,
@@ -16,7 +18,9 @@ Writes to ``OUT``: ``annotated.h5ad`` (the query with ``obs`` columns ``celldag_
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
@@ -25,21 +29,28 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from celldag import artifacts
+from celldag import artifacts, contracts
 from celldag.annotation import query as annotation_query
 from celldag.annotation import conformal, novelty, shift
 from celldag.annotation.task import principal_components, soft_groups, split_cells
 from celldag.annotation.track import SCORING_DEFAULTS, TASK_DEFAULTS, AnnotationInput
 from celldag.document import Heading, Paragraph, Table, markdown
 from celldag.errors import InputError
-from celldag.plan import method_needs, method_params
+from celldag.plan import PREPARED, data_key, method_needs, method_params
+from celldag.prepare import prepare_dataset
+from celldag.release import package_digest
 from celldag.provenance import RunClock
 from celldag.registry.params import split_method_selector
 from celldag.representation import preprocess
+from celldag.representation.track import TRACK as REPRESENTATION
 from celldag.representation.track import RepresentationInput, check_prepared
 from celldag.runner import call_method, unmet_need
 
 QUERY_BATCH_PREFIX = "query:"  # the query's batches beside the reference's in the embedding, never mistaken for them
+# the reference's calibration and held-out cells, each batch apart from its train cells in the embedding: a method
+# that corrects batches (harmony, scVI) treats them as it treats the query's — a batch it was not fitted on — so the
+# unknown-type distance is calibrated on cells placed as the query's are
+HELD_OUT_BATCH_PREFIX = "held out:"
 OUTPUTS = ("annotated.h5ad", "cells.tsv", "batches.tsv", "report.md", "run.json")
 SNAKEMAKE_MARK = ".snakemake_timestamp"  # Snakemake's, in the folder the annotate_query rule made
 
@@ -63,18 +74,85 @@ class Request:
     no_empty_sets: bool = False  # the top label added to an empty set
     seed: int = 0
     threads: int = 1
+    reference_label_key: str = "label"  # a plain labelled reference's columns (a prepared one has label and batch)
+    reference_batch_key: str = "batch"
 
 
-def read_reference(path: str):
-    """The reference, held to the prepared dataset's contract; a reference without labels is refused first."""
+def read_reference(request: Request):
+    """The reference as a prepared dataset: a prepared file of a run as it is (held to its contract), or a plain
+    labelled h5ad prepared as ``prepare_h5ad`` and ``preprocess`` would (``prepared_plain``, cached by content). A
+    reference without labels is refused first."""
+    path = request.reference
     adata = artifacts.read_h5ad(path)
+    if not is_prepared(adata):
+        adata = prepared_plain(request, adata)
     if "label" not in adata.obs or adata.obs["label"].isna().all():
         raise InputError(f"{path}: obs['label'] is missing or empty: a reference must be labelled (a prepared dataset "
-                         "of the representation track, results/data/<dataset>/<key>/seed<s>.h5ad)")  # fmt: skip
+                         "of the representation track, or a labelled h5ad with --reference-label-key)")  # fmt: skip
     check_prepared(adata, path)
     if adata.obs["label"].nunique() < 2:
         raise InputError(f"{path}: obs['label'] holds one type; annotation needs two or more")
     return adata
+
+
+def is_prepared(adata) -> bool:
+    """A prepared dataset of the representation track: its split and log-normalised layer are there."""
+    return adata.uns.get("track") == "representation" and "lognorm" in adata.layers and "split" in adata.obs
+
+
+def cache_folder() -> Path:
+    """Where prepared plain references are kept: ``$CELLDAG_CACHE/references`` (default ~/.cache/celldag)."""
+    return Path(os.environ.get("CELLDAG_CACHE") or Path.home() / ".cache" / "celldag") / "references"
+
+
+def prepared_plain(request: Request, adata):
+    """A plain labelled h5ad (``adata``, read from ``request.reference``) prepared as a registry dataset of loader
+    ``prepare_h5ad`` would be — counts or log-normalised values in X (``preprocess.values_of``), cell types in
+    ``--reference-label-key``, batches in ``--reference-batch-key`` — at the request's seed. Kept in
+    ``cache_folder()`` under a key of the file's sha256, those settings and celldag's source digest: the same file
+    is prepared once."""
+    path = request.reference
+    label_key, batch_key = request.reference_label_key, request.reference_batch_key
+    for option, column in (("--reference-label-key", label_key), ("--reference-batch-key", batch_key)):
+        if column not in adata.obs:
+            raise InputError(f"{path}: obs['{column}'] ({option}) is missing: a plain reference must be labelled, its "
+                             f"batches named; columns: {list(adata.obs.columns)}")  # fmt: skip
+    digest = artifacts.sha256_file(path)
+    values = preprocess.values_of(adata.X)
+    settings = {"file": digest, "label_key": label_key, "batch_key": batch_key, "values": values,
+                "seed": request.seed, "celldag": package_digest()}  # fmt: skip
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    cached = cache_folder() / f"{key}.h5ad"
+    if cached.is_file():
+        return artifacts.read_h5ad(cached)
+    name = Path(path).name
+    entry = {"loader": PLAIN_LOADER, "track": "representation", "files": [{"name": name, "path": path}],
+             "params": {"file": name, "label_key": label_key, "batch_key": batch_key,
+                        "counts_layer": "X" if values == "counts" else None,
+                        "lognorm_layer": "X" if values == "lognorm" else None}}  # fmt: skip
+    prepared = prepare_dataset(f"reference-{key}", entry, REPRESENTATION, request.seed, {name: path})
+    contracts.check_prepared_dataset(prepared, str(cached), "representation", REPRESENTATION)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    artifacts.write_h5ad(prepared, cached)
+    return prepared
+
+
+PLAIN_LOADER = "celldag.data.h5ad:prepare_h5ad"  # a plain reference is prepared as a lab's h5ad dataset is
+
+
+def reference_path(reference: str, datasets: dict[str, dict], seed: int) -> str:
+    """REFERENCE as ``celldag annotate`` takes it: a file path as given, or a registry dataset id of the
+    representation track → its prepared file at ``seed`` (which the workflow makes: config ``annotate``)."""
+    if Path(reference).suffix == ".h5ad" or Path(reference).exists():
+        return reference
+    entry = datasets.get(reference)
+    if entry is None or entry["track"] != "representation":
+        raise InputError(f"REFERENCE {reference!r}: neither an .h5ad file nor a dataset of the representation track")
+    prepared = PREPARED.format(dataset=reference, data_key=data_key(entry), seed=seed)
+    if not Path(prepared).is_file():
+        raise InputError(f"REFERENCE {reference!r}: its prepared file {prepared} is not made yet: `snakemake --cores "
+                         f"all {prepared}` makes it (or name the dataset in config annotate)")  # fmt: skip
+    return prepared
 
 
 def read_query(request: Request, reference_genes: pd.Index):
@@ -166,16 +244,18 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     clock = RunClock()
     representation, classifier = check_request(request, methods)
     check_out(Path(request.out))
-    reference = read_reference(request.reference)
+    reference = read_reference(request)
     query, shared = read_query(request, pd.Index(reference.var_names))
     lognorm, scaled = joint_expression(reference, query, shared, request.values, request.query)
     n_reference = reference.n_obs
     reference_labels = reference.obs["label"].astype(str).to_numpy()
     reference_batch = reference.obs["batch"].astype(str).to_numpy()
     query_batch = query.obs[request.batch_key].astype(str).to_numpy()
-    batch = np.concatenate([reference_batch, np.char.add(QUERY_BATCH_PREFIX, query_batch)])
-    names = (*reference.obs_names.astype(str), *(f"query:{name}" for name in query.obs_names.astype(str)))
     split = split_cells(reference_labels, reference_batch, tuple(TASK_DEFAULTS["split"]), request.seed)
+    held_out_batch = np.char.add(HELD_OUT_BATCH_PREFIX, reference_batch)
+    batch = np.concatenate([np.where(split == "train", reference_batch, held_out_batch),
+                            np.char.add(QUERY_BATCH_PREFIX, query_batch)])  # fmt: skip
+    names = (*reference.obs_names.astype(str), *(f"query:{name}" for name in query.obs_names.astype(str)))
     # the embedding is fitted on the classifier's train cells alone: the calibration and held-out reference cells are
     # then out of its fit, as the lab's cells are, so the unknown-type distance is calibrated on cells like the query
     fit = np.concatenate([split == "train", np.zeros(query.n_obs, dtype=bool)])
@@ -207,7 +287,8 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
              "reference_cells": n_reference, "calibration_cells": int((split == "calibration").sum()),
              "query_cells": query.n_obs, "classes": list(classes),
              "held_out_coverage": found.held_out_coverage, "held_out_set_size": found.held_out_set_size,
-             "held_out_unknown": found.held_out_unknown, "rare_types": rare,
+             "held_out_unknown": found.held_out_unknown, "held_out_flagged": found.held_out_flagged,
+             "rare_types": rare,
              "training_conditional": conformal.training_conditional_risk(int((split == "calibration").sum()),
                                                                          request.alpha),
              "query_proportions": found.query_proportions}  # fmt: skip
@@ -280,8 +361,10 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
                      "is kept)" if request.no_empty_sets else "") + f". Seed {request.seed}.",)),
         Paragraph((f"Reference check (held-out reference cells, labels known): coverage "
                   f"{facts['held_out_coverage']:.3f} (promised ≥ {1 - request.alpha:.2f}), mean set size "
-                  f"{facts['held_out_set_size']:.2f}, flagged unknown type {facts['held_out_unknown']:.3f} (all are of known types: at most "
-                  f"{unknown_level(request):g} plus binomial noise by design).",)),
+                  f"{facts['held_out_set_size']:.2f}, flagged unknown type {facts['held_out_unknown']:.3f} (all are of "
+                  f"known types, out of the embedding's fit as the query is: at most {unknown_level(request):g} plus "
+                  f"binomial noise by design; by distance {facts['held_out_flagged']['distance']:.3f}, by doubt "
+                  f"{facts['held_out_flagged']['doubt']:.3f}, each at most {unknown_level(request) / 2:g}).",)),
         Paragraph((f"Shift test per batch (one-sided, Holm over batches at {request.level:g}): {shifted} of "
                   f"{len(batches)} batches shifted. A shifted batch's cells conform less to the classifier than the "
                   "calibration cells did: the sets' coverage promise is not supported there. 'No shift detected' is "

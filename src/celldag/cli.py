@@ -221,12 +221,16 @@ def _add_annotate(commands) -> None:
     annotate = commands.add_parser("annotate", help="annotate a lab's unlabelled cells from a labelled reference: "
                                                     "prediction sets, unknown types, a shift verdict per batch")  # fmt: skip
     annotate.add_argument("reference", metavar="REFERENCE",
-                          help="a prepared dataset of the representation track (results/data/<dataset>/<key>/seed<s>.h5ad)")  # fmt: skip
+                          help="the labelled reference: an h5ad (a plain one: cell types in --reference-label-key, "
+                               "batches in --reference-batch-key; or a prepared dataset, results/data/<dataset>/<key>/"
+                               "seed<s>.h5ad) or a registry dataset id of the representation track")  # fmt: skip
     annotate.add_argument(
         "query", metavar="QUERY", help="the lab's h5ad: counts or log-normalised values, batches named"
     )
     annotate.add_argument("--out", required=True, metavar="DIR", help="the folder written (annotated.h5ad, cells.tsv, "
                                                                       "batches.tsv, report.md, run.json)")  # fmt: skip
+    annotate.add_argument("--reference-label-key", help="a plain reference's obs column of cell types (default label)")
+    annotate.add_argument("--reference-batch-key", help="a plain reference's obs column of batches (default batch)")
     annotate.add_argument("--batch-key", help="the query's obs column of batches (default batch)")
     annotate.add_argument("--label-key", help="a query obs column of known labels (empty where unlabelled): those "
                                               "cells' batches get the labelled shift test")  # fmt: skip
@@ -254,15 +258,17 @@ def _add_annotate(commands) -> None:
 
 
 ANNOTATE_SETTINGS = ("batch_key", "label_key", "representation", "classifier", "procedure", "values", "alpha",
-                     "level", "unknown_level", "no_empty_sets", "seed", "threads")  # fmt: skip
+                     "level", "unknown_level", "no_empty_sets", "seed", "threads", "reference_label_key",
+                     "reference_batch_key")  # fmt: skip
 
 
 def _annotate(args) -> int:
-    from celldag.annotate import Request, annotate
+    from celldag.annotate import Request, annotate, reference_path
 
     _, registries = load_workflow_config(args.configfile, args.workflow, args.config_key)
     given = {name: getattr(args, name) for name in ANNOTATE_SETTINGS if getattr(args, name) is not None}
-    out = annotate(Request(reference=args.reference, query=args.query, out=args.out, **given), registries.methods)
+    reference = reference_path(args.reference, registries.datasets, given.get("seed", 0))
+    out = annotate(Request(reference=reference, query=args.query, out=args.out, **given), registries.methods)
     print(f"annotated {args.query} into {out} (report.md: the shift verdict per batch)")
     return 0
 

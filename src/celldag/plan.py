@@ -392,11 +392,15 @@ def make_plan(config: dict, registries: Registries) -> Plan:
 
 
 def annotate_references(config: dict, registries: Registries) -> dict[str, str]:
-    """Each query of config ``annotate`` → the prepared file of its reference (a representation dataset, at the
-    query's seed, default 0), which ``prepare_dataset`` makes like any other."""
+    """Each query of config ``annotate`` → its reference: a labelled h5ad the config names (a path ending in .h5ad,
+    as given: ``celldag annotate`` prepares a plain one itself), or the prepared file of a representation dataset
+    of the registry (at the query's seed, default 0), which ``prepare_dataset`` makes like any other."""
     references = {}
     for query, settings in config.get("annotate", {}).items():
         dataset = settings["reference"]
+        if dataset.endswith(".h5ad"):
+            references[query] = dataset
+            continue
         entry = registries.datasets.get(dataset)
         if entry is None or entry["track"] != "representation":
             raise ValueError(f"annotate.{query}.reference: {dataset!r} is not a dataset of the representation track")

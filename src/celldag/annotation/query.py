@@ -59,6 +59,7 @@ class QueryAnnotation:
     query_labelled_coverage: dict[str, float]  # batch → coverage of its labelled cells (batches with any)
     query_proportions: dict[str, float]  # label_shift: the query's type proportions estimated from its cells
     unknown_by: np.ndarray  # (m,) str: which test flagged the cell: "distance", "doubt", "both" or ""
+    held_out_flagged: dict[str, float]  # test → share of held-out reference cells it flags (each ≤ level/2 by design)
 
 
 def cell_calls(sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...],
@@ -152,5 +153,7 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
         held_out_set_size=float(held_sets.sum(axis=1).mean()) if covered.size else float("nan"),
         held_out_unknown=float(unknown_all[held_out].mean()) if covered.size else float("nan"),
         query_labelled_coverage=labelled_coverage, unknown_by=unknown_by[lab],
+        held_out_flagged={test: float(np.isin(unknown_by[held_out], (test, "both")).mean()) if covered.size
+                          else float("nan") for test in ("distance", "doubt")},
         query_proportions=proportions,
     )  # fmt: skip
