@@ -13,10 +13,14 @@ its per-cell probabilities (`proba_random`) fixed; the task's cells are re-split
 
 For each draw, the sets of each procedure are calibrated on the calibration cells the rule dealt and measured on its
 query cells ("as dealt"); then the same calibration ∪ query cells are shuffled between the two parts, counts kept
-("re-dealt"), and measured again. The bias of a rule is the mean of (as dealt − re-dealt) over draws and outputs: 0
-for a rule that favours no part. Both use the same cells with the same probabilities (a cell dealt into train by a
-draw but trained on by the output is in-fit in both), so the difference isolates the allocation. SE: over outputs'
-mean differences (draws of one output share its probabilities).
+("re-dealt"), and measured again; and the two parts are swapped — calibrated on the query, measured on the
+calibration cells ("swapped"). The bias of a rule is the mean of (as dealt − re-dealt) over draws and outputs: 0
+for a rule that favours no part. The re-deal is not stratified, so a procedure whose sets depend on how alike the
+two parts' type mixes are (`label_shift` estimates the query's proportions) can differ from it by a stratified
+split's own advantage; the swap keeps the strata, and a rule that favours no part gives calibration and query the
+same law, so (as dealt − swapped) is 0 in expectation for every procedure. Both use the same cells with the same probabilities (a cell dealt into train by a
+draw but trained on by the output is in-fit in both), so the difference isolates the allocation. SE: over draws, of
+each draw's mean over outputs (the outputs of one seed share its draws, so they are not independent).
 
 Prints Markdown.
 """
@@ -99,7 +103,8 @@ def main() -> int:
     args = arguments.parse_args()
     alpha = float(SCORING_DEFAULTS["alpha"])
     fractions = tuple(TASK_DEFAULTS["split"])
-    differences = defaultdict(list)  # (rule, procedure) → each output's mean (as dealt − re-dealt)
+    differences = defaultdict(list)  # (rule, procedure) → per output, each draw's (as dealt − re-dealt)
+    swaps = defaultdict(list)  # (rule, procedure) → per output, each draw's (as dealt − swapped)
     dealt = defaultdict(list)  # (rule, procedure) → each output's mean coverage as dealt
     outputs = 0
     for runs in args.runs:
@@ -121,7 +126,7 @@ def main() -> int:
                 lac, aps = conformal.lac_scores(proba), conformal.aps_scores(proba)
                 rng = np.random.default_rng([STREAM, seed, outputs])
                 for rule, drawn in splits.items():
-                    gaps, as_dealt = defaultdict(list), defaultdict(list)
+                    gaps, swapped, as_dealt = defaultdict(list), defaultdict(list), defaultdict(list)
                     for split in drawn:
                         calibration, query = split == "calibration", split == "query"
                         pool = np.flatnonzero(calibration | query)
@@ -131,22 +136,28 @@ def main() -> int:
                         for name in PROCEDURES:
                             first = coverage(name, proba, lac, aps, truth, batch, calibration, query, alpha)
                             second = coverage(name, proba, lac, aps, truth, batch, redealt_cal, redealt_query, alpha)
+                            third = coverage(name, proba, lac, aps, truth, batch, query, calibration, alpha)
                             gaps[name].append(first - second)
+                            swapped[name].append(first - third)
                             as_dealt[name].append(first)
                     for name in PROCEDURES:
-                        differences[rule, name].append(np.mean(gaps[name]))
+                        differences[rule, name].append(gaps[name])
+                        swaps[rule, name].append(swapped[name])
                         dealt[rule, name].append(np.mean(as_dealt[name]))
     print(
         f"{outputs} outputs × {args.draws} splits per rule; 1 − α = {1 - alpha:g}; bias = coverage as dealt − "
-        "re-dealt at random, mean over splits and outputs (SE over outputs)\n"
+        "re-dealt at random, swap gap = as dealt − swapped; means over splits and outputs, SE over splits\n"
     )
-    print("| rule | procedure | coverage as dealt | bias | SE |")
-    print("|---|---|---|---|---|")
+    print("| rule | procedure | coverage as dealt | bias | SE | swap gap | SE |")
+    print("|---|---|---|---|---|---|---|")
     for rule in RULES:
         for name in PROCEDURES:
-            values = np.asarray(differences[rule, name])
-            se = values.std(ddof=1) / np.sqrt(values.size) if values.size > 1 else float("nan")
-            print(f"| {rule} | {name} | {np.mean(dealt[rule, name]):.4f} | {values.mean():+.4f} | {se:.4f} |")
+            cells = [f"{np.mean(dealt[rule, name]):.4f}"]
+            for table in (differences, swaps):
+                per_draw = np.asarray(table[rule, name]).mean(axis=0)  # outputs × draws → each draw's mean
+                se = per_draw.std(ddof=1) / np.sqrt(per_draw.size) if per_draw.size > 1 else float("nan")
+                cells += [f"{per_draw.mean():+.4f}", f"{se:.4f}"]
+            print(f"| {rule} | {name} | " + " | ".join(cells) + " |")
     return 0
 
 

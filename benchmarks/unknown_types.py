@@ -9,7 +9,10 @@ the training and calibration cells; the classifier (`knn`, `logistic`, as the tr
 is calibrated on the rest, and a query cell is flagged `unknown type` when no
 query cell is flagged `unknown type` by ``celldag.annotation.query``'s rule at α (distance to the reference train
 cells or the classifier's doubt beyond the calibration cells' quantile at α/2 each) — and, to compare, by each of
-its two tests alone and by an empty class-conditional set. Per rule, classifier and embedding: the share of the
+its two tests alone and by an empty class-conditional set; and candidates for a better flag (issue 51), each one test
+at α on the calibration cells: the residual off the train cells' principal subspace, the distance to the train cells
+of the type the classifier calls the cell, and a transductive test of query clusters (k-means, K + 1 clusters, a
+cluster's distances against the calibration cells', Holm at 0.05: all its cells flagged). Per rule, classifier and embedding: the share of the
 removed type's query cells flagged (detection, Wilson 95 % interval over every cell of every removal and seed) and
 the share of the other query cells flagged (false flags: at most α by construction, plus binomial noise).
 
@@ -47,7 +50,58 @@ def tasks(runs: Path, dataset: str):
             yield embedding, anndata.read_h5ad(path)
 
 
-RULES = ("annotate: distance or doubt", "distance alone", "doubt alone", "empty class-conditional set")
+RULES = ("annotate: distance or doubt", "distance alone", "doubt alone", "empty class-conditional set",
+         "candidate: residual off the train cells' principal subspace", "candidate: distance to the best type's cells",
+         "candidate: query clusters shifted in distance")  # fmt: skip
+SUBSPACE = 10  # principal axes of the train cells the residual candidate projects on (at most the embedding's - 1)
+CLUSTER_LEVEL = 0.05  # family-wise level of the cluster candidate's tests (Holm over the query's clusters)
+
+
+def calibrated_flags(values: np.ndarray, calibration: np.ndarray, level: float) -> np.ndarray:
+    """(n,) bool: a score beyond the calibration cells' conformal quantile at ``level`` (one test at the level)."""
+    return values > conformal.conformal_quantile(values[calibration], level)
+
+
+def residuals(embedding: np.ndarray, train: np.ndarray) -> np.ndarray:
+    """(n,) each cell's distance from the affine subspace of the train cells' first ``SUBSPACE`` principal axes: a
+    type the reference lacks may lie off the directions the reference's types span."""
+    from sklearn.decomposition import PCA
+
+    k = min(SUBSPACE, embedding.shape[1] - 1, int(train.sum()) - 1)
+    pca = PCA(n_components=k, svd_solver="full").fit(embedding[train])
+    return np.linalg.norm(embedding - pca.inverse_transform(pca.transform(embedding)), axis=1)
+
+
+def best_type_distances(embedding: np.ndarray, train: np.ndarray, labels: np.ndarray, best: np.ndarray,
+                        classes: tuple[str, ...]) -> np.ndarray:  # fmt: skip
+    """(n,) each cell's novelty distance to the train cells of the type the classifier calls it (label-free, so the
+    calibration and query cells are scored alike): a cell can be near the reference yet far from its own call."""
+    distances = np.empty(labels.size)
+    for j, name in enumerate(classes):
+        called = best == j
+        if called.any():
+            of_type = train & (labels == name)
+            rows = called | of_type
+            distances[called] = novelty_distances(embedding[rows], of_type[rows])[called[rows]]
+    return distances
+
+
+def cluster_flags(embedding: np.ndarray, distances: np.ndarray, calibration: np.ndarray, query: np.ndarray,
+                  n_clusters: int, seed: int) -> np.ndarray:  # fmt: skip
+    """(n,) bool: every query cell of a query cluster (k-means on the query cells' embedding rows) whose novelty
+    distances are stochastically larger than the calibration cells' (one-sided Mann–Whitney, Holm over clusters) —
+    transductive: a missing type arrives as a group of cells, which one cell's test may miss."""
+    from sklearn.cluster import KMeans
+
+    found = np.zeros(distances.size, dtype=bool)
+    rows = np.flatnonzero(query)
+    clusters = KMeans(n_clusters=min(n_clusters, rows.size), n_init=4, random_state=seed).fit_predict(embedding[rows])
+    p_values = [shift.larger_p(distances[calibration], distances[rows[clusters == c]])[1]
+                if np.count_nonzero(clusters == c) >= shift.MIN_CELLS else 1.0
+                for c in range(clusters.max() + 1)]  # fmt: skip
+    shifted = shift.holm(p_values) <= CLUSTER_LEVEL
+    found[rows] = shifted[clusters]
+    return found
 
 
 def flagged(task, classifier, removed: str, alpha: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -66,9 +120,15 @@ def flagged(task, classifier, removed: str, alpha: float) -> dict[str, tuple[np.
     truth = np.array([classes.index(label) if label in classes else -1 for label in labels])
     cal_scores = conformal.true_scores(lac[calibration], truth[calibration])
     empty = ~conformal.class_conditional_sets(cal_scores, truth[calibration], lac[query], alpha).any(axis=1)
-    by = novelty_tests(novelty_distances(embedding, train), shift.top_scores(proba), calibration, alpha)[query]
+    distances = novelty_distances(embedding, train)
+    by = novelty_tests(distances, shift.top_scores(proba), calibration, alpha)[query]
+    seed = int(task.uns["seed"])
     rules = {RULES[0]: by != "", RULES[1]: np.isin(by, ("distance", "both")), RULES[2]: np.isin(by, ("doubt", "both")),
-             RULES[3]: empty}  # fmt: skip
+             RULES[3]: empty,
+             RULES[4]: calibrated_flags(residuals(embedding, train), calibration, alpha)[query],
+             RULES[5]: calibrated_flags(best_type_distances(embedding, train, labels, proba.argmax(axis=1), classes),
+                                        calibration, alpha)[query],
+             RULES[6]: cluster_flags(embedding, distances, calibration, query, len(classes) + 1, seed)[query]}  # fmt: skip
     novel = ~known[query]
     return {rule: (flags[novel], flags[~novel]) for rule, flags in rules.items()}
 

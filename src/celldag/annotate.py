@@ -126,11 +126,15 @@ def prepared_plain(request: Request, adata):
     if cached.is_file():
         return artifacts.read_h5ad(cached)
     name = Path(path).name
+    # one batch is a reference like any other here; the loader, made for benchmarks, calls it a dataset without
+    # batches (its batch named by the dataset id): the batch's own name is given as that id
+    batches = adata.obs[batch_key].astype(str).unique()
+    dataset_id = str(batches[0]) if len(batches) == 1 else f"reference-{key}"
     entry = {"loader": PLAIN_LOADER, "track": "representation", "files": [{"name": name, "path": path}],
-             "params": {"file": name, "label_key": label_key, "batch_key": batch_key,
+             "params": {"file": name, "label_key": label_key, "batch_key": batch_key if len(batches) > 1 else None,
                         "counts_layer": "X" if values == "counts" else None,
                         "lognorm_layer": "X" if values == "lognorm" else None}}  # fmt: skip
-    prepared = prepare_dataset(f"reference-{key}", entry, REPRESENTATION, request.seed, {name: path})
+    prepared = prepare_dataset(dataset_id, entry, REPRESENTATION, request.seed, {name: path})
     contracts.check_prepared_dataset(prepared, str(cached), "representation", REPRESENTATION)
     cached.parent.mkdir(parents=True, exist_ok=True)
     artifacts.write_h5ad(prepared, cached)

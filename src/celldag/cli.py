@@ -236,8 +236,8 @@ def _add_annotate(commands) -> None:
                                               "cells' batches get the labelled shift test")  # fmt: skip
     annotate.add_argument("--representation", help="representation method of the registry (default pca)")
     annotate.add_argument("--classifier", help="annotation classifier of the registry (default logistic)")
-    annotate.add_argument("--procedure", help="conformal procedure: class_conditional (default), split_lac, split_aps, "
-                                              "kandinsky_augmented or label_shift")  # fmt: skip
+    annotate.add_argument("--procedure", help="conformal procedure: label_shift (default), class_conditional, "
+                                              "class_conditional_pooled, split_lac, split_aps or kandinsky_augmented")  # fmt: skip
     annotate.add_argument("--no-empty-sets", action="store_true", default=None,
                           help="add the top label to an empty set (coverage can only grow; report.md says by how much)")  # fmt: skip
     annotate.add_argument(

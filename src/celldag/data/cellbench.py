@@ -34,7 +34,18 @@ SPIKE_IN = "ERCC-"  # ERCC spike-in rows of the plate protocols: no gene, absent
 
 
 def prepare_cellbench(dataset_id: str, params: Mapping, seed: int, files: Mapping[str, str]):
-    """Prepared representation dataset: the singlets of every experiment among ``files``, counts kept for scVI.
+    """Prepared representation dataset: the singlets of every experiment among ``files``, counts kept for scVI."""
+    del dataset_id  # the experiments come from the files
+    data, record = singlets(files)
+    prepared = preprocess(data, label_key=LABEL_KEY, batch_key=BATCH_KEY, seed=seed, params=params)
+    prepared.uns["cellbench"] = record
+    return prepared
+
+
+def singlets(files: Mapping[str, str]):
+    """(AnnData of raw counts: the singlets of every experiment among ``files``, cell line in obs[LABEL_KEY] and
+    experiment in obs[BATCH_KEY]; {experiment: cells in its file, singlets kept}) — also a plain labelled h5ad
+    for ``celldag annotate`` (benchmarks/annotate_defaults.py).
 
     The experiments' count tables list different genes (scPipe writes a gene only where the experiment detected
     it), so they are joined on the union of their genes, a gene a table lacks counting 0 there. Cell ids repeat
@@ -42,7 +53,6 @@ def prepare_cellbench(dataset_id: str, params: Mapping, seed: int, files: Mappin
     """
     import anndata
 
-    del dataset_id  # the experiments come from the files
     parts, record = [], {}
     for experiment in experiments(files):
         counts, labels, in_file = read_experiment(
@@ -53,10 +63,7 @@ def prepare_cellbench(dataset_id: str, params: Mapping, seed: int, files: Mappin
             X=sparse.csr_matrix(counts.to_numpy().T),
             obs=pd.DataFrame({LABEL_KEY: labels, BATCH_KEY: experiment}, index=experiment + ":" + counts.columns),
             var=pd.DataFrame(index=counts.index)))  # fmt: skip
-    data = anndata.concat(parts, join="outer", fill_value=0)
-    prepared = preprocess(data, label_key=LABEL_KEY, batch_key=BATCH_KEY, seed=seed, params=params)
-    prepared.uns["cellbench"] = record
-    return prepared
+    return anndata.concat(parts, join="outer", fill_value=0), record
 
 
 def experiments(files: Mapping[str, str]) -> list[str]:
