@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from celldag.annotate import Request, annotate
 from celldag.data.cellbench import BATCH_KEY, COUNT, LABEL_KEY, METADATA, singlets
