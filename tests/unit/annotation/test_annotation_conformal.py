@@ -526,3 +526,68 @@ def test_kandinsky_keeps_scores_equal_to_a_threshold_the_solver_rounds(monkeypat
     assert np.abs(beta).max() < 1e-9
     assert sets[np.arange(n // 2), truth[~calibration]].mean() == 1.0
     assert sets.sum(axis=1).mean() == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- rare types pooled, training-conditional coverage
+
+
+def test_pooled_class_sets_by_hand():
+    """α = 0.25 needs ⌈0.75/0.25⌉ = 3 calibration cells: class 0 (4 cells) keeps its own threshold, classes 1 and 2
+    (1 and 2 cells) share the pool's 3 scores, and a pool still too small falls back to every calibration cell."""
+    from celldag.annotation.conformal import min_calibration_cells, pooled_class_sets, rare_pooled_groups
+
+    assert min_calibration_cells(0.1) == 9 and min_calibration_cells(0.25) == 3
+    cal_scores = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+    cal_labels = np.array([0, 0, 0, 0, 1, 2, 2])
+    query = np.array([[0.4, 0.7, 0.65], [0.45, 0.71, 0.2]])
+    # class 0: rank ⌈5 · 0.75⌉ = 4 of (0.1, 0.2, 0.3, 0.4) → 0.4; the pool (0.5, 0.6, 0.7): rank ⌈4 · 0.75⌉ = 3 → 0.7
+    assert pooled_class_sets(cal_scores, cal_labels, query, 0.25).tolist() == [[True, True, True], [False, False, True]]
+    assert class_conditional_sets(cal_scores, cal_labels, query, 0.25)[:, 1].all()  # one cell: in every set
+    groups, rare, pooled_enough = rare_pooled_groups(np.array([0, 0, 0, 0, 1]), 3, 0.25)
+    assert rare.tolist() == [False, True, True] and not pooled_enough and groups.tolist() == [0, 4, 4]
+    # the pool of one cell: its types take the marginal threshold of all five scores, rank ⌈6 · 0.75⌉ = 5 → 0.5
+    sets = pooled_class_sets(cal_scores[:5], np.array([0, 0, 0, 0, 1]), np.array([[0.5, 0.5, 0.51]]), 0.25)
+    assert sets.tolist() == [[False, True, False]]
+
+
+def test_pooled_class_sets_cover_each_common_type_and_the_rare_ones_together():
+    """Simulated: two common types and three rare ones (3 calibration cells each at α = 0.1): every common type and
+    the rare types pooled are covered ≥ 1 − α over 2,000 draws; class-conditional puts the rare types in every set,
+    the pooled sets far less often."""
+    from celldag.annotation.conformal import pooled_class_sets
+
+    rng = np.random.default_rng(3)
+    counts = np.array([60, 60, 3, 3, 3])
+    covered = {0: [], 1: [], "rare": []}
+    rare_everywhere = []
+    for _ in range(2000):
+        labels = np.repeat(np.arange(5), counts)
+        scale = 1 + np.arange(5) / 4  # each type its own scale of own-label scores
+        scores = rng.uniform(size=labels.size) * scale[labels]
+        query_labels = rng.integers(5, size=50)
+        query = rng.uniform(0.5, 3, size=(50, 5))  # a wrong label conforms less
+        query[np.arange(50), query_labels] = rng.uniform(size=50) * scale[query_labels]
+        sets = pooled_class_sets(scores, labels, query, 0.1)
+        hit = sets[np.arange(50), query_labels]
+        covered[0].append(hit[query_labels == 0].mean())
+        covered[1].append(hit[query_labels == 1].mean())
+        covered["rare"].append(hit[query_labels >= 2].mean())
+        rare_everywhere.append(sets[:, 2:].mean())
+        assert class_conditional_sets(scores, labels, query, 0.1)[:, 2:].all()
+    for group, values in covered.items():
+        assert np.nanmean(values) >= 0.9 - 2 * np.nanstd(values) / np.sqrt(len(values)), group
+    assert np.mean(rare_everywhere) < 0.75  # class-conditional: 1
+
+
+@pytest.mark.parametrize("n", [50, 178, 1000])
+def test_training_conditional_risk_is_the_beta_law_of_split_coverage(n):
+    """The chance over calibration sets that split conformal's coverage falls below 1 − α − 0.02, against 4,000
+    simulated calibration sets of continuous scores (coverage given the set = the uniform mass below its quantile)."""
+    from celldag.annotation.conformal import training_conditional_risk
+
+    rng = np.random.default_rng(n)
+    thresholds = np.array([conformal_quantile(rng.uniform(size=n), ALPHA) for _ in range(4000)])
+    simulated = np.mean(np.minimum(thresholds, 1.0) < 1 - ALPHA - 0.02)
+    risk = training_conditional_risk(n, ALPHA)
+    assert abs(risk - simulated) <= 3 * np.sqrt(risk * (1 - risk) / 4000) + 1e-3, (risk, simulated)
+    assert training_conditional_risk(5, ALPHA) == 0.0  # an infinite threshold covers every cell

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag.annotation.scoring import procedure_sets
+from celldag.annotation.scoring import codes, procedure_sets
 from celldag.annotation.track import LABEL_FREE_METRICS, NEW_BATCH_METRICS, NO_EMPTY_METRICS, PROCEDURES, SET_METRICS
 
 ALPHA = 0.1
@@ -93,8 +93,9 @@ def toy_task_and_outputs():
     return toy_run()[:2]
 
 
-def toy_run():
-    """(task, outputs, the chained input they ran on: the task with the embedding as X) of ``toy_task_and_outputs``."""
+def toy_run(lonely: bool = False):
+    """(task, outputs, the chained input they ran on: the task with the embedding as X) of ``toy_task_and_outputs``;
+    ``lonely``: the first cell in a batch of its own."""
     import anndata
     import pandas as pd
 
@@ -109,6 +110,8 @@ def toy_run():
     x = (3 * np.eye(4)[labels] @ rng.normal(size=(4, 30)) + rng.normal(size=(n_cells, 30))).astype(np.float32)
     obs = pd.DataFrame({"label": [f"type{v}" for v in labels], "batch": [f"b{v}" for v in batch]},
                        index=[f"c{i}" for i in range(n_cells)])  # fmt: skip
+    if lonely:
+        obs.iloc[0, obs.columns.get_loc("batch")] = "lonely"
     prepared = anndata.AnnData(X=x, obs=obs, uns={"dataset_id": "toy", "seed": 0})
     task = chain_task(prepared, {}, 0)
     upstream = anndata.AnnData(obs=pd.DataFrame(index=obs.index), obsm={"X_emb": x[:, :10]},
@@ -401,3 +404,46 @@ def test_held_out_types_are_detected_and_known_types_rarely_flagged():
     apart = [held_out_type_scores(task, output, chained, 0.1) for output in outputs]
     assert [held_out_type_scores(task, output, chained, 0.1, shared) for output in outputs] == apart
     assert sorted(shared) == [0, 1, 2, 3] and all(d.shape == (task.n_obs,) for d in shared.values())
+
+
+def test_a_one_cell_batch_is_scored_with_a_note_not_a_traceback():
+    """A batch of one cell (issue 51): its label-free shift test is reported too small to test in the note, the
+    other batches are tested (Holm over them) and every procedure's scores are computed."""
+    from celldag.annotation.scoring import score_seed
+    from celldag.contracts import SCORE_FAILED
+    from celldag.tracks import ScoringContext
+
+    task, outputs, chained = toy_run(lonely=True)
+    assert (task.obs["batch"] == "lonely").sum() == 1
+    evaluation = {"annotation": {"min_group_cells": 5}}
+    rows = score_seed(task, outputs, ScoringContext(0, {}, evaluation, chained_inputs=(chained,)))
+    for row in rows:
+        assert "too small to test (fewer than 2 cells), label-free: lonely" in row["note"]
+        assert row["label_free_shifted"] in (0.0, 1.0, 2.0, 3.0) and 0.8 <= row["split_lac_label_free_coverage"] <= 1
+        assert SCORE_FAILED not in row and 0.8 <= row["split_lac_coverage"] <= 1
+
+
+def test_kandinskys_design_is_chosen_without_the_calibration_labels():
+    """With ``sizing`` (the fit's train cells), the design's kept and dropped groups are a function of the train
+    cells' labels and the query's covariates: the calibration cells' labels permuted, the same design (issue 51).
+    Chosen on the calibration cells themselves, the permutation changes it — the dependence the fix removes."""
+    task, outputs = toy_task_and_outputs()
+    truth = np.array([int(label.removeprefix("type")) for label in task.obs["label"].astype(str)])
+    batch = codes(task.obs["batch"])
+    split = task.obs["split"].astype(str).to_numpy()
+    calibration, query, train = split == "calibration", split == "query", split == "train"
+    # a rare type in calibration only: its direction's weight is what a design sized on calibration labels reads
+    truth[np.flatnonzero(calibration)[:12]] = 3
+    proba = np.asarray(outputs[1].obsm["proba_random"], dtype=np.float64)
+    soft = np.asarray(task.obsm["soft_groups"], dtype=np.float64)
+    permuted = truth.copy()
+    permuted[calibration] = np.random.default_rng(0).permutation(truth[calibration])
+    permuted[np.flatnonzero(calibration)[:40]] = 0
+    designs = {}
+    for name, labels in (("as is", truth), ("permuted", permuted)):
+        for sizing in (train, None):
+            built = procedure_sets(proba, labels, batch, soft, calibration, query, ALPHA, min_weight=40.0,
+                                   procedures=("kandinsky",), sizing=sizing)  # fmt: skip
+            designs[name, sizing is None] = sorted(built.dropped)
+    assert designs["as is", False] == designs["permuted", False]
+    assert designs["as is", True] != designs["permuted", True]

@@ -68,3 +68,36 @@ def test_on_a_pure_label_shift_it_covers_and_its_sets_are_smaller_than_class_con
     assert np.mean(covered) >= 1 - alpha - 2 * se
     assert np.mean(sizes) < np.mean(cc_sizes)
     assert np.mean(cc_covered) >= 1 - alpha - 2 * np.std(cc_covered, ddof=1) / np.sqrt(draws)
+
+
+def test_label_shift_weights_are_cross_fitted():
+    """A calibration cell's weight comes from the proportions estimated on the other half (issue 51): changing one
+    cell's probabilities moves the weights of the other half only; each type is split evenly between the halves."""
+    from celldag.annotation.label_shift import cross_fitted_halves, cross_fitted_weights
+
+    rng = np.random.default_rng(5)
+    cal_proba, cal_labels = gaussian_cells(rng, [200] * 4)
+    query_proba, _ = gaussian_cells(rng, [300, 100, 100, 50])
+    halves = cross_fitted_halves(cal_labels)
+    assert all(abs(np.sum(halves[cal_labels == k] == 0) - np.sum(halves[cal_labels == k] == 1)) <= 1 for k in range(4))
+    weights, candidates, estimate = cross_fitted_weights(cal_proba, cal_labels, query_proba, 4)
+    assert estimate == pytest.approx([0.545, 0.18, 0.18, 0.09], abs=0.05) and (candidates > 0).all()
+    changed = cal_proba.copy()
+    first = np.flatnonzero(halves == 0)[0]
+    changed[first] = np.roll(changed[first], 1)
+    moved = cross_fitted_weights(changed, cal_labels, query_proba, 4)[0]
+    assert np.array_equal(moved[halves == 0], weights[halves == 0])  # its own half's weights: untouched
+    assert not np.array_equal(moved[halves == 1], weights[halves == 1])
+
+
+def test_a_type_estimated_at_zero_is_warned_of():
+    """Non-negative least squares zeroes a type whose unconstrained share would be negative: the query's mean
+    probability (0.95, 0.05) lies beyond type 0's (0.9, 0.1), so type 1's share is 0 and its cells weigh nothing."""
+    from celldag.annotation.label_shift import ZeroedTypeWarning, cross_fitted_weights
+
+    cal_labels = np.repeat([0, 1], 10)
+    cal_proba = np.where(cal_labels[:, None] == 0, [0.9, 0.1], [0.1, 0.9])
+    query_proba = np.tile([0.95, 0.05], (30, 1))
+    with pytest.warns(ZeroedTypeWarning, match=r"type\(s\) \[1\]"):
+        weights, candidates, estimate = cross_fitted_weights(cal_proba, cal_labels, query_proba, 2)
+    assert estimate.tolist() == [1.0, 0.0] and candidates[1] == 0 and (weights[cal_labels == 1] == 0).all()
