@@ -348,3 +348,16 @@ def test_a_chained_method_on_a_dataset_that_chains_its_track_is_not_warned_of(re
             registries, datasets=["bm_default", "pbmc68k_batched"], methods=["nj_raw", "pca", "knn"], seeds=[0]
         )
     assert {run.chained_method for run in plan.chained} == {"knn"}
+
+
+def test_a_query_of_config_annotate_takes_a_registry_dataset_or_a_labelled_h5ad(registries):
+    """config ``annotate``: a registry dataset's reference is its prepared file, a path ending in .h5ad the file
+    as named (``celldag annotate`` prepares a plain one itself: issue 51)."""
+    plan = plan_for(registries, datasets=["pbmc68k_batched"], methods=["pca"], seeds=[0],
+                    annotate={"from_registry": {"reference": "pbmc68k_batched", "query": "lab.h5ad"},
+                              "from_atlas": {"reference": "data/atlas.h5ad", "query": "lab.h5ad",
+                                             "reference_label_key": "cell_type"}})  # fmt: skip
+    queries = dict(plan.queries)
+    entry = registries.datasets["pbmc68k_batched"]
+    assert queries["from_registry"] == PREPARED.format(dataset="pbmc68k_batched", data_key=data_key(entry), seed=0)
+    assert queries["from_atlas"] == "data/atlas.h5ad"
