@@ -157,6 +157,22 @@ def test_labelled_query_cells_are_tested_on_their_own_labels_scores(tmp_path, re
     )
 
 
+def test_an_empty_aps_set_is_its_most_confident_cells_and_called_by_their_top_type(tmp_path, registries):
+    """APS's score of a cell's top label is its top probability: a cell surer than the threshold keeps no label.
+    Such a cell is called by its top type, never 'no type' (issue 51)."""
+    data = prepared(counts_dataset())
+    reference, query = held_out(data, "b3", tmp_path)
+    out = annotate(Request(reference, query, str(tmp_path / "out"), representation="expression", classifier="logistic",
+                           batch_key="run", procedure="split_aps", alpha=0.3), registries.methods)  # fmt: skip
+    cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
+    empty = (cells["set_size"] == 0).to_numpy()
+    assert empty.any() and "no type" not in set(cells["call"])
+    known = cells["call"].to_numpy()[empty] != UNKNOWN
+    assert (cells["call"].to_numpy()[empty][known] == cells["best_type"].to_numpy()[empty][known]).all()
+    # they are the confident cells: their top probability above every non-empty set's
+    assert cells["best_probability"][empty].min() >= cells["best_probability"][~empty].median()
+
+
 def bad_query(tmp_path, change):
     data = prepared(counts_dataset(cells_per_batch=40))
     reference, query = held_out(data, "b3", tmp_path)
