@@ -352,3 +352,20 @@ def test_known_out_of_fit_cells_are_flagged_at_the_level_each_test_promises(tmp_
     # harmony corrects the query's batches (new to it) apart from the reference's: its query cells sit nearer the
     # train cells than the calibration cells do, and its distance test flags them at about 0.03 (docs/annotation.md)
     assert np.mean(unions) <= 0.1 + 2 * se(unions), unions
+
+
+def test_a_registry_dataset_names_its_prepared_file_or_says_how_to_make_it(tmp_path, registries, monkeypatch):
+    from celldag.annotate import reference_path
+    from celldag.plan import PREPARED, data_key
+
+    monkeypatch.chdir(tmp_path)
+    assert reference_path("my_atlas.h5ad", registries.datasets, 0) == "my_atlas.h5ad"  # a file, as named
+    prepared_file = PREPARED.format(dataset="pbmc68k_batched", data_key=data_key(registries.datasets["pbmc68k_batched"]),
+                                    seed=1)  # fmt: skip
+    with pytest.raises(InputError, match=r"its prepared file .* is not made yet: `snakemake --cores all "):
+        reference_path("pbmc68k_batched", registries.datasets, 1)
+    (tmp_path / prepared_file).parent.mkdir(parents=True)
+    (tmp_path / prepared_file).touch()
+    assert reference_path("pbmc68k_batched", registries.datasets, 1) == prepared_file
+    with pytest.raises(InputError, match="neither an .h5ad file nor a dataset of the representation track"):
+        reference_path("bm_default", registries.datasets, 0)  # a lineage dataset
