@@ -33,8 +33,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-import anndata  # noqa: E402
-from annotation_runs import annotation_folders, parser  # noqa: E402
+from annotation_runs import annotation_tasks, ok_outputs, parser  # noqa: E402
 
 from celldag.annotation import conformal  # noqa: E402
 from celldag.annotation.label_shift import weighted_sets  # noqa: E402
@@ -85,36 +84,26 @@ def main() -> int:
     covered = defaultdict(list)  # (construction, procedure) → coverage of each draw
     sizes = defaultdict(list)
     outputs = 0
-    for runs in args.runs:
-        for folder in annotation_folders(runs, args.dataset):
-            task = anndata.read_h5ad(folder / "input.h5ad")
-            labels = task.obs["label"].astype(str).to_numpy()
-            batch = task.obs["batch"].astype(str).to_numpy()
-            split = task.obs["split"].astype(str).to_numpy()
-            calibration, query = split == "calibration", split == "query"
-            kinds = [label for label in np.unique(labels)
-                     if np.count_nonzero(query & (labels == label)) >= HELD_OUT_TYPE_MIN_QUERY]  # fmt: skip
-            base = {label: float(np.mean(labels[calibration] == label)) for label in np.unique(labels)}
-            for path in sorted(folder.glob("*/output.h5ad")):
-                output = anndata.read_h5ad(path)
-                if output.uns.get("status") != "ok":
-                    continue
-                outputs += 1
-                classes = list(output.uns["classes"])
-                truth = np.array([classes.index(label) for label in labels])
-                proba = np.asarray(output.obsm["proba_random"], dtype=np.float64)
-                rng = np.random.default_rng([STREAM, int(output.uns["seed"]), outputs])
-                batches = np.unique(batch)
-                for construction in CONSTRUCTIONS:
-                    for draw in range(args.draws):
-                        pool = query if construction == "pure" else query & (batch == batches[draw % batches.size])
-                        rows = skewed_query(labels, pool, kinds[draw % len(kinds)], args.share, base, rng)
-                        if rows.size < HELD_OUT_TYPE_MIN_QUERY:  # a batch with too few cells of the type: no draw
-                            continue
-                        for name in PROCEDURES:
-                            sets = procedure_sets(name, proba, truth, calibration, rows, alpha)
-                            covered[construction, name].append(sets[np.arange(rows.size), truth[rows]].mean())
-                            sizes[construction, name].append(sets.sum(axis=1).mean())
+    for folder, task, labels, batch in annotation_tasks(args.runs, args.dataset):
+        split = task.obs["split"].astype(str).to_numpy()
+        calibration, query = split == "calibration", split == "query"
+        kinds = [label for label in np.unique(labels)
+                 if np.count_nonzero(query & (labels == label)) >= HELD_OUT_TYPE_MIN_QUERY]  # fmt: skip
+        base = {label: float(np.mean(labels[calibration] == label)) for label in np.unique(labels)}
+        for output, truth, proba in ok_outputs(folder, labels):
+            outputs += 1
+            rng = np.random.default_rng([STREAM, int(output.uns["seed"]), outputs])
+            batches = np.unique(batch)
+            for construction in CONSTRUCTIONS:
+                for draw in range(args.draws):
+                    pool = query if construction == "pure" else query & (batch == batches[draw % batches.size])
+                    rows = skewed_query(labels, pool, kinds[draw % len(kinds)], args.share, base, rng)
+                    if rows.size < HELD_OUT_TYPE_MIN_QUERY:  # a batch with too few cells of the type: no draw
+                        continue
+                    for name in PROCEDURES:
+                        sets = procedure_sets(name, proba, truth, calibration, rows, alpha)
+                        covered[construction, name].append(sets[np.arange(rows.size), truth[rows]].mean())
+                        sizes[construction, name].append(sets.sum(axis=1).mean())
     drawn = {construction: len(covered[construction, PROCEDURES[0]]) for construction in CONSTRUCTIONS}
     print(f"{outputs} outputs; draws made: {', '.join(f'{c} {n:,}' for c, n in drawn.items())} (a draw needs "
           f"{HELD_OUT_TYPE_MIN_QUERY}+ cells); favoured type share {args.share:g}; 1 − α = {1 - alpha:g}\n")  # fmt: skip

@@ -36,8 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-import anndata  # noqa: E402
-from annotation_runs import annotation_folders, parser  # noqa: E402
+from annotation_runs import annotation_tasks, ok_outputs, parser  # noqa: E402
 
 from celldag.annotation import conformal  # noqa: E402
 from celldag.annotation.label_shift import weighted_sets  # noqa: E402
@@ -107,43 +106,33 @@ def main() -> int:
     swaps = defaultdict(list)  # (rule, procedure) → per output, each draw's (as dealt − swapped)
     dealt = defaultdict(list)  # (rule, procedure) → each output's mean coverage as dealt
     outputs = 0
-    for runs in args.runs:
-        for folder in annotation_folders(runs, args.dataset):
-            task = anndata.read_h5ad(folder / "input.h5ad")
-            labels = task.obs["label"].astype(str).to_numpy()
-            batch = task.obs["batch"].astype(str).to_numpy()
-            seed = int(task.uns["seed"])
-            splits = {rule: [(split_cells if rule == RULES[0] else by_position)(labels, batch, fractions, 1000 * seed + d)
-                             for d in range(args.draws)] for rule in RULES}  # fmt: skip
-            for path in sorted(folder.glob("*/output.h5ad")):
-                output = anndata.read_h5ad(path)
-                if output.uns.get("status") != "ok":
-                    continue
-                outputs += 1
-                classes = list(output.uns["classes"])
-                truth = np.array([classes.index(label) for label in labels])
-                proba = np.asarray(output.obsm["proba_random"], dtype=np.float64)
-                lac, aps = conformal.lac_scores(proba), conformal.aps_scores(proba)
-                rng = np.random.default_rng([STREAM, seed, outputs])
-                for rule, drawn in splits.items():
-                    gaps, swapped, as_dealt = defaultdict(list), defaultdict(list), defaultdict(list)
-                    for split in drawn:
-                        calibration, query = split == "calibration", split == "query"
-                        pool = np.flatnonzero(calibration | query)
-                        shuffled = np.zeros(labels.size, dtype=bool)
-                        shuffled[rng.permutation(pool)[: calibration.sum()]] = True
-                        redealt_cal, redealt_query = shuffled, (calibration | query) & ~shuffled
-                        for name in PROCEDURES:
-                            first = coverage(name, proba, lac, aps, truth, batch, calibration, query, alpha)
-                            second = coverage(name, proba, lac, aps, truth, batch, redealt_cal, redealt_query, alpha)
-                            third = coverage(name, proba, lac, aps, truth, batch, query, calibration, alpha)
-                            gaps[name].append(first - second)
-                            swapped[name].append(first - third)
-                            as_dealt[name].append(first)
+    for folder, task, labels, batch in annotation_tasks(args.runs, args.dataset):
+        seed = int(task.uns["seed"])
+        splits = {rule: [(split_cells if rule == RULES[0] else by_position)(labels, batch, fractions, 1000 * seed + d)
+                         for d in range(args.draws)] for rule in RULES}  # fmt: skip
+        for _, truth, proba in ok_outputs(folder, labels):
+            outputs += 1
+            lac, aps = conformal.lac_scores(proba), conformal.aps_scores(proba)
+            rng = np.random.default_rng([STREAM, seed, outputs])
+            for rule, drawn in splits.items():
+                gaps, swapped, as_dealt = defaultdict(list), defaultdict(list), defaultdict(list)
+                for split in drawn:
+                    calibration, query = split == "calibration", split == "query"
+                    pool = np.flatnonzero(calibration | query)
+                    shuffled = np.zeros(labels.size, dtype=bool)
+                    shuffled[rng.permutation(pool)[: calibration.sum()]] = True
+                    redealt_cal, redealt_query = shuffled, (calibration | query) & ~shuffled
                     for name in PROCEDURES:
-                        differences[rule, name].append(gaps[name])
-                        swaps[rule, name].append(swapped[name])
-                        dealt[rule, name].append(np.mean(as_dealt[name]))
+                        first = coverage(name, proba, lac, aps, truth, batch, calibration, query, alpha)
+                        second = coverage(name, proba, lac, aps, truth, batch, redealt_cal, redealt_query, alpha)
+                        third = coverage(name, proba, lac, aps, truth, batch, query, calibration, alpha)
+                        gaps[name].append(first - second)
+                        swapped[name].append(first - third)
+                        as_dealt[name].append(first)
+                for name in PROCEDURES:
+                    differences[rule, name].append(gaps[name])
+                    swaps[rule, name].append(swapped[name])
+                    dealt[rule, name].append(np.mean(as_dealt[name]))
     print(
         f"{outputs} outputs × {args.draws} splits per rule; 1 − α = {1 - alpha:g}; bias = coverage as dealt − "
         "re-dealt at random, swap gap = as dealt − swapped; means over splits and outputs, SE over splits\n"
