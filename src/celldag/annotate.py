@@ -285,14 +285,18 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
                                             request.unknown_level, novelty.novelty_distances(embedding, fit),
                                             request.no_empty_sets)  # fmt: skip
     cells = cell_table(query, found, classes, proba[n_reference:], query_batch)
-    rare = rare_types(reference_labels[split == "calibration"], classes, request.alpha)
-    batches = batch_table(found, cells, rare)
+    index = {name: i for i, name in enumerate(classes)}
+    calibration_codes = np.array([index[label] for label in reference_labels[split == "calibration"]], dtype=int)
+    rare_mask = conformal.rare_pooled_groups(calibration_codes, len(classes), request.alpha)[1]
+    rare = [name for name, is_rare in zip(classes, rare_mask) if is_rare]
+    holds_rare = found.sets[:, rare_mask].any(axis=1)  # each query cell's set holds a rare type
+    batches = batch_table(found, cells, rare, holds_rare)
     facts = {"genes_shared": len(shared), "genes_used": int(lognorm.shape[1]), "reference_genes": reference.n_vars,
              "reference_cells": n_reference, "calibration_cells": int((split == "calibration").sum()),
              "query_cells": query.n_obs, "classes": list(classes),
              "held_out_coverage": found.held_out_coverage, "held_out_set_size": found.held_out_set_size,
              "held_out_unknown": found.held_out_unknown, "held_out_flagged": found.held_out_flagged,
-             "rare_types": rare,
+             "rare_types": rare, "rare_in_set_share": float(holds_rare.mean()),
              "training_conditional": conformal.training_conditional_risk(int((split == "calibration").sum()),
                                                                          request.alpha),
              "query_proportions": found.query_proportions}  # fmt: skip
@@ -315,12 +319,6 @@ def cell_table(query, found: annotation_query.QueryAnnotation, classes: tuple[st
     }, index=pd.Index(query.obs_names.astype(str), name="cell"))  # fmt: skip
 
 
-def rare_types(calibration_labels: np.ndarray, classes: tuple[str, ...], alpha: float) -> list[str]:
-    """The types with fewer than ⌈(1 − α)/α⌉ calibration cells: no procedure can calibrate them on their own."""
-    counts = pd.Series(calibration_labels).value_counts().reindex(list(classes), fill_value=0)
-    return [name for name, count in counts.items() if count < conformal.min_calibration_cells(alpha)]
-
-
 # what each procedure of ``celldag annotate`` does with a type of too few calibration cells (docs/annotation.md)
 RARE_TYPE_RULE = {
     "class_conditional": "in every set (an infinite threshold)",
@@ -332,11 +330,12 @@ RARE_TYPE_RULE = {
 }
 
 
-def batch_table(found: annotation_query.QueryAnnotation, cells: pd.DataFrame, rare: list[str]) -> pd.DataFrame:
+def batch_table(found: annotation_query.QueryAnnotation, cells: pd.DataFrame, rare: list[str],
+                holds_rare: np.ndarray) -> pd.DataFrame:  # fmt: skip
     """One row per query batch: its shift test, mean set size, shares unknown and ambiguous, labelled coverage, the
-    reference's rare types (too few calibration cells) and the share of its cells whose set holds one."""
+    reference's rare types (fewer than ⌈(1 − α)/α⌉ calibration cells) and the share of its cells whose set holds one
+    (``holds_rare``, per query cell)."""
     rows = []
-    holds_rare = cells["set"].map(lambda cell_set: bool(set(cell_set.split("|")) & set(rare)) if cell_set else False)
     for test in found.tests:
         in_batch = cells["batch"] == test.batch
         members = cells[in_batch]
@@ -347,7 +346,8 @@ def batch_table(found: annotation_query.QueryAnnotation, cells: pd.DataFrame, ra
                      "unknown_share": float(members["unknown_type"].mean()),
                      "ambiguous_share": float((members["call"] == annotation_query.AMBIGUOUS).mean()),
                      "labelled_coverage": found.query_labelled_coverage.get(test.batch, np.nan),
-                     "rare_types": "|".join(rare), "rare_in_set_share": float(holds_rare[in_batch].mean())})  # fmt: skip
+                     "rare_types": "|".join(rare),
+                     "rare_in_set_share": float(holds_rare[in_batch.to_numpy()].mean())})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -388,7 +388,7 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
     blocks.append(Paragraph((
         (f"Rare types (fewer than ⌈(1 − α)/α⌉ = {conformal.min_calibration_cells(request.alpha)} calibration cells): "
          f"{', '.join(rare)} — by {request.procedure}: {RARE_TYPE_RULE[request.procedure]}; in "
-         f"{cells['set'].map(lambda s: bool(set(s.split('|')) & set(rare))).mean():.1%} of the query's sets."
+         f"{facts['rare_in_set_share']:.1%} of the query's sets."
          if rare else "Every type has enough calibration cells to be calibrated on its own.")
         + f" Training-conditional coverage: the promise holds on average over calibration sets; with "
         f"{facts['calibration_cells']:,} calibration cells, the chance that this calibration set gives split "

@@ -240,25 +240,22 @@ def small_groups(task, output, calibration: np.ndarray, alpha: float,
             for procedure, (matrix, names) in weights.items() if procedure in procedures}  # fmt: skip
 
 
-def pooled_names(task, output, calibration: np.ndarray, alpha: float) -> list[str]:
-    """The types ``class_conditional_pooled`` calibrates as one pooled group on ``calibration``, and how many
-    calibration cells the pool holds ('(calibrated marginally)' where even the pool is too small)."""
+def pooled_types(task, output, calibration: np.ndarray, alpha: float) -> tuple[list[str], bool]:
+    """(the types ``class_conditional_pooled`` calibrates as one pooled group on ``calibration``, whether the pool
+    holds enough calibration cells — where it does not, those types are calibrated marginally)."""
     truth, _, _ = task_arrays(task, output)
     classes = list(output.uns["classes"])
     _, rare, pooled_enough = conformal.rare_pooled_groups(truth[calibration], len(classes), alpha)
-    return [name for name, pooled in zip(classes, rare) if pooled] + ([] if pooled_enough or not rare.any()
-                                                                       else ["(calibrated marginally)"])  # fmt: skip
+    return [name for name, pooled in zip(classes, rare) if pooled], pooled_enough
 
 
-def pooled_note(task, output, settings: Settings) -> str:
-    """The note part naming the random split's pooled types ('' when none, or the procedure is not scored)."""
-    if POOLED not in settings.procedures:
-        return ""
-    names = pooled_names(task, output, split_masks(task)[0], settings.alpha)
+def pooled_note(names: list[str], pooled_enough: bool, settings: Settings) -> str:
+    """The note part naming the random split's pooled types ('' when there are none)."""
     if not names:
         return ""
+    listed = ", ".join(names + ([] if pooled_enough else ["(calibrated marginally)"]))
     return (f"types with fewer than ⌈(1 − α)/α⌉ = {conformal.min_calibration_cells(settings.alpha)} calibration cells, "
-            f"calibrated as one pooled group by {POOLED} (random split): {', '.join(names)}")  # fmt: skip
+            f"calibrated as one pooled group by {POOLED} (random split): {listed}")  # fmt: skip
 
 
 def training_conditional_note(task, settings: Settings) -> str:
@@ -598,13 +595,15 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
         scores[i] |= {
             f"{procedure}_small_groups": float(len(names)) for procedure, names in small[RANDOM_SPLIT].items()
         }
+        pooled_part = ""
         if POOLED in settings.procedures:
-            pooled = pooled_names(task, output, split_masks(task)[0], settings.alpha)
-            scores[i][f"{POOLED}_pooled_types"] = float(len([name for name in pooled if not name.startswith("(")]))
+            pooled, pooled_enough = pooled_types(task, output, split_masks(task)[0], settings.alpha)
+            scores[i][f"{POOLED}_pooled_types"] = float(len(pooled))
+            pooled_part = pooled_note(pooled, pooled_enough, settings)
         dropped = {
             name: dropped_names(task, output, scenario.dropped, settings) for name, scenario in scenarios.items()
         }
-        note = ". ".join(part for part in (groups_note(small, dropped, settings), pooled_note(task, output, settings),
+        note = ". ".join(part for part in (groups_note(small, dropped, settings), pooled_part,
                                            training_conditional_note(task, settings), shift_note, unknown_note,
                                            *(f"{procedure} failed: {reason}" for procedure, reason in reasons.items()))
                          if part)  # fmt: skip
