@@ -4,6 +4,7 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
+PARITY := .parity
 # The CPU build of torch by default, as the lock pins it (torch==…+cpu): from this machine's pip sources (a wheel
 # folder as find-links, mirrors of the indexes: pip config) or else the PyTorch CPU index (or a mirror of it), for
 # torch alone; where neither has it, PyPI's CUDA build, said so (requirements/install.py). GPU nodes: `make run
@@ -40,11 +41,18 @@ run: $(BIN)/.installed
 # The fast tier: every test but the end-to-end (`e2e`: Snakemake in a subprocess) and `slow` ones, a few minutes on
 # two cores — what a contributor runs before each commit. `make test-all` runs every test; it is what CI runs.
 # --durations: the slowest tests, so that the suite's own cost stays visible
-test: $(BIN)/.installed
+test: $(BIN)/.installed $(PARITY)/.installed
 	$(BIN)/python -m pytest -m "not e2e and not slow" --durations=10
 
-test-all: $(BIN)/.installed
+test-all: $(BIN)/.installed $(PARITY)/.installed
 	$(BIN)/python -m pytest --durations=15
+
+# Test-only packages that celldag must agree with (requirements/parity.txt), apart from .venv: the tests find them
+# in .parity/ and skip, saying so, where it is absent.
+$(PARITY)/.installed: requirements/parity.txt $(BIN)/.installed
+	rm -rf $(PARITY)
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes --target $(PARITY) -r requirements/parity.txt
+	touch $@
 
 # Does this installation reproduce the release? The default run (made where missing or not current: Snakemake reruns
 # nothing otherwise), its scores held against the shipped reference/default (docs/check.md): one verdict, the

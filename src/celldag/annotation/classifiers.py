@@ -6,17 +6,20 @@ labels are the only ones it reads — and predicts every cell. Its result holds,
 without training cells in a fit has probability 0 there. Conformal sets are computed from these later
 (the track's scoring), so the methods return probabilities only.
 
-Both are deterministic: brute-force k-nearest neighbours, and lbfgs logistic regression.
+All are deterministic: brute-force k-nearest neighbours, lbfgs logistic regression, and CellTypist's one-vs-rest
+model (``celldag.annotation.celltypist``), which reads genes rather than the embedding.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from celldag.annotation import celltypist as celltypist_model
 from celldag.methods import MethodResult
 
 if TYPE_CHECKING:
@@ -98,7 +101,8 @@ knn.accepted_params = ("n_neighbors", "weights")
 
 
 def logistic(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult:
-    """CellTypist's model: multinomial logistic regression on z-scored features.
+    """Multinomial logistic regression on z-scored features: CellTypist's scaling and penalty with one softmax model
+    (CellTypist's own one-vs-rest model on genes is ``celltypist``).
 
     Each fit z-scores the features with its training cells' mean and standard deviation (sklearn
     StandardScaler; constant features get scale 1) and clips them at ±10, then fits lbfgs with ``C``
@@ -139,3 +143,45 @@ def logistic(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult:
 
 
 logistic.accepted_params = ("C", "max_iter")
+
+
+def celltypist(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult:
+    """CellTypist's model (``celldag.annotation.celltypist``): per fit, trained on the log-normalised expression of
+    the fit's cells (``inputs.expression``; the registry entry ``needs: [genes]``, so it runs on the `expression`
+    upstream alone) and predicting every cell.
+
+    ``obsm["proba_<fit>"]``: each cell's one-vs-rest sigmoids divided by their sum — a distribution over the types,
+    so every conformal procedure (APS and label shift included) calibrates on it, and each cell's types keep the
+    order of their sigmoids (coverage holds for any score; the normalised one lets no procedure be left out).
+    ``obsm["sigmoid_<fit>"]``: the raw sigmoids, CellTypist's own probabilities (its prob-match rule reads them); a
+    type without training cells in a fit has 0 in both. Params: ``C`` (1.0) and ``max_iter`` (CellTypist's budget by
+    size when unset). A fit with one type predicts it with probability 1. ``seed`` is unused."""
+    C = float(params.get("C", 1.0))
+    max_iter = params.get("max_iter")
+    if not C > 0 or (max_iter is not None and int(max_iter) < 1):
+        raise ValueError(f"celltypist: C must be > 0 and max_iter >= 1, got {C}, {max_iter}")
+    column = {name: j for j, name in enumerate(inputs.classes)}
+    fits, genes = list(inputs.fits), inputs.genes
+    sigmoid: dict[str, np.ndarray] = {}
+    converged: list[bool] = []
+
+    def fit_predict(train_x, train_y, all_x):
+        fit = fits[len(converged)]
+        types = np.unique(train_y)
+        raw = np.ones((all_x.shape[0], 1))
+        converged.append(True)
+        if types.size > 1:
+            model = celltypist_model.train(train_x, train_y, genes, C=C, max_iter=max_iter)
+            raw = celltypist_model.sigmoids(celltypist_model.decision(model, all_x, genes)[0])
+            types, converged[-1] = model.types, bool(model.description["converged"])
+        full = np.zeros((all_x.shape[0], len(inputs.classes)))
+        full[:, [column[name] for name in types]] = raw
+        sigmoid[f"sigmoid_{fit}"] = full
+        return celltypist_model.normalised(raw), types
+
+    obsm = predict_each(dataclasses.replace(inputs, features=inputs.expression), fit_predict)
+    return MethodResult(obsm=obsm | sigmoid, uns=_facts(inputs, C=C, max_iter=max_iter, genes=len(genes),
+                                                         converged=dict(zip(fits, converged))))  # fmt: skip
+
+
+celltypist.accepted_params = ("C", "max_iter")

@@ -52,6 +52,7 @@ NEW_BATCH_METRICS = ("new_batch_coverage", "new_batch_worst", "new_batch_set_siz
 LABEL_FREE_METRICS = ("label_free_coverage", "label_free_worst", "label_free_set_size")
 NOT_LABEL_FREE = ("mondrian_batch",)
 NO_EMPTY_METRICS = ("no_empty_coverage", "no_empty_set_size")  # random split, the top label added to an empty set
+LOGNORM = "lognorm"  # the task's obsm of log-normalised expression (genes in uns['genes'])
 HELD_OUT_TYPE_MIN_QUERY = 20  # query cells a type needs to be held out in turn (issue 44: a rate on ≥ 20 cells)
 HELD_OUT_TYPE_FIT = "without_type_"  # + j: the fit that never saw type j (j its index among the sorted labels)
 TASK_DEFAULTS = {"split": [0.5, 0.25, 0.25], "labelled_fraction": 0.1, "soft_groups": 4}
@@ -87,7 +88,7 @@ TRACK = Track(
     check_prepared="celldag.annotation.track:check_prepared",
     check_output="celldag.annotation.track:check_output",
     method_input="celldag.annotation.track:method_input",
-    inputs={},
+    inputs={"genes": "log-normalised expression of genes: on the `expression` upstream only (obsm['lognorm'])"},
     scorer="celldag.annotation.scoring:score_seed",
     metric_groups=(
         MetricGroup(
@@ -161,8 +162,15 @@ class AnnotationInput:
     classes: tuple[str, ...]  # sorted unique labels of the dataset: probability columns in this order
     fits: dict[str, np.ndarray]  # fit name → bool (n,) mask of the cells it trains on (task.fit_masks)
     names: tuple[str, ...] = ()  # cell ids, one per row (celldag.methods.imported matches a lab's file by them)
+    # log-normalised expression (n, genes) and its genes, for a classifier that reads genes (CellTypist's model): given
+    # when the features are the prepared expression (the `expression` upstream) and by `celldag annotate`
+    expression: np.ndarray | None = None
+    genes: tuple[str, ...] = ()
 
     def unmet(self, need: str) -> str | None:
+        if need == "genes" and self.expression is None:
+            return ("reads genes (log-normalised expression), so it runs on an upstream whose embedding is the "
+                    "expression itself (`expression`), not on a learned embedding")  # fmt: skip
         return None
 
 
@@ -179,14 +187,18 @@ def method_input(prepared, work_dir: str | None, gene_table=None) -> AnnotationI
         f"{HELD_OUT_TYPE_FIT}{j}": train & (labels != name)
         for j, name in held_out_types(labels, split, HELD_OUT_TYPE_MIN_QUERY).items()
     }
+    expression = np.asarray(prepared.obsm[LOGNORM], dtype=np.float32) if LOGNORM in prepared.obsm else None
     return AnnotationInput(features=np.asarray(prepared.X, dtype=np.float32), labels=labels, batch=batch,
-                           classes=tuple(sorted(set(labels))), fits=fits, names=tuple(prepared.obs_names))  # fmt: skip
+                           classes=tuple(sorted(set(labels))), fits=fits, names=tuple(prepared.obs_names),
+                           expression=expression, genes=tuple(prepared.uns.get("genes", ())))  # fmt: skip
 
 
 def chain_task(prepared, params: dict, seed: int):
     """The annotation task of one upstream dataset seed: X = the expression's principal components (the
     covariates the soft groups are fitted on), obs label / batch / split / new_batch_labelled, obsm
-    soft_groups. A function of the prepared dataset, the params and the seed only."""
+    soft_groups and ``LOGNORM`` (the prepared log-normalised expression, its genes in uns['genes']: what a
+    classifier that reads genes gets on the `expression` upstream). A function of the prepared dataset, the
+    params and the seed only."""
     import anndata
     import pandas as pd
 
@@ -204,6 +216,10 @@ def chain_task(prepared, params: dict, seed: int):
     task.obsm["soft_groups"] = soft_groups(components, int(params["soft_groups"]), seed)
     task.uns.update(dataset_id=prepared.uns["dataset_id"], track="annotation", seed=int(seed),
                     task={key: params[key] for key in TASK_DEFAULTS})  # fmt: skip
+    if "lognorm" in prepared.layers:
+        lognorm = prepared.layers["lognorm"]
+        task.obsm[LOGNORM] = np.asarray(lognorm.toarray() if hasattr(lognorm, "toarray") else lognorm, np.float32)
+        task.uns["genes"] = list(prepared.var_names)
     return task
 
 
@@ -212,11 +228,16 @@ def chain_input(task, output, record: dict):
 
     ``transductive``: the upstream method fitted its embedding on every cell of the dataset, query cells
     included (their features, never their labels) — its registry entry's ``transductive``, true unless
-    the method says otherwise."""
+    the method says otherwise. The task's log-normalised expression stays only on an upstream whose
+    embedding is the expression itself (its entry's ``embedding_is_expression``): a classifier that reads
+    genes runs there alone, not once more per learned embedding with the same result."""
     import anndata
 
     features = np.asarray(output.obsm["X_emb"], dtype=np.float32) if output.uns["status"] == "ok" else task.X
-    chained = anndata.AnnData(X=features, obs=task.obs.copy(), obsm=dict(task.obsm), uns=dict(task.uns))
+    genes_here = bool(record["config"]["method"].get("embedding_is_expression", False))
+    obsm = {key: value for key, value in task.obsm.items() if key != LOGNORM or genes_here}
+    uns = {key: value for key, value in task.uns.items() if key != "genes" or genes_here}
+    chained = anndata.AnnData(X=features, obs=task.obs.copy(), obsm=obsm, uns=uns)
     chained.uns["transductive"] = bool(record["config"]["method"].get("transductive", True))
     return chained
 
