@@ -31,6 +31,7 @@ import pandas as pd
 
 from celldag import artifacts, contracts
 from celldag.annotation import query as annotation_query
+from celldag.annotation import celltypist as celltypist_model
 from celldag.annotation import conformal, novelty, shift
 from celldag.annotation.task import principal_components, soft_groups, split_cells
 from celldag.annotation.track import SCORING_DEFAULTS, TASK_DEFAULTS, AnnotationInput
@@ -76,6 +77,8 @@ class Request:
     threads: int = 1
     reference_label_key: str = "label"  # a plain labelled reference's columns (a prepared one has label and batch)
     reference_batch_key: str = "batch"
+    model: str | None = None  # a trained CellTypist model file: the classifier, in place of one trained here
+    label_map: str | None = None  # TSV model_type → label: how the model's types become the reference's labels
 
 
 def read_reference(request: Request):
@@ -214,11 +217,45 @@ def check_request(request: Request, methods: dict[str, dict]) -> tuple[tuple[dic
             raise InputError(f"{option} {value}: must be in (0, 1)")
     if request.values not in ("auto", *preprocess.VALUES):
         raise InputError(f"--values {request.values!r}: auto, counts or lognorm")
+    if request.label_map is not None and request.model is None:
+        raise InputError("--label-map maps a model's types: it needs --model")
+    if request.model is not None and request.classifier not in ("logistic", CELLTYPIST):  # logistic: the default
+        raise InputError(f"--model is a CellTypist model: it replaces --classifier {request.classifier!r}")
     return chosen[0], chosen[1]
 
 
-def joint_expression(reference, query, shared: pd.Index, values: str, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """(log-normalised, scaled) expression of reference then query cells on the shared genes that vary."""
+CELLTYPIST = "celltypist"  # the classifier whose model files --model takes
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """A CellTypist model file and how its types map onto the reference's labels (``--model``, ``--label-map``)."""
+
+    model: celltypist_model.Model
+    mapped: celltypist_model.LabelMap
+
+
+def read_pretrained(request: Request, classes: tuple[str, ...]) -> Pretrained | None:
+    """The model of ``--model`` mapped onto the reference's labels, or None; a file that is not a model, a bad map or
+    a map that reaches no reference label is refused with one line."""
+    if request.model is None:
+        return None
+    try:
+        model = celltypist_model.read_model(request.model)
+        mapping = None if request.label_map is None else celltypist_model.read_label_map(request.label_map)
+    except (OSError, ValueError) as error:
+        raise InputError(str(error)) from error
+    mapped = celltypist_model.label_map(model.types, classes, mapping)
+    if len(mapped.labels_without_type) == len(classes):
+        how = f"through {request.label_map}" if mapping is not None else "by name (give --label-map)"
+        raise InputError(f"{request.model}: none of its {len(model.types)} types maps {how} onto a reference label "
+                         f"({', '.join(classes[:5])}{', …' if len(classes) > 5 else ''})")  # fmt: skip
+    return Pretrained(model=model, mapped=mapped)
+
+
+def joint_expression(reference, query, shared: pd.Index, values: str,
+                     where: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:  # fmt: skip
+    """(log-normalised, scaled, genes): expression of reference then query cells on the shared genes that vary."""
     values = preprocess.values_of(query.X) if values == "auto" else values
     query_lognorm = preprocess.lognorm_of(query.X, values, where)[:, query.var_names.get_indexer(shared)]
     reference_lognorm = reference[:, shared].layers["lognorm"]
@@ -227,7 +264,7 @@ def joint_expression(reference, query, shared: pd.Index, values: str, where: str
     scaled, varying = preprocess.jointly_scaled(lognorm)
     if not varying.any():
         raise InputError(f"{where}: no shared gene varies across the reference and query cells")
-    return lognorm[:, varying], scaled
+    return lognorm[:, varying], scaled, tuple(shared[varying].astype(str))
 
 
 def ran(method: tuple[dict, str], inputs, seed: int, threads: int, what: str):
@@ -250,9 +287,11 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     check_out(Path(request.out))
     reference = read_reference(request)
     query, shared = read_query(request, pd.Index(reference.var_names))
-    lognorm, scaled = joint_expression(reference, query, shared, request.values, request.query)
     n_reference = reference.n_obs
     reference_labels = reference.obs["label"].astype(str).to_numpy()
+    classes = tuple(sorted(set(reference_labels)))
+    pretrained = read_pretrained(request, classes)
+    lognorm, scaled, genes = joint_expression(reference, query, shared, request.values, request.query)
     reference_batch = reference.obs["batch"].astype(str).to_numpy()
     query_batch = query.obs[request.batch_key].astype(str).to_numpy()
     split = split_cells(reference_labels, reference_batch, tuple(TASK_DEFAULTS["split"]), request.seed)
@@ -267,12 +306,17 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
                                  train_mask=fit, lognorm=lognorm, counts=None)  # fmt: skip
     embedding = np.asarray(ran(representation, inputs, request.seed, request.threads,
                                f"representation {request.representation}").embedding, dtype=np.float32)  # fmt: skip
-    classes = tuple(sorted(set(reference_labels)))
     labels = np.concatenate([reference_labels, np.full(query.n_obs, "")])
-    classified = AnnotationInput(features=embedding, labels=labels, batch=batch, classes=classes,
-                                 fits={"reference": fit}, names=tuple(names))  # fmt: skip
-    proba = ran(classifier, classified, request.seed, request.threads,
-                f"classifier {request.classifier}").obsm["proba_reference"]  # fmt: skip
+    if pretrained is None:
+        classified = AnnotationInput(features=embedding, labels=labels, batch=batch, classes=classes,
+                                     fits={"reference": fit}, names=tuple(names), expression=lognorm,
+                                     genes=genes)  # fmt: skip
+        result = ran(classifier, classified, request.seed, request.threads, f"classifier {request.classifier}")
+        proba, sigmoid = result.obsm["proba_reference"], result.obsm.get("sigmoid_reference")
+    else:
+        decisions, _ = celltypist_model.decision(pretrained.model, lognorm, genes)
+        sigmoid = celltypist_model.mapped_sigmoids(celltypist_model.sigmoids(decisions), pretrained.mapped)
+        proba = celltypist_model.normalised(sigmoid)
     soft = None
     if request.procedure == "kandinsky_augmented":
         soft = soft_groups(principal_components(scaled, request.seed), int(TASK_DEFAULTS["soft_groups"]), request.seed)
@@ -285,12 +329,16 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
                                             request.unknown_level, novelty.novelty_distances(embedding, fit),
                                             request.no_empty_sets)  # fmt: skip
     cells = cell_table(query, found, classes, proba[n_reference:], query_batch)
+    native = None if sigmoid is None else native_rules(sigmoid, classes, reference_labels[split == "query"],
+                                                       split == "query", query_batch, query_labels)  # fmt: skip
+    if native is not None:
+        cells = cells.assign(**native.cells)
     index = {name: i for i, name in enumerate(classes)}
     calibration_codes = np.array([index[label] for label in reference_labels[split == "calibration"]], dtype=int)
     rare_mask = conformal.rare_pooled_groups(calibration_codes, len(classes), request.alpha)[1]
     rare = [name for name, is_rare in zip(classes, rare_mask) if is_rare]
     holds_rare = found.sets[:, rare_mask].any(axis=1)  # each query cell's set holds a rare type
-    batches = batch_table(found, cells, rare, holds_rare)
+    batches = batch_table(found, cells, rare, holds_rare, None if native is None else native.batches)
     facts = {"genes_shared": len(shared), "genes_used": int(lognorm.shape[1]), "reference_genes": reference.n_vars,
              "reference_cells": n_reference, "calibration_cells": int((split == "calibration").sum()),
              "query_cells": query.n_obs, "classes": list(classes),
@@ -299,9 +347,16 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
              "rare_types": rare, "rare_in_set_share": float(holds_rare.mean()),
              "training_conditional": conformal.training_conditional_risk(int((split == "calibration").sum()),
                                                                          request.alpha),
-             "query_proportions": found.query_proportions}  # fmt: skip
+             "query_proportions": found.query_proportions,
+             "celltypist_held_out": None if native is None else native.held_out}  # fmt: skip
+    if pretrained is not None:
+        facts |= {"model_genes_used": int(np.isin(genes, pretrained.model.genes).sum()),
+                  "model_genes": int(pretrained.model.genes.size),
+                  "unmapped_model_types": list(pretrained.mapped.unmapped_types),
+                  "labels_without_model_type": list(pretrained.mapped.labels_without_type)}  # fmt: skip
+    inputs = [path for path in (request.reference, request.query, request.model, request.label_map) if path]
     record = clock.record(seed=request.seed, config=asdict(request),
-                          input_checksums={path: artifacts.sha256_file(path) for path in (request.reference, request.query)},
+                          input_checksums={path: artifacts.sha256_file(path) for path in inputs},
                           command="celldag annotate", facts=facts)  # fmt: skip
     return write_outputs(request, query, cells, batches, record, report(request, facts, batches, cells))
 
@@ -319,6 +374,47 @@ def cell_table(query, found: annotation_query.QueryAnnotation, classes: tuple[st
     }, index=pd.Index(query.obs_names.astype(str), name="cell"))  # fmt: skip
 
 
+@dataclass(frozen=True)
+class NativeRules:
+    """CellTypist's own rules on its sigmoids, beside the sets: best match (the top type) and prob match (every type
+    whose sigmoid exceeds 0.5; none: Unassigned)."""
+
+    cells: dict[str, np.ndarray]  # cells.tsv columns, query cells in order
+    batches: pd.DataFrame  # per query batch (index): unassigned share, prob-match size, labelled coverage, accuracy
+    held_out: dict[str, float]  # the same on the reference's held-out cells (labels known)
+
+
+def native_rules(sigmoid: np.ndarray, classes: tuple[str, ...], held_out_labels: np.ndarray, held_out: np.ndarray,
+                 query_batch: np.ndarray, query_labels: np.ndarray | None) -> NativeRules:  # fmt: skip
+    """CellTypist's best match and prob match on ``sigmoid`` (reference cells then query cells), scored on the
+    reference's ``held_out`` cells and on the query's labelled cells of each batch."""
+    names = np.asarray(classes, dtype=object)
+    n_reference = held_out.size
+    matched = celltypist_model.prob_match(sigmoid)
+    best = names[sigmoid.argmax(axis=1)]
+
+    def scored(rows: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+        unlabelled = {"prob_match_coverage": np.nan, "best_match_accuracy": np.nan}
+        labelled = truth != ""
+        index = {name: j for j, name in enumerate(classes)}
+        hits = np.array([matched[row, index[label]] if label in index else False
+                         for row, label in zip(rows[labelled], truth[labelled])], dtype=bool)  # fmt: skip
+        return {"unassigned_share": float((~matched[rows].any(axis=1)).mean()),
+                "prob_match_size": float(matched[rows].sum(axis=1).mean()),
+                **(unlabelled if not labelled.any() else
+                   {"prob_match_coverage": float(hits.mean()),
+                    "best_match_accuracy": float((best[rows][labelled] == truth[labelled]).mean())})}  # fmt: skip
+
+    query_rows = np.arange(n_reference, sigmoid.shape[0])
+    truth = np.full(query_rows.size, "", dtype=object) if query_labels is None else np.asarray(query_labels, object)
+    batches = pd.DataFrame({batch: scored(query_rows[query_batch == batch], truth[query_batch == batch])
+                            for batch in np.unique(query_batch)}).T  # fmt: skip
+    calls = ["|".join(names[row]) or celltypist_model.UNASSIGNED for row in matched[query_rows]]
+    return NativeRules(cells={"celltypist_best_match": best[query_rows], "celltypist_prob_match": np.array(calls)},
+                       batches=batches.add_prefix("celltypist_"),
+                       held_out=scored(np.flatnonzero(held_out), np.asarray(held_out_labels, dtype=object)))  # fmt: skip
+
+
 # what each procedure of ``celldag annotate`` does with a type of too few calibration cells (docs/annotation.md)
 RARE_TYPE_RULE = {
     "class_conditional": "in every set (an infinite threshold)",
@@ -331,10 +427,10 @@ RARE_TYPE_RULE = {
 
 
 def batch_table(found: annotation_query.QueryAnnotation, cells: pd.DataFrame, rare: list[str],
-                holds_rare: np.ndarray) -> pd.DataFrame:  # fmt: skip
+                holds_rare: np.ndarray, native: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     """One row per query batch: its shift test, mean set size, shares unknown and ambiguous, labelled coverage, the
     reference's rare types (fewer than ⌈(1 − α)/α⌉ calibration cells) and the share of its cells whose set holds one
-    (``holds_rare``, per query cell)."""
+    (``holds_rare``, per query cell); then CellTypist's own rules (``native``, per batch) for a CellTypist model."""
     rows = []
     for test in found.tests:
         in_batch = cells["batch"] == test.batch
@@ -348,7 +444,8 @@ def batch_table(found: annotation_query.QueryAnnotation, cells: pd.DataFrame, ra
                      "labelled_coverage": found.query_labelled_coverage.get(test.batch, np.nan),
                      "rare_types": "|".join(rare),
                      "rare_in_set_share": float(holds_rare[in_batch.to_numpy()].mean())})  # fmt: skip
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    return table if native is None else table.join(native, on="batch")
 
 
 def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataFrame) -> str:
@@ -359,7 +456,7 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
         Paragraph((f"{facts['query_cells']:,} query cells in {len(batches)} batches annotated from "
                   f"{Path(request.reference).name} ({facts['reference_cells']:,} cells, {len(facts['classes'])} types) "
                   f"on {facts['genes_used']:,} shared genes: embedding {request.representation}, classifier "
-                  f"{request.classifier}, sets by {request.procedure} at α = {request.alpha:g}, calibrated on "
+                  f"{classifier_name(request)}, sets by {request.procedure} at α = {request.alpha:g}, calibrated on "
                   f"{facts['calibration_cells']:,} reference cells"
                   + (", the top label added to an empty set (--no-empty-sets: coverage can only grow, the promise "
                      "is kept)" if request.no_empty_sets else "") + f". Seed {request.seed}.",)),
@@ -394,12 +491,41 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
         f"{facts['calibration_cells']:,} calibration cells, the chance that this calibration set gives split "
         f"conformal a coverage below 1 − α − {conformal.TRAINING_CONDITIONAL_SLACK:g} is "
         f"{facts['training_conditional']:.1%} (Beta law; a group of fewer cells is calibrated less tightly).",)))  # fmt: skip
+    if facts["celltypist_held_out"] is not None:
+        blocks.append(native_paragraph(facts, batches))
+    if request.model is not None:
+        blocks.append(Paragraph((
+            f"Model {Path(request.model).name}: {facts['model_genes_used']:,} of its {facts['model_genes']:,} genes "
+            "are among the genes reference and query share (the others are left out of every decision, for the "
+            "calibration cells as for the query's). Its types that map onto no reference label, dropped: "
+            f"{', '.join(facts['unmapped_model_types']) or 'none'}. Reference labels no type maps to (never in a "
+            f"set unless the threshold takes every label): {', '.join(facts['labels_without_model_type']) or 'none'}."
+            " A label takes the largest sigmoid of its types.",)))  # fmt: skip
     if facts["query_proportions"]:
         blocks.append(Paragraph(("The query's type proportions, estimated from its unlabelled cells (label_shift; "
                                  "P(X | Y) assumed unchanged): " + ", ".join(
                                      f"{label} {share:.3f}" for label, share in facts["query_proportions"].items())
                                  + ". With few calibration cells of a type its share is noisy, and the sets grow.",)))  # fmt: skip
     return markdown(blocks)
+
+
+def native_paragraph(facts: dict, batches: pd.DataFrame) -> Paragraph:
+    """CellTypist's own rules beside the sets: on the held-out reference cells, and per batch with labelled cells."""
+    held = facts["celltypist_held_out"]
+    labelled = batches.dropna(subset=["celltypist_prob_match_coverage"])
+    per_batch = "; ".join(f"{row.batch}: prob match covers {row.celltypist_prob_match_coverage:.3f} at "
+                          f"{row.celltypist_prob_match_size:.2f} types, best match right on "
+                          f"{row.celltypist_best_match_accuracy:.3f}" for row in labelled.itertuples())  # fmt: skip
+    return Paragraph((
+        "CellTypist's own rules on the same sigmoids (cells.tsv: celltypist_best_match, celltypist_prob_match): on the "
+        f"held-out reference cells prob match (every type over 0.5) covers {held['prob_match_coverage']:.3f} at "
+        f"{held['prob_match_size']:.2f} types with {held['unassigned_share']:.1%} Unassigned, and best match is right "
+        f"on {held['best_match_accuracy']:.3f} — neither with a promise, where the sets above promise ≥ 1 − α."
+        + (f" Labelled query cells — {per_batch}." if per_batch else ""),))  # fmt: skip
+
+
+def classifier_name(request: Request) -> str:
+    return request.classifier if request.model is None else f"the CellTypist model {Path(request.model).name}"
 
 
 def unknown_level(request: Request) -> float:

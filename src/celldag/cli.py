@@ -235,7 +235,14 @@ def _add_annotate(commands) -> None:
     annotate.add_argument("--label-key", help="a query obs column of known labels (empty where unlabelled): those "
                                               "cells' batches get the labelled shift test")  # fmt: skip
     annotate.add_argument("--representation", help="representation method of the registry (default pca)")
-    annotate.add_argument("--classifier", help="annotation classifier of the registry (default logistic)")
+    annotate.add_argument("--classifier", help="annotation classifier of the registry: logistic (default), knn or "
+                                               "celltypist (CellTypist's model on the genes)")  # fmt: skip
+    annotate.add_argument("--model", metavar="FILE.pkl",
+                          help="a trained CellTypist model file as the classifier (calibrated on the reference; it must "
+                               "not have been trained on the reference's cells)")  # fmt: skip
+    annotate.add_argument("--label-map", metavar="TSV",
+                          help="with --model: columns model_type and label, the model's types onto the reference's "
+                               "labels (many to one; default: by name)")  # fmt: skip
     annotate.add_argument("--procedure", help="conformal procedure: label_shift (default), class_conditional, "
                                               "class_conditional_pooled, split_lac, split_aps or kandinsky_augmented")  # fmt: skip
     annotate.add_argument("--no-empty-sets", action="store_true", default=None,
@@ -259,7 +266,7 @@ def _add_annotate(commands) -> None:
 
 ANNOTATE_SETTINGS = ("batch_key", "label_key", "representation", "classifier", "procedure", "values", "alpha",
                      "level", "unknown_level", "no_empty_sets", "seed", "threads", "reference_label_key",
-                     "reference_batch_key")  # fmt: skip
+                     "reference_batch_key", "model", "label_map")  # fmt: skip
 
 
 def _annotate(args) -> int:

@@ -7,6 +7,9 @@ rule annotate_query:
     input:
         reference=lambda wildcards: ANNOTATE_REFERENCES[wildcards.query],
         query=lambda wildcards: config["annotate"][wildcards.query]["query"],
+        # a CellTypist model and its label map, where the query names them: a new file reruns the query
+        model=lambda wildcards: [config["annotate"][wildcards.query][key] for key in ("model", "label_map")
+                                 if key in config["annotate"][wildcards.query]],
     output:
         directory(plan.ANNOTATED),
     params:

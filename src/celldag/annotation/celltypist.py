@@ -12,7 +12,9 @@ decision value) and *prob match* (every type whose sigmoid exceeds 0.5; none = "
 
 Model files are CellTypist's pickle (``{"Model": classifier, "Scaler_": scaler, "description": {...}}``), so
 ``celltypist.annotate`` reads what ``write_model`` writes and ``read_model`` reads CellTypist's published models.
-A pickle runs code when it is read: read only model files you trust (a registry entry pins its sha256).
+A pickle can run any code when it is read; ``read_model`` unpickles with an allow-list of the classes a CellTypist
+model holds (``MODEL_GLOBALS``: scikit-learn's logistic and SGD classifiers, its scaler, their loss objects and numpy
+arrays), so a file naming anything else is refused before any of it is built.
 """
 
 from __future__ import annotations
@@ -30,6 +32,32 @@ CLIP = 10.0  # CellTypist's upper bound on the z-scored expression
 PROB_MATCH_THRESHOLD = 0.5  # CellTypist's p_thres of prob match
 UNASSIGNED = "Unassigned"  # CellTypist's call for a cell whose prob-match set is empty
 SAG_ABOVE = 50_000  # cells above which CellTypist trains with sag rather than lbfgs
+
+
+# (module, name) of every global a CellTypist model file may name; a module ending in "." allows its every name (the
+# compiled loss objects of scikit-learn's SGD models, whose class names follow the loss)
+MODEL_GLOBALS = (
+    ("sklearn.linear_model._logistic", "LogisticRegression"),
+    ("sklearn.linear_model._stochastic_gradient", "SGDClassifier"),
+    ("sklearn.preprocessing._data", "StandardScaler"),
+    ("sklearn._loss._loss.", ""),
+    ("sklearn.linear_model._sgd_fast.", ""),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "scalar"),
+)
+
+
+class ModelUnpickler(pickle.Unpickler):
+    """Unpickles only what ``MODEL_GLOBALS`` allows: any other global stops the read (``pickle.UnpicklingError``)."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in MODEL_GLOBALS or (f"{module}.", "") in MODEL_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which a CellTypist model does not hold")
 
 
 @dataclass(frozen=True)
@@ -141,11 +169,11 @@ def write_model(model: Model, path: str | Path) -> None:
 
 def read_model(path: str | Path) -> Model:
     """A CellTypist model file (``write_model``'s, or one of CellTypist's published models: logistic regression or
-    SGD, either scaling); raises ValueError naming the file and the missing field."""
+    SGD, either scaling), unpickled through ``ModelUnpickler``; raises ValueError naming the file and what is wrong."""
     with open(path, "rb") as handle, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scikit-learn's warning on a pickle of another version: the fields are read
         try:
-            content = pickle.load(handle)
+            content = ModelUnpickler(handle).load()
         except Exception as error:  # a pickle raises anything its objects' code raises
             raise ValueError(f"{path}: not a CellTypist model file ({type(error).__name__}: {error})") from error
     missing = [key for key in ("Model", "Scaler_") if not isinstance(content, dict) or key not in content]

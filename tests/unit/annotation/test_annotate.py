@@ -369,3 +369,64 @@ def test_a_registry_dataset_names_its_prepared_file_or_says_how_to_make_it(tmp_p
     assert reference_path("pbmc68k_batched", registries.datasets, 1) == prepared_file
     with pytest.raises(InputError, match="neither an .h5ad file nor a dataset of the representation track"):
         reference_path("bm_default", registries.datasets, 0)  # a lineage dataset
+
+
+def test_celltypist_as_the_classifier_reports_its_own_rules_beside_the_sets(tmp_path, registries):
+    """--classifier celltypist (issue 52): trained on the reference's train cells' genes; cells.tsv holds CellTypist's
+    best match and prob match, batches.tsv and report.md their coverage, size and Unassigned share."""
+    from celldag.annotation import celltypist as ct
+
+    data = prepared(counts_dataset(seed=2))
+    reference, query = held_out(data, "b3", tmp_path)
+    out = annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run", classifier="celltypist",
+                           label_key="removed"), registries.methods)  # fmt: skip
+    cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
+    truth = data[data.obs["batch"] == "b3"].obs["label"].astype(str)
+    assert (cells["celltypist_best_match"] == truth.loc[cells.index]).mean() > 0.9
+    prob = cells["celltypist_prob_match"].str.split("|")
+    covered = [label in types for label, types in zip(truth.loc[cells.index], prob, strict=True)]
+    batches = pd.read_csv(out / "batches.tsv", sep="\t")
+    assert batches.loc[0, "celltypist_prob_match_coverage"] == pytest.approx(np.mean(covered))
+    assert batches.loc[0, "celltypist_unassigned_share"] == pytest.approx((cells["celltypist_prob_match"]
+                                                                           == ct.UNASSIGNED).mean())  # fmt: skip
+    text = (out / "report.md").read_text()
+    assert "CellTypist's own rules on the same sigmoids" in text and "b3: prob match covers" in text
+
+
+def test_a_trained_celltypist_model_file_annotates_through_its_label_map(tmp_path, registries, capsys):
+    """--model FILE.pkl with --label-map (issue 52): the model's types mapped many-to-one onto the reference's labels
+    (a label takes its types' largest sigmoid), a type no label takes reported; bad model files and a map without a
+    model are refused with one line before anything is written."""
+    from celldag.annotation import celltypist as ct
+
+    data = prepared(counts_dataset(seed=3))
+    reference, query = held_out(data, "b3", tmp_path)
+    other = prepared(counts_dataset(seed=4))  # the model's own training cells: none of the reference's
+    labels = other.obs["label"].astype(str).to_numpy()
+    model_types = np.where(labels == "T", np.where(np.arange(labels.size) % 2, "CD4 T", "CD8 T"), "m_" + labels)
+    model_types[:20] = "Doublet"
+    model = ct.train(np.asarray(other.layers["lognorm"].toarray() if hasattr(other.layers["lognorm"], "toarray")
+                                else other.layers["lognorm"]), model_types, list(other.var_names))  # fmt: skip
+    ct.write_model(model, tmp_path / "model.pkl")
+    rows = ["model_type\tlabel", "CD4 T\tT", "CD8 T\tT"] + [f"m_{t}\t{t}" for t in sorted(set(labels)) if t != "T"]
+    (tmp_path / "map.tsv").write_text("\n".join(rows) + "\n")
+    out = annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run", model=str(tmp_path / "model.pkl"),
+                           label_map=str(tmp_path / "map.tsv"), label_key="removed"), registries.methods)  # fmt: skip
+    cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
+    truth = data[data.obs["batch"] == "b3"].obs["label"].astype(str).loc[cells.index]
+    assert (cells["celltypist_best_match"] == truth).mean() > 0.9  # T through CD4 T and CD8 T
+    report = (out / "report.md").read_text()
+    assert "dropped: Doublet." in report and "Reference labels no type maps to (never in a set" in report
+    run = json.loads((out / "run.json").read_text())
+    assert str(tmp_path / "model.pkl") in run["input_sha256"] and str(tmp_path / "map.tsv") in run["input_sha256"]
+    assert run["facts"]["unmapped_model_types"] == ["Doublet"] and run["facts"]["labels_without_model_type"] == []
+    (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
+    for extra, message in ((["--model", str(tmp_path / "junk.pkl")], "junk.pkl: not a CellTypist model file"),
+                           (["--label-map", str(tmp_path / "map.tsv")], "--label-map maps a model's types: it needs "
+                                                                        "--model"),
+                           (["--model", str(tmp_path / "model.pkl")], "model.pkl: none of its 6 types maps by name")):  # fmt: skip
+        assert main(["annotate", reference, query, "--out", str(tmp_path / "refused"), "--batch-key", "run",
+                     *extra]) == 2  # fmt: skip
+        error = capsys.readouterr().err.strip()
+        assert message in error and "\n" not in error, error
+        assert not (tmp_path / "refused").exists()

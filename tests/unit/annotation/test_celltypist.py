@@ -82,6 +82,35 @@ def test_a_model_file_reads_back_as_written_and_a_foreign_pickle_is_refused_nami
         ct.read_model(tmp_path / "other.pkl")
 
 
+class Payload:
+    """An object whose unpickling would run a command: what a malicious model file holds."""
+
+    def __reduce__(self):
+        import os
+
+        return os.getcwd, ()
+
+
+def test_a_model_file_naming_anything_but_a_models_classes_is_refused_before_it_is_built(tmp_path):
+    from sklearn.linear_model import SGDClassifier
+
+    (tmp_path / "evil.pkl").write_bytes(pickle.dumps({"Model": Payload(), "Scaler_": None}))
+    with pytest.raises(ValueError, match=r"evil\.pkl: not a CellTypist model file \(UnpicklingError: it names "
+                                         r"posix\.getcwd, which a CellTypist model does not hold\)"):  # fmt: skip
+        ct.read_model(tmp_path / "evil.pkl")
+    values, labels, genes = lognormalised()  # an SGD model, as CellTypist's published ones: its loss object is allowed
+    model = ct.train(values, labels, genes)
+    ct.write_model(model, tmp_path / "model.pkl")
+    content = pickle.loads((tmp_path / "model.pkl").read_bytes())
+    sgd = SGDClassifier(loss="log_loss", random_state=0).fit(values[:, :-1], labels)
+    sgd.features = content["Model"].features
+    (tmp_path / "sgd.pkl").write_bytes(pickle.dumps({**content, "Model": sgd}))
+    read = ct.read_model(tmp_path / "sgd.pkl")
+    np.testing.assert_array_equal(read.coef, sgd.coef_)
+    np.testing.assert_allclose(ct.decision(read, values, genes)[0], sgd.decision_function(
+        np.minimum((values[:, :-1] - model.mean) / model.scale, 10)), atol=1e-10)  # fmt: skip
+
+
 def test_celltypist_itself_predicts_from_celldags_model_file_what_celldag_predicts(tmp_path):
     """The parity of issue 52: celltypist.annotate reads the file celldag writes and gives the same decision values and
     sigmoids (1e-6), best match and prob match, on a query whose genes come in another order, a fifth of the model's
@@ -163,3 +192,32 @@ def test_the_classifier_calibrates_on_normalised_sigmoids_keeps_the_raw_ones_and
     reason = annotation_input(values, labels, genes, expression=False).unmet("genes")
     assert reason.startswith("reads genes") and "`expression`" in reason
     assert inputs.unmet("genes") is None
+
+
+def test_the_benchmark_hands_genes_to_the_classifier_on_the_expression_upstream_alone():
+    """chain_task keeps the prepared log-normalised expression; chain_input passes it on only where the upstream's
+    entry says its embedding is the expression, so celltypist runs once per dataset seed, not once per embedding."""
+    import anndata
+
+    from celldag.annotation.track import chain_input, chain_task, method_input
+    from celldag.representation.preprocess import preprocess
+
+    values, labels, genes = lognormalised(n_cells=240)
+    counts = np.round(np.expm1(values)).astype(np.float32)
+    raw = anndata.AnnData(X=counts, var=pd.DataFrame(index=genes),
+                          obs=pd.DataFrame({"type": labels, "sample": np.array(["a", "b"])[np.arange(240) % 2]},
+                                           index=[f"c{i}" for i in range(240)]))  # fmt: skip
+    data = preprocess(raw, label_key="type", batch_key="sample", seed=0, params={})
+    data.uns.update(dataset_id="lab", track="representation", seed=0)
+    task = chain_task(data, {}, 0)
+    output = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), uns={"status": "ok"},
+                             obsm={"X_emb": np.asarray(data.X, dtype=np.float32)})  # fmt: skip
+    on_expression = method_input(chain_input(task, output, {"config": {"method": {"embedding_is_expression": True}}}),
+                                 None)  # fmt: skip
+    on_pca = method_input(chain_input(task, output, {"config": {"method": {}}}), None)
+    assert on_expression.genes == tuple(data.var_names) and on_pca.genes == ()
+    lognorm = data.layers["lognorm"]
+    np.testing.assert_allclose(on_expression.expression, lognorm.toarray() if hasattr(lognorm, "toarray") else lognorm)
+    assert on_expression.unmet("genes") is None and on_pca.unmet("genes").startswith("reads genes")
+    result = celltypist_classifier(on_expression, {}, seed=0)
+    assert set(result.obsm) >= {f"{kind}_{fit}" for kind in ("proba", "sigmoid") for fit in on_expression.fits}

@@ -2,7 +2,8 @@
 
 - YAML only through ``yaml.safe_load`` or ``yaml.load`` with a safe loader class (no ``unsafe_load`` / full loaders);
 - every ``torch.load`` passes ``weights_only=True``;
-- ``pickle`` is loaded in exactly one function, the one that re-verifies the file's sha256 first;
+- ``pickle`` is loaded in exactly one function, the one that re-verifies the file's sha256 first; a model file of
+  another tool (CellTypist's) only through an unpickler that allows a list of classes (``ModelUnpickler``);
 - no ``os.system`` / ``os.popen`` / ``shell=True``, and no Snakemake ``shell:`` / ``run:`` directive
   into which a registry value could be formatted.
 """
@@ -58,6 +59,14 @@ def test_no_code_runs_on_load_and_no_shell(path):
             assert ast.unparse(keywords["shell"]) == "False", where
         if name in ("pickle.load", "pickle.loads"):
             assert (path.name, function) == ("sources.py", "_read_verified_pickle"), where
+        if name in ("pickle.Unpickler", "Unpickler"):
+            pytest.fail(f"{where}: a bare Unpickler; subclass it with an allow-list in find_class")
+
+
+def test_the_model_unpickler_allows_a_list_of_classes_only():
+    from celldag.annotation.celltypist import ModelUnpickler
+
+    assert ModelUnpickler.find_class is not __import__("pickle").Unpickler.find_class
 
 
 def test_rules_run_scripts_only():
