@@ -79,6 +79,7 @@ class Request:
     reference_batch_key: str = "batch"
     model: str | None = None  # a trained CellTypist model file: the classifier, in place of one trained here
     label_map: str | None = None  # TSV model_type → label: how the model's types become the reference's labels
+    probabilities: str | None = None  # another tool's scores per cell and type (TSV/CSV): in place of a classifier
 
 
 def read_reference(request: Request):
@@ -219,12 +220,80 @@ def check_request(request: Request, methods: dict[str, dict]) -> tuple[tuple[dic
         raise InputError(f"--values {request.values!r}: auto, counts or lognorm")
     if request.label_map is not None and request.model is None:
         raise InputError("--label-map maps a model's types: it needs --model")
+    if request.probabilities is not None and request.model is not None:
+        raise InputError("--probabilities and --model each replace the classifier: give one")
     if request.model is not None and request.classifier not in ("logistic", CELLTYPIST):  # logistic: the default
         raise InputError(f"--model is a CellTypist model: it replaces --classifier {request.classifier!r}")
     return chosen[0], chosen[1]
 
 
 CELLTYPIST = "celltypist"  # the classifier whose model files --model takes
+HELD_OUT_PART = "held out"  # the reference's third part in a split file (the annotation task's "query")
+IMPORTED_THRESHOLD = 0.5  # an imported tool's own rule: its top type where that type's probability reaches this
+
+
+def imported_proba(request: Request, reference, query, split: np.ndarray,
+                   classes: tuple[str, ...]) -> pd.DataFrame | None:  # fmt: skip
+    """The scores of ``--probabilities`` for every reference cell then every query cell (None without it). The
+    reference's train cells — the tool trained on them, and no set reads their scores — get uniform rows where the
+    file lacks them; ``attrs``: the labels the file lacks."""
+    if request.probabilities is None:
+        return None
+    reference_ids, query_ids = pd.Index(reference.obs_names.astype(str)), pd.Index(query.obs_names.astype(str))
+    shared = reference_ids[split != "train"].intersection(query_ids)
+    if len(shared):
+        raise InputError(f"{request.probabilities}: cell id {shared[0]!r} names a reference cell and a query cell; "
+                         "give the query's cells ids of their own")  # fmt: skip
+    scores = read_probabilities(request.probabilities, classes, {
+        "reference's calibration cells": reference_ids[split == "calibration"],
+        "reference's held-out cells": reference_ids[split == "query"], "query cells": query_ids})  # fmt: skip
+    uniform = pd.DataFrame(1.0 / len(classes), index=reference_ids[split == "train"], columns=list(classes))
+    rows = pd.concat([scores.drop(index=uniform.index, errors="ignore"), uniform])
+    ordered = pd.DataFrame(np.vstack([rows.loc[reference_ids].to_numpy(), scores.loc[query_ids].to_numpy()]),
+                           columns=list(classes))  # fmt: skip
+    ordered.attrs = scores.attrs
+    return ordered
+
+
+def split_table(request: Request) -> pd.DataFrame:
+    """The reference's cells (prepared as ``annotate`` prepares them) and the part of each: train, calibration or held
+    out, by the annotation task's rule and ``request.seed`` — what another tool trains on before its scores come back
+    through ``--probabilities`` (``celldag split``)."""
+    reference = read_reference(request)
+    labels = reference.obs["label"].astype(str).to_numpy()
+    batch = reference.obs["batch"].astype(str).to_numpy()
+    part = split_cells(labels, batch, tuple(TASK_DEFAULTS["split"]), request.seed)
+    return pd.DataFrame({"label": labels, "batch": batch, "part": np.where(part == "query", HELD_OUT_PART, part)},
+                        index=pd.Index(reference.obs_names.astype(str), name="cell"))  # fmt: skip
+
+
+def read_probabilities(path: str, classes: tuple[str, ...], needed: dict[str, pd.Index]) -> pd.DataFrame:
+    """Another tool's scores (``--probabilities``): a TSV or CSV, cell ids in the first column, one column per
+    reference label (a label it lacks: 0, ``attrs['labels_missing']``), non-negative, each row divided by its sum.
+    ``needed``: {what: the cell ids it must hold}; a missing cell, an unknown column or a bad value is refused with
+    one line naming the file."""
+    try:
+        table = pd.read_csv(path, sep="," if str(path).endswith(".csv") else "\t", index_col=0)
+    except (OSError, ValueError) as error:
+        raise InputError(f"{path}: not a table of cell ids × types ({error})") from error
+    table.index = table.index.astype(str)
+    if table.index.has_duplicates:
+        raise InputError(f"{path}: cell {table.index[table.index.duplicated()][0]!r} appears twice")
+    unknown = [str(column) for column in table.columns if str(column) not in classes]
+    if unknown:
+        raise InputError(f"{path}: column {unknown[0]!r} is not a label of the reference ({', '.join(classes)})")
+    for what, ids in needed.items():
+        missing = ids[~ids.isin(table.index)]  # in the reference's (the query's) order
+        if len(missing):
+            raise InputError(f"{path}: {len(missing):,} of the {len(ids):,} {what} are missing (first: {missing[0]}); "
+                             "the file holds the tool's scores on the reference's calibration and held-out cells "
+                             "(`celldag split` lists them) and on every query cell")  # fmt: skip
+    values = table.reindex(columns=list(classes), fill_value=0.0).to_numpy(dtype=np.float64)
+    if not np.isfinite(values).all() or (values < 0).any() or (values.sum(axis=1) <= 0).any():
+        raise InputError(f"{path}: scores must be finite and non-negative, with a positive sum in every row")
+    scores = pd.DataFrame(values / values.sum(axis=1, keepdims=True), index=table.index, columns=list(classes))
+    scores.attrs["labels_missing"] = [label for label in classes if label not in table.columns]
+    return scores
 
 
 @dataclass(frozen=True)
@@ -295,6 +364,7 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     reference_batch = reference.obs["batch"].astype(str).to_numpy()
     query_batch = query.obs[request.batch_key].astype(str).to_numpy()
     split = split_cells(reference_labels, reference_batch, tuple(TASK_DEFAULTS["split"]), request.seed)
+    imported = imported_proba(request, reference, query, split, classes)
     held_out_batch = np.char.add(HELD_OUT_BATCH_PREFIX, reference_batch)
     batch = np.concatenate([np.where(split == "train", reference_batch, held_out_batch),
                             np.char.add(QUERY_BATCH_PREFIX, query_batch)])  # fmt: skip
@@ -307,7 +377,9 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     embedding = np.asarray(ran(representation, inputs, request.seed, request.threads,
                                f"representation {request.representation}").embedding, dtype=np.float32)  # fmt: skip
     labels = np.concatenate([reference_labels, np.full(query.n_obs, "")])
-    if pretrained is None:
+    if imported is not None:
+        proba, sigmoid = imported.to_numpy(), None
+    elif pretrained is None:
         classified = AnnotationInput(features=embedding, labels=labels, batch=batch, classes=classes,
                                      fits={"reference": fit}, names=tuple(names), expression=lognorm,
                                      genes=genes)  # fmt: skip
@@ -329,8 +401,10 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
                                             request.unknown_level, novelty.novelty_distances(embedding, fit),
                                             request.no_empty_sets)  # fmt: skip
     cells = cell_table(query, found, classes, proba[n_reference:], query_batch)
-    native = None if sigmoid is None else native_rules(sigmoid, classes, reference_labels[split == "query"],
-                                                       split == "query", query_batch, query_labels)  # fmt: skip
+    native = None
+    if sigmoid is not None or imported is not None:
+        native = native_rules(proba if sigmoid is None else sigmoid, classes, reference_labels[split == "query"],
+                              split == "query", query_batch, query_labels, imported=sigmoid is None)  # fmt: skip
     if native is not None:
         cells = cells.assign(**native.cells)
     index = {name: i for i, name in enumerate(classes)}
@@ -348,13 +422,16 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
              "training_conditional": conformal.training_conditional_risk(int((split == "calibration").sum()),
                                                                          request.alpha),
              "query_proportions": found.query_proportions,
-             "celltypist_held_out": None if native is None else native.held_out}  # fmt: skip
+             "native_rule": None if native is None else {"tool": native.tool, **native.held_out}}  # fmt: skip
+    if imported is not None:
+        facts["labels_missing_from_probabilities"] = imported.attrs["labels_missing"]
     if pretrained is not None:
         facts |= {"model_genes_used": int(np.isin(genes, pretrained.model.genes).sum()),
                   "model_genes": int(pretrained.model.genes.size),
                   "unmapped_model_types": list(pretrained.mapped.unmapped_types),
                   "labels_without_model_type": list(pretrained.mapped.labels_without_type)}  # fmt: skip
-    inputs = [path for path in (request.reference, request.query, request.model, request.label_map) if path]
+    inputs = [path for path in (request.reference, request.query, request.model, request.label_map,
+                                request.probabilities) if path]  # fmt: skip
     record = clock.record(seed=request.seed, config=asdict(request),
                           input_checksums={path: artifacts.sha256_file(path) for path in inputs},
                           command="celldag annotate", facts=facts)  # fmt: skip
@@ -376,42 +453,50 @@ def cell_table(query, found: annotation_query.QueryAnnotation, classes: tuple[st
 
 @dataclass(frozen=True)
 class NativeRules:
-    """CellTypist's own rules on its sigmoids, beside the sets: best match (the top type) and prob match (every type
-    whose sigmoid exceeds 0.5; none: Unassigned)."""
+    """The tool's own rule on its own scores, beside the sets (``native_rules``)."""
 
+    tool: str  # "celltypist" or "tool" (imported probabilities): the prefix of its columns
     cells: dict[str, np.ndarray]  # cells.tsv columns, query cells in order
-    batches: pd.DataFrame  # per query batch (index): unassigned share, prob-match size, labelled coverage, accuracy
+    batches: pd.DataFrame  # per query batch (index): unassigned share, set size, labelled coverage, top-type accuracy
     held_out: dict[str, float]  # the same on the reference's held-out cells (labels known)
 
 
-def native_rules(sigmoid: np.ndarray, classes: tuple[str, ...], held_out_labels: np.ndarray, held_out: np.ndarray,
-                 query_batch: np.ndarray, query_labels: np.ndarray | None) -> NativeRules:  # fmt: skip
-    """CellTypist's best match and prob match on ``sigmoid`` (reference cells then query cells), scored on the
-    reference's ``held_out`` cells and on the query's labelled cells of each batch."""
+def native_rules(scores: np.ndarray, classes: tuple[str, ...], held_out_labels: np.ndarray, held_out: np.ndarray,
+                 query_batch: np.ndarray, query_labels: np.ndarray | None, imported: bool = False) -> NativeRules:  # fmt: skip
+    """The tool's own rule on ``scores`` (reference cells then query cells), scored on the reference's ``held_out``
+    cells and on the query's labelled cells of each batch: CellTypist's prob match on its sigmoids (every type over
+    0.5; none: Unassigned) and best match (the top type); for imported probabilities (``imported``) the top type
+    where its probability reaches ``IMPORTED_THRESHOLD``, else Unassigned. Per group: the share Unassigned, the mean
+    number of types answered, coverage (the label among them) and the top type's accuracy."""
     names = np.asarray(classes, dtype=object)
     n_reference = held_out.size
-    matched = celltypist_model.prob_match(sigmoid)
-    best = names[sigmoid.argmax(axis=1)]
+    top = scores.argmax(axis=1)
+    if imported:
+        matched = np.zeros(scores.shape, dtype=bool)
+        matched[np.arange(top.size), top] = scores[np.arange(top.size), top] >= IMPORTED_THRESHOLD
+    else:
+        matched = celltypist_model.prob_match(scores)
+    index = {name: j for j, name in enumerate(classes)}
 
     def scored(rows: np.ndarray, truth: np.ndarray) -> dict[str, float]:
-        unlabelled = {"prob_match_coverage": np.nan, "best_match_accuracy": np.nan}
         labelled = truth != ""
-        index = {name: j for j, name in enumerate(classes)}
         hits = np.array([matched[row, index[label]] if label in index else False
                          for row, label in zip(rows[labelled], truth[labelled])], dtype=bool)  # fmt: skip
         return {"unassigned_share": float((~matched[rows].any(axis=1)).mean()),
-                "prob_match_size": float(matched[rows].sum(axis=1).mean()),
-                **(unlabelled if not labelled.any() else
-                   {"prob_match_coverage": float(hits.mean()),
-                    "best_match_accuracy": float((best[rows][labelled] == truth[labelled]).mean())})}  # fmt: skip
+                "set_size": float(matched[rows].sum(axis=1).mean()),
+                "coverage": float(hits.mean()) if labelled.any() else np.nan,
+                "top_accuracy": float((names[top[rows]][labelled] == truth[labelled]).mean())
+                if labelled.any() else np.nan}  # fmt: skip
 
-    query_rows = np.arange(n_reference, sigmoid.shape[0])
+    query_rows = np.arange(n_reference, scores.shape[0])
     truth = np.full(query_rows.size, "", dtype=object) if query_labels is None else np.asarray(query_labels, object)
     batches = pd.DataFrame({batch: scored(query_rows[query_batch == batch], truth[query_batch == batch])
                             for batch in np.unique(query_batch)}).T  # fmt: skip
-    calls = ["|".join(names[row]) or celltypist_model.UNASSIGNED for row in matched[query_rows]]
-    return NativeRules(cells={"celltypist_best_match": best[query_rows], "celltypist_prob_match": np.array(calls)},
-                       batches=batches.add_prefix("celltypist_"),
+    calls = np.array(["|".join(names[row]) or celltypist_model.UNASSIGNED for row in matched[query_rows]])
+    tool = "tool" if imported else CELLTYPIST
+    cells = {"tool_call": calls} if imported else {"celltypist_best_match": names[top[query_rows]],
+                                                   "celltypist_prob_match": calls}  # fmt: skip
+    return NativeRules(tool=tool, cells=cells, batches=batches.add_prefix(f"{tool}_"),
                        held_out=scored(np.flatnonzero(held_out), np.asarray(held_out_labels, dtype=object)))  # fmt: skip
 
 
@@ -491,7 +576,7 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
         f"{facts['calibration_cells']:,} calibration cells, the chance that this calibration set gives split "
         f"conformal a coverage below 1 − α − {conformal.TRAINING_CONDITIONAL_SLACK:g} is "
         f"{facts['training_conditional']:.1%} (Beta law; a group of fewer cells is calibrated less tightly).",)))  # fmt: skip
-    if facts["celltypist_held_out"] is not None:
+    if facts["native_rule"] is not None:
         blocks.append(native_paragraph(facts, batches))
     if request.model is not None:
         blocks.append(Paragraph((
@@ -510,21 +595,29 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
 
 
 def native_paragraph(facts: dict, batches: pd.DataFrame) -> Paragraph:
-    """CellTypist's own rules beside the sets: on the held-out reference cells, and per batch with labelled cells."""
-    held = facts["celltypist_held_out"]
-    labelled = batches.dropna(subset=["celltypist_prob_match_coverage"])
-    per_batch = "; ".join(f"{row.batch}: prob match covers {row.celltypist_prob_match_coverage:.3f} at "
-                          f"{row.celltypist_prob_match_size:.2f} types, best match right on "
-                          f"{row.celltypist_best_match_accuracy:.3f}" for row in labelled.itertuples())  # fmt: skip
+    """The tool's own rule beside the sets: on the held-out reference cells, and per batch with labelled cells."""
+    held, tool = facts["native_rule"], facts["native_rule"]["tool"]
+    rule = ("CellTypist's own rules on the same sigmoids (cells.tsv: celltypist_best_match, celltypist_prob_match): "
+            "prob match (every type over 0.5)" if tool == CELLTYPIST else
+            f"The tool's own rule on its probabilities (cells.tsv: tool_call): its top type where that type's "
+            f"probability reaches {IMPORTED_THRESHOLD:g}")  # fmt: skip
+    top = "best match" if tool == CELLTYPIST else "its top type"
+    labelled = batches.dropna(subset=[f"{tool}_coverage"])
+    per_batch = "; ".join(f"{row['batch']}: the rule covers {row[f'{tool}_coverage']:.3f} at {row[f'{tool}_set_size']:.2f} "
+                          f"types, {top} right on {row[f'{tool}_top_accuracy']:.3f}"
+                          for _, row in labelled.iterrows())  # fmt: skip
+    missing = facts.get("labels_missing_from_probabilities") or []
     return Paragraph((
-        "CellTypist's own rules on the same sigmoids (cells.tsv: celltypist_best_match, celltypist_prob_match): on the "
-        f"held-out reference cells prob match (every type over 0.5) covers {held['prob_match_coverage']:.3f} at "
-        f"{held['prob_match_size']:.2f} types with {held['unassigned_share']:.1%} Unassigned, and best match is right "
-        f"on {held['best_match_accuracy']:.3f} — neither with a promise, where the sets above promise ≥ 1 − α."
-        + (f" Labelled query cells — {per_batch}." if per_batch else ""),))  # fmt: skip
+        f"{rule}: on the held-out reference cells it covers {held['coverage']:.3f} at {held['set_size']:.2f} types "
+        f"with {held['unassigned_share']:.1%} Unassigned, and {top} is right on {held['top_accuracy']:.3f} — "
+        "without a promise, where the sets above promise ≥ 1 − α."
+        + (f" Labelled query cells — {per_batch}." if per_batch else "")
+        + (f" Labels the probability file lacks (scored 0): {', '.join(missing)}." if missing else ""),))  # fmt: skip
 
 
 def classifier_name(request: Request) -> str:
+    if request.probabilities is not None:
+        return f"the scores of {Path(request.probabilities).name}"
     return request.classifier if request.model is None else f"the CellTypist model {Path(request.model).name}"
 
 

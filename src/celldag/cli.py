@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check(commands)
     _add_cite(commands)
     _add_annotate(commands)
+    _add_split(commands)
     return parser
 
 
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             return make_reference(args.workflow, args.out, args.cores, run=not args.no_run)
         if args.command == "annotate":
             return _annotate(args)
+        if args.command == "split":
+            return _split(args)
         if args.command == "cite":
             return _cite(args.results, args.output_format, args.configfile, args.workflow, args.config_key)
         if args.command == "prefetch":
@@ -240,6 +243,10 @@ def _add_annotate(commands) -> None:
     annotate.add_argument("--model", metavar="FILE.pkl",
                           help="a trained CellTypist model file as the classifier (calibrated on the reference; it must "
                                "not have been trained on the reference's cells)")  # fmt: skip
+    annotate.add_argument("--probabilities", metavar="FILE",
+                          help="another tool's scores (TSV or CSV: cell ids, one column per reference label) on the "
+                               "reference's calibration and held-out cells (`celldag split` lists them; the tool "
+                               "trained on its train cells) and on every query cell, in place of a classifier")  # fmt: skip
     annotate.add_argument("--label-map", metavar="TSV",
                           help="with --model: columns model_type and label, the model's types onto the reference's "
                                "labels (many to one; default: by name)")  # fmt: skip
@@ -266,7 +273,7 @@ def _add_annotate(commands) -> None:
 
 ANNOTATE_SETTINGS = ("batch_key", "label_key", "representation", "classifier", "procedure", "values", "alpha",
                      "level", "unknown_level", "no_empty_sets", "seed", "threads", "reference_label_key",
-                     "reference_batch_key", "model", "label_map")  # fmt: skip
+                     "reference_batch_key", "model", "label_map", "probabilities")  # fmt: skip
 
 
 def _annotate(args) -> int:
@@ -277,6 +284,37 @@ def _annotate(args) -> int:
     reference = reference_path(args.reference, registries.datasets, given.get("seed", 0))
     out = annotate(Request(reference=reference, query=args.query, out=args.out, **given), registries.methods)
     print(f"annotated {args.query} into {out} (report.md: the shift verdict per batch)")
+    return 0
+
+
+SPLIT_SETTINGS = ("reference_label_key", "reference_batch_key", "seed")
+
+
+def _add_split(commands) -> None:
+    split = commands.add_parser("split", help="the reference's cells and the part each is in (train, calibration, held "
+                                              "out) as `celldag annotate` splits them: what another tool trains on "
+                                              "before its scores come back with --probabilities")  # fmt: skip
+    split.add_argument("reference", metavar="REFERENCE", help="the labelled reference, as for `celldag annotate`")
+    split.add_argument("--out", required=True, metavar="FILE.tsv", help="the table written: cell, label, batch, part")
+    split.add_argument("--reference-label-key", help="a plain reference's obs column of cell types (default label)")
+    split.add_argument("--reference-batch-key", help="a plain reference's obs column of batches (default batch)")
+    split.add_argument("--seed", type=int, help="seed of the split (default 0; give annotate the same)")
+    split.add_argument("--configfile", default=DEFAULT_CONFIG,
+                       help=f"run config naming the registries (default {DEFAULT_CONFIG})")  # fmt: skip
+    _add_module_options(split)
+
+
+def _split(args) -> int:
+    from celldag.annotate import Request, reference_path, split_table
+
+    _, registries = load_workflow_config(args.configfile, args.workflow, args.config_key)
+    given = {name: getattr(args, name) for name in SPLIT_SETTINGS if getattr(args, name) is not None}
+    reference = reference_path(args.reference, registries.datasets, given.get("seed", 0))
+    table = split_table(Request(reference=reference, query="", out="", **given))
+    table.to_csv(args.out, sep="\t")
+    counts = table["part"].value_counts()
+    print(f"wrote {args.out}: " + ", ".join(f"{counts.get(part, 0):,} {part}" for part in
+                                           ("train", "calibration", "held out")) + " cells")  # fmt: skip
     return 0
 
 

@@ -7,8 +7,10 @@ rule annotate_query:
     input:
         reference=lambda wildcards: ANNOTATE_REFERENCES[wildcards.query],
         query=lambda wildcards: config["annotate"][wildcards.query]["query"],
-        # a CellTypist model and its label map, where the query names them: a new file reruns the query
-        model=lambda wildcards: [config["annotate"][wildcards.query][key] for key in ("model", "label_map")
+        # a CellTypist model and its label map, or another tool's scores, where the query names them: a new file
+        # reruns the query
+        model=lambda wildcards: [config["annotate"][wildcards.query][key]
+                                 for key in ("model", "label_map", "probabilities")
                                  if key in config["annotate"][wildcards.query]],
     output:
         directory(plan.ANNOTATED),

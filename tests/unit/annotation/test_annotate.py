@@ -386,11 +386,11 @@ def test_celltypist_as_the_classifier_reports_its_own_rules_beside_the_sets(tmp_
     prob = cells["celltypist_prob_match"].str.split("|")
     covered = [label in types for label, types in zip(truth.loc[cells.index], prob, strict=True)]
     batches = pd.read_csv(out / "batches.tsv", sep="\t")
-    assert batches.loc[0, "celltypist_prob_match_coverage"] == pytest.approx(np.mean(covered))
+    assert batches.loc[0, "celltypist_coverage"] == pytest.approx(np.mean(covered))
     assert batches.loc[0, "celltypist_unassigned_share"] == pytest.approx((cells["celltypist_prob_match"]
                                                                            == ct.UNASSIGNED).mean())  # fmt: skip
     text = (out / "report.md").read_text()
-    assert "CellTypist's own rules on the same sigmoids" in text and "b3: prob match covers" in text
+    assert "CellTypist's own rules on the same sigmoids" in text and "b3: the rule covers" in text
 
 
 def test_a_trained_celltypist_model_file_annotates_through_its_label_map(tmp_path, registries, capsys):
@@ -427,6 +427,64 @@ def test_a_trained_celltypist_model_file_annotates_through_its_label_map(tmp_pat
                            (["--model", str(tmp_path / "model.pkl")], "model.pkl: none of its 6 types maps by name")):  # fmt: skip
         assert main(["annotate", reference, query, "--out", str(tmp_path / "refused"), "--batch-key", "run",
                      *extra]) == 2  # fmt: skip
+        error = capsys.readouterr().err.strip()
+        assert message in error and "\n" not in error, error
+        assert not (tmp_path / "refused").exists()
+
+
+def test_another_tools_probabilities_come_back_on_the_split_celldag_wrote(tmp_path, registries, capsys):
+    """`celldag split` lists the parts; a tool trained on the train cells (here sklearn's logistic regression on the
+    log-normalised genes) scores the calibration, held-out and query cells; --probabilities calibrates on those
+    scores (issue 52): the query's top probability is the file's, the tool's own rule (top type at p ≥ 0.5) is
+    reported beside the sets, and a file short of calibration cells, with a column no label names, or with --model
+    is refused with one line before anything is written."""
+    from sklearn.linear_model import LogisticRegression
+
+    data = prepared(counts_dataset(seed=5))
+    reference, query = held_out(data, "b3", tmp_path)
+    assert main(["split", reference, "--out", str(tmp_path / "split.tsv"), "--seed", "2"]) == 0
+    assert "train" in capsys.readouterr().out
+    split = pd.read_csv(tmp_path / "split.tsv", sep="\t", index_col="cell")
+    ref = anndata.read_h5ad(reference)
+    assert split.index.tolist() == ref.obs_names.tolist() and split["label"].tolist() == ref.obs["label"].tolist()
+    counts = split["part"].value_counts()
+    assert set(counts.index) == {"train", "calibration", "held out"} and counts["train"] == pytest.approx(
+        0.5 * len(split), abs=12)  # fmt: skip
+
+    def dense(matrix):
+        return np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix)
+
+    train = split["part"] == "train"
+    tool = LogisticRegression(max_iter=2000).fit(dense(ref.layers["lognorm"])[train.to_numpy()], split["label"][train])
+    lab = anndata.read_h5ad(query)
+    rows = pd.concat([pd.DataFrame(tool.predict_proba(dense(ref.layers["lognorm"])[~train.to_numpy()]),
+                                   index=split.index[~train], columns=tool.classes_),
+                      pd.DataFrame(tool.predict_proba(dense(lab.X)), index=lab.obs_names, columns=tool.classes_)])  # fmt: skip
+    rows.to_csv(tmp_path / "scores.tsv", sep="\t")
+    out = annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run", seed=2, label_key="removed",
+                           probabilities=str(tmp_path / "scores.tsv")), registries.methods)  # fmt: skip
+    cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
+    written = pd.read_csv(tmp_path / "scores.tsv", sep="\t", index_col=0).loc[cells.index]
+    np.testing.assert_allclose(cells["best_probability"], (written.T / written.sum(axis=1)).T.max(axis=1), rtol=1e-12)
+    expected = np.where(rows.loc[cells.index].max(axis=1) >= 0.5, rows.loc[cells.index].idxmax(axis=1), "Unassigned")
+    assert cells["tool_call"].tolist() == expected.tolist()
+    batches = pd.read_csv(out / "batches.tsv", sep="\t")
+    truth = lab.obs["removed"].astype(str).loc[cells.index]
+    assert batches.loc[0, "tool_coverage"] == pytest.approx(float((cells["tool_call"] == truth).mean()))
+    assert "The tool's own rule on its probabilities" in (out / "report.md").read_text()
+    calibration = split.index[split["part"] == "calibration"]
+    rows.drop(index=calibration[:3]).to_csv(tmp_path / "short.tsv", sep="\t")
+    rows.rename(columns={rows.columns[0]: "Nope"}).to_csv(tmp_path / "renamed.tsv", sep="\t")
+    (tmp_path / "m.pkl").write_bytes(b"")
+    for extra, message in (
+        (["--probabilities", str(tmp_path / "short.tsv")],
+         f"short.tsv: 3 of the {len(calibration)} reference's calibration cells are missing (first: {calibration[0]})"),
+        (["--probabilities", str(tmp_path / "renamed.tsv")], "renamed.tsv: column 'Nope' is not a label of the reference"),
+        (["--probabilities", str(tmp_path / "scores.tsv"), "--model", str(tmp_path / "m.pkl")],
+         "--probabilities and --model each replace the classifier: give one"),
+    ):  # fmt: skip
+        assert main(["annotate", reference, query, "--out", str(tmp_path / "refused"), "--batch-key", "run",
+                     "--seed", "2", *extra]) == 2  # fmt: skip
         error = capsys.readouterr().err.strip()
         assert message in error and "\n" not in error, error
         assert not (tmp_path / "refused").exists()
