@@ -1,0 +1,136 @@
+"""CellTypist's own rules beside conformal sets on CellTypist's own scores, on the same cells (issue 52;
+docs/annotation.md, "CellTypist head to head").
+
+  .venv/bin/python benchmarks/celltypist_head_to_head.py [--realdata ../shared/realdata]
+
+- **Head to head** (CellBench, real cell lines with genotype-verified labels; `../shared/realdata`): each pair of
+  `benchmarks/annotate_defaults.py` — reference and query plain h5ads of raw counts — through `celldag annotate
+  --classifier celltypist` (CellTypist's model trained on the reference's train cells; pca for the unknown-type
+  distance) with the default `label_shift` and with `split_lac`: per query batch, CellTypist's prob match (coverage,
+  types answered, share Unassigned) and best match (accuracy) beside the sets (coverage, size, singletons) and the
+  shift verdict.
+- **A type the model lacks** (plates 1, 2 → 3): per cell line, a CellTypist model trained with that line and then
+  stripped of it (its row of weights removed, as CellTypist's `Model.subset(exclude_cell_types=…)` does), annotated
+  through `--model` against the reference without the line: the share of the line's query cells that celldag flags
+  `unknown type` beside the share CellTypist leaves Unassigned, and both shares on the other lines' query cells. The
+  model trains on the reduced reference's train cells (`celldag split`'s) and all of the line's reference cells, so
+  it never saw a calibration cell.
+
+Prints Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+from pathlib import Path
+
+import anndata
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from annotate_defaults import MIXOLOGY, PAIRS, cellbench_h5ad  # noqa: E402
+
+from celldag.annotate import Request, annotate, read_reference, split_table  # noqa: E402
+from celldag.annotation import celltypist as ct  # noqa: E402
+from celldag.data.cellbench import BATCH_KEY, LABEL_KEY  # noqa: E402
+from celldag.registry import load_config, read_yaml  # noqa: E402
+
+PROCEDURES = ("label_shift", "split_lac")
+HELD_OUT_PAIR = "plates: 1, 2 → 3"
+
+
+def registry_methods() -> dict:
+    config = REPO / "config" / "config.yaml"
+    return load_config(read_yaml(config), config.name, root=REPO)[1].methods
+
+
+def request(reference: Path, query: Path, out: Path, **options) -> Request:
+    return Request(str(reference), str(query), str(out), batch_key=BATCH_KEY, label_key=LABEL_KEY,
+                   reference_label_key=LABEL_KEY, reference_batch_key=BATCH_KEY, **options)  # fmt: skip
+
+
+def head_to_head(realdata: Path, methods: dict, folder: Path) -> None:
+    print("## CellTypist's rules and conformal sets on CellTypist's scores (CellBench, α = 0.1)\n")
+    print("| pair | batch | cells | prob match: coverage | types | Unassigned | best match: accuracy | procedure | "
+          "sets: coverage | size | singletons | shift verdict |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for pair, (reference_parts, query_parts) in PAIRS.items():
+        reference, query = folder / "reference.h5ad", folder / "query.h5ad"
+        cellbench_h5ad(realdata, reference_parts, reference)
+        cellbench_h5ad(realdata, query_parts, query)
+        for procedure in PROCEDURES:
+            out = annotate(request(reference, query, folder / f"out-{procedure}", classifier="celltypist",
+                                   procedure=procedure), methods)  # fmt: skip
+            batches = pd.read_csv(out / "batches.tsv", sep="\t")
+            cells = pd.read_csv(out / "cells.tsv", sep="\t", keep_default_na=False)
+            for row in batches.itertuples():
+                singletons = (cells.loc[cells["batch"] == row.batch, "set_size"] == 1).mean()
+                print(f"| {pair} | {row.batch} | {row.cells} | {row.celltypist_coverage:.3f} | "
+                      f"{row.celltypist_set_size:.2f} | {row.celltypist_unassigned_share:.3f} | "
+                      f"{row.celltypist_top_accuracy:.3f} | `{procedure}` | {row.labelled_coverage:.3f} | "
+                      f"{row.mean_set_size:.2f} | {singletons:.2f} | {row.verdict} |")  # fmt: skip
+    print()
+
+
+def dense(matrix) -> np.ndarray:
+    return np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix, dtype=np.float64)
+
+
+def without_type(model: ct.Model, name: str) -> ct.Model:
+    """The model with one type's row of weights removed (CellTypist's ``Model.subset(exclude_cell_types=…)``)."""
+    keep = model.types != name
+    return dataclasses.replace(model, types=model.types[keep], coef=model.coef[keep], intercept=model.intercept[keep])
+
+
+def type_the_model_lacks(realdata: Path, methods: dict, folder: Path) -> None:
+    reference_parts, query_parts = PAIRS[HELD_OUT_PAIR]
+    full, query = folder / "full.h5ad", folder / "query.h5ad"
+    cellbench_h5ad(realdata, reference_parts, full)
+    cellbench_h5ad(realdata, query_parts, query)
+    raw = anndata.read_h5ad(full)
+    truth = anndata.read_h5ad(query).obs[LABEL_KEY].astype(str)
+    print(f"## A type the model lacks ({HELD_OUT_PAIR}; `--model` with the type's weights removed, α = 0.1)\n")
+    print("| cell line removed | its query cells | celldag: unknown type | CellTypist: Unassigned | "
+          "other lines: unknown type | other lines: Unassigned |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    prepared_full = read_reference(request(full, query, folder / "unused"))
+    lognorm, genes = dense(prepared_full.layers["lognorm"]), list(prepared_full.var_names)
+    labels = prepared_full.obs["label"].astype(str)
+    for line in sorted(labels.unique()):
+        reduced = folder / f"without-{line}.h5ad"
+        raw[raw.obs[LABEL_KEY].astype(str) != line].copy().write_h5ad(reduced)
+        parts = split_table(request(reduced, query, folder / "unused"))
+        trained_on = labels.index.isin(parts.index[parts["part"] == "train"]) | (labels == line).to_numpy()
+        model = without_type(ct.train(lognorm[trained_on], labels[trained_on].to_numpy(), genes), line)
+        ct.write_model(model, folder / "model.pkl")
+        out = annotate(request(reduced, query, folder / f"out-{line}", model=str(folder / "model.pkl")), methods)
+        cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
+        novel = (truth.loc[cells.index] == line).to_numpy()
+        unknown, unassigned = cells["unknown_type"].astype(bool), cells["celltypist_prob_match"] == ct.UNASSIGNED
+        print(f"| {line} | {novel.sum()} | {unknown[novel].mean():.3f} | {unassigned[novel].mean():.3f} | "
+              f"{unknown[~novel].mean():.3f} | {unassigned[~novel].mean():.3f} |")  # fmt: skip
+    print()
+
+
+def main() -> int:
+    arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    arguments.add_argument("--realdata", type=Path, default=REPO.parent / "shared/realdata")
+    args = arguments.parse_args()
+    if not (args.realdata / MIXOLOGY).is_dir():
+        print(f"no CellBench files under {args.realdata / MIXOLOGY}", file=sys.stderr)
+        return 1
+    methods = registry_methods()
+    with tempfile.TemporaryDirectory() as folder:
+        head_to_head(args.realdata, methods, Path(folder))
+        type_the_model_lacks(args.realdata, methods, Path(folder))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
