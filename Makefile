@@ -67,7 +67,7 @@ reference: $(BIN)/.installed
 	$(BIN)/celldag reference --cores $(CORES)
 
 # Speed against named peers (benchmarks/run_all.py): writes docs/performance.md and docs/performance-scaling.png
-bench: $(BIN)/.installed
+bench: $(BIN)/.installed $(PARITY)/.installed
 	$(BIN)/python -m pip install --quiet -r requirements/bench.txt
 	$(BIN)/python benchmarks/run_all.py
 

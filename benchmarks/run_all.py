@@ -21,7 +21,7 @@ from pathlib import Path
 
 from common import RESULTS, ROOT, fit_exponent, machine
 
-BENCHMARKS = ("lineage_scaling", "representation_scaling", "conformal_fits")
+BENCHMARKS = ("lineage_scaling", "representation_scaling", "conformal_fits", "annotate_speed")
 # results that `make bench` reports when present but never runs: benchmarks/gpu.py needs a GPU machine
 DEVICE_BENCHMARKS = ("gpu",)
 DOC = ROOT / "docs" / "performance.md"

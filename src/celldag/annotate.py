@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import sparse
 
 from celldag import artifacts, contracts
 from celldag.annotation import query as annotation_query
@@ -324,16 +325,18 @@ def read_pretrained(request: Request, classes: tuple[str, ...]) -> Pretrained | 
 
 def joint_expression(reference, query, shared: pd.Index, values: str,
                      where: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:  # fmt: skip
-    """(log-normalised, scaled, genes): expression of reference then query cells on the shared genes that vary."""
+    """(log-normalised, scaled, genes): expression of reference then query cells on the shared genes that vary — the
+    log-normalised values sparse (CSR float32: a query of 10⁵ cells × every gene stays small), the scaled ones dense
+    float32 (what an embedding fits)."""
     values = preprocess.values_of(query.X) if values == "auto" else values
     query_lognorm = preprocess.lognorm_of(query.X, values, where)[:, query.var_names.get_indexer(shared)]
-    reference_lognorm = reference[:, shared].layers["lognorm"]
-    lognorm = np.vstack([np.asarray(m.toarray() if hasattr(m, "toarray") else m, dtype=np.float32)
-                         for m in (reference_lognorm, query_lognorm)])  # fmt: skip
+    reference_lognorm = sparse.csr_matrix(reference[:, shared].layers["lognorm"], dtype=np.float32)
+    lognorm = sparse.vstack([reference_lognorm, sparse.csr_matrix(query_lognorm, dtype=np.float32)], format="csr")
     scaled, varying = preprocess.jointly_scaled(lognorm)
     if not varying.any():
         raise InputError(f"{where}: no shared gene varies across the reference and query cells")
-    return lognorm[:, varying], scaled, tuple(shared[varying].astype(str))
+    kept = lognorm if varying.all() else lognorm[:, np.flatnonzero(varying)]
+    return kept, scaled, tuple(shared[varying].astype(str))
 
 
 def ran(method: tuple[dict, str], inputs, seed: int, threads: int, what: str):
@@ -354,13 +357,17 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     clock = RunClock()
     representation, classifier = check_request(request, methods)
     check_out(Path(request.out))
-    reference = read_reference(request)
-    query, shared = read_query(request, pd.Index(reference.var_names))
+    with clock.stage("reference"):  # read, and prepared where it is a plain h5ad (cached)
+        reference = read_reference(request)
+        reference.X = None  # its own scaling, dense: the reference is scaled again with the query (joint_expression)
+    with clock.stage("query"):
+        query, shared = read_query(request, pd.Index(reference.var_names))
     n_reference = reference.n_obs
     reference_labels = reference.obs["label"].astype(str).to_numpy()
     classes = tuple(sorted(set(reference_labels)))
     pretrained = read_pretrained(request, classes)
-    lognorm, scaled, genes = joint_expression(reference, query, shared, request.values, request.query)
+    with clock.stage("genes and values"):
+        lognorm, scaled, genes = joint_expression(reference, query, shared, request.values, request.query)
     reference_batch = reference.obs["batch"].astype(str).to_numpy()
     query_batch = query.obs[request.batch_key].astype(str).to_numpy()
     split = split_cells(reference_labels, reference_batch, tuple(TASK_DEFAULTS["split"]), request.seed)
@@ -374,21 +381,23 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     fit = np.concatenate([split == "train", np.zeros(query.n_obs, dtype=bool)])
     inputs = RepresentationInput(names=tuple(names), features=scaled, gene_names=tuple(shared), batch=batch,
                                  train_mask=fit, lognorm=lognorm, counts=None)  # fmt: skip
-    embedding = np.asarray(ran(representation, inputs, request.seed, request.threads,
-                               f"representation {request.representation}").embedding, dtype=np.float32)  # fmt: skip
+    with clock.stage("embedding"):
+        embedding = np.asarray(ran(representation, inputs, request.seed, request.threads,
+                                   f"representation {request.representation}").embedding, dtype=np.float32)  # fmt: skip
     labels = np.concatenate([reference_labels, np.full(query.n_obs, "")])
-    if imported is not None:
-        proba, sigmoid = imported.to_numpy(), None
-    elif pretrained is None:
-        classified = AnnotationInput(features=embedding, labels=labels, batch=batch, classes=classes,
-                                     fits={"reference": fit}, names=tuple(names), expression=lognorm,
-                                     genes=genes)  # fmt: skip
-        result = ran(classifier, classified, request.seed, request.threads, f"classifier {request.classifier}")
-        proba, sigmoid = result.obsm["proba_reference"], result.obsm.get("sigmoid_reference")
-    else:
-        decisions, _ = celltypist_model.decision(pretrained.model, lognorm, genes)
-        sigmoid = celltypist_model.mapped_sigmoids(celltypist_model.sigmoids(decisions), pretrained.mapped)
-        proba = celltypist_model.normalised(sigmoid)
+    with clock.stage("classifier"):
+        if imported is not None:
+            proba, sigmoid = imported.to_numpy(), None
+        elif pretrained is None:
+            classified = AnnotationInput(features=embedding, labels=labels, batch=batch, classes=classes,
+                                         fits={"reference": fit}, names=tuple(names), expression=lognorm,
+                                         genes=genes)  # fmt: skip
+            result = ran(classifier, classified, request.seed, request.threads, f"classifier {request.classifier}")
+            proba, sigmoid = result.obsm["proba_reference"], result.obsm.get("sigmoid_reference")
+        else:
+            decisions, _ = celltypist_model.decision(pretrained.model, lognorm, genes)
+            sigmoid = celltypist_model.mapped_sigmoids(celltypist_model.sigmoids(decisions), pretrained.mapped)
+            proba = celltypist_model.normalised(sigmoid)
     soft = None
     if request.procedure == "kandinsky_augmented":
         soft = soft_groups(principal_components(scaled, request.seed), int(TASK_DEFAULTS["soft_groups"]), request.seed)
@@ -396,10 +405,12 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     if request.label_key is not None:
         column = query.obs[request.label_key]
         query_labels = np.where(column.isna().to_numpy(), "", column.astype(str).to_numpy())
-    found = annotation_query.annotate_query(proba, reference_labels, split, query_batch, query_labels, classes,
-                                            request.alpha, request.procedure, soft, request.level,
-                                            request.unknown_level, novelty.novelty_distances(embedding, fit),
-                                            request.no_empty_sets)  # fmt: skip
+    with clock.stage("novelty distances"):  # each cell's 10th-nearest reference train cell in the embedding
+        distances = novelty.novelty_distances(embedding, fit)
+    with clock.stage("sets and tests"):  # the conformal sets, the unknown-type tests and the shift tests
+        found = annotation_query.annotate_query(proba, reference_labels, split, query_batch, query_labels, classes,
+                                                request.alpha, request.procedure, soft, request.level,
+                                                request.unknown_level, distances, request.no_empty_sets)  # fmt: skip
     cells = cell_table(query, found, classes, proba[n_reference:], query_batch)
     native = None
     if sigmoid is not None or imported is not None:
@@ -432,9 +443,11 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
                   "labels_without_model_type": list(pretrained.mapped.labels_without_type)}  # fmt: skip
     inputs = [path for path in (request.reference, request.query, request.model, request.label_map,
                                 request.probabilities) if path]  # fmt: skip
-    record = clock.record(seed=request.seed, config=asdict(request),
-                          input_checksums={path: artifacts.sha256_file(path) for path in inputs},
-                          command="celldag annotate", facts=facts)  # fmt: skip
+    with clock.stage("checksums"):
+        checksums = {path: artifacts.sha256_file(path) for path in inputs}
+    record = clock.record(seed=request.seed, config=asdict(request), input_checksums=checksums,
+                          command="celldag annotate", facts=facts,
+                          stage_seconds={name: round(seconds, 3) for name, seconds in clock.stages.items()})  # fmt: skip
     return write_outputs(request, query, cells, batches, record, report(request, facts, batches, cells))
 
 

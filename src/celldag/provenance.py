@@ -177,13 +177,23 @@ def reset_peak_rss() -> bool:
 
 
 class RunClock:
-    """Started when a run starts; ``record`` turns it into the run.json dictionary."""
+    """Started when a run starts; ``record`` turns it into the run.json dictionary. ``stage(name)`` times a stage of
+    the run (a context manager; a stage entered twice adds up); ``stages`` holds the seconds of each."""
 
     def __init__(self) -> None:
         reset_peak_rss()
         reset_peak_gpu()
         self.started = time.time()
         self._perf = time.perf_counter()
+        self.stages: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stages[name] = self.stages.get(name, 0.0) + time.perf_counter() - started
 
     def record(self, *, seed: int, config: dict, input_checksums: dict[str, str], **extra) -> dict:
         return {

@@ -26,12 +26,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import sparse
 from scipy.special import expit
 
 CLIP = 10.0  # CellTypist's upper bound on the z-scored expression
 PROB_MATCH_THRESHOLD = 0.5  # CellTypist's p_thres of prob match
 UNASSIGNED = "Unassigned"  # CellTypist's call for a cell whose prob-match set is empty
 SAG_ABOVE = 50_000  # cells above which CellTypist trains with sag rather than lbfgs
+DECISION_ROWS = 2048  # cells scaled and decided at a time (memory: this many rows of float64 genes)
 
 
 # (module, name) of every global a CellTypist model file may name; a module ending in "." allows its every name (the
@@ -78,9 +80,9 @@ def iteration_budget(n_cells: int) -> int:
     return 1000 if n_cells < 50_000 else 500 if n_cells < 500_000 else 200
 
 
-def train(lognorm: np.ndarray, labels: np.ndarray, genes, C: float = 1.0, max_iter: int | None = None,
+def train(lognorm, labels: np.ndarray, genes, C: float = 1.0, max_iter: int | None = None,
           description: dict | None = None) -> Model:  # fmt: skip
-    """The model of ``labels`` (≥ 2 types) on ``lognorm`` (cells × ``genes``); ``uns``-ready facts go in
+    """The model of ``labels`` (≥ 2 types) on ``lognorm`` (cells × ``genes``, dense or sparse); ``uns``-ready facts go in
     ``description`` (CellTypist's field) with ``converged``: whether every type's fit stopped before ``max_iter``."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
@@ -91,11 +93,14 @@ def train(lognorm: np.ndarray, labels: np.ndarray, genes, C: float = 1.0, max_it
     types = np.unique(labels)
     if types.size < 2:
         raise ValueError(f"CellTypist's model needs two or more types among its training cells, got {types.tolist()}")
-    values = np.asarray(lognorm, dtype=np.float64)
+    # a dense copy of its own (CellTypist densifies too), scaled in place below
+    values = lognorm.toarray().astype(np.float64) if sparse.issparse(lognorm) else np.array(lognorm, np.float64)
     expressed = values.sum(axis=0) != 0
-    values, kept = values[:, expressed], np.asarray(genes).astype(str)[expressed]
-    scaler = StandardScaler().fit(values)
-    scaled = np.minimum(scaler.transform(values), CLIP)
+    kept = np.asarray(genes).astype(str)[expressed]
+    if not expressed.all():
+        values = values[:, expressed]
+    scaler = StandardScaler(copy=False).fit(values)
+    scaled = np.minimum(scaler.transform(values), CLIP, out=values)  # cells × genes once, not three times
     budget = iteration_budget(values.shape[0]) if max_iter is None else int(max_iter)
     solver = "sag" if values.shape[0] > SAG_ABOVE else "lbfgs"
     with warnings.catch_warnings():
@@ -113,7 +118,7 @@ def train(lognorm: np.ndarray, labels: np.ndarray, genes, C: float = 1.0, max_it
                               "converged": converged})  # fmt: skip
 
 
-def decision(model: Model, lognorm: np.ndarray, genes) -> tuple[np.ndarray, int]:
+def decision(model: Model, lognorm, genes) -> tuple[np.ndarray, int]:
     """(decision values (n, K), genes used): on the genes of ``lognorm`` the model knows, as CellTypist predicts —
     a model gene the data lack is left out of every decision (its term dropped)."""
     genes = np.asarray(genes).astype(str)
@@ -122,9 +127,16 @@ def decision(model: Model, lognorm: np.ndarray, genes) -> tuple[np.ndarray, int]
     if not known.any():
         raise ValueError("no gene of the data is a gene of the CellTypist model (gene symbols are expected)")
     columns = position[known]
-    values = np.asarray(lognorm, dtype=np.float64)[:, known]
-    scaled = np.minimum((values - model.mean[columns]) / model.scale[columns], CLIP)
-    return scaled @ model.coef[:, columns].T + model.intercept, int(known.sum())
+    mean, scale, weights = model.mean[columns], model.scale[columns], np.ascontiguousarray(model.coef[:, columns].T)
+    decisions = np.empty((lognorm.shape[0], model.types.size))
+    for start in range(0, lognorm.shape[0], DECISION_ROWS):  # in blocks of rows: a query of 10⁵ cells stays small
+        rows = lognorm[start : start + DECISION_ROWS]
+        block = np.asarray(rows.toarray() if sparse.issparse(rows) else rows, dtype=np.float64)[:, known]
+        block -= mean
+        block /= scale
+        np.minimum(block, CLIP, out=block)
+        decisions[start : start + DECISION_ROWS] = block @ weights + model.intercept
+    return decisions, int(known.sum())
 
 
 def sigmoids(decisions: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
+from scipy import sparse
 
 from celldag.annotation import celltypist as celltypist_model
 from celldag.methods import MethodResult
@@ -36,7 +37,8 @@ def predict_each(inputs: AnnotationInput, fit_predict: FitPredict) -> dict[str, 
     ``fit_predict`` gets the features and labels of the fit's cells and all features; the classes it
     returns must be labels of those cells. Each row must sum to 1 (checked, then renormalised exactly).
     """
-    features, labels = np.asarray(inputs.features), np.asarray(inputs.labels).astype(str)
+    features = inputs.features if sparse.issparse(inputs.features) else np.asarray(inputs.features)
+    labels = np.asarray(inputs.labels).astype(str)
     column = {name: j for j, name in enumerate(inputs.classes)}
     n = features.shape[0]
     probabilities = {}

@@ -268,13 +268,17 @@ def varying_genes(lognorm) -> np.ndarray:
     return np.asarray(spread.todense() if sparse.issparse(spread) else spread).ravel() != 0
 
 
-def z_scored(lognorm) -> np.ndarray:
+def z_scored(lognorm, overwrite: bool = False) -> np.ndarray:
     """Each column z-scored over the cells (ddof=1) and clipped at ±``MAX_VALUE``, in float32: scanpy's scale — the
     prepared X of ``preprocess`` and the joint scaling of ``celldag annotate``. Constant columns must be dropped
-    first (``varying_genes``)."""
+    first (``varying_genes``). ``overwrite``: a dense float32 ``lognorm`` the caller no longer needs is scaled in place
+    (scanpy scales an array in place; otherwise it gets a copy) — the same numbers, one copy fewer."""
     import scanpy as sc
 
-    dense = lognorm.toarray() if sparse.issparse(lognorm) else np.array(lognorm)
+    if sparse.issparse(lognorm):
+        dense = lognorm.toarray()
+    else:
+        dense = np.asarray(lognorm) if overwrite else np.array(lognorm)
     return sc.pp.scale(dense.astype(np.float32, copy=False), max_value=MAX_VALUE)
 
 
@@ -284,8 +288,12 @@ def values_of(matrix) -> str:
     return "counts" if stored.size and (stored >= 0).all() and np.array_equal(stored, np.round(stored)) else "lognorm"
 
 
-def jointly_scaled(lognorm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(scaled, varying): the columns of ``lognorm`` (cells × genes) that vary, scaled over every cell as
-    ``preprocess`` scales a dataset (``z_scored``); ``varying`` marks which columns were kept."""
+def jointly_scaled(lognorm) -> tuple[np.ndarray, np.ndarray]:
+    """(scaled, varying): the columns of ``lognorm`` (cells × genes, dense or sparse) that vary, scaled over every
+    cell as ``preprocess`` scales a dataset (``z_scored``; dense float32); ``varying`` marks which columns were
+    kept."""
     varying = varying_genes(lognorm)
-    return z_scored(np.asarray(lognorm)[:, varying]), varying
+    if varying.all():  # the usual case: no column to drop, so no fancy-indexed copy of a cells × genes matrix
+        return z_scored(lognorm), varying
+    kept = lognorm[:, np.flatnonzero(varying)] if sparse.issparse(lognorm) else np.asarray(lognorm)[:, varying]
+    return z_scored(kept, overwrite=True), varying  # the copy is z_scored's own

@@ -420,6 +420,9 @@ def test_a_trained_celltypist_model_file_annotates_through_its_label_map(tmp_pat
     run = json.loads((out / "run.json").read_text())
     assert str(tmp_path / "model.pkl") in run["input_sha256"] and str(tmp_path / "map.tsv") in run["input_sha256"]
     assert run["facts"]["unmapped_model_types"] == ["Doublet"] and run["facts"]["labels_without_model_type"] == []
+    assert set(run["stage_seconds"]) == {"reference", "query", "genes and values", "embedding", "classifier",
+                                         "novelty distances", "sets and tests", "checksums"}  # fmt: skip
+    assert 0 < sum(run["stage_seconds"].values()) <= run["wall_time_s"]
     (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
     for extra, message in ((["--model", str(tmp_path / "junk.pkl")], "junk.pkl: not a CellTypist model file"),
                            (["--label-map", str(tmp_path / "map.tsv")], "--label-map maps a model's types: it needs "
