@@ -74,21 +74,28 @@ def cellbench(realdata: Path) -> None:
     print("| pair | procedure | batch | cells | coverage | set size | singletons | shift verdict |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as folder:
-        folder = Path(folder)
-        for pair, (reference_parts, query_parts) in PAIRS.items():
-            reference, query = folder / "reference.h5ad", folder / "query.h5ad"
-            cellbench_h5ad(realdata, reference_parts, reference)
-            cellbench_h5ad(realdata, query_parts, query)
-            for procedure in PROCEDURES:
-                out = annotate(Request(str(reference), str(query), str(folder / "out"), batch_key=BATCH_KEY,
-                                       label_key=LABEL_KEY, procedure=procedure, reference_label_key=LABEL_KEY,
-                                       reference_batch_key=BATCH_KEY), methods)  # fmt: skip
-                batches = pd.read_csv(out / "batches.tsv", sep="\t")
-                cells = pd.read_csv(out / "cells.tsv", sep="\t", keep_default_na=False)
-                for row in batches.itertuples():
-                    singletons = (cells.loc[cells["batch"] == row.batch, "set_size"] == 1).mean()
-                    print(f"| {pair} | `{procedure}` | {row.batch} | {row.cells} | {row.labelled_coverage:.3f} | "
-                          f"{row.mean_set_size:.2f} | {singletons:.2f} | {row.verdict} |")  # fmt: skip
+        for pair, procedure, batches in pair_batches(realdata, methods, Path(folder), PROCEDURES):
+            for row in batches.itertuples():
+                print(f"| {pair} | `{procedure}` | {row.batch} | {row.cells} | {row.labelled_coverage:.3f} | "
+                      f"{row.mean_set_size:.2f} | {row.singletons:.2f} | {row.verdict} |")  # fmt: skip
+
+
+def pair_batches(realdata: Path, methods: dict, folder: Path, procedures, **options):
+    """(pair, procedure, batches.tsv with each batch's share of singleton sets) of `celldag annotate` on each pair of
+    ``PAIRS`` (the query's labels given, so coverage is measured) and each procedure; ``options``: more settings."""
+    for pair, (reference_parts, query_parts) in PAIRS.items():
+        reference, query = folder / "reference.h5ad", folder / "query.h5ad"
+        cellbench_h5ad(realdata, reference_parts, reference)
+        cellbench_h5ad(realdata, query_parts, query)
+        for procedure in procedures:
+            out = annotate(Request(str(reference), str(query), str(folder / "out"), batch_key=BATCH_KEY,
+                                   label_key=LABEL_KEY, procedure=procedure, reference_label_key=LABEL_KEY,
+                                   reference_batch_key=BATCH_KEY, **options), methods)  # fmt: skip
+            batches = pd.read_csv(out / "batches.tsv", sep="\t")
+            cells = pd.read_csv(out / "cells.tsv", sep="\t", keep_default_na=False)
+            batches["singletons"] = [float((cells.loc[cells["batch"] == batch, "set_size"] == 1).mean())
+                                     for batch in batches["batch"]]  # fmt: skip
+            yield pair, procedure, batches
 
 
 def main() -> int:

@@ -34,7 +34,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from annotate_defaults import MIXOLOGY, PAIRS, cellbench_h5ad  # noqa: E402
+from annotate_defaults import MIXOLOGY, PAIRS, cellbench_h5ad, pair_batches  # noqa: E402
 
 from celldag.annotate import Request, annotate, read_reference, split_table  # noqa: E402
 from celldag.annotation import celltypist as ct  # noqa: E402
@@ -60,21 +60,12 @@ def head_to_head(realdata: Path, methods: dict, folder: Path) -> None:
     print("| pair | batch | cells | prob match: coverage | types | Unassigned | best match: accuracy | procedure | "
           "sets: coverage | size | singletons | shift verdict |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for pair, (reference_parts, query_parts) in PAIRS.items():
-        reference, query = folder / "reference.h5ad", folder / "query.h5ad"
-        cellbench_h5ad(realdata, reference_parts, reference)
-        cellbench_h5ad(realdata, query_parts, query)
-        for procedure in PROCEDURES:
-            out = annotate(request(reference, query, folder / f"out-{procedure}", classifier="celltypist",
-                                   procedure=procedure), methods)  # fmt: skip
-            batches = pd.read_csv(out / "batches.tsv", sep="\t")
-            cells = pd.read_csv(out / "cells.tsv", sep="\t", keep_default_na=False)
-            for row in batches.itertuples():
-                singletons = (cells.loc[cells["batch"] == row.batch, "set_size"] == 1).mean()
-                print(f"| {pair} | {row.batch} | {row.cells} | {row.celltypist_coverage:.3f} | "
-                      f"{row.celltypist_set_size:.2f} | {row.celltypist_unassigned_share:.3f} | "
-                      f"{row.celltypist_top_accuracy:.3f} | `{procedure}` | {row.labelled_coverage:.3f} | "
-                      f"{row.mean_set_size:.2f} | {singletons:.2f} | {row.verdict} |")  # fmt: skip
+    for pair, procedure, batches in pair_batches(realdata, methods, folder, PROCEDURES, classifier="celltypist"):
+        for row in batches.itertuples():
+            print(f"| {pair} | {row.batch} | {row.cells} | {row.celltypist_coverage:.3f} | "
+                  f"{row.celltypist_set_size:.2f} | {row.celltypist_unassigned_share:.3f} | "
+                  f"{row.celltypist_top_accuracy:.3f} | `{procedure}` | {row.labelled_coverage:.3f} | "
+                  f"{row.mean_set_size:.2f} | {row.singletons:.2f} | {row.verdict} |")  # fmt: skip
     print()
 
 
