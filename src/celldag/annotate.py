@@ -261,11 +261,17 @@ def split_table(request: Request) -> pd.DataFrame:
     out, by the annotation task's rule and ``request.seed`` — what another tool trains on before its scores come back
     through ``--probabilities`` (``celldag split``)."""
     reference = read_reference(request)
-    labels = reference.obs["label"].astype(str).to_numpy()
-    batch = reference.obs["batch"].astype(str).to_numpy()
-    part = split_cells(labels, batch, tuple(TASK_DEFAULTS["split"]), request.seed)
-    return pd.DataFrame({"label": labels, "batch": batch, "part": np.where(part == "query", HELD_OUT_PART, part)},
+    part = reference_split(reference, request.seed)
+    return pd.DataFrame({"label": reference.obs["label"].astype(str).to_numpy(),
+                         "batch": reference.obs["batch"].astype(str).to_numpy(),
+                         "part": np.where(part == "query", HELD_OUT_PART, part)},
                         index=pd.Index(reference.obs_names.astype(str), name="cell"))  # fmt: skip
+
+
+def reference_split(reference, seed: int) -> np.ndarray:
+    """Each reference cell's part — train, calibration or query (held out) — by the annotation task's rule."""
+    labels, batch = (reference.obs[key].astype(str).to_numpy() for key in ("label", "batch"))
+    return split_cells(labels, batch, tuple(TASK_DEFAULTS["split"]), seed)
 
 
 def read_probabilities(path: str, classes: tuple[str, ...], needed: dict[str, pd.Index]) -> pd.DataFrame:
@@ -370,7 +376,7 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
         lognorm, scaled, genes = joint_expression(reference, query, shared, request.values, request.query)
     reference_batch = reference.obs["batch"].astype(str).to_numpy()
     query_batch = query.obs[request.batch_key].astype(str).to_numpy()
-    split = split_cells(reference_labels, reference_batch, tuple(TASK_DEFAULTS["split"]), request.seed)
+    split = reference_split(reference, request.seed)
     imported = imported_proba(request, reference, query, split, classes)
     held_out_batch = np.char.add(HELD_OUT_BATCH_PREFIX, reference_batch)
     batch = np.concatenate([np.where(split == "train", reference_batch, held_out_batch),
@@ -416,7 +422,6 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     if sigmoid is not None or imported is not None:
         native = native_rules(proba if sigmoid is None else sigmoid, classes, reference_labels[split == "query"],
                               split == "query", query_batch, query_labels, imported=sigmoid is None)  # fmt: skip
-    if native is not None:
         cells = cells.assign(**native.cells)
     index = {name: i for i, name in enumerate(classes)}
     calibration_codes = np.array([index[label] for label in reference_labels[split == "calibration"]], dtype=int)

@@ -305,6 +305,8 @@ def _add_split(commands) -> None:
 
 
 def _split(args) -> int:
+    # loaded when the command runs, as in _annotate: celldag.annotate brings pandas and scipy (≈ 0.7 s of import)
+    # that every other command would pay for at start-up
     from celldag.annotate import Request, reference_path, split_table
 
     _, registries = load_workflow_config(args.configfile, args.workflow, args.config_key)
