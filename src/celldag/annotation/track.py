@@ -13,6 +13,7 @@ the random split, and one per held-out batch); the scorer builds conformal sets 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from celldag.annotation.task import (fit_masks, held_out_types, labelled_in_new_
                                      soft_groups, split_cells)  # fmt: skip
 from celldag.contracts import ContractError
 from celldag.tracks import Figure, Metric, MetricGroup, Track
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 PROCEDURES = {  # id → what the leaderboard calls it; every one scores LAC = 1 − p(y|x) except split_aps
     "kandinsky_augmented": "Kandinsky groups, augmented fit (conditional calibration, Gibbs–Cherian–Candès)",
@@ -162,9 +166,9 @@ class AnnotationInput:
     classes: tuple[str, ...]  # sorted unique labels of the dataset: probability columns in this order
     fits: dict[str, np.ndarray]  # fit name → bool (n,) mask of the cells it trains on (task.fit_masks)
     names: tuple[str, ...] = ()  # cell ids, one per row (celldag.methods.imported matches a lab's file by them)
-    # log-normalised expression (n, genes) and its genes, for a classifier that reads genes (CellTypist's model): given
-    # when the features are the prepared expression (the `expression` upstream) and by `celldag annotate`
-    expression: np.ndarray | None = None
+    # log-normalised expression (n, genes; CSR) and its genes, for a classifier that reads genes (CellTypist's model):
+    # given when the features are the prepared expression (the `expression` upstream) and by `celldag annotate`
+    expression: sparse.csr_matrix | None = None
     genes: tuple[str, ...] = ()
 
     def unmet(self, need: str) -> str | None:
@@ -187,7 +191,7 @@ def method_input(prepared, work_dir: str | None, gene_table=None) -> AnnotationI
         f"{HELD_OUT_TYPE_FIT}{j}": train & (labels != name)
         for j, name in held_out_types(labels, split, HELD_OUT_TYPE_MIN_QUERY).items()
     }
-    expression = np.asarray(prepared.obsm[LOGNORM], dtype=np.float32) if LOGNORM in prepared.obsm else None
+    expression = prepared.obsm[LOGNORM] if LOGNORM in prepared.obsm else None  # sparse: the classifier densifies
     return AnnotationInput(features=np.asarray(prepared.X, dtype=np.float32), labels=labels, batch=batch,
                            classes=tuple(sorted(set(labels))), fits=fits, names=tuple(prepared.obs_names),
                            expression=expression, genes=tuple(prepared.uns.get("genes", ())))  # fmt: skip
@@ -216,9 +220,10 @@ def chain_task(prepared, params: dict, seed: int):
     task.obsm["soft_groups"] = soft_groups(components, int(params["soft_groups"]), seed)
     task.uns.update(dataset_id=prepared.uns["dataset_id"], track="annotation", seed=int(seed),
                     task={key: params[key] for key in TASK_DEFAULTS})  # fmt: skip
-    if "lognorm" in prepared.layers:
-        lognorm = prepared.layers["lognorm"]
-        task.obsm[LOGNORM] = np.asarray(lognorm.toarray() if hasattr(lognorm, "toarray") else lognorm, np.float32)
+    if "lognorm" in prepared.layers:  # kept sparse: a dense copy would be cells × genes in every task file
+        from scipy import sparse
+
+        task.obsm[LOGNORM] = sparse.csr_matrix(prepared.layers["lognorm"], dtype=np.float32)
         task.uns["genes"] = list(prepared.var_names)
     return task
 
