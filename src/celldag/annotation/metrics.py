@@ -16,15 +16,38 @@ CONFIDENCE = 0.95  # of the Clopper-Pearson intervals of group_coverage
 
 
 def set_metrics(sets: np.ndarray, truth: np.ndarray) -> dict[str, float]:
-    """coverage (share of cells whose set holds the true label), set_size (mean), singletons and empty (shares)."""
+    """coverage (share of cells whose set holds the true label), set_size (mean), singletons and empty (shares), and
+    singleton_errors: the share of cells answered with one type that is wrong (their error among the answered is
+    singleton_errors / singletons — the risk at that coverage, beside a tool's own rule: ``rule_metrics``)."""
     sets, truth = _check(sets, truth)
     sizes = sets.sum(axis=1)
+    covered = _covered(sets, truth)
     return {
-        "coverage": float(_covered(sets, truth).mean()),
+        "coverage": float(covered.mean()),
         "set_size": float(sizes.mean()),
         "singletons": float((sizes == 1).mean()),
         "empty": float((sizes == 0).mean()),
+        "singleton_errors": float(((sizes == 1) & ~covered).mean()),
     }
+
+
+def rule_metrics(answers: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+    """A tool's own rule scored as sets are (``answers``: (m, K) bool, the types it answers per cell; none:
+    Unassigned): coverage, types answered (mean), the share Unassigned, the share answered with one type and the share
+    answered with one wrong type."""
+    measured = set_metrics(answers, truth)
+    return {"coverage": measured["coverage"], "set_size": measured["set_size"], "unassigned": measured["empty"],
+            "singletons": measured["singletons"], "singleton_errors": measured["singleton_errors"]}  # fmt: skip
+
+
+def confident_answers(proba: np.ndarray, threshold: float = 0.5) -> np.ndarray:
+    """(m, K) bool: each cell's top type where its probability reaches ``threshold`` (the rule labs apply to a
+    tool's probabilities), else nothing."""
+    proba = np.asarray(proba, dtype=float)
+    top = proba.argmax(axis=1)
+    answers = np.zeros(proba.shape, dtype=bool)
+    answers[np.arange(top.size), top] = proba[np.arange(top.size), top] >= threshold
+    return answers
 
 
 def group_coverage(sets: np.ndarray, truth: np.ndarray, groups: np.ndarray) -> pd.DataFrame:

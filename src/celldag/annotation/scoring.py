@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from celldag.annotation import conformal, design, shift
+from celldag.annotation import celltypist, conformal, design, shift
 from celldag.annotation.label_shift import weighted_sets
 from celldag.annotation.novelty import novelty_distances, novelty_tests
 from celldag.annotation.quantile_lp import QuantileRegressionError, UnverifiedPrograms
@@ -356,6 +356,29 @@ def random_split_scores(task, output, settings: Settings) -> tuple[dict[str, flo
     return scores, scenario
 
 
+def rule_scores(task, output) -> dict[str, float]:
+    """Each classifier's own rules (``track.RULES``) on the random split's query cells and, pooled, on every cell of
+    each left-out batch under the fit that never saw it: ``<rule>_<metric>`` and ``<rule>_label_free_<metric>``
+    (``metrics.rule_metrics``). ``prob_match`` only where the output keeps its raw sigmoids (``sigmoid_<fit>``)."""
+    from celldag.annotation.metrics import confident_answers, rule_metrics
+
+    truth, _, _ = task_arrays(task, output)
+    _, query = split_masks(task)
+    batch = codes(task.obs["batch"])
+    rules = {"confident": ("proba", confident_answers)}
+    if "sigmoid_random" in output.obsm:
+        rules["prob_match"] = ("sigmoid", celltypist.prob_match)
+    scores = {}
+    for rule, (kind, answer) in rules.items():
+        random = answer(np.asarray(output.obsm[f"{kind}_random"], dtype=np.float64)[query])
+        scores |= {f"{rule}_{name}": value for name, value in rule_metrics(random, truth[query]).items()}
+        left_out = [answer(np.asarray(output.obsm[f"{kind}_without_{b}"], dtype=np.float64)[batch == b])
+                    for b in range(batch.max() + 1)]  # fmt: skip
+        pooled = rule_metrics(np.vstack(left_out), np.concatenate([truth[batch == b] for b in range(len(left_out))]))
+        scores |= {f"{rule}_label_free_{name}": value for name, value in pooled.items()}
+    return scores
+
+
 def no_empty_sets(sets: np.ndarray, proba: np.ndarray) -> np.ndarray:
     """``sets`` with the top label (largest probability, the first on ties) added to each empty one: the
     ``no_empty_sets`` option. Coverage can only grow, and the set of a cell that had one is unchanged."""
@@ -574,7 +597,7 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
                                                      novelty_of.setdefault(output.uns["variant"], {}))  # fmt: skip
         scenarios = ({RANDOM_SPLIT: random_scenario} | {f"new batch {name}": s for name, s in new_scenarios.items()}
                      | {f"{LABEL_FREE} {name}": s for name, s in free_scenarios.items()})  # fmt: skip
-        scores[i] = (random | new_batch | label_free | shifted | unknown
+        scores[i] = (random | new_batch | label_free | shifted | unknown | rule_scores(task, output)
                      | permuted_scores(task, output, settings.alpha, context.seed))  # fmt: skip
         reasons: dict[str, str] = {}
         for scenario_name, scenario in scenarios.items():

@@ -40,7 +40,12 @@ PROCEDURES = {  # id → what the leaderboard calls it; every one scores LAC = 1
 }
 HEADLINE = "kandinsky_augmented"  # its metrics sit beside accuracy in the track's first metric group
 SET_METRICS = ("coverage", "worst_batch", "worst_type", "worst_batch_type", "max_shortfall", "set_size",
-               "singletons", "empty")  # fmt: skip
+               "singletons", "empty", "singleton_errors")  # fmt: skip
+# each classifier's own rule, scored on the same cells as the sets (scoring.rule_scores): the top type where its
+# probability reaches 0.5 (every classifier; a lab's rule for imported probabilities), and CellTypist's prob match
+# (every type whose sigmoid exceeds 0.5) on the classifiers that keep raw sigmoids; random split and label-free batch
+RULES = {"confident": "the top type at p ≥ 0.5", "prob_match": "CellTypist's prob match (every type with σ > 0.5)"}
+RULE_METRICS = ("coverage", "set_size", "unassigned", "singletons", "singleton_errors")
 KANDINSKY_FITS = (
     "kandinsky_augmented",
     "kandinsky_augmented_unrandomised",
@@ -49,7 +54,7 @@ KANDINSKY_FITS = (
 GROUPED = ("class_conditional", "mondrian_batch")  # procedures that give groups too small to calibrate full sets
 POOLED = "class_conditional_pooled"  # calibrates its rare types as one group (conformal.pooled_class_sets)
 LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty", "small_groups", "dropped_groups", "unverified", "shifted",
-                   "false_flags", "pooled_types")  # name endings  # fmt: skip
+                   "false_flags", "pooled_types", "errors", "unassigned")  # name endings  # fmt: skip
 NEW_BATCH_METRICS = ("new_batch_coverage", "new_batch_worst", "new_batch_set_size")
 # the label-free new batch: no cell of it labelled, calibrated on the other batches alone; Mondrian by batch has no
 # calibration cell of the new batch, so it does not apply
@@ -134,6 +139,17 @@ TRACK = Track(
             f"unknown types: each type with ≥ {HELD_OUT_TYPE_MIN_QUERY} query cells left out of training and "
             "calibration in turn (the embedding saw its cells)",
             (Metric("unknown_type_detection", higher_is_better=True), _metric("unknown_type_false_flags")),
+        ),
+        MetricGroup(
+            "each classifier's own rule on the same cells: "
+            + "; ".join(f"{rule}: {text}" for rule, text in RULES.items())
+            + " (random split, then the label-free new batch)",
+            tuple(
+                _metric(f"{rule}_{scenario}{name}")
+                for rule in RULES
+                for scenario in ("", "label_free_")
+                for name in RULE_METRICS
+            ),  # fmt: skip
         ),
         MetricGroup(
             "no empty sets: the top label added to an empty set (random split)",

@@ -222,3 +222,44 @@ def test_the_benchmark_hands_genes_to_the_classifier_on_the_expression_upstream_
     assert on_expression.unmet("genes") is None and on_pca.unmet("genes").startswith("reads genes")
     result = celltypist_classifier(on_expression, {}, seed=0)
     assert set(result.obsm) >= {f"{kind}_{fit}" for kind in ("proba", "sigmoid") for fit in on_expression.fits}
+
+
+def test_celltypists_prob_match_and_the_confident_rule_are_scored_on_the_sets_cells():
+    """scoring.rule_scores (issue 52): on the random split's query cells and on each left-out batch under the fit
+    that never saw it, CellTypist's prob match read from the raw sigmoids and the top type at p >= 0.5 from the
+    normalised ones, checked cell by cell."""
+    import anndata
+
+    from celldag.annotation.scoring import codes, rule_scores, split_masks
+    from celldag.annotation.track import chain_input, chain_task, method_input
+    from celldag.representation.preprocess import preprocess
+
+    values, labels, genes = lognormalised(n_cells=300)
+    raw = anndata.AnnData(X=np.round(np.expm1(values)).astype(np.float32), var=pd.DataFrame(index=genes),
+                          obs=pd.DataFrame({"type": labels, "sample": np.array(["a", "b", "c"])[np.arange(300) % 3]},
+                                           index=[f"c{i}" for i in range(300)]))  # fmt: skip
+    data = preprocess(raw, label_key="type", batch_key="sample", seed=0, params={})
+    data.uns.update(dataset_id="lab", track="representation", seed=0)
+    task = chain_task(data, {}, 0)
+    upstream = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), uns={"status": "ok"},
+                               obsm={"X_emb": np.asarray(data.X, dtype=np.float32)})  # fmt: skip
+    inputs = method_input(chain_input(task, upstream, {"config": {"method": {"embedding_is_expression": True}}}), None)
+    result = celltypist_classifier(inputs, {}, seed=0)
+    output = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), obsm=result.obsm,
+                             uns={"classes": list(inputs.classes)})  # fmt: skip
+    scores = rule_scores(task, output)
+    truth = np.array([inputs.classes.index(label) for label in task.obs["label"].astype(str)])
+    _, query = split_masks(task)
+    matched = ct.prob_match(result.obsm["sigmoid_random"])[query]
+    assert scores["prob_match_coverage"] == pytest.approx(matched[np.arange(query.sum()), truth[query]].mean())
+    assert scores["prob_match_unassigned"] == pytest.approx((~matched.any(axis=1)).mean())
+    proba = result.obsm["proba_random"][query]
+    confident = proba.max(axis=1) >= 0.5
+    assert scores["confident_singletons"] == pytest.approx(confident.mean())
+    assert scores["confident_singleton_errors"] == pytest.approx(
+        (confident & (proba.argmax(axis=1) != truth[query])).mean()
+    )
+    batch = codes(task.obs["batch"])
+    left_out = np.concatenate([ct.prob_match(result.obsm[f"sigmoid_without_{b}"])[batch == b].sum(axis=1)
+                               for b in range(3)])  # fmt: skip
+    assert scores["prob_match_label_free_set_size"] == pytest.approx(left_out.mean())
