@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from celldag.annotation.track import PROCEDURES
+from celldag.annotation.track import PROCEDURES, RULES
 from celldag.report.figures import label, new_figure, note_figure, style_label
 from celldag.tracks import FigureData
 
@@ -99,4 +99,34 @@ def set_size_vs_coverage(data: FigureData):
     axes.legend(fontsize=8, frameon=False, loc="lower right")
     axes.set_title(f"{data.dataset}: one point per classifier/embedding and procedure, mean over seeds "
                    f"(dashed: {target(alpha)})", fontsize=10)  # fmt: skip
+    return figure
+
+
+RULE_STYLE = {"confident": ("black", "X"), "prob_match": ("tab:brown", "P")}
+
+
+def risk_coverage(data: FigureData):
+    """The share of query cells answered with one type (x) against the error among them (y), one point per run and
+    procedure (its singleton sets) or tool rule (``track.RULES``), mean over seeds: a rule that answers more cells at
+    a lower error sits at the bottom right. Random split."""
+    scores = data.scores[data.scores["status"] == "ok"]
+    if scores.empty:
+        return note_figure("no annotation run finished with status ok")
+    means = scores.pivot_table(index=["method", "variant"], columns="metric", values="value", aggfunc="mean")
+    figure = new_figure(8, 5.5)
+    axes = figure.subplots()
+    styles = {procedure: (PROCEDURE_STYLE[procedure], title) for procedure, title in PROCEDURES.items()}
+    styles |= {rule: (RULE_STYLE[rule], text) for rule, text in RULES.items()}
+    for name, ((colour, marker), title) in styles.items():
+        if f"{name}_singletons" not in means:  # a procedure left out, or a rule no run has (prob match)
+            continue
+        answered, wrong = means[f"{name}_singletons"], means[f"{name}_singleton_errors"]
+        error = (wrong / answered.where(answered > 0)).fillna(0.0)
+        axes.scatter(answered, error, c=colour, marker=marker, s=36, alpha=0.75, label=title)
+    axes.set_xlabel("share of query cells answered with one type")
+    axes.set_ylabel("error among them")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, frameon=False, loc="upper left")
+    axes.set_title(f"{data.dataset}: one point per classifier/embedding and procedure or tool rule, mean over seeds",
+                   fontsize=10)  # fmt: skip
     return figure

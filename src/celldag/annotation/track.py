@@ -164,6 +164,7 @@ TRACK = Track(
     figures=(
         Figure("coverage", "celldag.annotation.figures:coverage_by_group", "captions/coverage.rst", needs=("outputs",)),
         Figure("set_size", "celldag.annotation.figures:set_size_vs_coverage", "captions/sets.rst", needs=("scores",)),
+        Figure("risk", "celldag.annotation.figures:risk_coverage", "captions/risk.rst", needs=("scores",)),
     ),
     upstream="representation",
     chain_task="celldag.annotation.track:chain_task",

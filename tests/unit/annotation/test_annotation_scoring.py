@@ -149,7 +149,7 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
         assert row["permuted_set_size"] > row["split_lac_set_size"]  # a calibration that knows nothing costs
 
     # both figures draw from these outputs and scores (two runs: each run's groups are its own)
-    from celldag.annotation.figures import coverage_by_group, set_size_vs_coverage
+    from celldag.annotation.figures import coverage_by_group, risk_coverage, set_size_vs_coverage
     from celldag.tracks import FigureData
 
     table = pd.DataFrame(
@@ -174,6 +174,8 @@ def test_score_seed_end_to_end_on_a_task_and_both_classifiers():
     coverage = coverage_by_group(data)
     assert len(coverage.axes) == len(PROCEDURES) and all(len(axes.get_yticklabels()) == 2 for axes in coverage.axes[:1])
     assert len(set_size_vs_coverage(data).axes[0].collections) == len(PROCEDURES)  # one point set per procedure
+    # one point set per procedure and one for the confident rule (no run here keeps CellTypist's sigmoids)
+    assert len(risk_coverage(data).axes[0].collections) == len(PROCEDURES) + 1
 
 
 def test_a_failing_procedure_fails_alone_with_its_reason_and_the_table_is_written(tmp_path, monkeypatch):
