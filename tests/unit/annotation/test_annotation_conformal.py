@@ -456,7 +456,11 @@ def test_same_sets_as_crepes_p_values_at_any_size(n_cal):
 def test_set_metrics_by_hand():
     sets = np.array([[True, False, False], [True, True, False], [False, False, False], [False, True, True]])
     truth = np.array([0, 2, 1, 2])
-    assert set_metrics(sets, truth) == {"coverage": 0.5, "set_size": 1.25, "singletons": 0.25, "empty": 0.25}
+    assert set_metrics(sets, truth) == {"coverage": 0.5, "set_size": 1.25, "singletons": 0.25, "empty": 0.25,
+                                        "singleton_errors": 0.0}  # fmt: skip
+    # a wrong singleton, a right one, an empty set: one cell in three answered with one wrong type
+    wrong = set_metrics(np.array([[False, True], [True, False], [False, False]]), np.array([0, 0, 1]))
+    assert wrong["singletons"] == pytest.approx(2 / 3) and wrong["singleton_errors"] == pytest.approx(1 / 3)
 
 
 def test_group_coverage_with_clopper_pearson_intervals():
