@@ -102,7 +102,7 @@ def set_size_vs_coverage(data: FigureData):
     return figure
 
 
-RULE_STYLE = {"confident": ("black", "X"), "prob_match": ("tab:brown", "P")}
+RULE_STYLE = {"confident": ("black", "X"), "best_match": ("tab:olive", "D"), "prob_match": ("tab:brown", "P")}
 
 
 def risk_coverage(data: FigureData):
@@ -118,7 +118,7 @@ def risk_coverage(data: FigureData):
     styles = {procedure: (PROCEDURE_STYLE[procedure], title) for procedure, title in PROCEDURES.items()}
     styles |= {rule: (RULE_STYLE[rule], text) for rule, text in RULES.items()}
     for name, ((colour, marker), title) in styles.items():
-        if f"{name}_singletons" not in means:  # a procedure left out, or a rule no run has (prob match)
+        if f"{name}_singletons" not in means:  # a procedure left out, or a rule no run has (CellTypist's)
             continue
         answered, wrong = means[f"{name}_singletons"], means[f"{name}_singleton_errors"]
         error = (wrong / answered.where(answered > 0)).fillna(0.0)

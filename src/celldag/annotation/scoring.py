@@ -37,6 +37,7 @@ import numpy as np
 
 from celldag.annotation import celltypist, conformal, design, shift
 from celldag.annotation.label_shift import weighted_sets
+from celldag.annotation.metrics import confident_answers, rule_metrics
 from celldag.annotation.novelty import novelty_distances, novelty_tests
 from celldag.annotation.quantile_lp import QuantileRegressionError, UnverifiedPrograms
 from celldag.annotation.track import (HELD_OUT_TYPE_FIT, KANDINSKY_FITS, LABEL_FREE_METRICS, NEW_BATCH_METRICS,
@@ -359,14 +360,14 @@ def random_split_scores(task, output, settings: Settings) -> tuple[dict[str, flo
 def rule_scores(task, output) -> dict[str, float]:
     """Each classifier's own rules (``track.RULES``) on the random split's query cells and, pooled, on every cell of
     each left-out batch under the fit that never saw it: ``<rule>_<metric>`` and ``<rule>_label_free_<metric>``
-    (``metrics.rule_metrics``). ``prob_match`` only where the output keeps its raw sigmoids (``sigmoid_<fit>``)."""
-    from celldag.annotation.metrics import confident_answers, rule_metrics
-
+    (``metrics.rule_metrics``). CellTypist's rules (``best_match``, ``prob_match``) only where the output keeps its
+    raw sigmoids (``sigmoid_<fit>``): they read the sigmoids, not the normalised probabilities."""
     truth, _, _ = task_arrays(task, output)
     _, query = split_masks(task)
     batch = codes(task.obs["batch"])
     rules = {"confident": ("proba", confident_answers)}
     if "sigmoid_random" in output.obsm:
+        rules["best_match"] = ("sigmoid", confident_answers)  # the top type where its sigmoid reaches 0.5
         rules["prob_match"] = ("sigmoid", celltypist.prob_match)
     scores = {}
     for rule, (kind, answer) in rules.items():

@@ -224,9 +224,9 @@ def test_the_benchmark_hands_genes_to_the_classifier_on_the_expression_upstream_
     assert set(result.obsm) >= {f"{kind}_{fit}" for kind in ("proba", "sigmoid") for fit in on_expression.fits}
 
 
-def test_celltypists_prob_match_and_the_confident_rule_are_scored_on_the_sets_cells():
+def test_celltypists_rules_and_the_confident_rule_are_scored_on_the_sets_cells():
     """scoring.rule_scores (issue 52): on the random split's query cells and on each left-out batch under the fit
-    that never saw it, CellTypist's prob match read from the raw sigmoids and the top type at p >= 0.5 from the
+    that never saw it, CellTypist's prob match and best match read from the raw sigmoids and the top type at p >= 0.5 from the
     normalised ones, checked cell by cell."""
     import anndata
 
@@ -259,6 +259,10 @@ def test_celltypists_prob_match_and_the_confident_rule_are_scored_on_the_sets_ce
     assert scores["confident_singleton_errors"] == pytest.approx(
         (confident & (proba.argmax(axis=1) != truth[query])).mean()
     )
+    best = result.obsm["sigmoid_random"][query]
+    answered = best.max(axis=1) >= 0.5
+    assert scores["best_match_singletons"] == pytest.approx(answered.mean())
+    assert scores["best_match_coverage"] == pytest.approx((answered & (best.argmax(axis=1) == truth[query])).mean())
     batch = codes(task.obs["batch"])
     left_out = np.concatenate([ct.prob_match(result.obsm[f"sigmoid_without_{b}"])[batch == b].sum(axis=1)
                                for b in range(3)])  # fmt: skip
