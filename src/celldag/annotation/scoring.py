@@ -37,7 +37,14 @@ import numpy as np
 
 from celldag.annotation import celltypist, conformal, design, shift
 from celldag.annotation.label_shift import weighted_sets
-from celldag.annotation.metrics import confident_answers, rule_metrics
+from celldag.annotation.metrics import (
+    confident_answers,
+    max_shortfall,
+    point_metrics,
+    rule_metrics,
+    set_metrics,
+    worst_coverage,
+)
 from celldag.annotation.novelty import novelty_distances, novelty_tests
 from celldag.annotation.quantile_lp import QuantileRegressionError, UnverifiedPrograms
 from celldag.annotation.track import (HELD_OUT_TYPE_FIT, KANDINSKY_FITS, LABEL_FREE_METRICS, NEW_BATCH_METRICS,
@@ -340,7 +347,6 @@ def task_arrays(task, output) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def random_split_scores(task, output, settings: Settings) -> tuple[dict[str, float], Scenario]:
-    from celldag.annotation.metrics import max_shortfall, point_metrics, set_metrics, worst_coverage
 
     scenario, truth, query = random_split(task, output, settings)
     groupings = query_groupings(task, query)
@@ -448,7 +454,6 @@ def leave_each_batch_out(task, output, settings: Settings, masks, batch: np.ndar
 def new_batch_scores(task, output, settings: Settings) -> tuple[dict[str, float], dict[str, Scenario]]:
     """Leave each batch out in turn: pooled coverage and set size on its unlabelled cells, worst batch; and each
     new batch's scenario by its name. A procedure that fails on any batch has no new-batch scores."""
-    from celldag.annotation.metrics import point_metrics
 
     left = leave_each_batch_out(task, output, settings, new_batch_calibration, codes(task.obs["batch"]),
                                 settings.procedures, "new batch")  # fmt: skip
@@ -558,7 +563,6 @@ def held_out_type_scores(task, output, embedding, alpha: float,
 
 def permuted_scores(task, output, alpha: float, seed: int) -> dict[str, float]:
     """Split conformal (LAC) calibrated on a seeded permutation of the calibration labels."""
-    from celldag.annotation.metrics import set_metrics
 
     truth, _, _ = task_arrays(task, output)
     calibration, query = split_masks(task)
