@@ -66,6 +66,7 @@ def registries() -> Registries:
         apply_schema(datasets, "datasets", "datasets.yaml"),
         apply_schema(methods, "methods", "methods.yaml"),
         apply_schema(embeddings, "embeddings", "embeddings.yaml"),
+        apply_schema(read_yaml(REPO / "config/models.yaml"), "models", "models.yaml"),
         apply_schema(read_yaml(REPO / "config/tracks.yaml"), "tracks", "tracks.yaml"),
     )
 

@@ -38,7 +38,10 @@ from celldag.annotation.task import principal_components, soft_groups, split_cel
 from celldag.annotation.track import SCORING_DEFAULTS, TASK_DEFAULTS, AnnotationInput
 from celldag.document import Heading, Paragraph, Table, markdown
 from celldag.errors import InputError
-from celldag.plan import PREPARED, data_key, method_needs, method_params
+from celldag.artifacts import sha256_file
+from celldag.download import DownloadError, configured_mirror, fetch_registry_file, read_pins
+from celldag.plan import DOWNLOAD_PINS, MODEL_SOURCE, PREPARED, data_key, method_needs, method_params, model_file
+from celldag.registry import PIN_ON_FIRST_FETCH, Registries
 from celldag.prepare import prepare_dataset
 from celldag.release import package_digest
 from celldag.provenance import RunClock
@@ -162,6 +165,27 @@ def reference_path(reference: str, datasets: dict[str, dict], seed: int) -> str:
         raise InputError(f"REFERENCE {reference!r}: its prepared file {prepared} is not made yet: `snakemake --cores "
                          f"all {prepared}` makes it (or name the dataset in config annotate)")  # fmt: skip
     return prepared
+
+
+def model_path(model: str, registries: Registries, downloads: dict | None) -> str:
+    """--model as ``celldag annotate`` takes it: a .pkl file as given, or a pretrained model of the registry
+    (config/models.yaml) → its file in resources/models/, downloaded through the mirror and verified against the
+    registry's sha256 unless a copy with that digest is there (the workflow's download_file does the same)."""
+    try:
+        path = model_file(model, registries, "--model")
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    if path == model:
+        return path
+    entry = registries.models[model]["file"]
+    pins = DOWNLOAD_PINS.format(source=MODEL_SOURCE)
+    expected = entry["sha256"] if entry["sha256"] != PIN_ON_FIRST_FETCH else read_pins(pins).get(entry["name"])
+    if not (Path(path).is_file() and expected and sha256_file(path) == expected):
+        try:
+            fetch_registry_file(entry, path, pin_file=pins, mirror=configured_mirror(downloads))
+        except DownloadError as error:
+            raise InputError(f"--model {model}: {error}") from error
+    return path
 
 
 def read_query(request: Request, reference_genes: pd.Index):

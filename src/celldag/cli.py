@@ -240,9 +240,10 @@ def _add_annotate(commands) -> None:
     annotate.add_argument("--representation", help="representation method of the registry (default pca)")
     annotate.add_argument("--classifier", help="annotation classifier of the registry: logistic (default), knn or "
                                                "celltypist (CellTypist's model on the genes)")  # fmt: skip
-    annotate.add_argument("--model", metavar="FILE.pkl",
-                          help="a trained CellTypist model file as the classifier (calibrated on the reference; it must "
-                               "not have been trained on the reference's cells)")  # fmt: skip
+    annotate.add_argument("--model", metavar="FILE.pkl|ID",
+                          help="a trained CellTypist model file as the classifier, or a pretrained model of the registry "
+                               "(config/models.yaml: downloaded through the mirror and verified); calibrated on the "
+                               "reference, so it must not have been trained on the reference's cells")  # fmt: skip
     annotate.add_argument("--probabilities", metavar="FILE",
                           help="another tool's scores (TSV or CSV: cell ids, one column per reference label) on the "
                                "reference's calibration and held-out cells (`celldag split` lists them; the tool "
@@ -277,10 +278,12 @@ ANNOTATE_SETTINGS = ("batch_key", "label_key", "representation", "classifier", "
 
 
 def _annotate(args) -> int:
-    from celldag.annotate import Request, annotate, reference_path
+    from celldag.annotate import Request, annotate, model_path, reference_path
 
-    _, registries = load_workflow_config(args.configfile, args.workflow, args.config_key)
+    config, registries = load_workflow_config(args.configfile, args.workflow, args.config_key)
     given = {name: getattr(args, name) for name in ANNOTATE_SETTINGS if getattr(args, name) is not None}
+    if "model" in given:  # a pretrained model of the registry: its verified download
+        given["model"] = model_path(given["model"], registries, config.get("downloads"))
     reference = reference_path(args.reference, registries.datasets, given.get("seed", 0))
     out = annotate(Request(reference=reference, query=args.query, out=args.out, **given), registries.methods)
     print(f"annotated {args.query} into {out} (report.md: the shift verdict per batch)")

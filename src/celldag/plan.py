@@ -23,7 +23,8 @@ from celldag.provenance import config_hash
 from celldag.registry import UPSTREAM_FIELD, Registries, file_params, split_method_selector
 
 EMBEDDING_SOURCE = "embeddings"  # resources/embeddings/ holds gene-embedding inputs (no dataset has this id)
-DOWNLOAD = "resources/{source}/{file}"  # source: a dataset id or EMBEDDING_SOURCE
+MODEL_SOURCE = "models"  # resources/models/ holds the registry's pretrained annotation models (config/models.yaml)
+DOWNLOAD = "resources/{source}/{file}"  # source: a dataset id, EMBEDDING_SOURCE or MODEL_SOURCE
 DOWNLOAD_PINS = "resources/{source}/checksums.json"
 KEY_DIGITS = 10  # hex digits of a settings key (40 bits): two settings of one run clash with odds ~1e-12
 KEY_PATTERN = f"[0-9a-f]{{{KEY_DIGITS}}}"
@@ -366,6 +367,8 @@ def make_plan(config: dict, registries: Registries) -> Plan:
         for file in gene_table_files(embedding, registries.datasets[dataset], registries.embeddings)
         if "url" in file
     }
+    downloads |= {settings["model"] for query, settings in annotate_settings(config, registries).items()  # models
+                  if config["annotate"][query].get("model") in registries.models}  # of the registry  # fmt: skip
     gene_tables = {path for _, _, path in tables}
     figures = []
     for dataset in sorted({run.dataset for run in runs}):
@@ -406,6 +409,34 @@ def annotate_references(config: dict, registries: Registries) -> dict[str, str]:
             raise ValueError(f"annotate.{query}.reference: {dataset!r} is not a dataset of the representation track")
         references[query] = PREPARED.format(dataset=dataset, data_key=data_key(entry), seed=settings.get("seed", 0))
     return references
+
+
+def model_file(model: str, registries: Registries, where: str) -> str:
+    """The file a query's ``model`` names: a .pkl path as given, or the download of a pretrained model of the
+    registry (``resources/models/<name>``); an id the registry lacks is refused, naming ``where``."""
+    if model.endswith(".pkl"):
+        return model
+    if model not in registries.models:
+        known = ", ".join(sorted(registries.models)) or "none"
+        raise ValueError(f"{where}: {model!r} is neither a .pkl file nor a pretrained model of the registry ({known})")
+    return DOWNLOAD.format(source=MODEL_SOURCE, file=registries.models[model]["file"]["name"])
+
+
+def annotate_settings(config: dict, registries: Registries) -> dict[str, dict]:
+    """Each query of config ``annotate`` → its settings, with a ``model`` given as the file read (``model_file``)."""
+    return {query: settings | ({"model": model_file(settings["model"], registries, f"annotate.{query}.model")}
+                               if "model" in settings else {})
+            for query, settings in config.get("annotate", {}).items()}  # fmt: skip
+
+
+def source_files(source: str, registries: Registries) -> list[dict]:
+    """The registry's file entries downloaded into ``resources/<source>/``: a dataset's, the gene embeddings' (files
+    shared by several entries are one download) or the pretrained models'."""
+    if source == EMBEDDING_SOURCE:
+        return [file for entry in registries.embeddings.values() for file in entry["files"]]
+    if source == MODEL_SOURCE:
+        return [entry["file"] for entry in registries.models.values()]
+    return registries.datasets[source].get("files", [])
 
 
 def chained_runs(config: dict, registries: Registries, runs: set[Run]) -> list[ChainedRun]:

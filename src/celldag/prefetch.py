@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from celldag.download import DownloadError, read_pins
-from celldag.plan import DOWNLOAD_PINS, EMBEDDING_SOURCE
+from celldag.plan import DOWNLOAD_PINS, source_files
 from celldag.registry import PIN_ON_FIRST_FETCH
 
 
@@ -24,11 +24,7 @@ def needed_files(plan, registries) -> list[Needed]:
     digests: dict[str, set[str | None]] = {}
     for path in plan.downloads:
         source, name = Path(path).parts[-2:]  # plan.DOWNLOAD: resources/{source}/{file}
-        if source == EMBEDDING_SOURCE:
-            files = [file for entry in registries.embeddings.values() for file in entry["files"]]
-        else:
-            files = registries.datasets[source]["files"]
-        entry = next(file for file in files if file["name"] == name and "url" in file)
+        entry = next(file for file in source_files(source, registries) if file["name"] == name and "url" in file)
         given = entry.get("sha256")
         pinned = given if given != PIN_ON_FIRST_FETCH else read_pins(DOWNLOAD_PINS.format(source=source)).get(name)
         digests.setdefault(entry["url"], set()).add(pinned.lower() if pinned else None)

@@ -79,13 +79,8 @@ class RuleInputs:
         return inputs
 
     def download_entry(self, source: str, file: str) -> dict:
-        """download_file's registry file entry: a dataset's, or of the gene embeddings (files shared by several
-        entries are one download)."""
-        if source == plan.EMBEDDING_SOURCE:
-            files = [f for entry in self.registries.embeddings.values() for f in entry["files"]]
-        else:
-            files = self.registries.datasets[source].get("files", [])
-        matches = [f for f in files if f["name"] == file and "url" in f]
+        """download_file's registry file entry (``plan.source_files``)."""
+        matches = [f for f in plan.source_files(source, self.registries) if f["name"] == file and "url" in f]
         if not matches:
             raise NotPlanned(f"no registry entry of {source!r} downloads a file {file!r}")
         return matches[0]

@@ -7,15 +7,15 @@ rule annotate_query:
     input:
         reference=lambda wildcards: ANNOTATE_REFERENCES[wildcards.query],
         query=lambda wildcards: config["annotate"][wildcards.query]["query"],
-        # a CellTypist model and its label map, or another tool's scores, where the query names them: a new file
-        # reruns the query
-        model=lambda wildcards: [config["annotate"][wildcards.query][key]
+        # a CellTypist model (a registry model: its verified download) and its label map, or another tool's scores,
+        # where the query names them: a new file reruns the query
+        model=lambda wildcards: [ANNOTATE_SETTINGS[wildcards.query][key]
                                  for key in ("model", "label_map", "probabilities")
-                                 if key in config["annotate"][wildcards.query]],
+                                 if key in ANNOTATE_SETTINGS[wildcards.query]],
     output:
         directory(plan.ANNOTATED),
     params:
-        settings=lambda wildcards: config["annotate"][wildcards.query],
+        settings=lambda wildcards: ANNOTATE_SETTINGS[wildcards.query],
         methods=lambda wildcards: annotate_methods(wildcards.query),
     wildcard_constraints:
         query=_one_of(config["annotate"]) if config["annotate"] else "(?!)",

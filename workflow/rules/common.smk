@@ -87,8 +87,9 @@ try:
     PLAN = plan.make_plan(config, REGISTRIES)
     # a lab's queries (config `annotate`): their methods and settings checked now, before any job
     ANNOTATE_REFERENCES = dict(PLAN.queries)
+    ANNOTATE_SETTINGS = plan.annotate_settings(config, REGISTRIES)  # a registry model named by its download
     ANNOTATE_REQUESTS = {query: celldag_annotate.request_of(settings, ANNOTATE_REFERENCES[query], "")
-                         for query, settings in config["annotate"].items()}
+                         for query, settings in ANNOTATE_SETTINGS.items()}
     for _request in ANNOTATE_REQUESTS.values():
         celldag_annotate.check_request(_request, REGISTRIES.methods)
 except (ConfigError, ValueError, InputError) as err:

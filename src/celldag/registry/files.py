@@ -41,6 +41,7 @@ class Registries:
     datasets: dict[str, dict]
     methods: dict[str, dict]
     embeddings: dict[str, dict] = field(default_factory=dict)
+    models: dict[str, dict] = field(default_factory=dict)  # pretrained annotation models (config/models.yaml)
     tracks: dict[str, dict] = field(default_factory=dict)
     origins: dict[str, dict[str, str]] = field(default_factory=dict)  # kind → id → the registry file defining it
 
@@ -119,7 +120,7 @@ def apply_schema(data: dict, schema_name: str, source: Source) -> dict:
     return data
 
 
-KINDS = ("tracks", "datasets", "methods", "embeddings")
+KINDS = ("tracks", "datasets", "methods", "embeddings", "models")
 
 
 def shipped_registry_files(root: str | Path) -> dict[str, str]:

@@ -267,3 +267,43 @@ def test_celltypists_rules_and_the_confident_rule_are_scored_on_the_sets_cells()
     left_out = np.concatenate([ct.prob_match(result.obsm[f"sigmoid_without_{b}"])[batch == b].sum(axis=1)
                                for b in range(3)])  # fmt: skip
     assert scores["prob_match_label_free_set_size"] == pytest.approx(left_out.mean())
+
+
+def test_a_registry_model_is_fetched_through_the_mirror_verified_and_then_read_from_its_download(tmp_path, monkeypatch):
+    """--model <id> (issue 52): a pretrained model of the registry is downloaded into resources/models/ through the
+    mirror and checked against the registry's sha256; a verified copy is read again without a fetch; a copy whose
+    bytes differ from the registry's digest is refused with one line naming --model; a .pkl is taken as given."""
+    import dataclasses
+
+    from celldag.annotate import model_path
+    from celldag.artifacts import sha256_file
+    from celldag.download import mirror_path
+    from celldag.errors import InputError
+    from celldag.registry import Registries
+
+    monkeypatch.chdir(tmp_path)
+    url = "https://models.example.org/v2/Lab_Immune.pkl"
+    values, labels, genes = lognormalised()
+    served = tmp_path / "mirror" / mirror_path(url)
+    served.parent.mkdir(parents=True)
+    ct.write_model(ct.train(values, labels, genes), served)
+    entry = {"classifier": "celltypist", "description": "d", "license": "l",
+             "file": {"name": "Lab_Immune.pkl", "url": url, "sha256": sha256_file(served)}}  # fmt: skip
+    registries = Registries(datasets={}, methods={}, models={"lab_immune": entry})
+    downloads = {"mirror": str(tmp_path / "mirror"), "strict": True}  # strict: the origin is never contacted
+
+    path = model_path("lab_immune", registries, downloads)
+    assert path == "resources/models/Lab_Immune.pkl" and sha256_file(path) == sha256_file(served)
+    assert list(ct.read_model(path).types) == ["B", "NK", "T"]
+    served.unlink()  # the verified copy is read again: no second fetch
+    assert model_path("lab_immune", registries, downloads) == path
+    assert model_path("own/model.pkl", registries, downloads) == "own/model.pkl"
+
+    wrong = dataclasses.replace(
+        registries, models={"lab_immune": entry | {"file": entry["file"] | {"sha256": "0" * 64}}}
+    )
+    ct.write_model(ct.train(values, labels, genes), served)
+    with pytest.raises(InputError, match=r"^--model lab_immune: .*sha256"):
+        model_path("lab_immune", wrong, downloads)
+    with pytest.raises(InputError, match=r"^--model: 'lab_immun' is neither a \.pkl file nor a pretrained model"):
+        model_path("lab_immun", registries, downloads)

@@ -226,6 +226,21 @@ def test_prefetch_lists_exactly_the_files_of_the_run(tmp_path, monkeypatch, caps
     assert f"{ZENODO}\t{'a' * 64}\t" in capsys.readouterr().out
 
 
+def test_prefetch_lists_the_pretrained_model_a_query_names(tmp_path, monkeypatch, capsys):
+    """config ``annotate``: a query whose ``model`` is a pretrained model of the registry (config/models.yaml) adds its
+    file, with the registry's sha256, to what a run downloads (issue 52)."""
+    monkeypatch.chdir(tmp_path)
+    config = {"datasets": ["pbmc68k_batched"], "seeds": [0], "methods": ["pca"],
+              "annotate": {"lab": {"reference": "pbmc68k_batched", "query": "lab.h5ad",
+                                   "model": "celltypist_immune_all_low"}}}  # fmt: skip
+    Path("run.yaml").write_text(yaml.safe_dump(config))
+    assert main(["prefetch", "--configfile", "run.yaml", "--workflow", str(ROOT), "--list"]) == 0
+    url = "https://celltypist.cog.sanger.ac.uk/models/Pan_Immune_CellTypist/v2/Immune_All_Low.pkl"
+    assert capsys.readouterr().out.splitlines() == [
+        f"{url}\t290874d35dac039d4c9218c343fde4aac1077709b72a331ce7266f6828c36502\t{mirror_path(url)}"
+    ]
+
+
 def lab_dataset(url: str, sha256: str) -> dict:
     """A lab's url dataset (registry overlay) with one file: prefetch only downloads, nothing reads it."""
     return {"lab_cellbench": {"track": "lineage", "source": "url", "loader": "celldag.data.packer2019:prepare_packer2019",

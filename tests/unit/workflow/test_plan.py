@@ -361,3 +361,24 @@ def test_a_query_of_config_annotate_takes_a_registry_dataset_or_a_labelled_h5ad(
     entry = registries.datasets["pbmc68k_batched"]
     assert queries["from_registry"] == PREPARED.format(dataset="pbmc68k_batched", data_key=data_key(entry), seed=0)
     assert queries["from_atlas"] == "data/atlas.h5ad"
+
+
+def test_a_query_naming_a_registry_model_downloads_it_and_reads_its_download(registries):
+    """config ``annotate``: a ``model`` that is a pretrained model's id (config/models.yaml) is one more download,
+    resources/models/<name>, which the query's settings then name; a .pkl is read as given and downloads nothing;
+    an id the registry lacks is refused naming the query's key (issue 52)."""
+    from celldag.plan import annotate_settings
+
+    annotate = {"pretrained": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "model": "celltypist_immune_all_low"},
+                "own": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "model": "models/lab.pkl"}}  # fmt: skip
+    plan = plan_for(registries, datasets=["pbmc68k_batched"], methods=["pca"], seeds=[0], annotate=annotate)
+    assert [path for path in plan.downloads if path.startswith("resources/models/")] == [
+        "resources/models/Immune_All_Low.pkl"
+    ]
+    settings = annotate_settings({"annotate": annotate}, registries)
+    assert settings["pretrained"]["model"] == "resources/models/Immune_All_Low.pkl"
+    assert settings["own"]["model"] == "models/lab.pkl" and settings["own"]["query"] == "lab.h5ad"
+    with pytest.raises(ValueError, match=r"annotate\.bad\.model: 'immune_typo' is neither a \.pkl file nor a "
+                                         r"pretrained model of the registry \(celltypist_immune_all_low\)"):  # fmt: skip
+        plan_for(registries, datasets=["pbmc68k_batched"], methods=["pca"], seeds=[0],
+                 annotate={"bad": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "model": "immune_typo"}})  # fmt: skip

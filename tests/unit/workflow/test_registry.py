@@ -10,7 +10,7 @@ from celldag.registry import ConfigError, apply_schema, load_config, read_yaml
 
 def write_tree(tmp_path, repo, config: dict, methods: dict | None = None):
     (tmp_path / "config").mkdir()
-    for name in ("datasets", "embeddings", "tracks"):
+    for name in ("datasets", "embeddings", "models", "tracks"):
         (tmp_path / f"config/{name}.yaml").write_text((repo / f"config/{name}.yaml").read_text())
     methods_text = yaml.safe_dump(methods) if methods is not None else (repo / "config/methods.yaml").read_text()
     (tmp_path / "config/methods.yaml").write_text(methods_text)
@@ -19,7 +19,13 @@ def write_tree(tmp_path, repo, config: dict, methods: dict | None = None):
 
 def test_shipped_config_is_valid_and_defaults_are_filled(repo):
     config, registries = load_config(read_yaml(repo / "config/config.yaml"), "config/config.yaml", root=repo)
-    assert config["registries"] == {"tracks": [], "datasets": [], "methods": [], "embeddings": []}  # no lab overlays
+    assert config["registries"] == {
+        "tracks": [],
+        "datasets": [],
+        "methods": [],
+        "embeddings": [],
+        "models": [],
+    }  # no lab overlays
     assert registries.origin("methods", "nj_raw") == "config/methods.yaml"  # shown relative to the working directory
     assert config["evaluation"]["qdist_quartets"] == 100_000 and config["evaluation"]["delta_baseline"] == "nj_raw"
     assert (

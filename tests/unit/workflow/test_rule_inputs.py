@@ -118,6 +118,8 @@ def test_a_download_is_the_entry_of_the_file_it_names(lineage, registries):
     assert lineage.download_entry("celegans_packer2019", packer["name"]) == packer
     go = lineage.download_entry(plan.EMBEDDING_SOURCE, "GO.sqlite")  # shared by go_text and go_svd: one download
     assert go["role"] == "go_sqlite" and go is registries.embeddings["go_text"]["files"][1]
+    model = lineage.download_entry(plan.MODEL_SOURCE, "Immune_All_Low.pkl")  # a pretrained model of the registry
+    assert model is registries.models["celltypist_immune_all_low"]["file"]
     with pytest.raises(NotPlanned, match="^no registry entry of 'bm_default' downloads a file 'x.txt'$"):
         lineage.download_entry("bm_default", "x.txt")
 

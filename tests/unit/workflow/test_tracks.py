@@ -106,7 +106,7 @@ def test_the_representation_scorer_returns_declared_metrics_only():
 def registry_tree(tmp_path, **changes) -> dict:
     """The shipped registries in tmp_path/config with entries replaced; returns the run config."""
     (tmp_path / "config").mkdir(exist_ok=True)
-    for name in ("tracks", "datasets", "methods", "embeddings"):
+    for name in ("tracks", "datasets", "methods", "embeddings", "models"):
         registry = read_yaml(REPO / f"config/{name}.yaml")
         for entry_id, entry in changes.get(name, {}).items():
             registry[entry_id] = registry.get(entry_id, {}) | entry
