@@ -1,8 +1,13 @@
 """CellTypist's own rules beside conformal sets on CellTypist's own scores, on the same cells (issue 52;
 docs/annotation.md, "CellTypist head to head").
 
-  .venv/bin/python benchmarks/celltypist_head_to_head.py [--realdata ../shared/realdata]
+  .venv/bin/python benchmarks/celltypist_head_to_head.py [--realdata ../shared/realdata] [--scores FILE]
 
+- **The default run** (`reference/default/scores.tsv`, or a run's scores folder): `celltypist` on the `expression`
+  upstream of pbmc68k_batched, mean over seeds — CellTypist's prob match, its best match at σ ≥ 0.5 and the top type
+  at p ≥ 0.5 beside the conformal sets on the same scores, on the random split's query cells and on the label-free
+  new batches (each batch held out in turn under the fit that never saw it, pooled); the answered share and the
+  error among cells answered with one type. kNN's and logistic's own rule on the same cells for scale.
 - **Head to head** (CellBench, real cell lines with genotype-verified labels; `../shared/realdata`): each pair of
   `benchmarks/annotate_defaults.py` — reference and query plain h5ads of raw counts — through `celldag annotate
   --classifier celltypist` (CellTypist's model trained on the reference's train cells; pca for the unknown-type
@@ -53,6 +58,49 @@ def registry_methods() -> dict:
 def request(reference: Path, query: Path, out: Path, **options) -> Request:
     return Request(str(reference), str(query), str(out), batch_key=BATCH_KEY, label_key=LABEL_KEY,
                    reference_label_key=LABEL_KEY, reference_batch_key=BATCH_KEY, **options)  # fmt: skip
+
+
+RULE_ROWS = {"prob_match": "CellTypist's prob match (σ > 0.5)", "best_match": "CellTypist's best match at σ ≥ 0.5",
+             "confident": "top type at p ≥ 0.5"}  # fmt: skip
+SET_ROWS = ("label_shift", "split_lac", "kandinsky_augmented")
+
+
+def read_scores(path: Path) -> pd.DataFrame:
+    """A scores table (.tsv, the shipped reference's) or a run's scores folder (parquet files)."""
+    if path.is_dir():
+        return pd.concat([pd.read_parquet(file) for file in sorted(path.glob("*.parquet"))])
+    return pd.read_csv(path, sep="\t")
+
+
+def default_run(path: Path) -> None:
+    scores = read_scores(path)
+    scores = scores[(scores["track"] == "annotation") & (scores["status"] == "ok")
+                    & (scores["variant"] == "expression/default")]  # fmt: skip
+    means = scores.pivot_table(index="method", columns="metric", values="value", aggfunc="mean")
+    seeds = scores.loc[scores["method"] == "celltypist", "seed"].nunique()
+    print(f"## The default run: pbmc68k_batched, the `expression` upstream, mean over {seeds} seeds (α = 0.1)\n")
+    print("| classifier | rule or procedure | scenario | coverage | labels per cell | no answer | answered with one "
+          "type | error among them |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for scenario, infix in (("random split", ""), ("label-free new batch", "label_free_")):
+        rows = [("celltypist", rule, text) for rule, text in RULE_ROWS.items()]
+        rows += [("celltypist", procedure, f"`{procedure}` sets") for procedure in SET_ROWS]
+        rows += [(method, "confident", RULE_ROWS["confident"]) for method in ("logistic", "knn")]
+        for method, name, text in rows:
+            row = means.loc[method]
+            if name in RULE_ROWS:
+                got = [row.get(f"{name}_{infix}{metric}", np.nan)
+                       for metric in ("coverage", "set_size", "unassigned", "singletons", "singleton_errors")]  # fmt: skip
+            elif infix:  # the label-free scenario scores coverage and size of the sets alone
+                got = [row[f"{name}_label_free_coverage"], row[f"{name}_label_free_set_size"]] + [np.nan] * 3
+            else:
+                got = [row[f"{name}_{metric}"] for metric in ("coverage", "set_size", "empty", "singletons",
+                                                              "singleton_errors")]  # fmt: skip
+            coverage, size, none, single, wrong = got
+            error = wrong / single if single > 0 else np.nan
+            cells = [f"{value:.3f}" if np.isfinite(value) else "–" for value in (coverage, size, none, single, error)]
+            print(f"| {method} | {text} | {scenario} | " + " | ".join(cells) + " |")
+    print()
 
 
 def head_to_head(realdata: Path, methods: dict, folder: Path) -> None:
@@ -112,7 +160,14 @@ def type_the_model_lacks(realdata: Path, methods: dict, folder: Path) -> None:
 def main() -> int:
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     arguments.add_argument("--realdata", type=Path, default=REPO.parent / "shared/realdata")
+    arguments.add_argument(
+        "--scores",
+        type=Path,
+        default=REPO / "reference/default/scores.tsv",
+        help="the default run's scores: a .tsv, or a run's scores folder (results/default/scores)",
+    )
     args = arguments.parse_args()
+    default_run(args.scores)
     if not (args.realdata / MIXOLOGY).is_dir():
         print(f"no CellBench files under {args.realdata / MIXOLOGY}", file=sys.stderr)
         return 1

@@ -49,3 +49,39 @@ def test_a_labs_query_is_annotated_by_the_workflow_and_bad_settings_stop_it_befo
     failed = run_snakemake(workdir, "-n", "results/lab/annotate/pbmc_lab", check=False)
     assert failed.returncode != 0
     assert "--classifier 'no_such_classifier': not a method of the annotation track" in failed.stderr + failed.stdout
+
+
+def test_a_query_naming_a_registry_model_reads_its_verified_download_from_a_strict_mirror(tmp_path):
+    """config ``annotate`` with ``model: <id>`` (issue 52): the lab's own models registry names a CellTypist model by
+    URL and sha256; download_file fetches it from the mirror alone (strict: the origin is never contacted) into
+    resources/models/, and annotate_query calibrates it on the reference and reports CellTypist's own rules."""
+    import scanpy as sc
+
+    from celldag.annotation import celltypist as ct
+    from celldag.artifacts import sha256_file
+    from celldag.download import mirror_path
+
+    workdir = copy_workflow(tmp_path / "workflow")
+    lab_query(workdir / "lab.h5ad")
+    source = sc.datasets.pbmc68k_reduced()  # the model's own cells: log-normalised genes, bulk_labels
+    url = "https://models.example.org/lab/lab_pbmc.pkl"
+    served = tmp_path / "mirror" / mirror_path(url)
+    served.parent.mkdir(parents=True)
+    values = np.asarray(source.raw.X.toarray() if hasattr(source.raw.X, "toarray") else source.raw.X)
+    ct.write_model(ct.train(values, source.obs["bulk_labels"].astype(str).to_numpy(), list(source.raw.var_names)),
+                   served)  # fmt: skip
+    models = {"lab_pbmc": {"classifier": "celltypist", "description": "the lab's PBMC model", "license": "CC0-1.0",
+                           "file": {"name": "lab_pbmc.pkl", "url": url, "sha256": sha256_file(served)}}}  # fmt: skip
+    (workdir / "lab_models.yaml").write_text(yaml.safe_dump(models))
+    config = {"name": "lab", "datasets": ["pbmc68k_batched"], "methods": ["pca"], "seeds": [0],
+              "registries": {"models": ["lab_models.yaml"]},
+              "downloads": {"mirror": str(tmp_path / "mirror"), "strict": True},
+              "annotate": {"pbmc_lab": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "batch_key": "sample",
+                                        "model": "lab_pbmc"}}}  # fmt: skip
+    (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
+    run_snakemake(workdir, "results/lab/annotate/pbmc_lab")
+    assert sha256_file(workdir / "resources/models/lab_pbmc.pkl") == sha256_file(served)
+    out = workdir / "results/lab/annotate/pbmc_lab"
+    cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
+    assert {"celltypist_best_match", "celltypist_prob_match"} <= set(cells.columns) and len(cells) == 200
+    assert sha256_file(served) in (out / "run.json").read_text()  # the model's digest is on the record

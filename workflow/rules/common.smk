@@ -103,7 +103,7 @@ def _one_of(ids):
 
 wildcard_constraints:
     dataset=_one_of(REGISTRIES.datasets),
-    source=_one_of([*REGISTRIES.datasets, plan.EMBEDDING_SOURCE]),
+    source=_one_of([*REGISTRIES.datasets, plan.EMBEDDING_SOURCE, plan.MODEL_SOURCE]),
     embedding=_one_of(REGISTRIES.embeddings) if REGISTRIES.embeddings else "(?!)",
     method=_one_of(REGISTRIES.methods),
     variant="[a-z][a-z0-9_]*",
