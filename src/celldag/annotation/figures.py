@@ -8,6 +8,7 @@ from celldag.annotation.track import PROCEDURES, RULES
 from celldag.report.figures import label, new_figure, note_figure, style_label
 from celldag.tracks import FigureData
 
+NO_RUN = "no annotation run finished with status ok"  # the note a figure shows instead
 GROUP_STYLE = {"batch": ("tab:blue", "o", 28), "type": ("tab:orange", "s", 18), "batch_type": ("0.6", ".", 10)}
 PROCEDURE_STYLE = {"kandinsky": ("tab:red", "*"), "split_lac": ("0.3", "o"), "split_aps": ("0.6", "v"),
                    "class_conditional": ("tab:green", "s"),
@@ -38,7 +39,7 @@ def coverage_by_group(data: FigureData):
     alpha, min_cells, procedures = settings.alpha, settings.min_cells, settings.procedures
     ok = {key: output for key, output in sorted(data.outputs.items()) if output.uns["status"] == "ok"}
     if not ok:
-        return note_figure("no annotation run finished with status ok")
+        return note_figure(NO_RUN)
     task = data.prepared
     # height: the axis, the suptitle and panel titles of up to three lines (a long procedure name wraps), the rows
     figure = new_figure(3.0 * len(procedures) + 2.5, 1.5 + 0.28 * len(ok))
@@ -76,14 +77,22 @@ def coverage_by_group(data: FigureData):
     return figure
 
 
+def run_means(data: FigureData):
+    """Each classifier/embedding's mean over seeds of every metric (rows (method, variant), a column per metric),
+    runs with status ok alone; None when no run is ok."""
+    scores = data.scores[data.scores["status"] == "ok"]
+    if scores.empty:
+        return None
+    return scores.pivot_table(index=["method", "variant"], columns="metric", values="value", aggfunc="mean")
+
+
 def set_size_vs_coverage(data: FigureData):
     """Mean set size against the worst batch or cell-type coverage, one point per run and procedure (mean
     over seeds): the better runs sit near the 1 − α line at the left."""
     alpha = alpha_of(data)
-    scores = data.scores[data.scores["status"] == "ok"]
-    if scores.empty:
-        return note_figure("no annotation run finished with status ok")
-    means = scores.pivot_table(index=["method", "variant"], columns="metric", values="value", aggfunc="mean")
+    means = run_means(data)
+    if means is None:
+        return note_figure(NO_RUN)
     figure = new_figure(8, 5.5)
     axes = figure.subplots()
     for procedure, title in PROCEDURES.items():
@@ -109,10 +118,9 @@ def risk_coverage(data: FigureData):
     """The share of query cells answered with one type (x) against the error among them (y), one point per run and
     procedure (its singleton sets) or tool rule (``track.RULES``), mean over seeds: a rule that answers more cells at
     a lower error sits at the bottom right. Random split."""
-    scores = data.scores[data.scores["status"] == "ok"]
-    if scores.empty:
-        return note_figure("no annotation run finished with status ok")
-    means = scores.pivot_table(index=["method", "variant"], columns="metric", values="value", aggfunc="mean")
+    means = run_means(data)
+    if means is None:
+        return note_figure(NO_RUN)
     figure = new_figure(8, 5.5)
     axes = figure.subplots()
     styles = {procedure: (PROCEDURE_STYLE[procedure], title) for procedure, title in PROCEDURES.items()}
@@ -121,7 +129,7 @@ def risk_coverage(data: FigureData):
         if f"{name}_singletons" not in means:  # a procedure left out, or a rule no run has (CellTypist's)
             continue
         answered, wrong = means[f"{name}_singletons"], means[f"{name}_singleton_errors"]
-        error = (wrong / answered.where(answered > 0)).fillna(0.0)
+        error = wrong / answered.where(answered > 0)  # a run that answers no cell with one type has no point
         axes.scatter(answered, error, c=colour, marker=marker, s=36, alpha=0.75, label=title)
     axes.set_xlabel("share of query cells answered with one type")
     axes.set_ylabel("error among them")

@@ -194,24 +194,31 @@ def test_the_classifier_calibrates_on_normalised_sigmoids_keeps_the_raw_ones_and
     assert inputs.unmet("genes") is None
 
 
+def expression_task(n_cells: int, batches: tuple[str, ...]):
+    """(prepared data, its annotation task, an `expression` upstream's output) of ``lognormalised`` cells dealt to
+    ``batches`` in turn."""
+    import anndata
+
+    from celldag.annotation.track import chain_task
+    from celldag.representation.preprocess import preprocess
+
+    values, labels, genes = lognormalised(n_cells=n_cells)
+    raw = anndata.AnnData(X=np.round(np.expm1(values)).astype(np.float32), var=pd.DataFrame(index=genes),
+                          obs=pd.DataFrame({"type": labels, "sample": np.array(batches)[np.arange(n_cells) % len(batches)]},
+                                           index=[f"c{i}" for i in range(n_cells)]))  # fmt: skip
+    data = preprocess(raw, label_key="type", batch_key="sample", seed=0, params={})
+    data.uns.update(dataset_id="lab", track="representation", seed=0)
+    upstream = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), uns={"status": "ok"},
+                               obsm={"X_emb": np.asarray(data.X, dtype=np.float32)})  # fmt: skip
+    return data, chain_task(data, {}, 0), upstream
+
+
 def test_the_benchmark_hands_genes_to_the_classifier_on_the_expression_upstream_alone():
     """chain_task keeps the prepared log-normalised expression; chain_input passes it on only where the upstream's
     entry says its embedding is the expression, so celltypist runs once per dataset seed, not once per embedding."""
-    import anndata
+    from celldag.annotation.track import chain_input, method_input
 
-    from celldag.annotation.track import chain_input, chain_task, method_input
-    from celldag.representation.preprocess import preprocess
-
-    values, labels, genes = lognormalised(n_cells=240)
-    counts = np.round(np.expm1(values)).astype(np.float32)
-    raw = anndata.AnnData(X=counts, var=pd.DataFrame(index=genes),
-                          obs=pd.DataFrame({"type": labels, "sample": np.array(["a", "b"])[np.arange(240) % 2]},
-                                           index=[f"c{i}" for i in range(240)]))  # fmt: skip
-    data = preprocess(raw, label_key="type", batch_key="sample", seed=0, params={})
-    data.uns.update(dataset_id="lab", track="representation", seed=0)
-    task = chain_task(data, {}, 0)
-    output = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), uns={"status": "ok"},
-                             obsm={"X_emb": np.asarray(data.X, dtype=np.float32)})  # fmt: skip
+    data, task, output = expression_task(n_cells=240, batches=("a", "b"))
     on_expression = method_input(chain_input(task, output, {"config": {"method": {"embedding_is_expression": True}}}),
                                  None)  # fmt: skip
     on_pca = method_input(chain_input(task, output, {"config": {"method": {}}}), None)
@@ -231,18 +238,9 @@ def test_celltypists_rules_and_the_confident_rule_are_scored_on_the_sets_cells()
     import anndata
 
     from celldag.annotation.scoring import codes, rule_scores, split_masks
-    from celldag.annotation.track import chain_input, chain_task, method_input
-    from celldag.representation.preprocess import preprocess
+    from celldag.annotation.track import chain_input, method_input
 
-    values, labels, genes = lognormalised(n_cells=300)
-    raw = anndata.AnnData(X=np.round(np.expm1(values)).astype(np.float32), var=pd.DataFrame(index=genes),
-                          obs=pd.DataFrame({"type": labels, "sample": np.array(["a", "b", "c"])[np.arange(300) % 3]},
-                                           index=[f"c{i}" for i in range(300)]))  # fmt: skip
-    data = preprocess(raw, label_key="type", batch_key="sample", seed=0, params={})
-    data.uns.update(dataset_id="lab", track="representation", seed=0)
-    task = chain_task(data, {}, 0)
-    upstream = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), uns={"status": "ok"},
-                               obsm={"X_emb": np.asarray(data.X, dtype=np.float32)})  # fmt: skip
+    data, task, upstream = expression_task(n_cells=300, batches=("a", "b", "c"))
     inputs = method_input(chain_input(task, upstream, {"config": {"method": {"embedding_is_expression": True}}}), None)
     result = celltypist_classifier(inputs, {}, seed=0)
     output = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), obsm=result.obsm,
