@@ -86,11 +86,13 @@ def load(d, config: dict, datasets: dict | None = None, methods: dict | None = N
     """load_config on the shipped registries, with entries added to (or replacing) them."""
     from conftest import REPO
 
-    from celldag.registry import load_config, read_yaml
+    from celldag.registry import KINDS, load_config, read_yaml
 
     (d / "config").mkdir()
-    for name, extra in (("datasets", datasets), ("methods", methods), ("embeddings", None), ("tracks", None)):
-        registry = read_yaml(REPO / f"config/{name}.yaml") | (extra or {})
+    for name in KINDS:  # every shipped registry, two of them with entries added
+        registry = read_yaml(REPO / f"config/{name}.yaml") | (
+            {"datasets": datasets, "methods": methods}.get(name) or {}
+        )
         (d / f"config/{name}.yaml").write_text(yaml.safe_dump(registry))
     load_config({"datasets": ["bm_default"], "methods": ["nj_raw"]} | config, "run.yaml", root=d)
 

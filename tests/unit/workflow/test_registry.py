@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from celldag.registry import ConfigError, apply_schema, load_config, read_yaml
+from celldag.registry import KINDS, ConfigError, apply_schema, load_config, read_yaml
 
 
 def write_tree(tmp_path, repo, config: dict, methods: dict | None = None):
     (tmp_path / "config").mkdir()
-    for name in ("datasets", "embeddings", "models", "tracks"):
+    for name in set(KINDS) - {"methods"}:
         (tmp_path / f"config/{name}.yaml").write_text((repo / f"config/{name}.yaml").read_text())
     methods_text = yaml.safe_dump(methods) if methods is not None else (repo / "config/methods.yaml").read_text()
     (tmp_path / "config/methods.yaml").write_text(methods_text)

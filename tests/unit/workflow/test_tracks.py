@@ -12,7 +12,7 @@ from celldag import contracts
 from celldag.errors import InputError
 from celldag.extensions import check_reference, load
 from celldag.prepare import prepare_dataset
-from celldag.registry import ConfigError, load_config, read_yaml
+from celldag.registry import KINDS, ConfigError, load_config, read_yaml
 from celldag.tracks import Metric, MetricGroup, ScoringContext, Track, check_declaration, check_track
 from conftest import REPO, TRACKS
 
@@ -106,7 +106,7 @@ def test_the_representation_scorer_returns_declared_metrics_only():
 def registry_tree(tmp_path, **changes) -> dict:
     """The shipped registries in tmp_path/config with entries replaced; returns the run config."""
     (tmp_path / "config").mkdir(exist_ok=True)
-    for name in ("tracks", "datasets", "methods", "embeddings", "models"):
+    for name in KINDS:
         registry = read_yaml(REPO / f"config/{name}.yaml")
         for entry_id, entry in changes.get(name, {}).items():
             registry[entry_id] = registry.get(entry_id, {}) | entry
