@@ -112,8 +112,8 @@ def flagged(task, classifier, removed: str, alpha: float) -> dict[str, tuple[np.
     classes = tuple(sorted(set(labels[known])))
     embedding = np.asarray(task.X, dtype=np.float32)
     train = (split == "train") & known
-    inputs = AnnotationInput(features=embedding, labels=labels, batch=task.obs["batch"].astype(str).to_numpy(),
-                             classes=classes, fits={"known": train})  # fmt: skip
+    inputs = AnnotationInput(features=embedding, labels={"known": labels[train]},
+                             batch=task.obs["batch"].astype(str).to_numpy(), classes=classes, fits={"known": train})  # fmt: skip
     proba = classifier(inputs, {}, int(task.uns["seed"])).obsm["proba_known"]
     lac = conformal.lac_scores(proba)
     calibration, query = (split == "calibration") & known, split == "query"

@@ -126,7 +126,11 @@ def prepared_plain(request: Request, adata):
             raise InputError(f"{path}: obs['{column}'] ({option}) is missing: a plain reference must be labelled, its "
                              f"batches named; columns: {list(adata.obs.columns)}")  # fmt: skip
     digest = artifacts.sha256_file(path)
-    values = preprocess.values_of(adata.X)
+    try:
+        values = preprocess.values_of(adata.X)
+    except preprocess.AmbiguousValues as why:
+        raise InputError(f"{path}: X is neither clearly counts nor clearly log-normalised: {why}; a reference holds raw "
+                         "counts or log1p-normalised values in X") from None  # fmt: skip
     settings = {"file": digest, "label_key": label_key, "batch_key": batch_key, "values": values,
                 "seed": request.seed, "celldag": package_digest()}  # fmt: skip
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
@@ -358,7 +362,12 @@ def joint_expression(reference, query, shared: pd.Index, values: str,
     """(log-normalised, scaled, genes): expression of reference then query cells on the shared genes that vary — the
     log-normalised values sparse (CSR float32: a query of 10⁵ cells × every gene stays small), the scaled ones dense
     float32 (what an embedding fits)."""
-    values = preprocess.values_of(query.X) if values == "auto" else values
+    if values == "auto":
+        try:
+            values = preprocess.values_of(query.X)
+        except preprocess.AmbiguousValues as why:
+            raise InputError(f"{where}: X is neither clearly counts nor clearly log-normalised: {why}; say which with "
+                             "--values counts or --values lognorm") from None  # fmt: skip
     query_lognorm = preprocess.lognorm_of(query.X, values, where)[:, query.var_names.get_indexer(shared)]
     reference_lognorm = sparse.csr_matrix(reference[:, shared].layers["lognorm"], dtype=np.float32)
     lognorm = sparse.vstack([reference_lognorm, sparse.csr_matrix(query_lognorm, dtype=np.float32)], format="csr")
@@ -414,13 +423,12 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     with clock.stage("embedding"):
         embedding = np.asarray(ran(representation, inputs, request.seed, request.threads,
                                    f"representation {request.representation}").embedding, dtype=np.float32)  # fmt: skip
-    labels = np.concatenate([reference_labels, np.full(query.n_obs, "")])
     with clock.stage("classifier"):
         if imported is not None:
             proba, sigmoid = imported.to_numpy(), None
         elif pretrained is None:
-            classified = AnnotationInput(features=embedding, labels=labels, batch=batch, classes=classes,
-                                         fits={"reference": fit}, names=tuple(names), expression=lognorm,
+            classified = AnnotationInput(features=embedding, labels={"reference": reference_labels[split == "train"]},
+                                         batch=batch, classes=classes, fits={"reference": fit}, names=tuple(names), expression=lognorm,
                                          genes=genes)  # fmt: skip
             result = ran(classifier, classified, request.seed, request.threads, f"classifier {request.classifier}")
             proba, sigmoid = result.obsm["proba_reference"], result.obsm.get("sigmoid_reference")

@@ -8,6 +8,7 @@ stopping the benchmark; the traceback goes to the rule's log.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import sys
@@ -52,6 +53,13 @@ def cuda_available(cpu_fallback: bool) -> bool:
 def unmet_need(inputs, needs: list[str]) -> str | None:
     """The reason the dataset cannot give the method what it ``needs`` (the first unmet need), or None."""
     return next((reason for need in needs if (reason := inputs.unmet(need))), None)
+
+
+def withheld(inputs, needs: list[str]):
+    """``inputs`` as the method gets them: each privileged field of its class (``PRIVILEGED``: field → the optional
+    input that names it; the lineage track's true tree) set to None unless ``needs`` lists that input."""
+    hidden = {field: None for field, need in getattr(type(inputs), "PRIVILEGED", {}).items() if need not in needs}
+    return dataclasses.replace(inputs, **hidden) if hidden else inputs
 
 
 def unmet_upstream(uns) -> str | None:
@@ -210,7 +218,9 @@ def run_method(
         work_dir / CHECKPOINT_DIR, {"params": params, "seed": seed, "inputs": input_checksums}
     )
     inputs = track.call("method_input", prepared, str(work_dir), gene_table)
-    unmet = unmet_upstream(prepared.uns) or unmet_need(inputs, method_needs(method_entry, variant))
+    needs = method_needs(method_entry, variant)
+    unmet = unmet_upstream(prepared.uns) or unmet_need(inputs, needs)
+    inputs = withheld(inputs, needs)
     if unmet is None:
         try:
             result, status, reason = call_method(method_entry["run"], inputs, params | files, seed, threads)

@@ -1,7 +1,7 @@
 """Classifiers of the annotation track: cell-type probabilities from a cell embedding, one model per fit.
 
 Each method trains one model per fit of ``inputs.fits`` — only on the cells of that fit's mask, whose
-labels are the only ones it reads — and predicts every cell. Its result holds, for each fit,
+labels are the only ones it is given (``inputs.labels[fit]``) — and predicts every cell. Its result holds, for each fit,
 ``obsm["proba_<fit>"]``: (n, K) float64 probabilities whose columns follow ``inputs.classes``; a class
 without training cells in a fit has probability 0 there. Conformal sets are computed from these later
 (the track's scoring), so the methods return probabilities only.
@@ -38,7 +38,6 @@ def predict_each(inputs: AnnotationInput, fit_predict: FitPredict) -> dict[str, 
     returns must be labels of those cells. Each row must sum to 1 (checked, then renormalised exactly).
     """
     features = inputs.features if sparse.issparse(inputs.features) else np.asarray(inputs.features)
-    labels = np.asarray(inputs.labels).astype(str)
     column = {name: j for j, name in enumerate(inputs.classes)}
     n = features.shape[0]
     probabilities = {}
@@ -48,7 +47,7 @@ def predict_each(inputs: AnnotationInput, fit_predict: FitPredict) -> dict[str, 
             raise ValueError(f"fit {fit!r}: mask of shape {mask.shape}, expected ({n},)")
         if not mask.any():
             raise ValueError(f"fit {fit!r} has no training cells")
-        train_y = labels[mask]
+        train_y = np.asarray(inputs.labels[fit]).astype(str)
         proba, seen = fit_predict(features[mask], train_y, features)
         proba, seen = np.asarray(proba, dtype=np.float64), np.asarray(seen).astype(str)
         unknown = sorted(set(seen) - set(np.unique(train_y)))

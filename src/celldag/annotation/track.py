@@ -177,10 +177,13 @@ TRACK = Track(
 
 @dataclass(frozen=True)
 class AnnotationInput:
-    """What a classifier's ``run`` receives: an embedding, labels and the cells each fit may train on."""
+    """What a classifier's ``run`` receives: an embedding, the cells each fit may train on and those cells' labels
+    alone. The task boundary is in the data, not in a promise: a fit is handed the labels of its own training cells
+    and no other, so the calibration and query cells it is scored on carry no label a classifier could read
+    (``fit_labels`` builds them from every cell's)."""
 
     features: np.ndarray  # (n, d) float32: the cell embedding (or the prepared expression)
-    labels: np.ndarray  # (n,) str cell types (a fit reads only the rows of its mask)
+    labels: dict[str, np.ndarray]  # fit → (cells of its mask,) str cell types of its training cells, in row order
     batch: np.ndarray  # (n,) str
     classes: tuple[str, ...]  # sorted unique labels of the dataset: probability columns in this order
     fits: dict[str, np.ndarray]  # fit name → bool (n,) mask of the cells it trains on (task.fit_masks)
@@ -190,11 +193,27 @@ class AnnotationInput:
     expression: sparse.csr_matrix | None = None
     genes: tuple[str, ...] = ()
 
+    def __post_init__(self):
+        for fit, mask in self.fits.items():
+            cells = int(np.count_nonzero(mask))
+            if fit not in self.labels or np.shape(self.labels[fit]) != (cells,):
+                raise ValueError(f"fit {fit!r}: needs the labels of its {cells} training cells alone (fit_labels)")
+        if set(self.labels) != set(self.fits):
+            raise ValueError(
+                f"labels for fits {sorted(set(self.labels) - set(self.fits))} that the input does not have"
+            )
+
     def unmet(self, need: str) -> str | None:
         if need == "genes" and self.expression is None:
             return ("reads genes (log-normalised expression), so it runs on an upstream whose embedding is the "
                     "expression itself (`expression`), not on a learned embedding")  # fmt: skip
         return None
+
+
+def fit_labels(labels, fits: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each fit's labels: those of the cells of its mask, in row order (``AnnotationInput.labels``)."""
+    labels = np.asarray(labels).astype(str)
+    return {fit: labels[np.asarray(mask, dtype=bool)] for fit, mask in fits.items()}
 
 
 def method_input(prepared, work_dir: str | None, gene_table=None) -> AnnotationInput:
@@ -211,8 +230,8 @@ def method_input(prepared, work_dir: str | None, gene_table=None) -> AnnotationI
         for j, name in held_out_types(labels, split, HELD_OUT_TYPE_MIN_QUERY).items()
     }
     expression = prepared.obsm[LOGNORM] if LOGNORM in prepared.obsm else None  # sparse: the classifier densifies
-    return AnnotationInput(features=np.asarray(prepared.X, dtype=np.float32), labels=labels, batch=batch,
-                           classes=tuple(sorted(set(labels))), fits=fits, names=tuple(prepared.obs_names),
+    return AnnotationInput(features=np.asarray(prepared.X, dtype=np.float32), labels=fit_labels(labels, fits),
+                           batch=batch, classes=tuple(sorted(set(labels))), fits=fits, names=tuple(prepared.obs_names),
                            expression=expression, genes=tuple(prepared.uns.get("genes", ())))  # fmt: skip
 
 

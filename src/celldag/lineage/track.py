@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -30,6 +31,8 @@ TRACK = Track(
         "validation": "a third replicate for model selection (layers['validation']; obs['n_cells_validation'] = 0 marks "
         "leaves without one)",
         "counts": "raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total'])",
+        "supervision": "the true tree, for a method whose variants learn from what their supervision setting reveals "
+        "(celldag.lineage.supervision); every other method gets none (LineageInput.PRIVILEGED)",
     },
     scorer="celldag.lineage.scoring:score_seed",
     metric_groups=(
@@ -82,12 +85,16 @@ TRACK = Track(
 class LineageInput:
     """What a lineage method's ``run`` receives: arrays only, one row per leaf."""
 
+    # fields of the truth, each given only to a method whose needs list the optional input that names it (the runner
+    # sets the rest to None before `run`: a method that does not declare it cannot read the tree it is scored on)
+    PRIVILEGED: ClassVar[dict[str, str]] = {"tree_newick": "supervision"}
+
     names: tuple[str, ...]  # leaf names, one per row
     features: np.ndarray  # (n, p) the replicate the result is scored on (the test replicate when there is a pair)
     train_features: np.ndarray | None  # (n, p) the independent training replicate; methods listing `needs:
     #                                    [replicates]` always get it
-    tree_newick: str  # the true tree: a method may use only what its supervision setting reveals
-    #                   (celldag.lineage.supervision)
+    tree_newick: str | None  # the true tree, given only to a method that `needs: [supervision]` (None for the rest);
+    #                          it may use only what its setting reveals (celldag.lineage.supervision)
     work_dir: str | None = None  # the run's directory: checkpoints live here, so a killed job resumes
     counts: np.ndarray | None = None  # (n, p) integer counts of the scored replicate's cells summed per leaf
     count_total: np.ndarray | None = None  # (n,) each leaf's total count over all genes, kept or not
@@ -104,6 +111,8 @@ class LineageInput:
             return "needs raw counts per leaf; this dataset has transformed values only"
         if need == "validation" and self.validation_features is None:
             return "needs a validation replicate; this dataset has none"
+        if need == "supervision" and self.tree_newick is None:
+            return "needs the true tree; this dataset has none"
         return None
 
 

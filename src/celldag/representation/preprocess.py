@@ -282,10 +282,41 @@ def z_scored(lognorm, overwrite: bool = False) -> np.ndarray:
     return sc.pp.scale(dense.astype(np.float32, copy=False), max_value=MAX_VALUE)
 
 
+LOGNORM_MAX = 20.0  # log1p of 5 × 10⁸: no log-normalised value of a cell comes near it; normalised counts do
+
+
+class AmbiguousValues(ValueError):
+    """A matrix that is neither clearly counts nor clearly log-normalised (``values_of``)."""
+
+
 def values_of(matrix) -> str:
-    """'counts' when every stored value is a non-negative integer, else 'lognorm'."""
-    stored = sparse.csr_matrix(matrix).data
-    return "counts" if stored.size and (stored >= 0).all() and np.array_equal(stored, np.round(stored)) else "lognorm"
+    """'counts' when every stored value is a non-negative integer; 'lognorm' when every value is non-negative, none
+    exceeds ``LOGNORM_MAX`` and every cell with a stored value holds a fraction. Anything else raises
+    ``AmbiguousValues`` saying what it is: negative values (scaled or z-scored data), fractions beyond a log scale
+    (normalised but not log-transformed), or cells of whole numbers beside cells of fractions (counts and
+    log-normalised cells mixed). Integers are read as counts: rounded log values cannot be told from low counts by
+    their values, so such data must be named (``--values lognorm``)."""
+    csr = sparse.csr_matrix(matrix)
+    stored = csr.data
+    if not stored.size:
+        raise AmbiguousValues("it holds no non-zero value")
+    negative = int(np.count_nonzero(stored < 0))
+    if negative:
+        raise AmbiguousValues(f"{negative} values are negative (scaled or z-scored data, not counts or log-normalised)")
+    fraction = stored != np.round(stored)
+    if not fraction.any():
+        return "counts"
+    largest = stored[fraction].max()
+    if largest > LOGNORM_MAX:
+        raise AmbiguousValues(f"it holds fractions up to {largest:.4g}, beyond a log scale (normalised but not "
+                              "log-transformed?)")  # fmt: skip
+    per_cell = np.diff(csr.indptr)
+    fractions = np.add.reduceat(fraction, csr.indptr[:-1][per_cell > 0]) if (per_cell > 0).any() else np.zeros(0)
+    whole = int(np.count_nonzero(fractions == 0))
+    if whole:
+        raise AmbiguousValues(f"{whole} of its {fractions.size} cells hold whole numbers only beside cells of fractions "
+                              "(counts and log-normalised cells mixed?)")  # fmt: skip
+    return "lognorm"
 
 
 def jointly_scaled(lognorm) -> tuple[np.ndarray, np.ndarray]:

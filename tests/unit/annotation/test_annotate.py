@@ -194,9 +194,22 @@ def without_batches(lab):
     del lab.obs["run"]
 
 
+def z_scored_values(lab):
+    values = np.asarray(lab.X.toarray() if hasattr(lab.X, "toarray") else lab.X, dtype=np.float32)
+    lab.X = (values - values.mean(axis=0)) / (values.std(axis=0) + 1.0)
+
+
+def counts_and_lognorm_cells(lab):
+    values = np.asarray(lab.X.toarray() if hasattr(lab.X, "toarray") else lab.X, dtype=np.float32)
+    values[::2] = np.round(np.expm1(values[::2]))  # every other cell back to whole numbers
+    lab.X = values
+
+
 @pytest.mark.parametrize("change, message", [
     (renamed_genes, "share no gene with the reference"),
     (without_batches, "obs['run'] (--batch-key) is missing"),
+    (z_scored_values, "X is neither clearly counts nor clearly log-normalised: "),
+    (counts_and_lognorm_cells, "cells hold whole numbers only beside cells of fractions"),
 ])  # fmt: skip
 def test_a_bad_query_is_refused_with_one_line_before_anything_is_written(tmp_path, change, message, capsys):
     reference, query = bad_query(tmp_path, change)

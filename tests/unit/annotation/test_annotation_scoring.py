@@ -329,13 +329,17 @@ def test_held_out_type_fits_are_added_last_and_leave_the_other_fits_as_they_were
     n_batches = task.obs["batch"].nunique()
     assert list(inputs.fits) == ["random", *(f"without_{i}" for i in range(n_batches)),
                                  *(f"without_type_{j}" for j in range(4))]  # fmt: skip
-    assert not (inputs.fits["without_type_2"] & (inputs.labels == "type2")).any()
+    labels = chained.obs["label"].astype(str).to_numpy()
+    assert not (inputs.fits["without_type_2"] & (labels == "type2")).any()
     assert np.count_nonzero(inputs.fits["without_type_2"]) == np.count_nonzero(
-        inputs.fits["random"] & (inputs.labels != "type2")
+        inputs.fits["random"] & (labels != "type2")
     )
     for classify, output in ((knn, outputs[0]), (logistic, outputs[1])):
         assert (np.asarray(output.obsm["proba_without_type_2"])[:, 2] == 0).all()
-        old = replace(inputs, fits={fit: mask for fit, mask in inputs.fits.items() if "type" not in fit})
+        kept = [fit for fit in inputs.fits if "type" not in fit]
+        old = replace(
+            inputs, fits={fit: inputs.fits[fit] for fit in kept}, labels={fit: inputs.labels[fit] for fit in kept}
+        )
         before = classify(old, {}, 0).obsm
         assert all(before[key].tobytes() == np.asarray(output.obsm[key]).tobytes() for key in before)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -17,30 +16,18 @@ from celldag.annotation.task import (
     split_cells,
 )
 
-try:
-    from celldag.annotation.track import AnnotationInput
-except ImportError:  # stand-in until celldag.annotation.track lands (same fields)
-
-    @dataclass(frozen=True)
-    class AnnotationInput:
-        features: np.ndarray
-        labels: np.ndarray
-        batch: np.ndarray
-        classes: tuple[str, ...]
-        fits: dict[str, np.ndarray]
-
-        def unmet(self, need: str) -> str | None:
-            return None
+from celldag.annotation.track import AnnotationInput, fit_labels
 
 
 def make_input(features, labels, batch, fits) -> AnnotationInput:
     labels, batch = np.asarray(labels, dtype=str), np.asarray(batch, dtype=str)
+    fits = {name: np.asarray(mask, dtype=bool) for name, mask in fits.items()}
     return AnnotationInput(
         features=np.asarray(features, dtype=np.float32),
-        labels=labels,
+        labels=fit_labels(labels, fits),
         batch=batch,
         classes=tuple(sorted(set(labels.tolist()))),
-        fits={name: np.asarray(mask, dtype=bool) for name, mask in fits.items()},
+        fits=fits,
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from celldag.annotation import celltypist as ct
 from celldag.annotation.classifiers import celltypist as celltypist_classifier
-from celldag.annotation.track import AnnotationInput
+from celldag.annotation.track import AnnotationInput, fit_labels
 
 PARITY = Path(__file__).resolve().parents[3] / ".parity"  # requirements/parity.txt, installed by `make test`
 
@@ -170,9 +170,9 @@ def test_normalised_sigmoids_keep_each_cells_order_and_sum_to_one():
 def annotation_input(values, labels, genes, expression=True) -> AnnotationInput:
     n = len(labels)
     half = np.arange(n) < n // 2
-    return AnnotationInput(features=np.zeros((n, 2), dtype=np.float32), labels=labels, batch=np.array(["b"] * n),
-                           classes=tuple(sorted(set(labels))),
-                           fits={"random": half, "without_type_1": half & (labels != "NK")},
+    fits = {"random": half, "without_type_1": half & (labels != "NK")}
+    return AnnotationInput(features=np.zeros((n, 2), dtype=np.float32), labels=fit_labels(labels, fits),
+                           batch=np.array(["b"] * n), classes=tuple(sorted(set(labels))), fits=fits,
                            expression=values.astype(np.float32) if expression else None,
                            genes=tuple(genes) if expression else ())  # fmt: skip
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from celldag.annotation.track import AnnotationInput
+from celldag.annotation.track import AnnotationInput, fit_labels
 from celldag.contracts import ContractError
 from celldag.errors import InputError
 from celldag.lineage.reconstruct import euclidean_distances
@@ -173,12 +173,15 @@ def test_a_distance_matrix_symmetric_within_rounding_passes_and_text_or_other_le
 # ---------------------------------------------------------------- annotation
 
 
+TASK_LABELS = np.array(["T", "B", "NK", "T", "B", "NK"])
+
+
 def task_input() -> AnnotationInput:
-    labels = np.array(["T", "B", "NK", "T", "B", "NK"])
+    labels = TASK_LABELS
     batch = np.array(["b0", "b0", "b0", "b1", "b1", "b1"])
     fits = {"random": np.ones(6, bool), "without_0": batch != "b0", "without_1": batch != "b1"}
-    return AnnotationInput(features=np.zeros((6, 2), np.float32), labels=labels, batch=batch, classes=("B", "NK", "T"),
-                           fits=fits, names=CELLS)  # fmt: skip
+    return AnnotationInput(features=np.zeros((6, 2), np.float32), labels=fit_labels(labels, fits), batch=batch,
+                           classes=("B", "NK", "T"), fits=fits, names=CELLS)  # fmt: skip
 
 
 def task_probabilities(seed: int = 0) -> dict[str, np.ndarray]:
@@ -330,9 +333,8 @@ def test_held_out_type_fits_are_optional_and_taken_when_given(tmp_path):
     """A lab's file need not hold the fits that leave one type out (its held-out-type scenario is then not scored);
     given, they are read like the others."""
     with_types = task_input()
-    with_types = AnnotationInput(
-        **{**with_types.__dict__, "fits": with_types.fits | {"without_type_0": with_types.labels != "B"}}
-    )
+    fits = with_types.fits | {"without_type_0": TASK_LABELS != "B"}
+    with_types = AnnotationInput(**{**with_types.__dict__, "fits": fits, "labels": fit_labels(TASK_LABELS, fits)})
     obsm = task_probabilities()
     without = imported.probabilities(with_types, {"path": write_probabilities(tmp_path / "a.h5ad", obsm)}, seed=0)
     assert sorted(without.obsm) == ["proba_random", "proba_without_0", "proba_without_1"]

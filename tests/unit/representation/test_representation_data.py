@@ -293,3 +293,27 @@ def test_pbmc3k_joins_labels_by_barcode(tmp_path):
         "labels_without_raw_cell": 1,
     }
     assert set(prepared.obs["batch"]) == {"pbmc3k"}
+
+
+def test_values_are_read_as_counts_or_log_normalised_and_anything_else_is_named():
+    """preprocess.values_of (issue 53): counts and log1p-normalised values are told apart; scaled data (negative
+    values), normalised but unlogged values (fractions beyond a log scale) and cells of both kinds are refused,
+    each with what it is."""
+    from scipy import sparse
+
+    from celldag.representation.preprocess import AmbiguousValues, values_of
+
+    counts = np.array([[0, 3, 1, 0], [2, 0, 0, 7], [0, 0, 0, 0]], dtype=np.float32)  # an empty cell is neither
+    lognorm = np.log1p(counts / np.maximum(counts.sum(axis=1, keepdims=True), 1) * 1e4)
+    assert values_of(counts) == "counts" and values_of(sparse.csr_matrix(counts)) == "counts"
+    assert values_of(lognorm) == "lognorm" and values_of(sparse.csr_matrix(lognorm)) == "lognorm"
+    scaled = lognorm.copy()
+    scaled[0, 1], scaled[1, 0], scaled[1, 3] = -0.5, -1.0, -2.0
+    with pytest.raises(AmbiguousValues, match="^3 values are negative"):
+        values_of(scaled)
+    with pytest.raises(AmbiguousValues, match="fractions up to 7778, beyond a log scale"):
+        values_of(counts / np.maximum(counts.sum(axis=1, keepdims=True), 1) * 1e4)
+    with pytest.raises(AmbiguousValues, match="^1 of its 2 cells hold whole numbers only"):
+        values_of(np.vstack([counts[:1], lognorm[1:]]))
+    with pytest.raises(AmbiguousValues, match="no non-zero value"):
+        values_of(np.zeros((2, 3)))

@@ -181,7 +181,7 @@ def test_a_gpu_job_without_cuda_aborts_unless_cpu_fallback_is_allowed(tmp_path, 
 
     prepared = tmp_path / "data.h5ad"
     write_prepared_dataset("bm_t", DATASET, TRACKS[DATASET["track"]], 0, str(prepared))
-    method = {"track": "lineage", "run": "celldag.methods.celltreeqm:run", "gpu": True,
+    method = {"track": "lineage", "run": "celldag.methods.celltreeqm:run", "gpu": True, "needs": ["supervision"],
               "params": {**yaml.safe_load((REPO / "config/methods.yaml").read_text())["celltreeqm"]["params"],
                          "steps": 2, "device": "cuda"},
               "variants": {"supervised": {"setting": "supervised"}}}  # fmt: skip

@@ -69,6 +69,9 @@ def reveal(inputs: LineageInput, params: dict, seed: int, rank: np.ndarray | Non
         return Supervision({"setting": setting} | order, None, None, rank)
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {SETTINGS}, got {setting!r}")
+    if inputs.tree_newick is None:
+        raise ValueError(f"setting {setting!r} learns from the true tree, which the runner withholds from a method whose "
+                         "registry entry does not list `needs: [supervision]`")  # fmt: skip
     tree = parse_newick(inputs.tree_newick)
 
     if setting == "high_level_partition":

@@ -1,0 +1,93 @@
+"""The task boundary, enforced in what each method is handed (issue 53): a lineage method gets the true tree only
+when its entry needs `supervision`, a representation method no label, and a classifier the labels of each fit's own
+training cells alone — never those of the calibration and query cells it is scored on."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from celldag.runner import withheld
+from conftest import REPO, TRACKS
+from runs import run_and_score
+
+
+def label_bearing(inputs, n: int, names: set[str]) -> list[str]:
+    """The fields of ``inputs`` (and of its dicts) holding a per-cell array with any of ``names`` in it."""
+    found = []
+    for field in dataclasses.fields(inputs):
+        value = getattr(inputs, field.name)
+        values = value.items() if isinstance(value, dict) else [(None, value)]
+        for key, array in values:
+            if isinstance(array, np.ndarray) and array.shape[:1] == (n,) and array.dtype.kind in "UO":
+                if names & set(np.asarray(array).astype(str).ravel().tolist()):
+                    found.append(field.name if key is None else f"{field.name}[{key}]")
+    return found
+
+
+@pytest.mark.parametrize("needs", [[], ["supervision"]])
+def test_a_lineage_method_reads_the_true_tree_only_when_its_entry_needs_supervision(tmp_path, needs):
+    entry = {"track": "lineage", "run": "boundary_methods:true_tree", "params": {}, "variants": {"default": {}},
+             "needs": needs}  # fmt: skip
+    status, run_dir = run_and_score(tmp_path, entry)
+    if needs:  # declared (CellTreeQM's supervision settings): the tree is there, and it scores perfectly
+        assert status == "ok"
+        scores = pd.read_parquet(run_dir / "scores.parquet").set_index("metric")["value"]
+        assert scores["rf"] == 0.0
+    else:
+        assert status == "failed"
+        assert "the true tree was withheld" in json.loads((run_dir / "run.json").read_text())["status_reason"]
+
+
+def test_only_celltreeqm_declares_the_true_tree_and_withheld_blanks_it_for_the_rest():
+    from celldag.lineage.track import LineageInput
+    from celldag.registry import read_yaml
+
+    methods = read_yaml(REPO / "config/methods.yaml")
+    assert [m for m, entry in methods.items() if "supervision" in entry.get("needs", [])] == ["celltreeqm"]
+    given = LineageInput(names=("a", "b"), features=np.zeros((2, 1)), train_features=None, tree_newick="(a,b);")
+    assert withheld(given, []).tree_newick is None and withheld(given, ["supervision"]).tree_newick == "(a,b);"
+    assert TRACKS["lineage"].inputs.keys() >= {"supervision"}
+
+
+def test_a_representation_method_is_handed_no_label():
+    from celldag.prepare import prepare_dataset
+    from celldag.representation.track import method_input
+
+    entry = {"track": "representation", "loader": "celldag.data.pbmc:prepare_pbmc68k_batched", "params": {}}
+    prepared = prepare_dataset("pbmc68k_batched", entry, TRACKS["representation"], 0)
+    labels = set(prepared.obs["label"].astype(str))
+    inputs = method_input(prepared, None)
+    assert label_bearing(inputs, prepared.n_obs, labels) == []
+    assert not any("label" in field.name for field in dataclasses.fields(inputs))
+
+
+def test_a_classifier_is_handed_the_labels_of_its_fits_training_cells_alone():
+    import anndata
+
+    from celldag.annotation.track import chain_input, chain_task, method_input
+    from celldag.representation.preprocess import preprocess
+
+    rng = np.random.default_rng(0)
+    labels = np.array(["B", "NK", "T"])[np.arange(300) % 3]
+    counts = rng.poisson(1.0 + 4.0 * (np.arange(40)[None, :] % 3 == np.arange(300)[:, None] % 3), size=(300, 40))
+    raw = anndata.AnnData(X=counts.astype(np.float32), var=pd.DataFrame(index=[f"g{i}" for i in range(40)]),
+                          obs=pd.DataFrame({"type": labels, "sample": np.array(["a", "b", "c"])[np.arange(300) % 2]},
+                                           index=[f"c{i}" for i in range(300)]))  # fmt: skip
+    data = preprocess(raw, label_key="type", batch_key="sample", seed=0, params={})
+    data.uns.update(dataset_id="lab", track="representation", seed=0)
+    task = chain_task(data, {}, 0)
+    upstream = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), uns={"status": "ok"},
+                               obsm={"X_emb": np.asarray(data.X, dtype=np.float32)})  # fmt: skip
+    inputs = method_input(chain_input(task, upstream, {"config": {"method": {}}}), None)
+    truth = task.obs["label"].astype(str).to_numpy()
+    split = task.obs["split"].astype(str).to_numpy()
+    for fit, mask in inputs.fits.items():
+        assert (inputs.labels[fit] == truth[mask]).all() and not (mask & (split != "train")).any()
+    assert label_bearing(inputs, task.n_obs, set(truth)) == []  # no per-cell label array: the scored cells are blind
+    with pytest.raises(ValueError, match="fit 'random': needs the labels of its .* training cells alone"):
+        dataclasses.replace(inputs, labels=inputs.labels | {"random": truth})
