@@ -39,9 +39,9 @@ from celldag.annotation.track import SCORING_DEFAULTS, TASK_DEFAULTS, Annotation
 from celldag.document import Heading, Paragraph, Table, markdown
 from celldag.errors import InputError
 from celldag.artifacts import sha256_file
-from celldag.download import DownloadError, configured_mirror, fetch_registry_file, read_pins
+from celldag.download import DownloadError, configured_mirror, expected_sha256, fetch_registry_file
 from celldag.plan import DOWNLOAD_PINS, MODEL_SOURCE, PREPARED, data_key, method_needs, method_params, model_file
-from celldag.registry import PIN_ON_FIRST_FETCH, Registries
+from celldag.registry import Registries
 from celldag.prepare import prepare_dataset
 from celldag.release import package_digest
 from celldag.provenance import RunClock
@@ -183,7 +183,7 @@ def model_path(model: str, registries: Registries, downloads: dict | None) -> st
         return path
     entry = registries.models[model]["file"]
     pins = DOWNLOAD_PINS.format(source=MODEL_SOURCE)
-    expected = entry["sha256"] if entry["sha256"] != PIN_ON_FIRST_FETCH else read_pins(pins).get(entry["name"])
+    expected = expected_sha256(entry, pins, entry["name"])
     if not (Path(path).is_file() and expected and sha256_file(path) == expected):
         try:
             fetch_registry_file(entry, path, pin_file=pins, mirror=configured_mirror(downloads))

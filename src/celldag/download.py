@@ -215,6 +215,13 @@ def decompress_gzip(source: str | os.PathLike, target: str | os.PathLike, chunk_
     return Path(target)
 
 
+def expected_sha256(entry: Mapping[str, str | None], pin_file: str | os.PathLike, name: str) -> str | None:
+    """The sha256 a registry ``files`` entry's download must have: the registry's, else (``pin-on-first-fetch``) the
+    pin of this working directory's first fetch of ``name`` in ``pin_file``; None when neither exists yet."""
+    given = entry.get("sha256")
+    return given if given != PIN_ON_FIRST_FETCH else read_pins(pin_file).get(name)
+
+
 def fetch_registry_file(
     entry: Mapping[str, str | None],
     target: str | os.PathLike,
@@ -232,8 +239,7 @@ def fetch_registry_file(
     target = Path(target)
     fetched = target.with_name(target.name + ".archive") if entry.get("extract") else target
 
-    given = entry.get("sha256")
-    pinned = given if given != PIN_ON_FIRST_FETCH else read_pins(pin_file).get(target.name)
+    pinned = expected_sha256(entry, pin_file, target.name)
     try:
         digest = fetch(entry["url"], fetched, sha256=pinned, mirror=mirror, progress=log)
         if entry.get("extract"):

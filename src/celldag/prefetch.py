@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from celldag.download import DownloadError, read_pins
+from celldag.download import DownloadError, expected_sha256
 from celldag.plan import DOWNLOAD_PINS, source_files
-from celldag.registry import PIN_ON_FIRST_FETCH
 
 
 @dataclass(frozen=True)
@@ -25,8 +24,7 @@ def needed_files(plan, registries) -> list[Needed]:
     for path in plan.downloads:
         source, name = Path(path).parts[-2:]  # plan.DOWNLOAD: resources/{source}/{file}
         entry = next(file for file in source_files(source, registries) if file["name"] == name and "url" in file)
-        given = entry.get("sha256")
-        pinned = given if given != PIN_ON_FIRST_FETCH else read_pins(DOWNLOAD_PINS.format(source=source)).get(name)
+        pinned = expected_sha256(entry, DOWNLOAD_PINS.format(source=source), name)
         digests.setdefault(entry["url"], set()).add(pinned.lower() if pinned else None)
     needed = []
     for url, found in sorted(digests.items()):
