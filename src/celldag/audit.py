@@ -44,6 +44,7 @@ from celldag.output_differences import output_differences, score_differences
 from celldag.tolerance import CUDA_TOLERANCE, Tolerance, plural
 from celldag.tracks import load_track, tracks_of
 
+REFERENCE_NOISE = "reference/default/noise.tsv"  # workflow/rules/report.smk: what floor cards are judged against
 EVALUATE_THREADS = 1  # workflow/rules/evaluate.smk: the scoring job's threads
 SNAKEMAKE_THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # what Snakemake sets for a job  # fmt: skip
@@ -170,15 +171,22 @@ def check_scores_table(path: str, digest: Digests, report: Report) -> None:
 AGGREGATE_KEYS = {
     "scores": ["dataset", "method", "variant", "seed", "metric"],
     "runs": ["dataset", "method", "variant", "seed"],
+    "floor_cards": ["dataset", "track", "metric"],
 }
 
 
-def check_aggregate(plan, config, registries, readable: int, report: Report) -> None:
-    """The tables people read — results/<name>/scores.parquet, runs.parquet and leaderboard.md — against
+def check_aggregate(plan, config, registries, readable: int, report: Report, noise_path: str | None = None) -> None:
+    """The tables people read — results/<name>/scores.parquet, runs.parquet, floor_cards.parquet and leaderboard.md
+    (its floor cards judged against ``noise_path``, the workflow's reference/default/noise.tsv) — against
     what the per-dataset scores tables and run records give: the aggregate job is rebuilt in a scratch
     folder from them (themselves checked above) and every row and line compared. ``readable``: how many run
     records load_records read; with one unreadable (said there) the tables cannot be rebuilt."""
-    shown = {"scores": planning.SCORES, "runs": planning.RUNS, "leaderboard": planning.LEADERBOARD}
+    shown = {
+        "scores": planning.SCORES,
+        "runs": planning.RUNS,
+        "floor_cards": planning.FLOOR_CARDS,
+        "leaderboard": planning.LEADERBOARD,
+    }
     shown = {kind: pattern.format(name=plan.name) for kind, pattern in shown.items()}
     records = [run.record for run in (*plan.runs, *plan.chained)]
     score_paths = [*plan.dataset_scores, *plan.chained_scores]
@@ -195,7 +203,8 @@ def check_aggregate(plan, config, registries, readable: int, report: Report) -> 
                   runs_path=rebuilt["runs"], leaderboard_path=rebuilt["leaderboard"], baseline=evaluation["delta_baseline"],
                   paired=evaluation["paired"], notes=evaluation["notes"], tracks=tracks_of(registries.tracks),
                   kinds=planning.method_kinds(registries) | planning.chained_kinds(plan.chained, registries),
-                  alpha=annotation_options(evaluation)["alpha"])  # fmt: skip
+                  alpha=annotation_options(evaluation)["alpha"], floor_cards_path=rebuilt["floor_cards"],
+                  noise_path=noise_path)  # fmt: skip
         for kind, path in shown.items():
             report.counts["aggregate files"] += 1
             if not Path(path).is_file():
@@ -487,7 +496,8 @@ def audit(
     damaged = check_files(records, digest, report)
     for path in (*plan.dataset_scores, *plan.chained_scores):
         check_scores_table(path, digest, report)
-    check_aggregate(plan, config, registries, len(records), report)
+    noise = Path(workflow) / REFERENCE_NOISE
+    check_aggregate(plan, config, registries, len(records), report, str(noise) if noise.is_file() else None)
     chosen = chosen_by_name if chosen_by_name is not None else sample_runs(records, sample, seed)
     how = "named by --run" if chosen_by_name is not None else f"seeded sample (--sample {sample} --seed {seed})"
     report.say(f"re-running {plural(len(chosen), 'run')}, {how}: {', '.join(run.name for run in chosen) or 'none'}")

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy import stats
 
-from celldag import artifacts, contracts
+from celldag import artifacts, contracts, floor_cards
 from celldag.multiplicity import holm_rejections
 from celldag.records import read_record
-from celldag.tracks import DELTA_PREFIX, Track, relative_reduction
+from celldag.tracks import DELTA_PREFIX, SCALED_PREFIX, Track, relative_reduction
 
 LEVEL = 0.05  # the family error rate of a table's pairwise decisions
 # a spread of the per-seed differences below this × the scores' size is rounding of a constant difference (0.3 + x −
@@ -155,7 +155,9 @@ def metric_is_count(metric: str, track: Track) -> bool:
 
 def metric_is_derived(metric: str, track: Track) -> bool:
     """A Δ against the baseline method, or a metric the track declares computed from the run's other scores."""
-    return metric.startswith(DELTA_PREFIX) or (metric in track.metrics and track.metrics[metric].derived)
+    return metric.startswith((DELTA_PREFIX, SCALED_PREFIX)) or (
+        metric in track.metrics and track.metrics[metric].derived
+    )
 
 
 def rank_key(mean: float, higher_is_better: bool, method: str, variant: str) -> tuple:
@@ -172,9 +174,12 @@ def higher_is_better(scores: pd.DataFrame, metric: str) -> bool:
 
 def aggregate_tables(score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
                      baseline: str, tracks: dict[str, Track]) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
-    """Every run's scores (with the Δ rows against ``baseline``) and run records, checked and written to
-    ``scores_path`` and ``runs_path`` (scores.parquet, runs.parquet); returned for the views."""
-    scores = add_deltas(collect_scores(score_paths), baseline, tracks)
+    """Every run's scores (with the Δ rows against ``baseline`` and the control-scaled rows, ``celldag.floor_cards``)
+    and run records, checked and written to ``scores_path`` and ``runs_path`` (scores.parquet, runs.parquet);
+    returned for the views."""
+    raw = collect_scores(score_paths)
+    scores, scaled = add_deltas(raw, baseline, tracks), floor_cards.scaled_scores(raw, tracks)
+    scores = pd.concat([scores, scaled], ignore_index=True) if len(scaled) else scores
     scores = scores.sort_values(["dataset", "method", "variant", "metric", "seed"]).reset_index(drop=True)
     contracts.check_scores(scores, scores_path)
     artifacts.write_parquet(scores, scores_path)

@@ -43,6 +43,7 @@ RUN_LOG = "results/logs/run_method/{dataset}/{method}/{variant}/{key}/seed{seed}
 DATASET_SCORES = "results/{name}/scores/{dataset}.parquet"  # every run on one dataset: metric start-up is paid once
 SCORES = "results/{name}/scores.parquet"
 RUNS = "results/{name}/runs.parquet"
+FLOOR_CARDS = "results/{name}/floor_cards.parquet"  # each metric's null and oracle per dataset (celldag.floor_cards)
 LEADERBOARD = "results/{name}/leaderboard.md"
 FIGURE = "results/{name}/figures/{dataset}/{figure}.png"  # a figure of its track (celldag.tracks.Figure)
 INDEX = "results/{name}/index.html"  # leaderboards, figures and failed runs on one static page

@@ -57,17 +57,23 @@ def unmet_need(inputs, needs: list[str]) -> str | None:
 
 def withheld(inputs, needs: list[str]):
     """``inputs`` as the method gets them: each privileged field of its class (``PRIVILEGED``: field → the optional
-    input that names it; the lineage track's true tree) set to None unless ``needs`` lists that input."""
-    hidden = {field: None for field, need in getattr(type(inputs), "PRIVILEGED", {}).items() if need not in needs}
+    inputs that reveal it; the lineage track's true tree, the representation track's labels) set to None unless
+    ``needs`` lists one of them."""
+    privileged = getattr(type(inputs), "PRIVILEGED", {})
+    hidden = {field: None for field, reveal in privileged.items() if not set(reveal) & set(needs)}
     return dataclasses.replace(inputs, **hidden) if hidden else inputs
 
 
-def unmet_upstream(uns) -> str | None:
-    """A chained run's input names the run it chains on (``celldag.chained``): not ok, nothing to run on."""
+def unmet_upstream(uns, method_entry: dict) -> str | None:
+    """A chained run's input names the run it chains on (``celldag.chained``): not ok, nothing to run on; a method
+    whose entry lists its ``upstreams`` runs on those upstream methods' runs alone (the null classifiers)."""
     status = uns.get("upstream_status", "ok")
-    if status == "ok":
-        return None
-    return f"chains on run {uns['upstream']}, which is {status}: {uns.get('upstream_reason', '')}".rstrip(": ")
+    if status != "ok":
+        return f"chains on run {uns['upstream']}, which is {status}: {uns.get('upstream_reason', '')}".rstrip(": ")
+    upstreams = method_entry.get("upstreams")
+    if upstreams and "upstream" in uns and str(uns["upstream"]).partition("/")[0] not in upstreams:
+        return f"runs on the upstreams {', '.join(upstreams)} alone (its registry entry's upstreams)"
+    return None
 
 
 def call_method(reference: str, inputs, params: dict, seed: int, threads: int = 1) -> tuple[MethodResult, str, str]:
@@ -219,7 +225,7 @@ def run_method(
     )
     inputs = track.call("method_input", prepared, str(work_dir), gene_table)
     needs = method_needs(method_entry, variant)
-    unmet = unmet_upstream(prepared.uns) or unmet_need(inputs, needs)
+    unmet = unmet_upstream(prepared.uns, method_entry) or unmet_need(inputs, needs)
     inputs = withheld(inputs, needs)
     if unmet is None:
         try:

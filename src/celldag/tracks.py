@@ -43,10 +43,35 @@ def relative_reduction(baseline: float, value: float) -> float:
     return (baseline - value) / baseline if baseline > 0 else math.nan
 
 
+# What a metric is judged against (docs/report.md, "Floor cards"): a guarantee against its target, never "beaten";
+# efficiency and ranking against the null and oracle controls the metric names; a diagnostic (groups too small to
+# calibrate, batches called shifted) against nothing: it says what happened, and is shown beside the scores
+ROLES = ("guarantee", "efficiency", "ranking", "diagnostic")
+# a guarantee's target, with α the annotation scores' level: coverage at least 1 − α, a rate of errors (false flags)
+# at most α, a shortfall below 1 − α at most 0
+TARGETS = {"coverage": "≥ 1 − α", "error_rate": "≤ α", "shortfall": "≤ 0"}
+SCALED_PREFIX = "scaled_"  # a control-scaled score: (score − null) / (oracle − null), same dataset and seed
+
+
+def target_met(target: str, value: float, alpha: float) -> bool:
+    """Whether ``value`` meets a guarantee's ``target`` (a key of ``TARGETS``) at level ``alpha``."""
+    bound = {"coverage": 1 - alpha, "error_rate": alpha, "shortfall": 0.0}[target]
+    return value >= bound if target == "coverage" else value <= bound
+
+
 @dataclass(frozen=True)
 class Metric:
+    """One metric of a track. ``role`` says what it is judged against (``ROLES``): a guarantee names its ``target``
+    (``TARGETS``); an efficiency or ranking metric names its ``null`` and ``oracle``, each a control's
+    "method/variant" (an annotation row: "classifier/embedding method/variant"), once, here — never chosen per
+    dataset, so adding a method changes no metric's floor."""
+
     name: str
     higher_is_better: bool
+    role: str = "ranking"
+    null: str | None = None
+    oracle: str | None = None
+    target: str | None = None
     core: bool = False  # every run gets a row (NaN when the run is not ok): what "seeds ok" counts
     delta: bool = False  # the leaderboard adds delta_<name>, the relative reduction against the baseline method
     count: bool = False  # a count (e.g. marker genes found), not a score: shown, never ranked or shaded
@@ -164,9 +189,10 @@ class Track:
         return tuple(name for name, metric in self.metrics.items() if metric.core)
 
     def higher_is_better(self, metric: str) -> bool:
-        """Direction of a declared metric or of its leaderboard Δ (always higher-is-better)."""
-        if metric.startswith(DELTA_PREFIX) and metric.removeprefix(DELTA_PREFIX) in self.metrics:
-            return True
+        """Direction of a declared metric, or of its leaderboard Δ or control-scaled score (higher-is-better both)."""
+        for prefix in (DELTA_PREFIX, SCALED_PREFIX):
+            if metric.startswith(prefix) and metric.removeprefix(prefix) in self.metrics:
+                return True
         return self.metrics[metric].higher_is_better
 
 
@@ -214,8 +240,27 @@ def check_declaration(track: Track, where: str) -> None:
     for name in names:
         if names.count(name) > 1:
             raise InputError(f"{where}: metric {name!r} declared twice")
-        if name.startswith(DELTA_PREFIX):
-            raise InputError(f"{where}: metric {name!r}: the prefix {DELTA_PREFIX!r} is the leaderboard's Δ")
+        if name.startswith((DELTA_PREFIX, SCALED_PREFIX)):
+            raise InputError(f"{where}: metric {name!r}: the prefixes {DELTA_PREFIX!r} and {SCALED_PREFIX!r} are the "
+                             "leaderboard's Δ and control-scaled scores")  # fmt: skip
+    for metric in track.metrics.values():
+        check_role(metric, f"{where}: metric {metric.name!r}")
+
+
+def check_role(metric: Metric, where: str) -> None:
+    """A role of ``ROLES``; a guarantee with a target of ``TARGETS`` and no controls; a control pair only where
+    the role is judged against controls, both named or neither."""
+    if metric.role not in ROLES:
+        raise InputError(f"{where}: role {metric.role!r}, not one of {list(ROLES)}")
+    if (metric.role == "guarantee") != (metric.target is not None):
+        raise InputError(f"{where}: a guarantee, and only a guarantee, names a target ({list(TARGETS)})")
+    if metric.target is not None and metric.target not in TARGETS:
+        raise InputError(f"{where}: target {metric.target!r}, not one of {list(TARGETS)}")
+    if (metric.null is None) != (metric.oracle is None):
+        raise InputError(f"{where}: names a null and an oracle, or neither")
+    if metric.null is not None and metric.role not in ("efficiency", "ranking"):
+        raise InputError(f"{where}: a {metric.role} is not judged against controls; only efficiency and ranking "
+                         "metrics name a null and an oracle")  # fmt: skip
 
 
 def tracks_of(entries: Mapping[str, dict]) -> dict[str, Track]:

@@ -3,13 +3,23 @@ from celldag import published as celldag_published
 from celldag.errors import InputError
 
 
+# the reference's seed-noise margins, against which a metric's null–oracle range is judged (celldag.floor_cards); a
+# workflow without its shipped reference (a remote module) judges a range by its sign alone
+try:
+    REFERENCE_NOISE = [workflow_file("../../reference/default/noise.tsv")]
+except (FileNotFoundError, WorkflowError):  # a copy of the workflow without the reference
+    REFERENCE_NOISE = []
+
+
 rule aggregate:
     input:
         scores=[*PLAN.dataset_scores, *PLAN.chained_scores],
         records=INPUTS.records,
+        noise=[path for path in REFERENCE_NOISE if os.path.isfile(path)],
     output:
         scores=plan.SCORES,
         runs=plan.RUNS,
+        floor_cards=plan.FLOOR_CARDS,
         leaderboard=plan.LEADERBOARD,
     params:
         baseline=config["evaluation"]["delta_baseline"],
@@ -45,6 +55,7 @@ rule report_html:
     input:
         scores=plan.SCORES,
         runs=plan.RUNS,
+        floor_cards=plan.FLOOR_CARDS,
         leaderboard=plan.LEADERBOARD,
         figures=PLAN.figure_paths,
         published=celldag_published.published_files(PUBLISHED_FOLDER),  # an edit rebuilds the page

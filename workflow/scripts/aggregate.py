@@ -15,4 +15,6 @@ aggregate(
     tracks=tracks_of(snakemake.params.tracks),
     kinds=snakemake.params.kinds,
     alpha=snakemake.params.alpha,
+    floor_cards_path=snakemake.output.floor_cards,
+    noise_path=snakemake.input.noise[0] if snakemake.input.noise else None,
 )

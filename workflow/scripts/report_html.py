@@ -19,5 +19,6 @@ write_index(
     published=snakemake.params.published,
     published_context=snakemake.params.published_context,
     alpha=snakemake.params.alpha,
-    links=[snakemake.input.leaderboard, snakemake.input.scores, snakemake.input.runs],
+    floor_cards_path=snakemake.input.floor_cards,
+    links=[snakemake.input.leaderboard, snakemake.input.scores, snakemake.input.floor_cards, snakemake.input.runs],
 )

@@ -71,8 +71,41 @@ SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10, "kandinsky_groups": ["b
                     "kandinsky_min_weight": None, "kandinsky_randomised": True, "procedures": list(PROCEDURES)}  # fmt: skip
 
 
-def _metric(name: str) -> Metric:
-    return Metric(name, higher_is_better=not name.endswith(LOWER_IS_BETTER))
+# Each metric's role (celldag.tracks.ROLES), read from its name: a procedure's coverage — overall, worst group,
+# new batch — is a guarantee of 1 − α, its shortfall one of 0, the unknown-type flag's false flags one of α; a
+# classifier's own rule (RULES) promises nothing, so its coverage is ranked; sizes are efficiency; counts of what a
+# procedure did (groups too small, batches called shifted) are diagnostics; accuracy and the rest are ranked.
+# Efficiency and ranking are judged against the permuted-label classifier on PCA (the null: real features, the
+# label–feature link broken) and logistic regression on the oracle embedding (one-hot types plus noise)
+NULL = "permuted_labels/pca/default"
+ORACLE = "logistic/oracle_embedding/default"
+DIAGNOSTIC = ("small_groups", "pooled_types", "dropped_groups", "unverified", "shifted")
+COVERAGE = ("coverage", "worst_batch", "worst_type", "worst_batch_type", "_worst")
+EFFICIENCY = ("set_size", "singletons", "empty", "unassigned")
+
+
+def role_of(name: str) -> tuple[str, str | None]:
+    """(role, the guarantee's target or None) of an annotation metric, from its name."""
+    if name.endswith(DIAGNOSTIC):
+        return "diagnostic", None
+    if name.endswith(EFFICIENCY):
+        return "efficiency", None
+    if name.startswith(tuple(f"{rule}_" for rule in RULES)):
+        return "ranking", None
+    if name.endswith(COVERAGE):
+        return "guarantee", "coverage"
+    if name.endswith("max_shortfall"):
+        return "guarantee", "shortfall"
+    if name.endswith("false_flags"):
+        return "guarantee", "error_rate"
+    return "ranking", None
+
+
+def _metric(name: str, core: bool = False) -> Metric:
+    role, target = role_of(name)
+    controls = {"null": NULL, "oracle": ORACLE} if role in ("efficiency", "ranking") else {}
+    return Metric(name, higher_is_better=not name.endswith(LOWER_IS_BETTER), core=core, role=role, target=target,
+                  **controls)  # fmt: skip
 
 
 def _procedure_metrics(procedure: str) -> tuple[Metric, ...]:
@@ -105,8 +138,8 @@ TRACK = Track(
         MetricGroup(
             f"point labels and {PROCEDURES[HEADLINE]}",
             (
-                Metric("accuracy", higher_is_better=True, core=True),
-                Metric("macro_f1", higher_is_better=True, core=True),
+                _metric("accuracy", core=True),
+                _metric("macro_f1", core=True),
                 *_procedure_metrics(HEADLINE),
             ),
         ),
@@ -118,8 +151,8 @@ TRACK = Track(
         MetricGroup(
             "new batch: classifier trained on the other batches, 10 % of the new one labelled",
             (
-                Metric("accuracy_new_batch", higher_is_better=True),
-                Metric("macro_f1_new_batch", higher_is_better=True),
+                _metric("accuracy_new_batch"),
+                _metric("macro_f1_new_batch"),
                 *(_metric(f"{procedure}_{name}") for procedure in PROCEDURES for name in NEW_BATCH_METRICS),
             ),
         ),
@@ -140,7 +173,7 @@ TRACK = Track(
         MetricGroup(
             f"unknown types: each type with ≥ {HELD_OUT_TYPE_MIN_QUERY} query cells left out of training and "
             "calibration in turn (the embedding saw its cells)",
-            (Metric("unknown_type_detection", higher_is_better=True), _metric("unknown_type_false_flags")),
+            (_metric("unknown_type_detection"), _metric("unknown_type_false_flags")),
         ),
         MetricGroup(
             "each classifier's own rule on the same cells: "
@@ -159,7 +192,7 @@ TRACK = Track(
         ),
         MetricGroup(
             "control: split conformal (LAC) calibrated on permuted labels",
-            (Metric("permuted_coverage", higher_is_better=True), Metric("permuted_set_size", higher_is_better=False)),
+            (_metric("permuted_coverage"), _metric("permuted_set_size")),
         ),
     ),  # fmt: skip
     dataset_facts="celldag.annotation.track:dataset_facts",

@@ -21,6 +21,16 @@ from celldag.lineage.quartets import is_binary, resolved_quartets
 from celldag.lineage.tree import parse_newick
 from celldag.tracks import COMMON_FIGURES, Figure, Metric, MetricGroup, Track
 
+# every lineage metric is ranked against a random binary tree over the leaves (the null: no information) and the true
+# tree, its polytomies resolved at random, moved by NNI at a named rate (the oracle: what a binary tree close to the
+# truth scores); celldag.methods.control_trees
+CONTROLS = {"null": "null_tree/random", "oracle": "oracle_tree/default"}
+
+
+def ranked(name: str, higher_is_better: bool, **flags) -> Metric:
+    return Metric(name, higher_is_better=higher_is_better, role="ranking", **CONTROLS, **flags)
+
+
 TRACK = Track(
     x_dtype="float64",  # leaves × features is small
     check_prepared="celldag.lineage.track:check_prepared",
@@ -33,40 +43,42 @@ TRACK = Track(
         "counts": "raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total'])",
         "supervision": "the true tree, for a method whose variants learn from what their supervision setting reveals "
         "(celldag.lineage.supervision); every other method gets none (LineageInput.PRIVILEGED)",
+        "truth": "the true tree whole, for an oracle control (kind: control only; the methods schema refuses it "
+        "elsewhere): where a metric's best reachable score lies",
     },
     scorer="celldag.lineage.scoring:score_seed",
     metric_groups=(
         MetricGroup(
             "all runs",
             (
-                Metric("rf", higher_is_better=False, core=True, delta=True),
-                Metric("quartet_dist", higher_is_better=False, core=True, delta=True),
-                Metric("qdist_sampled", higher_is_better=False, core=True, delta=True),
+                ranked("rf", higher_is_better=False, core=True, delta=True),
+                ranked("quartet_dist", higher_is_better=False, core=True, delta=True),
+                ranked("qdist_sampled", higher_is_better=False, core=True, delta=True),
                 # only against a reference with polytomies (scoring.polytomy_scores), where RF and quartet_dist
                 # count what the reference leaves unresolved: in the main table, where such a dataset is read
-                Metric("resolved_quartet_dist", higher_is_better=False, delta=True),
-                Metric("resolved_quartet_contradicted", higher_is_better=False),
-                Metric("split_recovery", higher_is_better=True),
-                Metric("split_compatibility", higher_is_better=True),
+                ranked("resolved_quartet_dist", higher_is_better=False, delta=True),
+                ranked("resolved_quartet_contradicted", higher_is_better=False),
+                ranked("split_recovery", higher_is_better=True),
+                ranked("split_compatibility", higher_is_better=True),
             ),
         ),
         # K-/U-QDist and their relative reduction against raw-feature distances on the same quartets
         MetricGroup(
             "high-level partition",
             (
-                Metric("k_qdist", higher_is_better=False),
-                Metric("u_qdist", higher_is_better=False),
-                Metric("k_qdist_reduction_vs_raw", higher_is_better=True, derived=True),
-                Metric("u_qdist_reduction_vs_raw", higher_is_better=True, derived=True),
+                ranked("k_qdist", higher_is_better=False),
+                ranked("u_qdist", higher_is_better=False),
+                ranked("k_qdist_reduction_vs_raw", higher_is_better=True, derived=True),
+                ranked("u_qdist_reduction_vs_raw", higher_is_better=True, derived=True),
             ),
         ),
         MetricGroup(
             "partially labelled",
             (
-                Metric("qdist_known4", higher_is_better=False),
-                Metric("qdist_known1to3", higher_is_better=False),
-                Metric("qdist_known0", higher_is_better=False),
-                Metric("rf_unknown", higher_is_better=False),
+                ranked("qdist_known4", higher_is_better=False),
+                ranked("qdist_known1to3", higher_is_better=False),
+                ranked("qdist_known0", higher_is_better=False),
+                ranked("rf_unknown", higher_is_better=False),
             ),
         ),
     ),  # fmt: skip
@@ -87,7 +99,7 @@ class LineageInput:
 
     # fields of the truth, each given only to a method whose needs list the optional input that names it (the runner
     # sets the rest to None before `run`: a method that does not declare it cannot read the tree it is scored on)
-    PRIVILEGED: ClassVar[dict[str, str]] = {"tree_newick": "supervision"}
+    PRIVILEGED: ClassVar[dict[str, tuple[str, ...]]] = {"tree_newick": ("supervision", "truth")}
 
     names: tuple[str, ...]  # leaf names, one per row
     features: np.ndarray  # (n, p) the replicate the result is scored on (the test replicate when there is a pair)
@@ -111,7 +123,7 @@ class LineageInput:
             return "needs raw counts per leaf; this dataset has transformed values only"
         if need == "validation" and self.validation_features is None:
             return "needs a validation replicate; this dataset has none"
-        if need == "supervision" and self.tree_newick is None:
+        if need in ("supervision", "truth") and self.tree_newick is None:
             return "needs the true tree; this dataset has none"
         return None
 

@@ -45,6 +45,15 @@ def check_references(registries: Registries) -> None:
             raise ConfigError(f"{methods_file}: {method}.variants: a method of the chained track {entry['track']} has "
                               "one variant, default (its runs are named by the run they chain on); make another "
                               "method id for other params")  # fmt: skip
+        upstream_track = registries.track(entry["track"]).upstream
+        if "upstreams" in entry:
+            upstream_methods = sorted(m for m, e in registries.methods.items() if e["track"] == upstream_track)
+            unknown = sorted(set(entry["upstreams"]) - set(upstream_methods)) if upstream_track else entry["upstreams"]
+            if unknown:
+                raise ConfigError(f"{methods_file}: {method}.upstreams: {unknown[0]!r} is no method of the track "
+                                  f"{entry['track']} chains on" + (f" ({upstream_track}); known: "
+                                  f"{', '.join(upstream_methods)}" if upstream_track else " (none: it is no chained "
+                                  "track)"))  # fmt: skip
         unknown = sorted(set(entry["kind_by_variant"]) - set(entry["variants"]))
         if unknown:
             raise ConfigError(f"{methods_file}: {method}.kind_by_variant: {method!r} has no variant {unknown[0]!r}")

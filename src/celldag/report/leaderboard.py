@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from celldag import artifacts, contracts
+from celldag import artifacts, contracts, floor_cards
 from celldag.document import Block, Heading, Paragraph, Table, markdown
 from celldag.leaderboard import (
     DEFAULT_ALPHA,
@@ -73,14 +73,15 @@ CONTROLS_NOTE = (
 def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
                        paired: Sequence[dict] = (), notes: Sequence[str | Mapping] = (),
                        kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None,
-                       alpha: float = DEFAULT_ALPHA) -> list[Block]:  # fmt: skip
+                       alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None) -> list[Block]:  # fmt: skip
     """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first (rendered as
     Markdown here and as HTML by ``celldag.report.html``: one content, two formats). ``kinds``
     ("method/variant" → method, baseline or control): controls go to a table of their own under the
     ranking, never into it. ``runs`` (``collect_runs``): the methods' notes, under their dataset. The
     representation track's first table also shows each run's held-out-batch efficiency
     (``celldag.leaderboard.held_out_batch_rows`` at ``alpha``, the annotation scores' α) and whether its order
-    agrees with the table's (``efficiency_notes``)."""
+    agrees with the table's (``efficiency_notes``). ``cards`` (``celldag.floor_cards``): a floor card under each
+    section."""
     kinds = kinds or {}
     efficiency = held_out_batch_rows(scores, alpha)
     blocks: list[Block] = [
@@ -134,8 +135,62 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
                 blocks.append(Paragraph(CLIPPED_NOTE))
             if index == 0:  # the notes under the main table, before the sub-sections: they say how to read it
                 blocks += (run_notes(runs, dataset) if first else []) + subsample_notes(table) + scoring_notes(table)
+        if cards is not None:
+            blocks += floor_card_blocks(cards[(cards["dataset"] == dataset) & (cards["track"] == track)],
+                                        tracks[track])  # fmt: skip
         if first:  # a dataset's paired differences once, under its first section
             blocks += paired_sections.get(dataset, [])
+    return blocks
+
+
+FLOOR_NOTE = ("Where each metric's floor and ceiling lie on this dataset: its null and oracle controls (named once in "
+              "the track's declaration), mean ± sd over seeds; range = oracle − null, positive where the oracle is "
+              "better; margin: the reference's seed-noise margin (`floor_cards.parquet` says which). ⚑ flagged: the "
+              "range is within the margin, or the null beats the oracle — the metric cannot separate a method from "
+              "noise or from nothing here. Scaled scores, (score − null) / (oracle − null) per seed, are the "
+              "`scaled_<metric>` rows of `scores.parquet`. The main table's metrics and every flagged one are "
+              "shown; every card is in `floor_cards.parquet`.")  # fmt: skip
+
+
+def _mean_sd(mean: float, sd: float) -> str:
+    if pd.isna(mean):
+        return "not run"
+    return score_text(mean) + ("" if pd.isna(sd) else f" ± {sd:.3f}")
+
+
+def floor_card_blocks(cards: pd.DataFrame, track: Track) -> list[Block]:
+    """A section's floor card (``celldag.floor_cards``): the main table's controlled metrics and every flagged one,
+    the flagged metrics with why, and the main table's guarantees with how many rows meet their target."""
+    if cards.empty:
+        return []
+    main = {metric.name for metric in track.metric_groups[0].metrics}
+    judged = cards["null_mean"].notna() & cards["oracle_mean"].notna()
+    controlled = cards[judged & (cards["metric"].isin(main) | cards["flagged"])]
+    rows = tuple((f"`{card.metric}`", card.role, _mean_sd(card.null_mean, card.null_sd),
+                  _mean_sd(card.oracle_mean, card.oracle_sd), "–" if pd.isna(card.range) else score_text(card.range),
+                  "–" if pd.isna(card.margin) else f"{card.margin:.3g}", "⚑" if card.flagged else "")
+                 for card in controlled.itertuples())  # fmt: skip
+    null, oracle = (
+        cards[column].dropna().iloc[0] if cards[column].notna().any() else "–" for column in ("null", "oracle")
+    )
+    blocks: list[Block] = [Heading(3, "floor card"), Paragraph((FLOOR_NOTE,))]
+    if rows:
+        blocks.append(
+            Table(("metric", "role", f"null `{null}`", f"oracle `{oracle}`", "range", "margin", "flag"), rows)
+        )
+    flagged = cards[cards["flagged"]]
+    if judged.any():
+        listed = "; ".join(f"`{card.metric}` ({card.why})" for card in flagged.itertuples())
+        blocks.append(Paragraph((f"Flagged: {len(flagged)} of {int(judged.sum())} metrics judged against controls"
+                                 + (f": {listed}." if listed else "."),)))  # fmt: skip
+    elif cards["null"].notna().any():
+        blocks.append(Paragraph((f"Not judged: the null `{null}` and the oracle `{oracle}` have no ok scores here (the "
+                                 "config's `methods` selects them: docs/report.md).",)))  # fmt: skip
+    guarantees = cards[cards["target"].notna() & cards["metric"].isin(main)]
+    if not guarantees.empty:
+        blocks.append(Table(("guarantee", "target", "rows meeting it (mean over seeds)"),
+                            tuple((f"`{card.metric}`", card.target, f"{card.rows_meeting_target:g} of {card.rows:g}")
+                                  for card in guarantees.itertuples())))  # fmt: skip
     return blocks
 
 
@@ -286,8 +341,8 @@ def notes_for(scores: pd.DataFrame, notes: Sequence[str | Mapping]) -> tuple[str
 def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
                          paired: Sequence[dict] = (), notes: Sequence[str] = (),
                          kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None,
-                         alpha: float = DEFAULT_ALPHA) -> str:  # fmt: skip
-    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha))
+                         alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None) -> str:  # fmt: skip
+    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards))
 
 
 def _paired_blocks(scores: pd.DataFrame, paired: Sequence[dict]) -> list[Block]:
@@ -414,10 +469,15 @@ def efficiency_notes(rows: pd.DataFrame, ranking: Ranking, keys: Sequence[tuple[
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
               leaderboard_path: str, baseline: str, tracks: dict[str, Track], paired: Sequence[dict] = (),
               notes: Sequence[str] = (), kinds: Mapping[str, str] | None = None,
-              alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:  # fmt: skip
-    """scores.parquet and runs.parquet (``celldag.leaderboard.aggregate_tables``), then leaderboard.md from them.
+              alpha: float = DEFAULT_ALPHA, floor_cards_path: str | None = None,
+              noise_path: str | None = None) -> pd.DataFrame:  # fmt: skip
+    """scores.parquet and runs.parquet (``celldag.leaderboard.aggregate_tables``), floor_cards.parquet
+    (``celldag.floor_cards``, against the reference's noise at ``noise_path``), then leaderboard.md from them.
     ``alpha``: the annotation scores' (``celldag.annotation.scoring.options(evaluation)["alpha"]``)."""
     scores, runs = aggregate_tables(score_paths, record_paths, scores_path, runs_path, baseline, tracks)
+    cards = floor_cards.floor_cards(scores, tracks, floor_cards.read_noise(noise_path), alpha)
+    if floor_cards_path is not None:
+        artifacts.write_parquet(cards, floor_cards_path)
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds, runs, alpha))
+        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards))
     return scores

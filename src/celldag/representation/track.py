@@ -9,6 +9,7 @@ metrics of the cell embedding, and marker-gene clustering in gene-embedding spac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -17,8 +18,15 @@ from celldag.embeddings.table import GeneTable
 from celldag.tracks import COMMON_FIGURES, Figure, Metric, MetricGroup, Track
 
 
+# the embedding's metrics are ranked against a Gaussian random embedding with PCA's dimension and per-dimension
+# variance (the null: no information about cells) and one-hot cell types plus noise (the oracle); both mix batches
+# completely, so a batch-correction score is read beside bio conservation (docs/report.md, "Floor cards").
+# celldag.methods.control_embeddings. The gene-embedding metrics have no control: the controls embed no gene
+CONTROLS = {"null": "null_embedding/random", "oracle": "oracle_embedding/default"}
+
+
 def _higher(*names: str) -> tuple[Metric, ...]:
-    return tuple(Metric(name, higher_is_better=True) for name in names)
+    return tuple(Metric(name, higher_is_better=True, **CONTROLS) for name in names)
 
 
 TRACK = Track(
@@ -26,7 +34,12 @@ TRACK = Track(
     check_prepared="celldag.representation.track:check_prepared",
     check_output="celldag.representation.track:check_output",
     method_input="celldag.representation.track:method_input",
-    inputs={"counts": "raw integer counts (layers['counts'])", "batches": "two or more batches (obs['batch'])"},
+    inputs={
+        "counts": "raw integer counts (layers['counts'])",
+        "batches": "two or more batches (obs['batch'])",
+        "truth": "the cell-type labels (obs['label']), for an oracle control (kind: control only; the methods schema "
+        "refuses it elsewhere): where a metric's best reachable score lies",
+    },
     scorer="celldag.representation.scoring:score_seed",
     metric_groups=(
         # Benchmarker's aggregates (0.6 bio + 0.4 batch, no min-max scaling); nmi/ari_leiden and
@@ -34,7 +47,7 @@ TRACK = Track(
         MetricGroup(
             "scIB",
             tuple(
-                Metric(name, higher_is_better=True, core=True, derived=True)
+                Metric(name, higher_is_better=True, core=True, derived=True, **CONTROLS)
                 for name in ("total", "bio_conservation", "batch_correction")
             ),
         ),
@@ -49,7 +62,7 @@ TRACK = Track(
             (
                 *_higher("ilisi", "silhouette_batch", "bras", "kbet", "graph_connectivity"),
                 # scib-metrics sets a negative score (batch variance explained rose after integration) to 0
-                Metric("pcr_comparison", higher_is_better=True, clipped_at=0.0),
+                Metric("pcr_comparison", higher_is_better=True, clipped_at=0.0, **CONTROLS),
             ),
         ),
         MetricGroup(
@@ -57,8 +70,11 @@ TRACK = Track(
             (
                 Metric("marker_db", higher_is_better=False),
                 Metric("marker_db_static", higher_is_better=False),
-                *_higher("marker_ch", "marker_ch_static"),
-                Metric("n_marker_genes", higher_is_better=True, count=True),  # how many markers the gene table holds
+                Metric("marker_ch", higher_is_better=True),
+                Metric("marker_ch_static", higher_is_better=True),
+                Metric(
+                    "n_marker_genes", higher_is_better=True, count=True, role="diagnostic"
+                ),  # how many markers the gene table holds
             ),
         ),
     ),  # fmt: skip
@@ -77,7 +93,10 @@ SPLITS = ("train", "val")
 
 @dataclass(frozen=True)
 class RepresentationInput:
-    """What a representation method's ``run`` receives. Cell-type labels are never given to methods."""
+    """What a representation method's ``run`` receives. Cell-type labels are given to no method: only to an oracle
+    control that ``needs: [truth]`` (``PRIVILEGED``; the runner sets them to None for every other run)."""
+
+    PRIVILEGED: ClassVar[dict[str, tuple[str, ...]]] = {"labels": ("truth",)}
 
     names: tuple[str, ...]  # cell names, one per row
     features: np.ndarray  # (n, p) scaled log-normalised expression (z-scored, clipped at 10)
@@ -89,8 +108,11 @@ class RepresentationInput:
     #                        `needs: [counts]` always get them
     gene_embedding: GeneTable | None = None  # the static gene embeddings the method's params name (`embedding`)
     work_dir: str | None = None  # the run's directory: checkpoints live here, so a killed job resumes
+    labels: np.ndarray | None = None  # (n,) str cell types: the truth the scores are computed on, oracles only
 
     def unmet(self, need: str) -> str | None:
+        if need == "truth" and self.labels is None:
+            return "needs the cell-type labels; this dataset has none"
         if need == "counts" and self.counts is None:
             return "models raw counts; this dataset has none"
         if need == "batches" and len(np.unique(self.batch)) < 2:
@@ -113,6 +135,7 @@ def method_input(prepared, work_dir: str | None, gene_table: GeneTable | None = 
         counts=prepared.layers["counts"] if "counts" in prepared.layers else None,
         gene_embedding=gene_table,
         work_dir=work_dir,
+        labels=prepared.obs["label"].astype(str).to_numpy(),
     )
 
 

@@ -188,11 +188,13 @@ def test_the_audit_rebuilds_the_columns_with_the_configs_alpha(tmp_path, monkeyp
     def write(alpha: float) -> None:
         aggregate(score_paths=score_paths, record_paths=records, scores_path="results/x/scores.parquet",
                   runs_path="results/x/runs.parquet", leaderboard_path="results/x/leaderboard.md", baseline="none",
-                  tracks=TRACKS, alpha=alpha)  # fmt: skip
+                  tracks=TRACKS, alpha=alpha, floor_cards_path="results/x/floor_cards.parquet")  # fmt: skip
 
     write(options(evaluation)["alpha"])
     report = audit()
-    assert report.problems == 0 and report.counts["aggregate files"] == 3, capsys.readouterr().out
+    assert report.problems == 0 and report.counts["aggregate files"] == 4, capsys.readouterr().out
     write(0.1)  # a leaderboard made with another α than the scores' is not the one the scores give
-    assert audit().problems == 1
-    assert "leaderboard changed: results/x/leaderboard.md line" in capsys.readouterr().out
+    assert audit().problems == 2  # nor are its floor cards: a guarantee's rows meeting 1 − α
+    out = capsys.readouterr().out
+    assert "leaderboard changed: results/x/leaderboard.md line" in out
+    assert "aggregate row changed: " in out and "floor_cards.parquet (rows_meeting_target now" in out

@@ -66,8 +66,28 @@ def test_a_representation_method_is_handed_no_label():
     prepared = prepare_dataset("pbmc68k_batched", entry, TRACKS["representation"], 0)
     labels = set(prepared.obs["label"].astype(str))
     inputs = method_input(prepared, None)
-    assert label_bearing(inputs, prepared.n_obs, labels) == []
-    assert not any("label" in field.name for field in dataclasses.fields(inputs))
+    for needs in ([], ["counts", "batches"]):  # what a method hands over is what the runner leaves after withheld
+        assert label_bearing(withheld(inputs, needs), prepared.n_obs, labels) == []
+    # an oracle control (kind: control, needs: [truth]; the schema refuses it to any other kind) gets them, and only it
+    assert label_bearing(withheld(inputs, ["truth"]), prepared.n_obs, labels) == ["labels"]
+
+
+def test_an_oracle_reads_the_truth_and_scores_at_the_ceiling_a_null_at_the_floor(tmp_path):
+    """The lineage oracle with no NNI move returns the true tree (RF 0) only when handed it; the random tree scores
+    near RF 1."""
+    oracle = {"track": "lineage", "run": "celldag.methods.control_trees:oracle_tree", "params": {"nni_rate": 0.0},
+              "variants": {"default": {}}, "needs": ["truth"], "kind": "control"}  # fmt: skip
+    status, run_dir = run_and_score(tmp_path, oracle, tag="oracle")
+    assert status == "ok"
+    assert pd.read_parquet(run_dir / "scores.parquet").set_index("metric")["value"]["rf"] == 0.0
+    status, run_dir = run_and_score(tmp_path, {**oracle, "needs": []}, tag="blind")
+    assert status == "failed"
+    assert "needs: [truth]" in json.loads((run_dir / "run.json").read_text())["status_reason"]
+    null = {"track": "lineage", "run": "celldag.methods.control_trees:null_tree", "params": {"shape": "random"},
+            "variants": {"default": {}}, "kind": "control"}  # fmt: skip
+    status, run_dir = run_and_score(tmp_path, null, tag="null")
+    assert status == "ok"
+    assert pd.read_parquet(run_dir / "scores.parquet").set_index("metric")["value"]["rf"] > 0.8
 
 
 def test_a_classifier_is_handed_the_labels_of_its_fits_training_cells_alone():

@@ -46,10 +46,82 @@ def test_track_declarations_are_checked():
         ({"scorer": "celldag.lineage.scoring:score_all"}, "t: scorer: .*defines no 'score_all'"),
         ({"metric_groups": (group, group)}, "t: metric 'rf' declared twice"),
         ({"metric_groups": lineage.metric_groups[1:]}, "t: no core metric"),
-        ({"metric_groups": (group, renamed)}, "t: metric 'delta_rf': the prefix 'delta_' is the leaderboard's Δ"),
+        ({"metric_groups": (group, renamed)}, "t: metric 'delta_rf': the prefixes 'delta_' and 'scaled_' are"),
     ):
         with pytest.raises(InputError, match=problem):
             check_declaration(Track(**{**vars(lineage), **changes}), "t")
+
+
+@pytest.mark.parametrize(
+    ("metric", "problem"),
+    [
+        (Metric("x", True, role="judged"), "role 'judged', not one of"),
+        (Metric("x", True, role="guarantee"), "a guarantee, and only a guarantee, names a target"),
+        (Metric("x", True, role="ranking", target="coverage"), "a guarantee, and only a guarantee, names a target"),
+        (Metric("x", True, role="guarantee", target="most"), "target 'most', not one of"),
+        (Metric("x", True, null="null_tree/random"), "names a null and an oracle, or neither"),
+        (Metric("x", True, role="diagnostic", null="a/b", oracle="c/d"), "a diagnostic is not judged against controls"),
+    ],
+)
+def test_a_metric_declares_its_role_and_what_it_is_judged_against(metric, problem):
+    lineage = TRACKS["lineage"]
+    groups = (*lineage.metric_groups, MetricGroup("extra", (metric,)))
+    with pytest.raises(InputError, match=f"t: metric 'x': {problem}"):
+        check_declaration(Track(**{**vars(lineage), "metric_groups": groups}), "t")
+
+
+def test_every_shipped_metric_has_a_role_and_each_named_control_is_a_registry_control_of_its_track():
+    methods = read_yaml(REPO / "config" / "methods.yaml")
+    for track_id, track in TRACKS.items():
+        for metric in track.metrics.values():
+            if metric.null is None:
+                continue
+            for control in (metric.null, metric.oracle):
+                method, _, variant = control.partition("/")
+                assert methods[method]["track"] == track_id, (track_id, metric.name, control)
+                # a chained track's row is a control where its method or the run it chains on is one (the annotation
+                # oracle: logistic regression on the oracle embedding)
+                upstream = variant.partition("/")[0] if track.upstream else None
+                kinds = {methods[method]["kind"], methods[upstream]["kind"] if upstream else None}
+                assert "control" in kinds, (track_id, metric.name, control)
+    annotation = TRACKS["annotation"].metrics
+    assert annotation["kandinsky_augmented_coverage"].role == "guarantee"
+    assert annotation["kandinsky_augmented_max_shortfall"].target == "shortfall"
+    assert annotation["unknown_type_false_flags"].target == "error_rate"
+    assert annotation["split_lac_set_size"].role == "efficiency"
+    assert annotation["confident_coverage"].role == "ranking"  # a classifier's own rule promises no coverage
+    assert annotation["label_free_shifted"].role == "diagnostic"
+    assert annotation["accuracy"].null == "permuted_labels/pca/default"
+    assert TRACKS["representation"].metrics["n_marker_genes"].role == "diagnostic"
+
+
+def test_the_schema_refuses_the_truth_to_any_kind_but_control(tmp_path):
+    oracle = {"track": "lineage", "run": "celldag.methods.control_trees:oracle_tree", "description": "d",
+              "needs": ["truth"]}  # fmt: skip
+    for entry, problem in (
+        (oracle, "'kind' is a required property"),
+        ({**oracle, "kind": "method"}, "'control' was expected"),
+        ({**oracle, "kind": "control", "kind_by_variant": {"default": "baseline"}}, "'control' was expected"),
+        (
+            {**oracle, "needs": [], "kind": "baseline", "needs_by_variant": {"default": ["truth"]}},
+            "'control' was expected",
+        ),
+    ):
+        with pytest.raises(ConfigError, match=problem):
+            registries_with(tmp_path, {"cheat": entry})
+    assert registries_with(tmp_path, {"oracle": {**oracle, "kind": "control"}}).methods["oracle"]["kind"] == "control"
+
+
+def registries_with(folder, methods: dict):
+    """The shipped registries with ``methods`` added to the methods registry, loaded as a workflow would."""
+    for kind in KINDS:
+        data = read_yaml(REPO / "config" / f"{kind}.yaml")
+        if kind == "methods":
+            data |= methods
+        (folder / f"{kind}.yaml").write_text(yaml.safe_dump(data, allow_unicode=True))
+    config = read_yaml(REPO / "config" / "config.yaml")
+    _, registries = load_config(config, {}, root={kind: str(folder / f"{kind}.yaml") for kind in KINDS})
+    return registries
 
 
 def test_every_metric_the_lineage_scorer_returns_is_declared_and_every_declared_one_is_returned():
