@@ -64,6 +64,7 @@ if celldag_release.package_digest() != WORKFLOW_SOURCE_DIGEST:
     )
 
 from celldag import annotate as celldag_annotate, envs as celldag_envs, plan, resources, rule_inputs  # noqa: E402
+from celldag import qc as celldag_qc  # noqa: E402
 from celldag.errors import InputError  # noqa: E402
 from celldag.registry.params import split_method_selector  # noqa: E402
 from celldag.registry import KINDS, ConfigError, key_sources, load_config, read_yaml  # noqa: E402

@@ -17,4 +17,7 @@ aggregate(
     alpha=snakemake.params.alpha,
     floor_cards_path=snakemake.output.floor_cards,
     noise_path=snakemake.input.noise[0] if snakemake.input.noise else None,
+    qc_path=snakemake.output.qc,
+    cost_path=snakemake.input.cost[0] if snakemake.input.cost else None,
+    missing=snakemake.params.missing,
 )
