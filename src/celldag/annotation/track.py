@@ -78,6 +78,9 @@ SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10, "kandinsky_groups": ["b
 # Efficiency and ranking are judged against the permuted-label classifier on PCA (the null: real features, the
 # label–feature link broken) and logistic regression on the oracle embedding (one-hot types plus noise)
 NULL = "permuted_labels/pca/default"
+# a rule's coverage and errors rank how it answers when confident, which a permuted classifier rarely is: their floor is
+# the majority type answered for every cell with certainty (an exploit battery case that beat the permuted null)
+RULE_NULL = "majority/pca/default"
 ORACLE = "logistic/oracle_embedding/default"
 DIAGNOSTIC = ("small_groups", "pooled_types", "dropped_groups", "unverified", "shifted")
 COVERAGE = ("coverage", "worst_batch", "worst_type", "worst_batch_type", "_worst")
@@ -90,7 +93,7 @@ def role_of(name: str) -> tuple[str, str | None]:
         return "diagnostic", None
     if name.endswith(EFFICIENCY):
         return "efficiency", None
-    if name.startswith(tuple(f"{rule}_" for rule in RULES)):
+    if is_rule_metric(name):
         return "ranking", None
     if name.endswith(COVERAGE):
         return "guarantee", "coverage"
@@ -101,9 +104,14 @@ def role_of(name: str) -> tuple[str, str | None]:
     return "ranking", None
 
 
+def is_rule_metric(name: str) -> bool:
+    return name.startswith(tuple(f"{rule}_" for rule in RULES))
+
+
 def _metric(name: str, core: bool = False) -> Metric:
     role, target = role_of(name)
-    controls = {"null": NULL, "oracle": ORACLE} if role in ("efficiency", "ranking") else {}
+    null = RULE_NULL if role == "ranking" and is_rule_metric(name) else NULL
+    controls = {"null": null, "oracle": ORACLE} if role in ("efficiency", "ranking") else {}
     return Metric(name, higher_is_better=not name.endswith(LOWER_IS_BETTER), core=core, role=role, target=target,
                   **controls)  # fmt: skip
 

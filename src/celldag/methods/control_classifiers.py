@@ -4,7 +4,9 @@
 ``permuted_labels`` is the ``logistic`` classifier (``celldag.annotation.classifiers``) trained on each fit's labels
 permuted across its training cells: the features are the real embedding and the classes keep their frequencies, but
 the link between labels and features is broken. ``uniform`` gives every cell the same flat distribution over the
-classes a fit was trained on: no feature is read at all. Both return the classifiers' contract (``obsm["proba_<fit>"]``
+classes a fit was trained on: no feature is read at all. ``majority`` answers every cell with the type most frequent
+among a fit's training cells, with probability 1: the floor of a rule that answers when confident (its coverage is
+that type's share, which neither a permuted nor a flat classifier reaches: they are rarely confident). All return the classifiers' contract (``obsm["proba_<fit>"]``
 through ``predict_each``, the same ``uns`` facts), so the conformal procedures calibrate on them like on any other.
 """
 
@@ -55,3 +57,21 @@ def uniform(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult:
 
 
 uniform.accepted_params = ()
+
+
+def majority(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult:
+    """Probability 1 for the type most frequent among a fit's training labels (the first in sorted order on a tie),
+    for every cell: the training labels' distribution read, the features not. ``uns``: the classifiers' facts and
+    ``majority`` (the type of each fit). ``seed`` is unused."""
+    chosen = []  # the majority type of each fit, in the order of inputs.fits
+
+    def fit_predict(train_x, train_y, all_x):
+        classes, counts = np.unique(train_y, return_counts=True)
+        chosen.append(str(classes[np.argmax(counts)]))
+        return np.ones((all_x.shape[0], 1)), classes[[np.argmax(counts)]]
+
+    obsm = predict_each(inputs, fit_predict)
+    return MethodResult(obsm=obsm, uns=_facts(inputs, majority=dict(zip(inputs.fits, chosen))))
+
+
+majority.accepted_params = ()

@@ -118,3 +118,21 @@ def test_accepted_params_match_the_classifiers():
     assert control_classifiers.uniform.accepted_params == ()
     with pytest.raises(ValueError, match="C must be > 0"):
         control_classifiers.permuted_labels(_inputs()[0], {"C": 0}, 0)
+
+
+def test_majority_answers_each_fits_most_frequent_type_with_certainty():
+    inputs, labels, _ = _inputs()
+    # make b the majority of the random fit's training cells: drop a third of its other types' cells from the fit
+    fits = {"random": inputs.fits["random"] & ((labels == "b") | (np.arange(labels.size) % 3 != 0)),
+            "without_type_0": inputs.fits["without_type_0"]}  # fmt: skip
+    inputs = AnnotationInput(features=inputs.features, labels=fit_labels(labels, fits), batch=inputs.batch,
+                             classes=inputs.classes, fits=fits)  # fmt: skip
+    result = control_classifiers.majority(inputs, {}, 0)
+    counts = {fit: dict(zip(*np.unique(labels[mask], return_counts=True))) for fit, mask in fits.items()}
+    expected = {fit: max(sorted(c), key=lambda t: c[t]) for fit, c in counts.items()}
+    assert result.uns["majority"] == expected and expected["random"] == "b"
+    for fit, proba in result.obsm.items():
+        column = list(TYPES).index(expected[fit.removeprefix("proba_")])
+        np.testing.assert_array_equal(proba[:, column], 1.0)
+        assert proba.sum() == labels.size
+    assert control_classifiers.majority.accepted_params == ()

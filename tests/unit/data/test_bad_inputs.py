@@ -322,7 +322,7 @@ CASES = {
     "unknown method id": (
         lambda d: load(d, {"methods": ["scilamma"]}),
         "run.yaml: methods[0]: unknown method id 'scilamma'; known ids: bonsai, celltreeqm, celltypist, expression, genept_w, "
-        "harmony, knn, logistic, nj_pca, nj_raw, null_embedding, null_tree, oracle_embedding, oracle_tree, pca, "
+        "harmony, knn, logistic, majority, nj_pca, nj_raw, null_embedding, null_tree, oracle_embedding, oracle_tree, pca, "
         "permuted_labels, quadruplet, scilama, scvi, triplet, uniform, upgma_raw",
     ),
     "wrong config types": (lambda d: load(d, {"seeds": "0,1,2"}), "run.yaml: seeds: '0,1,2' is not of type 'array'"),

@@ -92,6 +92,8 @@ def test_every_shipped_metric_has_a_role_and_each_named_control_is_a_registry_co
     assert annotation["confident_coverage"].role == "ranking"  # a classifier's own rule promises no coverage
     assert annotation["label_free_shifted"].role == "diagnostic"
     assert annotation["accuracy"].null == "permuted_labels/pca/default"
+    assert annotation["confident_coverage"].null == "majority/pca/default"  # a rule's floor: the majority, certain
+    assert annotation["confident_set_size"].null == "permuted_labels/pca/default"
     assert TRACKS["representation"].metrics["n_marker_genes"].role == "diagnostic"
 
 
