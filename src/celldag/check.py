@@ -86,7 +86,9 @@ def qc_errors(results: Path) -> list[str]:
         return []
     findings = pd.read_parquet(path)
     errors = findings[findings["severity"] == "error"]
-    return [f"qc error: {row.check} {row.dataset}/{row.method}/{row.variant}: {row.detail}" for row in errors.itertuples()]
+    return [
+        f"qc error: {row.check} {row.dataset}/{row.method}/{row.variant}: {row.detail}" for row in errors.itertuples()
+    ]
 
 
 def make_reference(workflow: str, out: str, cores: str, run: bool = True) -> int:

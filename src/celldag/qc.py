@@ -74,9 +74,19 @@ def scaled_rows(scores: pd.DataFrame) -> list[dict]:
     scaled = scores[(scores["status"] == "ok") & scores["metric"].str.startswith(SCALED_PREFIX)]
     means = scaled.groupby(["dataset", "method", "variant", "metric"])["value"].mean()
     low, high = SCALED_RANGE
-    return [_row("warning", "scaled score", f"mean {value:.3g}, outside [{low:g}, {high:g}]", dataset, method,
-                 variant, metric)  # fmt: skip
-            for (dataset, method, variant, metric), value in means.items() if not low <= value <= high]
+    return [
+        _row(
+            "warning",
+            "scaled score",
+            f"mean {value:.3g}, outside [{low:g}, {high:g}]",
+            dataset,
+            method,
+            variant,
+            metric,
+        )  # fmt: skip
+        for (dataset, method, variant, metric), value in means.items()
+        if not low <= value <= high
+    ]
 
 
 def cost_rows(runs: pd.DataFrame, reference_cost: pd.DataFrame | None) -> list[dict]:

@@ -511,5 +511,7 @@ def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores
         if path is not None:
             artifacts.write_parquet(table, path)
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards, findings))
+        tmp.write_text(
+            leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards, findings)
+        )
     return scores
