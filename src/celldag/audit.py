@@ -210,8 +210,7 @@ def check_aggregate(plan, config, registries, readable: int, report: Report, noi
                   kinds=planning.method_kinds(registries) | planning.chained_kinds(plan.chained, registries),
                   alpha=annotation_options(evaluation)["alpha"], floor_cards_path=rebuilt["floor_cards"],
                   noise_path=noise_path, qc_path=rebuilt["qc"], cost_path=cost_path,
-                  missing=qc.missing_citations(registries, planning.selected_methods(config, registries),
-                                               config["datasets"]))  # fmt: skip
+                  missing=qc.missing_citations(registries, plan))  # fmt: skip
         for kind, path in shown.items():
             report.counts["aggregate files"] += 1
             if not Path(path).is_file():

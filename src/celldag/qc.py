@@ -130,9 +130,11 @@ def qc_table(scores: pd.DataFrame, runs: pd.DataFrame, missing: Mapping[str, Map
                                                  kind="stable").drop(columns="order").reset_index(drop=True)  # fmt: skip
 
 
-def missing_citations(registries, methods: list[str], datasets: list[str]) -> dict[str, dict[str, list[str]]]:
-    """The citation fields (reference, license) each selected method and dataset entry lacks."""
+def missing_citations(registries, plan) -> dict[str, dict[str, list[str]]]:
+    """The citation fields (reference, license) each method and dataset entry of the plan's runs lacks."""
     fields = ("reference", "license")
+    methods = sorted({run.method for run in plan.runs} | {run.chained_method for run in plan.chained})
+    datasets = sorted({run.dataset for run in plan.runs})
     return {"method": {m: [f for f in fields if not registries.methods[m].get(f)] for m in methods},
             "dataset": {d: [f for f in fields if not registries.datasets[d].get(f)] for d in datasets}}  # fmt: skip
 

@@ -36,8 +36,7 @@ rule aggregate:
         tracks=REGISTRIES.tracks,
         kinds=KINDS_OF_ROWS,
         alpha=celldag_annotation_options(config["evaluation"])["alpha"],  # the annotation scores' α
-        missing=celldag_qc.missing_citations(REGISTRIES, plan.selected_methods(config, REGISTRIES),
-                                             config["datasets"]),
+        missing=celldag_qc.missing_citations(REGISTRIES, PLAN),
     log:
         plan.AGGREGATE_LOG,
     conda:

@@ -21,6 +21,11 @@ write_index(
     alpha=snakemake.params.alpha,
     floor_cards_path=snakemake.input.floor_cards,
     qc_path=snakemake.input.qc,
-    links=[snakemake.input.leaderboard, snakemake.input.scores, snakemake.input.floor_cards, snakemake.input.qc,
-           snakemake.input.runs],
+    links=[
+        snakemake.input.leaderboard,
+        snakemake.input.scores,
+        snakemake.input.floor_cards,
+        snakemake.input.qc,
+        snakemake.input.runs,
+    ],
 )
