@@ -183,8 +183,8 @@ def test_the_audit_rebuilds_the_columns_with_the_configs_alpha(tmp_path, monkeyp
                                                for path in records], chained=[],
                                dataset_scores=score_paths, chained_scores=[])  # fmt: skip
         # a method without a license: its metadata warning is rebuilt alike
-        registries = SimpleNamespace(tracks=read_yaml(REPO / "config/tracks.yaml"), methods={"pca": {"reference": "r", "variants": {"default": {}},
-                                                                                            "kind": "baseline"}},
+        pca = {"reference": "r", "variants": {"default": {}}, "kind": "baseline"}
+        registries = SimpleNamespace(tracks=read_yaml(REPO / "config/tracks.yaml"), methods={"pca": pca},
                                      datasets={"pbmc": {"reference": "r", "license": "l"}})  # fmt: skip
         check_aggregate(plan, {"evaluation": evaluation}, registries, len(records), report)
         return report
