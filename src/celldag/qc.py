@@ -118,12 +118,14 @@ def metadata_rows(missing: Mapping[str, Mapping[str, list[str]]]) -> list[dict]:
 
 
 def qc_table(scores: pd.DataFrame, runs: pd.DataFrame, missing: Mapping[str, Mapping[str, list[str]]],
-             reference_cost: pd.DataFrame | None) -> pd.DataFrame:  # fmt: skip
+             reference_cost: pd.DataFrame | None, recorded: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     """Every finding (``QC_COLUMNS``), most severe first. ``missing``: kind ("method", "dataset") → id → the
     citation fields its registry entry lacks; ``reference_cost``: reference/default/cost.tsv, or None where the run
-    is not the one the reference measured."""
-    rows = [*status_rows(scores), *absent_rows(scores), *scaled_rows(scores), *cost_rows(runs, reference_cost),
-            *metadata_rows(missing)]  # fmt: skip
+    is not the one the reference measured; ``recorded``: an earlier table whose cost findings are taken as they were
+    (``celldag audit``: the reference's cost then) instead of ``reference_cost``'s."""
+    cost = cost_rows(runs, reference_cost) if recorded is None else \
+        recorded[recorded["check"] == "cost"][QC_COLUMNS].to_dict("records")  # fmt: skip
+    rows = [*status_rows(scores), *absent_rows(scores), *scaled_rows(scores), *cost, *metadata_rows(missing)]
     table = pd.DataFrame(rows, columns=QC_COLUMNS)
     order = table["severity"].map({severity: rank for rank, severity in enumerate(SEVERITIES)})
     return table.assign(order=order).sort_values(["order", "check", "dataset", "method", "variant", "metric"],

@@ -27,6 +27,15 @@ def workflow_file(relative):
     return os.path.normpath(original) if original and Path(original).is_file() else str(cached)
 
 
+def shipped_reference_file(name):
+    """A file of the shipped reference (reference/default/), or None for a copy of the workflow without it."""
+    try:
+        path = workflow_file(f"../../reference/default/{name}")
+    except (FileNotFoundError, WorkflowError):
+        return None
+    return path if os.path.isfile(path) else None
+
+
 # The installed package must be the version of these workflow files (a module's rules come from a path
 # or a git tag, the package from pip: they can drift). Checked before anything else of celldag is
 # imported, with nothing an older or newer package may lack; cluster jobs parse this file again.

@@ -3,26 +3,18 @@ from celldag import published as celldag_published
 from celldag.errors import InputError
 
 
-# the reference's seed-noise margins, against which a metric's null–oracle range is judged (celldag.floor_cards); a
-# workflow without its shipped reference (a remote module) judges a range by its sign alone
-# and its cost per method, against which the default run's cost is checked (celldag.qc)
-def shipped_reference_file(name):
-    try:
-        return [path for path in [workflow_file(f"../../reference/default/{name}")] if os.path.isfile(path)]
-    except (FileNotFoundError, WorkflowError):  # a copy of the workflow without the reference
-        return []
-
-
+# The shipped reference's seed-noise margins, against which a metric's null–oracle range is judged
+# (celldag.floor_cards), and its cost per method, against which the default run's cost is checked (celldag.qc): read
+# when the aggregate runs and recorded in what it writes (floor_cards.parquet's margins, qc.parquet's cost rows), so
+# a remade reference reruns no job; a workflow without its reference judges a range by its sign alone
 REFERENCE_NOISE = shipped_reference_file("noise.tsv")
-REFERENCE_COST = shipped_reference_file("cost.tsv") if config["name"] == celldag_qc.COST_CONFIG else []
+REFERENCE_COST = shipped_reference_file("cost.tsv") if config["name"] == celldag_qc.COST_CONFIG else None
 
 
 rule aggregate:
     input:
         scores=[*PLAN.dataset_scores, *PLAN.chained_scores],
         records=INPUTS.records,
-        noise=REFERENCE_NOISE,
-        cost=REFERENCE_COST,
     output:
         scores=plan.SCORES,
         runs=plan.RUNS,
@@ -37,6 +29,8 @@ rule aggregate:
         kinds=KINDS_OF_ROWS,
         alpha=celldag_annotation_options(config["evaluation"])["alpha"],  # the annotation scores' α
         missing=celldag_qc.missing_citations(REGISTRIES, PLAN),
+        noise=REFERENCE_NOISE,
+        cost=REFERENCE_COST,
     log:
         plan.AGGREGATE_LOG,
     conda:

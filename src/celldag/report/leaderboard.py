@@ -499,14 +499,19 @@ def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores
               notes: Sequence[str] = (), kinds: Mapping[str, str] | None = None,
               alpha: float = DEFAULT_ALPHA, floor_cards_path: str | None = None, noise_path: str | None = None,
               qc_path: str | None = None, cost_path: str | None = None,
-              missing: Mapping[str, Mapping[str, list[str]]] | None = None) -> pd.DataFrame:  # fmt: skip
+              missing: Mapping[str, Mapping[str, list[str]]] | None = None,
+              recorded: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:  # fmt: skip
     """scores.parquet and runs.parquet (``celldag.leaderboard.aggregate_tables``), floor_cards.parquet
     (``celldag.floor_cards``, against the reference's noise at ``noise_path``), qc.parquet (``celldag.qc``: runs
     against the reference's cost at ``cost_path``, ``missing`` citation fields), then leaderboard.md from them.
-    ``alpha``: the annotation scores' (``celldag.annotation.scoring.options(evaluation)["alpha"]``)."""
+    ``alpha``: the annotation scores' (``celldag.annotation.scoring.options(evaluation)["alpha"]``). ``recorded``
+    (``celldag audit``): the floor cards and quality checks written before, whose reference margins and cost findings
+    are taken as read then (the reference may have been remade since) instead of from the two paths."""
+    recorded = recorded or {}
     scores, runs = aggregate_tables(score_paths, record_paths, scores_path, runs_path, baseline, tracks)
-    cards = floor_cards.floor_cards(scores, tracks, floor_cards.read_noise(noise_path), alpha)
-    findings = qc.qc_table(scores, runs, missing or {}, qc.read_cost(cost_path))
+    cards = floor_cards.floor_cards(scores, tracks, floor_cards.read_noise(noise_path), alpha,
+                                    recorded.get("floor_cards"))  # fmt: skip
+    findings = qc.qc_table(scores, runs, missing or {}, qc.read_cost(cost_path), recorded.get("qc"))
     for table, path in ((cards, floor_cards_path), (findings, qc_path)):
         if path is not None:
             artifacts.write_parquet(table, path)

@@ -73,3 +73,11 @@ def test_the_leaderboard_counts_every_severity_and_check_prints_the_errors(tmp_p
     found.to_parquet(tmp_path / "qc.parquet")
     assert qc_errors(tmp_path) == ["qc error: failed d/bonsai/default: seeds 0: exited 1"]
     assert qc_errors(tmp_path / "elsewhere") == []
+
+
+def test_recorded_cost_findings_are_taken_as_they_were():
+    runs = RUNS.assign(wall_time_s=100.0)
+    then = qc_table(pd.DataFrame(clean_scores()), runs, CITED, COST)
+    assert set(then["check"]) == {"cost"}
+    rebuilt = qc_table(pd.DataFrame(clean_scores()), runs, CITED, None, recorded=then)
+    pd.testing.assert_frame_equal(rebuilt, then)
