@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from celldag import artifacts
+from celldag import artifacts, qc
 from celldag import plan as planning
 from celldag.annotation.scoring import options as annotation_options
 from celldag.artifacts import sha256_file
@@ -44,7 +44,6 @@ from celldag.output_differences import output_differences, score_differences
 from celldag.tolerance import CUDA_TOLERANCE, Tolerance, plural
 from celldag.tracks import load_track, tracks_of
 
-REFERENCE_NOISE = "reference/default/noise.tsv"  # workflow/rules/report.smk: what floor cards are judged against
 EVALUATE_THREADS = 1  # workflow/rules/evaluate.smk: the scoring job's threads
 SNAKEMAKE_THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # what Snakemake sets for a job  # fmt: skip
@@ -172,19 +171,23 @@ AGGREGATE_KEYS = {
     "scores": ["dataset", "method", "variant", "seed", "metric"],
     "runs": ["dataset", "method", "variant", "seed"],
     "floor_cards": ["dataset", "track", "metric"],
+    "qc": ["severity", "check", "dataset", "method", "variant", "metric", "detail"],
 }
 
 
-def check_aggregate(plan, config, registries, readable: int, report: Report, noise_path: str | None = None) -> None:
-    """The tables people read — results/<name>/scores.parquet, runs.parquet, floor_cards.parquet and leaderboard.md
-    (its floor cards judged against ``noise_path``, the workflow's reference/default/noise.tsv) — against
-    what the per-dataset scores tables and run records give: the aggregate job is rebuilt in a scratch
+def check_aggregate(plan, config, registries, readable: int, report: Report) -> None:
+    """The tables people read — results/<name>/scores.parquet, runs.parquet, floor_cards.parquet, qc.parquet and
+    leaderboard.md (with the reference's margins and cost findings as those files recorded them: the reference may
+    have been remade since) — against what the per-dataset scores tables and run records give: the aggregate job is rebuilt in a scratch
     folder from them (themselves checked above) and every row and line compared. ``readable``: how many run
     records load_records read; with one unreadable (said there) the tables cannot be rebuilt."""
+    import pandas as pd
+
     shown = {
         "scores": planning.SCORES,
         "runs": planning.RUNS,
         "floor_cards": planning.FLOOR_CARDS,
+        "qc": planning.QC,
         "leaderboard": planning.LEADERBOARD,
     }
     shown = {kind: pattern.format(name=plan.name) for kind, pattern in shown.items()}
@@ -204,7 +207,9 @@ def check_aggregate(plan, config, registries, readable: int, report: Report, noi
                   paired=evaluation["paired"], notes=evaluation["notes"], tracks=tracks_of(registries.tracks),
                   kinds=planning.method_kinds(registries) | planning.chained_kinds(plan.chained, registries),
                   alpha=annotation_options(evaluation)["alpha"], floor_cards_path=rebuilt["floor_cards"],
-                  noise_path=noise_path)  # fmt: skip
+                  qc_path=rebuilt["qc"], missing=qc.missing_citations(registries, plan),
+                  recorded={kind: pd.read_parquet(shown[kind]) for kind in ("floor_cards", "qc")
+                            if Path(shown[kind]).is_file()})  # fmt: skip
         for kind, path in shown.items():
             report.counts["aggregate files"] += 1
             if not Path(path).is_file():
@@ -496,8 +501,7 @@ def audit(
     damaged = check_files(records, digest, report)
     for path in (*plan.dataset_scores, *plan.chained_scores):
         check_scores_table(path, digest, report)
-    noise = Path(workflow) / REFERENCE_NOISE
-    check_aggregate(plan, config, registries, len(records), report, str(noise) if noise.is_file() else None)
+    check_aggregate(plan, config, registries, len(records), report)
     chosen = chosen_by_name if chosen_by_name is not None else sample_runs(records, sample, seed)
     how = "named by --run" if chosen_by_name is not None else f"seeded sample (--sample {sample} --seed {seed})"
     report.say(f"re-running {plural(len(chosen), 'run')}, {how}: {', '.join(run.name for run in chosen) or 'none'}")

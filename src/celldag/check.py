@@ -75,8 +75,20 @@ def check(reference_folder: str, results: str, workflow: str, out: str, baseline
     found, rule, differences, ratios, methods = judged(reference, side, workflow_path, reference_means)
     blocks = check_blocks(reference, found, rule, differences, ratios, methods, side.folder, Path(reference_folder))
     files = write_check(blocks, Path(out))
-    print("\n".join(summary_lines(found, rule, differences, ratios, methods, files)))
+    print("\n".join(summary_lines(found, rule, differences, ratios, methods, files) + qc_errors(side.folder)))
     return 0 if ref.reproduces(found) and not method_verdicts.any_changed(methods) else 1
+
+
+def qc_errors(results: Path) -> list[str]:
+    """The errors of the results' quality checks (qc.parquet, ``celldag.qc``): runs that failed, one line each."""
+    path = results / "qc.parquet"
+    if not path.is_file():
+        return []
+    findings = pd.read_parquet(path)
+    errors = findings[findings["severity"] == "error"]
+    return [
+        f"qc error: {row.check} {row.dataset}/{row.method}/{row.variant}: {row.detail}" for row in errors.itertuples()
+    ]
 
 
 def make_reference(workflow: str, out: str, cores: str, run: bool = True) -> int:

@@ -129,10 +129,12 @@ def flag(card: Mapping) -> tuple[bool, str]:
     return False, ""
 
 
-def floor_cards(scores: pd.DataFrame, tracks: Mapping[str, Track], noise: pd.DataFrame | None,
-                alpha: float) -> pd.DataFrame:  # fmt: skip
+def floor_cards(scores: pd.DataFrame, tracks: Mapping[str, Track], noise: pd.DataFrame | None, alpha: float,
+                recorded: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     """One card per dataset × metric scored there (``CARD_COLUMNS``): efficiency and ranking metrics against their
-    controls, guarantees against their target (how many method/variant rows meet it by their mean over seeds)."""
+    controls, guarantees against their target (how many method/variant rows meet it by their mean over seeds).
+    ``recorded``: earlier cards whose margins are taken as they were read (``celldag audit`` rebuilds cards with the
+    margins the aggregate job read from the reference then) instead of ``noise``'s."""
     ok = scores[scores["status"] == "ok"]
     cards = []
     for (dataset, track_id, name), rows in ok.groupby(["dataset", "track", "metric"], sort=True):
@@ -150,6 +152,10 @@ def floor_cards(scores: pd.DataFrame, tracks: Mapping[str, Track], noise: pd.Dat
     table = pd.DataFrame(cards, columns=CARD_COLUMNS).astype({column: float for column in NUMBERS})
     controlled = table["null"].notna()
     margins = noise_margins(noise, table[controlled])
+    if recorded is not None:
+        keys = ["dataset", "track", "metric"]
+        known = table.loc[controlled, keys].merge(recorded[[*keys, "margin", "margin_source"]], on=keys, how="left")
+        margins = known[["margin", "margin_source"]].set_axis(margins.index)
     table["margin"] = margins["margin"].reindex(table.index)
     table["margin_source"] = margins["margin_source"].reindex(table.index)
     verdicts = [flag(card) if has_controls else (False, "") for has_controls, (_, card) in

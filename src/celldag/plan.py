@@ -44,6 +44,7 @@ DATASET_SCORES = "results/{name}/scores/{dataset}.parquet"  # every run on one d
 SCORES = "results/{name}/scores.parquet"
 RUNS = "results/{name}/runs.parquet"
 FLOOR_CARDS = "results/{name}/floor_cards.parquet"  # each metric's null and oracle per dataset (celldag.floor_cards)
+QC = "results/{name}/qc.parquet"  # the quality checks, with their severities (celldag.qc)
 LEADERBOARD = "results/{name}/leaderboard.md"
 FIGURE = "results/{name}/figures/{dataset}/{figure}.png"  # a figure of its track (celldag.tracks.Figure)
 INDEX = "results/{name}/index.html"  # leaderboards, figures and failed runs on one static page

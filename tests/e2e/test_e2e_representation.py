@@ -158,5 +158,5 @@ def test_audit_checks_annotation_records_and_scores(finished_run, monkeypatch, c
     assert status == 0, "\n".join(lines)
     n_runs = 2 * len(METHODS) * (1 + len(CLASSIFIERS))
     assert (
-        lines[-1].startswith(f"summary: {n_runs} run records, ") and ", 2 scores tables, 3 aggregate files" in lines[-1]
+        lines[-1].startswith(f"summary: {n_runs} run records, ") and ", 2 scores tables, 5 aggregate files" in lines[-1]
     )

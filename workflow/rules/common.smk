@@ -27,6 +27,15 @@ def workflow_file(relative):
     return os.path.normpath(original) if original and Path(original).is_file() else str(cached)
 
 
+def shipped_reference_file(name):
+    """A file of the shipped reference (reference/default/), or None for a copy of the workflow without it."""
+    try:
+        path = workflow_file(f"../../reference/default/{name}")
+    except (FileNotFoundError, WorkflowError):
+        return None
+    return path if os.path.isfile(path) else None
+
+
 # The installed package must be the version of these workflow files (a module's rules come from a path
 # or a git tag, the package from pip: they can drift). Checked before anything else of celldag is
 # imported, with nothing an older or newer package may lack; cluster jobs parse this file again.
@@ -64,6 +73,7 @@ if celldag_release.package_digest() != WORKFLOW_SOURCE_DIGEST:
     )
 
 from celldag import annotate as celldag_annotate, envs as celldag_envs, plan, resources, rule_inputs  # noqa: E402
+from celldag import qc as celldag_qc  # noqa: E402
 from celldag.errors import InputError  # noqa: E402
 from celldag.registry.params import split_method_selector  # noqa: E402
 from celldag.registry import KINDS, ConfigError, key_sources, load_config, read_yaml  # noqa: E402

@@ -3,23 +3,23 @@ from celldag import published as celldag_published
 from celldag.errors import InputError
 
 
-# the reference's seed-noise margins, against which a metric's null–oracle range is judged (celldag.floor_cards); a
-# workflow without its shipped reference (a remote module) judges a range by its sign alone
-try:
-    REFERENCE_NOISE = [workflow_file("../../reference/default/noise.tsv")]
-except (FileNotFoundError, WorkflowError):  # a copy of the workflow without the reference
-    REFERENCE_NOISE = []
+# The shipped reference's seed-noise margins, against which a metric's null–oracle range is judged
+# (celldag.floor_cards), and its cost per method, against which the default run's cost is checked (celldag.qc): read
+# when the aggregate runs and recorded in what it writes (floor_cards.parquet's margins, qc.parquet's cost rows), so
+# a remade reference reruns no job; a workflow without its reference judges a range by its sign alone
+REFERENCE_NOISE = shipped_reference_file("noise.tsv")
+REFERENCE_COST = shipped_reference_file("cost.tsv") if config["name"] == celldag_qc.COST_CONFIG else None
 
 
 rule aggregate:
     input:
         scores=[*PLAN.dataset_scores, *PLAN.chained_scores],
         records=INPUTS.records,
-        noise=[path for path in REFERENCE_NOISE if os.path.isfile(path)],
     output:
         scores=plan.SCORES,
         runs=plan.RUNS,
         floor_cards=plan.FLOOR_CARDS,
+        qc=plan.QC,
         leaderboard=plan.LEADERBOARD,
     params:
         baseline=config["evaluation"]["delta_baseline"],
@@ -28,6 +28,9 @@ rule aggregate:
         tracks=REGISTRIES.tracks,
         kinds=KINDS_OF_ROWS,
         alpha=celldag_annotation_options(config["evaluation"])["alpha"],  # the annotation scores' α
+        missing=celldag_qc.missing_citations(REGISTRIES, PLAN),
+        noise=REFERENCE_NOISE,
+        cost=REFERENCE_COST,
     log:
         plan.AGGREGATE_LOG,
     conda:
@@ -56,6 +59,7 @@ rule report_html:
         scores=plan.SCORES,
         runs=plan.RUNS,
         floor_cards=plan.FLOOR_CARDS,
+        qc=plan.QC,
         leaderboard=plan.LEADERBOARD,
         figures=PLAN.figure_paths,
         published=celldag_published.published_files(PUBLISHED_FOLDER),  # an edit rebuilds the page

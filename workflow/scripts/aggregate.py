@@ -16,5 +16,8 @@ aggregate(
     kinds=snakemake.params.kinds,
     alpha=snakemake.params.alpha,
     floor_cards_path=snakemake.output.floor_cards,
-    noise_path=snakemake.input.noise[0] if snakemake.input.noise else None,
+    noise_path=snakemake.params.noise,
+    qc_path=snakemake.output.qc,
+    cost_path=snakemake.params.cost,
+    missing=snakemake.params.missing,
 )

@@ -20,5 +20,12 @@ write_index(
     published_context=snakemake.params.published_context,
     alpha=snakemake.params.alpha,
     floor_cards_path=snakemake.input.floor_cards,
-    links=[snakemake.input.leaderboard, snakemake.input.scores, snakemake.input.floor_cards, snakemake.input.runs],
+    qc_path=snakemake.input.qc,
+    links=[
+        snakemake.input.leaderboard,
+        snakemake.input.scores,
+        snakemake.input.floor_cards,
+        snakemake.input.qc,
+        snakemake.input.runs,
+    ],
 )

@@ -186,12 +186,13 @@ class Part:
 def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Track], figures: Sequence[ShownFigure],
                index_path: str, kinds: dict[str, str], baseline: str | None = None, paired: Sequence[dict] = (),
                notes: Sequence[str] = (), links: Sequence[str] = (), published: Sequence[Block] = (),
-               alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None) -> str:  # fmt: skip
+               alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None,
+               findings: pd.DataFrame | None = None) -> str:  # fmt: skip
     """The index (``templates/index.html``): each dataset's leaderboard tables and floor card followed by its
     figures, the published numbers (``published``: ``celldag.published.report_blocks``), then the runs not ok.
     ``alpha``: the annotation scores'; ``cards``: the floor cards (``leaderboard_blocks``)."""
     index_dir = os.path.dirname(index_path) or "."
-    blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards)
+    blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards, findings)
     sections = [block for block in blocks if isinstance(block, Heading) and block.dataset]
     first = {s.dataset: s.track for s in reversed(sections)}  # figures without a track: the dataset's first section
     parts: list[tuple[list[Block], tuple[FigureView, ...]]] = [([], ())]
@@ -213,12 +214,13 @@ def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str]
                 baseline: str | None = None, paired: Sequence[dict] = (), notes: Sequence[str] = (),
                 links: Sequence[str] = (), published: Sequence[PublishedTable] = (),
                 published_context: Context | None = None, alpha: float = DEFAULT_ALPHA,
-                floor_cards_path: str | None = None) -> None:  # fmt: skip
+                floor_cards_path: str | None = None, qc_path: str | None = None) -> None:  # fmt: skip
     """Write index.html and leaderboard.html. Figure paths are results/{name}/figures/{dataset}/{figure}.png;
     ``published``: the tables of the config's datasets, held against the scores in ``published_context``;
-    ``floor_cards_path``: floor_cards.parquet (``celldag.floor_cards``)."""
+    ``floor_cards_path``: floor_cards.parquet (``celldag.floor_cards``); ``qc_path``: qc.parquet (``celldag.qc``)."""
     scores, runs = pd.read_parquet(scores_path), pd.read_parquet(runs_path)
     cards = pd.read_parquet(floor_cards_path) if floor_cards_path else None
+    findings = pd.read_parquet(qc_path) if qc_path else None
     figures = []
     for path, caption, track in zip(figure_paths, figure_captions, figure_tracks, strict=True):
         dataset, name = path.split("/")[-2], os.path.splitext(os.path.basename(path))[0]
@@ -227,8 +229,8 @@ def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str]
     with artifacts.atomic_path(index_path) as tmp:
         tmp.write_text(index_page(scores=scores, runs=runs, tracks=tracks, figures=figures, index_path=index_path,
                                   kinds=kinds, baseline=baseline, paired=paired, notes=notes, links=links, alpha=alpha,
-                                  cards=cards,
+                                  cards=cards, findings=findings,
                                   published=report_blocks(published, scores, published_context) if published else ()))  # fmt: skip
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards)
+        blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards, findings)
         tmp.write_text(document_page("celldag leaderboard", blocks, kinds))

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from celldag import artifacts, contracts, floor_cards
+from celldag import artifacts, contracts, floor_cards, qc
 from celldag.document import Block, Heading, Paragraph, Table, markdown
 from celldag.leaderboard import (
     DEFAULT_ALPHA,
@@ -73,7 +73,8 @@ CONTROLS_NOTE = (
 def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
                        paired: Sequence[dict] = (), notes: Sequence[str | Mapping] = (),
                        kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None,
-                       alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None) -> list[Block]:  # fmt: skip
+                       alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None,
+                       findings: pd.DataFrame | None = None) -> list[Block]:  # fmt: skip
     """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first (rendered as
     Markdown here and as HTML by ``celldag.report.html``: one content, two formats). ``kinds``
     ("method/variant" → method, baseline or control): controls go to a table of their own under the
@@ -81,7 +82,7 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
     representation track's first table also shows each run's held-out-batch efficiency
     (``celldag.leaderboard.held_out_batch_rows`` at ``alpha``, the annotation scores' α) and whether its order
     agrees with the table's (``efficiency_notes``). ``cards`` (``celldag.floor_cards``): a floor card under each
-    section."""
+    section; ``findings`` (``celldag.qc``): the quality checks, before the first dataset."""
     kinds = kinds or {}
     efficiency = held_out_batch_rows(scores, alpha)
     blocks: list[Block] = [
@@ -100,6 +101,8 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
     if baseline and scores["metric"].str.startswith(DELTA_PREFIX).any():
         blocks.append(Paragraph((f"Δ = relative reduction against `{baseline}` on the same dataset and seed: "
                                  "(baseline − method) / baseline.",)))  # fmt: skip
+    if findings is not None:
+        blocks += qc_blocks(findings)
     opened = set()
     sections = scores.groupby(["dataset", "track"], sort=True)
     # a dataset's own track first, then the tracks chained on it
@@ -140,6 +143,30 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
                                         tracks[track])  # fmt: skip
         if first:  # a dataset's paired differences once, under its first section
             blocks += paired_sections.get(dataset, [])
+    return blocks
+
+
+QC_SHOWN = 20  # findings listed per severity; every one is in qc.parquet
+
+
+def qc_blocks(findings: pd.DataFrame) -> list[Block]:
+    """The quality checks (``celldag.qc``): their count per severity, then the errors and warnings listed."""
+    counts = findings["severity"].value_counts()
+    line = ", ".join(f"{counts.get(severity, 0)} {severity}" + ("s" if counts.get(severity, 0) != 1 else "")
+                     for severity in qc.SEVERITIES)  # fmt: skip
+    blocks: list[Block] = [Heading(2, "Quality checks"),
+                           Paragraph((f"{line} (`qc.parquet` beside this file lists every finding; docs/report.md says "
+                                      "what each check means). Info: runs not applicable by design.",))]  # fmt: skip
+    for severity in ("error", "warning"):
+        shown = findings[findings["severity"] == severity]
+        if shown.empty:
+            continue
+        rows = tuple((row.check, row.dataset or "–", "/".join(part for part in (row.method, row.variant) if part) or "–",
+                      f"`{row.metric}`" if row.metric else "–", row.detail)
+                     for row in shown.head(QC_SHOWN).itertuples())  # fmt: skip
+        blocks.append(Table((f"{severity}: check", "dataset", "run", "metric", "detail"), rows))
+        if len(shown) > QC_SHOWN:
+            blocks.append(Paragraph((f"… and {len(shown) - QC_SHOWN} more {severity}s in `qc.parquet`.",)))
     return blocks
 
 
@@ -341,8 +368,9 @@ def notes_for(scores: pd.DataFrame, notes: Sequence[str | Mapping]) -> tuple[str
 def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
                          paired: Sequence[dict] = (), notes: Sequence[str] = (),
                          kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None,
-                         alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None) -> str:  # fmt: skip
-    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards))
+                         alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None,
+                         findings: pd.DataFrame | None = None) -> str:  # fmt: skip
+    return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards, findings))
 
 
 def _paired_blocks(scores: pd.DataFrame, paired: Sequence[dict]) -> list[Block]:
@@ -469,15 +497,26 @@ def efficiency_notes(rows: pd.DataFrame, ranking: Ranking, keys: Sequence[tuple[
 def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
               leaderboard_path: str, baseline: str, tracks: dict[str, Track], paired: Sequence[dict] = (),
               notes: Sequence[str] = (), kinds: Mapping[str, str] | None = None,
-              alpha: float = DEFAULT_ALPHA, floor_cards_path: str | None = None,
-              noise_path: str | None = None) -> pd.DataFrame:  # fmt: skip
+              alpha: float = DEFAULT_ALPHA, floor_cards_path: str | None = None, noise_path: str | None = None,
+              qc_path: str | None = None, cost_path: str | None = None,
+              missing: Mapping[str, Mapping[str, list[str]]] | None = None,
+              recorded: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:  # fmt: skip
     """scores.parquet and runs.parquet (``celldag.leaderboard.aggregate_tables``), floor_cards.parquet
-    (``celldag.floor_cards``, against the reference's noise at ``noise_path``), then leaderboard.md from them.
-    ``alpha``: the annotation scores' (``celldag.annotation.scoring.options(evaluation)["alpha"]``)."""
+    (``celldag.floor_cards``, against the reference's noise at ``noise_path``), qc.parquet (``celldag.qc``: runs
+    against the reference's cost at ``cost_path``, ``missing`` citation fields), then leaderboard.md from them.
+    ``alpha``: the annotation scores' (``celldag.annotation.scoring.options(evaluation)["alpha"]``). ``recorded``
+    (``celldag audit``): the floor cards and quality checks written before, whose reference margins and cost findings
+    are taken as read then (the reference may have been remade since) instead of from the two paths."""
+    recorded = recorded or {}
     scores, runs = aggregate_tables(score_paths, record_paths, scores_path, runs_path, baseline, tracks)
-    cards = floor_cards.floor_cards(scores, tracks, floor_cards.read_noise(noise_path), alpha)
-    if floor_cards_path is not None:
-        artifacts.write_parquet(cards, floor_cards_path)
+    cards = floor_cards.floor_cards(scores, tracks, floor_cards.read_noise(noise_path), alpha,
+                                    recorded.get("floor_cards"))  # fmt: skip
+    findings = qc.qc_table(scores, runs, missing or {}, qc.read_cost(cost_path), recorded.get("qc"))
+    for table, path in ((cards, floor_cards_path), (findings, qc_path)):
+        if path is not None:
+            artifacts.write_parquet(table, path)
     with artifacts.atomic_path(leaderboard_path) as tmp:
-        tmp.write_text(leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards))
+        tmp.write_text(
+            leaderboard_markdown(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards, findings)
+        )
     return scores

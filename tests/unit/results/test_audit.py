@@ -200,7 +200,7 @@ def test_intact_results_audit_clean(results, capsys):
     assert status == 0, "\n".join(lines)
     assert len(reproduced) == 3  # the default sample
     assert all(line.endswith("(cpu; output and 3 scores bit-identical)") for line in reproduced)
-    assert lines[-1] == ("summary: 6 run records, 8 files, 1 scores table, 3 aggregate files checked (0 changed, 0 missing, "
+    assert lines[-1] == ("summary: 6 run records, 8 files, 1 scores table, 5 aggregate files checked (0 changed, 0 missing, "
                          "0 errors); "
                          "3 re-runs: 3 reproduced, 0 differ, 0 not re-run — OK")  # fmt: skip
 
@@ -296,7 +296,8 @@ def test_a_record_without_a_field_is_one_error_line(results, capsys):
         "(records written by an older celldag lack some fields; rerunning the run rewrites its record)"
     ]
     assert (
-        "not checked: results/tiny/scores.parquet, results/tiny/runs.parquet, results/tiny/leaderboard.md "
+        "not checked: results/tiny/scores.parquet, results/tiny/runs.parquet, results/tiny/floor_cards.parquet, "
+        "results/tiny/qc.parquet, results/tiny/leaderboard.md "
         "(a run record they come from is unreadable)" in lines
     )
 

@@ -128,3 +128,13 @@ def test_the_card_section_shows_the_main_tables_metrics_and_lists_the_flagged_on
     assert "`rf`" in text and "`k_qdist`" not in text.split("Flagged")[0]  # k_qdist: not the main table, not flagged
     flagged = [block for block in blocks if "Flagged" in str(block)][0]
     assert flagged.lines == ("Flagged: 0 of 2 metrics judged against controls.",)
+
+
+def test_recorded_margins_are_taken_as_read_then():
+    """celldag audit rebuilds the cards with the margins the aggregate job read from the reference at the time."""
+    scores = table(lineage_rows(NULL, [1.0, 0.9]), lineage_rows(ORACLE, [0.2, 0.1]))
+    noise = pd.DataFrame([("d", "lineage", *NULL, "rf", 0.02)],
+                         columns=["dataset", "track", "method", "variant", "metric", "margin"])  # fmt: skip
+    then = floor_cards(scores, TRACKS, noise, alpha=0.1).assign(margin=0.9, margin_source="the metric's median")
+    rebuilt = floor_cards(scores, TRACKS, None, alpha=0.1, recorded=then).set_index("metric")
+    assert rebuilt.loc["rf", "margin"] == 0.9 and rebuilt.loc["rf", "flagged"]  # range 0.8 within the recorded 0.9

@@ -179,20 +179,25 @@ def test_the_audit_rebuilds_the_columns_with_the_configs_alpha(tmp_path, monkeyp
 
     def audit() -> Report:
         report = Report()
-        plan = SimpleNamespace(name="x", runs=[SimpleNamespace(record=path) for path in records], chained=[],
+        plan = SimpleNamespace(name="x", runs=[SimpleNamespace(record=path, method="pca", dataset="pbmc")
+                                               for path in records], chained=[],
                                dataset_scores=score_paths, chained_scores=[])  # fmt: skip
-        registries = SimpleNamespace(tracks=read_yaml(REPO / "config/tracks.yaml"), methods={})
+        # a method without a license: its metadata warning is rebuilt alike
+        pca = {"reference": "r", "variants": {"default": {}}, "kind": "baseline"}
+        registries = SimpleNamespace(tracks=read_yaml(REPO / "config/tracks.yaml"), methods={"pca": pca},
+                                     datasets={"pbmc": {"reference": "r", "license": "l"}})  # fmt: skip
         check_aggregate(plan, {"evaluation": evaluation}, registries, len(records), report)
         return report
 
     def write(alpha: float) -> None:
         aggregate(score_paths=score_paths, record_paths=records, scores_path="results/x/scores.parquet",
                   runs_path="results/x/runs.parquet", leaderboard_path="results/x/leaderboard.md", baseline="none",
-                  tracks=TRACKS, alpha=alpha, floor_cards_path="results/x/floor_cards.parquet")  # fmt: skip
+                  tracks=TRACKS, alpha=alpha, floor_cards_path="results/x/floor_cards.parquet",
+                  qc_path="results/x/qc.parquet", missing={"method": {"pca": ["license"]}})  # fmt: skip
 
     write(options(evaluation)["alpha"])
     report = audit()
-    assert report.problems == 0 and report.counts["aggregate files"] == 4, capsys.readouterr().out
+    assert report.problems == 0 and report.counts["aggregate files"] == 5, capsys.readouterr().out
     write(0.1)  # a leaderboard made with another α than the scores' is not the one the scores give
     assert audit().problems == 2  # nor are its floor cards: a guarantee's rows meeting 1 − α
     out = capsys.readouterr().out
