@@ -14,8 +14,9 @@ method (``kind: control``), never ranked. From their scores, per dataset:
   seed's controls — 0 the null, 1 the oracle — written as ``scaled_<metric>`` rows beside the raw scores.
 
 The margin: ``reference/default``'s seed-noise margin (``celldag.reference``: the largest move of one score within
-seed noise) — the larger of the two controls' margins where the reference ran them on this dataset, else the
-median margin of the metric over the reference's runs, else none (then only a negative range flags).
+seed noise, the smallest change ``celldag check`` detects) — the median over the reference's runs of the metric on
+this dataset, else over all its datasets, else none (then only a negative range flags). A metric is flagged where
+the whole span from its floor to its ceiling is a change the check could not tell from seed noise in one score.
 Guarantee metrics are judged against their target instead: their card says how many rows meet it.
 """
 
@@ -85,13 +86,12 @@ def noise_margins(noise: pd.DataFrame | None, cards: pd.DataFrame) -> pd.DataFra
                            index=cards.index)  # fmt: skip
     if noise is None or noise.empty:
         return margins
-    by_group = noise.set_index(NOISE_KEY)["margin"]
+    by_dataset = noise.groupby(["dataset", "track", "metric"])["margin"].median()
     by_metric = noise.groupby(["track", "metric"])["margin"].median()
     for index, card in cards.iterrows():
-        pair = [(card["dataset"], card["track"], *control_key(card[which]), card["metric"]) for which in
-                ("null", "oracle")]  # fmt: skip
-        if all(key in by_group.index for key in pair):
-            margins.loc[index] = (max(float(by_group[key]) for key in pair), "the controls' on this dataset")
+        if (card["dataset"], card["track"], card["metric"]) in by_dataset.index:
+            margins.loc[index] = (float(by_dataset[(card["dataset"], card["track"], card["metric"])]),
+                                  "the metric's median on this dataset")  # fmt: skip
         elif (card["track"], card["metric"]) in by_metric.index:
             margins.loc[index] = (float(by_metric[(card["track"], card["metric"])]), "the metric's median")
     return margins

@@ -4,7 +4,7 @@ severity (docs/report.md, "Quality checks").
 - ``error``: a run that **failed** (its scores are missing from every table it would be in);
 - ``warning``: a metric **absent** from a run that is ok while other runs of its dataset have it; a control-scaled
   score outside [−1, 2] (mean over seeds: a method far below the null or beyond the oracle, which says more about
-  the controls or the metric than about the method); a method's **cost** an outlier against the shipped reference
+  the controls or the metric than about the method), on a metric its floor card does not flag; a method's **cost** an outlier against the shipped reference
   (``reference/default/cost.tsv``: more than ``WALL_RATIO`` times its wall time or ``PEAK_RATIO`` times its peak
   memory, the default run only, whose runs the reference measured); a method or dataset without the **reference**
   or **license** `celldag cite` needs;
@@ -16,7 +16,7 @@ severity (docs/report.md, "Quality checks").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import pandas as pd
 
@@ -69,8 +69,10 @@ def absent_rows(scores: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def scaled_rows(scores: pd.DataFrame) -> list[dict]:
-    """A control-scaled score whose mean over seeds lies outside ``SCALED_RANGE`` (warning)."""
+def scaled_rows(scores: pd.DataFrame, flagged: Collection[tuple[str, str]] = ()) -> list[dict]:
+    """A control-scaled score whose mean over seeds lies outside ``SCALED_RANGE`` (warning), on a metric its floor
+    card does not flag (``flagged``: (dataset, metric) pairs; there the card already says the controls give the metric
+    no range, and a scale of almost nothing sends every score far out)."""
     scaled = scores[(scores["status"] == "ok") & scores["metric"].str.startswith(SCALED_PREFIX)]
     means = scaled.groupby(["dataset", "method", "variant", "metric"])["value"].mean()
     low, high = SCALED_RANGE
@@ -85,7 +87,7 @@ def scaled_rows(scores: pd.DataFrame) -> list[dict]:
             metric,
         )  # fmt: skip
         for (dataset, method, variant, metric), value in means.items()
-        if not low <= value <= high
+        if not low <= value <= high and (dataset, metric.removeprefix(SCALED_PREFIX)) not in flagged
     ]
 
 
@@ -118,14 +120,17 @@ def metadata_rows(missing: Mapping[str, Mapping[str, list[str]]]) -> list[dict]:
 
 
 def qc_table(scores: pd.DataFrame, runs: pd.DataFrame, missing: Mapping[str, Mapping[str, list[str]]],
-             reference_cost: pd.DataFrame | None, recorded: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+             reference_cost: pd.DataFrame | None, recorded: pd.DataFrame | None = None,
+             flagged: Collection[tuple[str, str]] = ()) -> pd.DataFrame:  # fmt: skip
     """Every finding (``QC_COLUMNS``), most severe first. ``missing``: kind ("method", "dataset") → id → the
     citation fields its registry entry lacks; ``reference_cost``: reference/default/cost.tsv, or None where the run
     is not the one the reference measured; ``recorded``: an earlier table whose cost findings are taken as they were
-    (``celldag audit``: the reference's cost then) instead of ``reference_cost``'s."""
+    (``celldag audit``: the reference's cost then) instead of ``reference_cost``'s; ``flagged``: the (dataset, metric)
+    pairs the floor cards flag, whose scaled scores are not checked."""
     cost = cost_rows(runs, reference_cost) if recorded is None else \
         recorded[recorded["check"] == "cost"][QC_COLUMNS].to_dict("records")  # fmt: skip
-    rows = [*status_rows(scores), *absent_rows(scores), *scaled_rows(scores), *cost, *metadata_rows(missing)]
+    rows = [*status_rows(scores), *absent_rows(scores), *scaled_rows(scores, set(flagged)), *cost,
+            *metadata_rows(missing)]  # fmt: skip
     table = pd.DataFrame(rows, columns=QC_COLUMNS)
     order = table["severity"].map({severity: rank for rank, severity in enumerate(SEVERITIES)})
     return table.assign(order=order).sort_values(["order", "check", "dataset", "method", "variant", "metric"],

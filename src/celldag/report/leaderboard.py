@@ -511,7 +511,8 @@ def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores
     scores, runs = aggregate_tables(score_paths, record_paths, scores_path, runs_path, baseline, tracks)
     cards = floor_cards.floor_cards(scores, tracks, floor_cards.read_noise(noise_path), alpha,
                                     recorded.get("floor_cards"))  # fmt: skip
-    findings = qc.qc_table(scores, runs, missing or {}, qc.read_cost(cost_path), recorded.get("qc"))
+    flagged = set(zip(cards.loc[cards["flagged"], "dataset"], cards.loc[cards["flagged"], "metric"]))
+    findings = qc.qc_table(scores, runs, missing or {}, qc.read_cost(cost_path), recorded.get("qc"), flagged)
     for table, path in ((cards, floor_cards_path), (findings, qc_path)):
         if path is not None:
             artifacts.write_parquet(table, path)

@@ -56,14 +56,16 @@ def test_a_metric_is_flagged_when_the_null_beats_the_oracle_or_the_range_is_with
                    lineage_rows(ORACLE, [0.1, 0.2, 0.1], metric="quartet_dist"),
                    lineage_rows(NULL, [0.5, 0.6, 0.5], metric="split_recovery"),
                    lineage_rows(ORACLE, [0.4, 0.4, 0.4], metric="split_recovery"))  # fmt: skip
-    noise = pd.DataFrame([("d", "lineage", *NULL, "rf", 0.02), ("d", "lineage", *ORACLE, "rf", 0.03),
+    noise = pd.DataFrame([("d", "lineage", *NULL, "rf", 0.02), ("d", "lineage", "nj_raw", "default", "rf", 0.03),
+                          ("d", "lineage", *ORACLE, "rf", 0.05),
                           ("e", "lineage", "nj_raw", "default", "quartet_dist", 0.05)],
                          columns=["dataset", "track", "method", "variant", "metric", "margin"])  # fmt: skip
     cards = floor_cards(scores, TRACKS, noise, alpha=0.1).set_index("metric")
     assert cards.loc["rf", "range"] == pytest.approx(0.01)  # lower is better: null − oracle
-    assert cards.loc["rf", "margin"] == pytest.approx(0.03)  # the larger of the controls' margins on this dataset
+    assert cards.loc["rf", "margin"] == pytest.approx(0.03)  # the median of the reference's runs on this dataset
+    assert cards.loc["rf", "margin_source"] == "the metric's median on this dataset"
     assert cards.loc["rf", "flagged"] and "within the noise margin" in cards.loc["rf", "why"]
-    assert cards.loc["quartet_dist", "margin"] == pytest.approx(0.05)  # no control there: the metric's median
+    assert cards.loc["quartet_dist", "margin"] == pytest.approx(0.05)  # not on this dataset: over all of them
     assert cards.loc["quartet_dist", "margin_source"] == "the metric's median"
     assert not cards.loc["quartet_dist", "flagged"]
     assert cards.loc["split_recovery", "range"] == pytest.approx(0.4 - 1.6 / 3)  # higher is better: oracle − null

@@ -81,3 +81,9 @@ def test_recorded_cost_findings_are_taken_as_they_were():
     assert set(then["check"]) == {"cost"}
     rebuilt = qc_table(pd.DataFrame(clean_scores()), runs, CITED, None, recorded=then)
     pd.testing.assert_frame_equal(rebuilt, then)
+
+
+def test_a_scaled_score_out_of_range_is_not_warned_of_on_a_metric_its_floor_card_flags():
+    scores = [*clean_scores(), score("nj_pca", 0, "scaled_rf", 40.0)]
+    assert list(qc_table(pd.DataFrame(scores), RUNS, CITED, COST)["check"]) == ["scaled score"]
+    assert qc_table(pd.DataFrame(scores), RUNS, CITED, COST, flagged={("d", "rf")}).empty
