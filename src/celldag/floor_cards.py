@@ -22,6 +22,7 @@ Guarantee metrics are judged against their target instead: their card says how m
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import numpy as np
@@ -166,8 +167,9 @@ def floor_cards(scores: pd.DataFrame, tracks: Mapping[str, Track], noise: pd.Dat
 
 
 def read_noise(path: str | None) -> pd.DataFrame | None:
-    """reference/default/noise.tsv, or None where the workflow ships no reference (a lab's copy without it)."""
-    if not path:
+    """reference/default/noise.tsv, or None where the workflow ships no reference (a lab's copy without it: no file
+    at ``path``)."""
+    if not path or not os.path.isfile(path):
         return None
     return pd.read_csv(path, sep="\t", usecols=[*NOISE_KEY, "margin"], keep_default_na=False,
                        dtype={"variant": str, "method": str})  # fmt: skip

@@ -16,6 +16,7 @@ severity (docs/report.md, "Quality checks").
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Mapping
 
 import pandas as pd
@@ -147,4 +148,5 @@ def missing_citations(registries, plan) -> dict[str, dict[str, list[str]]]:
 
 
 def read_cost(path: str | None) -> pd.DataFrame | None:
-    return None if not path else pd.read_csv(path, sep="\t")
+    """reference/default/cost.tsv, or None where there is none at ``path`` (or no path: not the default run)."""
+    return pd.read_csv(path, sep="\t") if path and os.path.isfile(path) else None

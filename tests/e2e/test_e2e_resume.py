@@ -123,7 +123,8 @@ def test_killed_training_resumes_to_identical_scores_and_only_the_killed_job_rer
     assert plans["update pending"] == {
         celltreeqm.path(RUN_OUTPUT), celltreeqm.path(RUN_RECORD), "results/default/scores/bm_small.parquet",
         "results/default/scores/bm_small.sha256.json", "results/default/scores.parquet", "results/default/runs.parquet",
-        "results/default/leaderboard.md", "results/default/index.html", "results/default/leaderboard.html",
+        "results/default/floor_cards.parquet", "results/default/qc.parquet", "results/default/leaderboard.md",
+        "results/default/index.html", "results/default/leaderboard.html",
         *(f"results/default/figures/bm_small/{name}.png" for name in figures),
     }  # fmt: skip
     assert {finished_first, prepared} <= plans["no update"]

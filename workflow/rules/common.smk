@@ -27,19 +27,13 @@ def workflow_file(relative):
     return os.path.normpath(original) if original and Path(original).is_file() else str(cached)
 
 
-def shipped_reference_file(name):
-    """A file of the shipped reference (reference/default/), or None for a copy of the workflow without it."""
-    try:
-        path = workflow_file(f"../../reference/default/{name}")
-    except (FileNotFoundError, WorkflowError):
-        return None
-    return path if os.path.isfile(path) else None
-
-
 # The installed package must be the version of these workflow files (a module's rules come from a path
 # or a git tag, the package from pip: they can drift). Checked before anything else of celldag is
 # imported, with nothing an older or newer package may lack; cluster jobs parse this file again.
 PYPROJECT = workflow_file("../../pyproject.toml")
+# the shipped reference (reference/default/ of the checkout beside pyproject.toml): where a copy of the workflow has
+# none (a remote module, a lab's folder), paths into it name no file, and what reads them does without
+SHIPPED_REFERENCE = os.path.join(os.path.dirname(PYPROJECT), "reference", "default")
 with open(PYPROJECT, "rb") as _pyproject:
     WORKFLOW_VERSION = tomllib.load(_pyproject)["project"]["version"]
 if celldag.__version__ != WORKFLOW_VERSION:

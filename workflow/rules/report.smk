@@ -5,10 +5,11 @@ from celldag.errors import InputError
 
 # The shipped reference's seed-noise margins, against which a metric's null–oracle range is judged
 # (celldag.floor_cards), and its cost per method, against which the default run's cost is checked (celldag.qc): read
-# when the aggregate runs and recorded in what it writes (floor_cards.parquet's margins, qc.parquet's cost rows), so
-# a remade reference reruns no job; a workflow without its reference judges a range by its sign alone
-REFERENCE_NOISE = shipped_reference_file("noise.tsv")
-REFERENCE_COST = shipped_reference_file("cost.tsv") if config["name"] == celldag_qc.COST_CONFIG else None
+# when the aggregate runs and recorded in what it writes (floor_cards.parquet's margins, qc.parquet's cost rows).
+# Constant paths, not inputs: a reference made or remade after the run reruns no job. A workflow without its
+# reference (no file there) judges a range by its sign alone
+REFERENCE_NOISE = os.path.join(SHIPPED_REFERENCE, "noise.tsv")
+REFERENCE_COST = os.path.join(SHIPPED_REFERENCE, "cost.tsv") if config["name"] == celldag_qc.COST_CONFIG else None
 
 
 rule aggregate:
