@@ -13,16 +13,13 @@ through ``predict_each``, the same ``uns`` facts), so the conformal procedures c
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from celldag.annotation import classifiers
 from celldag.annotation.classifiers import _facts, predict_each
+from celldag.annotation.track import AnnotationInput
 from celldag.methods import MethodResult
-
-if TYPE_CHECKING:
-    from celldag.annotation.track import AnnotationInput
 
 PERMUTATION_STREAM = 201  # second entry of the seed sequence the label permutations are drawn from
 
