@@ -8,7 +8,7 @@ per method"): the numbers docs/check.md quotes, from a reference and the runs it
 - the power table: per method kind (track; trained = a method the registry marks `gpu: true`), lab seeds
   (3, 5, 10, 20) × reference seeds (5, 10, 20), the median shift of one metric (in its sd) a check detects with
   probability 0.9, and the share of metrics where 1 sd is detected so — simulated under the noise model
-  (``celldag.method_verdicts.power_table``);
+  (``celldag.results.method_verdicts.power_table``);
 - the false-alarm rate of an unchanged installation simulated under the noise model, the metrics of a method
   independent, correlated at 0.5 or moving as one;
 - injection into copies of real runs (``--results``, e.g. the held-out reruns): every judged metric of one method
@@ -33,9 +33,9 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from celldag import method_verdicts as mv  # noqa: E402
-from celldag import reference as ref  # noqa: E402
-from celldag.compare import read_side  # noqa: E402
+from celldag.results import method_verdicts as mv  # noqa: E402
+from celldag.results import reference as ref  # noqa: E402
+from celldag.results.compare import read_side  # noqa: E402
 from celldag.registry import read_yaml  # noqa: E402
 from celldag.annotation.track import PROCEDURES as ANNOTATION_PROCEDURES  # noqa: E402
 from celldag.tracks import tracks_of  # noqa: E402

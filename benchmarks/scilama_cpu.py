@@ -26,7 +26,7 @@ def main(table_path: str | None, threads: int) -> None:
 
     from celldag.embeddings import read_table
     from celldag.plan import GENE_TABLE, data_key, method_params
-    from celldag.prepare import prepare_dataset
+    from celldag.jobs.prepare import prepare_dataset
     from celldag.registry import load_config, read_yaml
     from celldag.methods.scilama import run
 

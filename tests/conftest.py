@@ -83,7 +83,7 @@ def org_db(pytestconfig, tmp_path_factory) -> Path:
     """The real org.Hs.eg.sqlite as the pipeline gets it: the Debian package config/embeddings.yaml pins, through
     celldag's download (and $CELLDAG_MIRROR's mirror when set), kept in pytest's cache between sessions; a run's
     download in resources/ when there is one. Skipped only when it cannot be fetched (no network, no mirror)."""
-    from celldag.download import DownloadError, configured_mirror, fetch_registry_file
+    from celldag.jobs.download import DownloadError, configured_mirror, fetch_registry_file
 
     files = [f for entry in read_yaml(REPO / "config/embeddings.yaml").values() for f in entry.get("files", [])]
     spec = next(f for f in files if f["role"] == ORG_ROLE)

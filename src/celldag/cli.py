@@ -13,7 +13,7 @@ the last (docs/compare.md): per score identical, within tolerance, moved, status
 only; each leaderboard's order; the run-record fields that differ. Exit status 0 when every score is
 identical or within tolerance and no order changed, 1 otherwise, 2 for a bad argument.
 ``celldag compare --published [RESULTS]`` holds a results folder against the papers' published numbers
-(``celldag.published``).
+(``celldag.results.published``).
 
 ``celldag resources`` lists what each benchmarked job (prepare_dataset, run_method, evaluate) used —
 wall time and peak RSS from Snakemake's benchmark files — beside the memory it asks of the cluster.
@@ -37,11 +37,11 @@ from celldag import plan as planning
 from celldag.bibliography import FORMATS
 from celldag.document import markdown
 from celldag.errors import InputError
-from celldag.joblog import one_line
+from celldag.jobs.joblog import one_line
 from celldag.plan import make_plan
 from celldag.release import version_text
 from celldag.registry import DEFAULT_CONFIG, PIN_ON_FIRST_FETCH, load_workflow_config, read_yaml
-from celldag.validate import validate_dataset
+from celldag.commands.validate import validate_dataset
 
 
 class PrintVersion(argparse.Action):
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "audit":
-            from celldag.audit import audit
+            from celldag.commands.audit import audit
 
             return audit(args.configfile, args.sample, args.seed, args.run, args.workflow, args.config_key)
         if args.command == "compare":
@@ -92,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "resources":
             return _resources(args.results, args.workflow)
         if args.command == "check":
-            from celldag.check import check
+            from celldag.commands.check import check
 
             return check(args.reference, args.results, args.workflow, args.out)
         if args.command == "reference":
-            from celldag.check import make_reference
+            from celldag.commands.check import make_reference
 
             return make_reference(args.workflow, args.out, args.cores, run=not args.no_run)
         if args.command == "annotate":
@@ -220,7 +220,7 @@ def _add_check(commands) -> None:
 
 
 def _add_annotate(commands) -> None:
-    """Options left out take ``celldag.annotate.Request``'s defaults (not imported here: it loads pandas)."""
+    """Options left out take ``celldag.commands.annotate.Request``'s defaults (not imported here: it loads pandas)."""
     annotate = commands.add_parser("annotate", help="annotate a lab's unlabelled cells from a labelled reference: "
                                                     "prediction sets, unknown types, a shift verdict per batch")  # fmt: skip
     annotate.add_argument("reference", metavar="REFERENCE",
@@ -278,7 +278,7 @@ ANNOTATE_SETTINGS = ("batch_key", "label_key", "representation", "classifier", "
 
 
 def _annotate(args) -> int:
-    from celldag.annotate import Request, annotate, model_path, reference_path
+    from celldag.commands.annotate import Request, annotate, model_path, reference_path
 
     config, registries = load_workflow_config(args.configfile, args.workflow, args.config_key)
     given = {name: getattr(args, name) for name in ANNOTATE_SETTINGS if getattr(args, name) is not None}
@@ -308,9 +308,9 @@ def _add_split(commands) -> None:
 
 
 def _split(args) -> int:
-    # loaded when the command runs, as in _annotate: celldag.annotate brings pandas and scipy (≈ 0.7 s of import)
+    # loaded when the command runs, as in _annotate: celldag.commands.annotate brings pandas and scipy (≈ 0.7 s of import)
     # that every other command would pay for at start-up
-    from celldag.annotate import Request, reference_path, split_table
+    from celldag.commands.annotate import Request, reference_path, split_table
 
     _, registries = load_workflow_config(args.configfile, args.workflow, args.config_key)
     given = {name: getattr(args, name) for name in SPLIT_SETTINGS if getattr(args, name) is not None}
@@ -336,7 +336,7 @@ def _add_cite(commands) -> None:
 
 
 def _cite(results: str | None, output_format: str, configfile: str, workflow: str, config_key: str | None) -> int:
-    from celldag.cite import citations, cited_by_plan, cited_by_results
+    from celldag.commands.cite import citations, cited_by_plan, cited_by_results
 
     config, registries = load_workflow_config(configfile, workflow, config_key)
     if results is not None:
@@ -371,12 +371,12 @@ def _compare(args) -> int:
             raise InputError(
                 "celldag compare A B --noise REFERENCE: the reference's noise model sets the tolerances (no --rtol/--atol)"
             )
-        from celldag.check import check
+        from celldag.commands.check import check
 
         return check(
             args.noise, args.folders[1], args.workflow, args.out or "results/compare", baseline=args.folders[0]
         )
-    from celldag.compare import DEFAULT_OUT
+    from celldag.results.compare import DEFAULT_OUT
 
     return compare_folders(*args.folders, out=args.out or DEFAULT_OUT, rtol=args.rtol, atol=args.atol,
                            show_all=args.show_all, workflow=args.workflow)  # fmt: skip
@@ -384,12 +384,12 @@ def _compare(args) -> int:
 
 def compare_folders(a: str, b: str, out: str, rtol: float | None = None, atol: float | None = None,
                     show_all: bool = False, workflow: str = ".") -> int:  # fmt: skip
-    """``celldag compare A B``: compare results folders ``a`` and ``b`` (``celldag.compare``), write compare.md and
+    """``celldag compare A B``: compare results folders ``a`` and ``b`` (``celldag.results.compare``), write compare.md and
     compare.html to ``out`` (``celldag.report.comparison``) and print a summary; 0 when every score is identical or
     within tolerance and no order changed, else 1."""
     from pathlib import Path
 
-    from celldag.compare import compare_sides, declared_tracks, read_side
+    from celldag.results.compare import compare_sides, declared_tracks, read_side
     from celldag.report.comparison import summary_lines, write_comparison
 
     sides = (read_side(a), read_side(b))
@@ -401,14 +401,22 @@ def compare_folders(a: str, b: str, out: str, rtol: float | None = None, atol: f
 
 def compare_published(results: str | None, configfile: str, workflow: str, config_key: str | None,
                       out: str | None) -> int:  # fmt: skip
-    """``celldag compare --published``: every published number (``celldag.published``) against the scores of
+    """``celldag compare --published``: every published number (``celldag.results.published``) against the scores of
     ``results`` (default results/{name}/ of the config), written to ``out`` (default: that folder) as published.md
     and published.html. 0 when no comparable computed number is ``neither``, 1 when one is; InputError (2) for a
     bad argument."""
     from pathlib import Path
 
     from celldag import artifacts
-    from celldag.published import DEFAULT_FOLDER, NEITHER, context_of, load_published, section, summary, verdicts
+    from celldag.results.published import (
+        DEFAULT_FOLDER,
+        NEITHER,
+        context_of,
+        load_published,
+        section,
+        summary,
+        verdicts,
+    )
     from celldag.report.html import page, render
 
     config, registries = load_workflow_config(configfile, workflow, config_key)
@@ -439,7 +447,7 @@ def compare_published(results: str | None, configfile: str, workflow: str, confi
 def _resources(results: str, workflow: str) -> int:
     import os
 
-    from celldag.resources import measured
+    from celldag.jobs.resources import measured
 
     jobs = measured(results, read_yaml(os.path.join(workflow, "config", "resources.yaml")))
     print("| rule | job | rows | wall s | peak RSS MB | requested MB |\n|---|---|---|---|---|---|")
@@ -455,8 +463,8 @@ def _prefetch(configfile: str, dest: str | None, list_only: bool, workflow: str,
     from pathlib import Path
 
     from celldag.artifacts import sha256_file
-    from celldag.download import DownloadError, configured_mirror, download, mirror_path
-    from celldag.prefetch import needed_files
+    from celldag.jobs.download import DownloadError, configured_mirror, download, mirror_path
+    from celldag.jobs.prefetch import needed_files
 
     config, registries = load_workflow_config(configfile, workflow, config_key)
     try:
@@ -482,7 +490,9 @@ def _prefetch(configfile: str, dest: str | None, list_only: bool, workflow: str,
             if item.sha256 is None and target.is_file():  # nothing to check it against: keep it, not fetch it again
                 digest = sha256_file(target)
             else:  # from the origin, always: this fills the mirror
-                digest = download(item.url, target, sha256=item.sha256, progress=logging.getLogger("celldag.prefetch"))
+                digest = download(
+                    item.url, target, sha256=item.sha256, progress=logging.getLogger("celldag.jobs.prefetch")
+                )
         except DownloadError as err:
             print(one_line(err), file=sys.stderr)
             failed += 1

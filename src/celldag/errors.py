@@ -1,6 +1,6 @@
 """The one base class of the errors a user can fix: bad config, registry entry, dataset, file or download.
 
-Jobs and the CLI print these as one line naming the file and field (``celldag.joblog``); anything else
+Jobs and the CLI print these as one line naming the file and field (``celldag.jobs.joblog``); anything else
 is a bug and keeps its traceback, in the job's log.
 """
 

@@ -43,8 +43,10 @@ RUN_LOG = "results/logs/run_method/{dataset}/{method}/{variant}/{key}/seed{seed}
 DATASET_SCORES = "results/{name}/scores/{dataset}.parquet"  # every run on one dataset: metric start-up is paid once
 SCORES = "results/{name}/scores.parquet"
 RUNS = "results/{name}/runs.parquet"
-FLOOR_CARDS = "results/{name}/floor_cards.parquet"  # each metric's null and oracle per dataset (celldag.floor_cards)
-QC = "results/{name}/qc.parquet"  # the quality checks, with their severities (celldag.qc)
+FLOOR_CARDS = (
+    "results/{name}/floor_cards.parquet"  # each metric's null and oracle per dataset (celldag.results.floor_cards)
+)
+QC = "results/{name}/qc.parquet"  # the quality checks, with their severities (celldag.results.qc)
 LEADERBOARD = "results/{name}/leaderboard.md"
 FIGURE = "results/{name}/figures/{dataset}/{figure}.png"  # a figure of its track (celldag.tracks.Figure)
 INDEX = "results/{name}/index.html"  # leaderboards, figures and failed runs on one static page
@@ -58,7 +60,7 @@ CHAINED_OUTPUT = CHAINED_DIR + "/{chained_method}/output.h5ad"
 CHAINED_RECORD = CHAINED_DIR + "/{chained_method}/run.json"
 CHAINED_LOG = "results/logs/run_chained/{dataset}/{method}/{variant}/{key}/{track}-{chain_key}.log"
 CHAINED_SCORES = "results/{name}/scores/{dataset}.{track}.parquet"
-ANNOTATED = "results/{name}/annotate/{query}"  # a lab's query annotated (config `annotate`, celldag.annotate)
+ANNOTATED = "results/{name}/annotate/{query}"  # a lab's query annotated (config `annotate`, celldag.commands.annotate)
 ANNOTATE_LOG = "results/logs/annotate_query/{name}/{query}.log"
 # every job's log (Snakemake's `log:`), under results/logs/<what the job does>/; RUN_LOG and CHAINED_LOG above
 DOWNLOAD_LOG = "results/logs/download/{source}/{file}.log"
@@ -306,7 +308,7 @@ def data_key(dataset_entry: dict) -> str:
     return settings_key(preparation_entry(dataset_entry))
 
 
-# entries of a dataset that change where its jobs run, not what they compute (celldag.envs)
+# entries of a dataset that change where its jobs run, not what they compute (celldag.jobs.envs)
 WHERE_IT_RUNS = ("env", "packages")
 # what to cite for an entry and under which license its implementation runs (celldag cite): a corrected reference
 # recomputes nothing. A dataset's license stays in its key: it has keyed the prepared files since it was required

@@ -144,7 +144,9 @@ class FigureData:
     evaluation: dict  # the run config's `evaluation` section (e.g. `paired`, `delta_baseline`)
     kinds: Mapping[str, str] = field(default_factory=dict)  # "method/variant" -> method | baseline | control
     scores: "pd.DataFrame | None" = None  # results/{name}/scores/{dataset}.parquet: every seed, no Δ rows
-    runs: "pd.DataFrame | None" = None  # the dataset's run records (celldag.leaderboard.RUN_COLUMNS), every seed
+    runs: "pd.DataFrame | None" = (
+        None  # the dataset's run records (celldag.results.leaderboard.RUN_COLUMNS), every seed
+    )
     prepared: "AnnData | None" = None  # the prepared dataset of `seed` (with "outputs")
     outputs: Mapping[str, "AnnData"] = field(default_factory=dict)  # "method/variant" -> output of `seed`
     tables: tuple[str, ...] = ()  # the gene-embedding tables (parquet) the runs of `seed` read

@@ -59,7 +59,7 @@ def test_a_query_naming_a_registry_model_reads_its_verified_download_from_a_stri
 
     from celldag.annotation import celltypist as ct
     from celldag.artifacts import sha256_file
-    from celldag.download import mirror_path
+    from celldag.jobs.download import mirror_path
 
     workdir = copy_workflow(tmp_path / "workflow")
     lab_query(workdir / "lab.h5ad")

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from celldag import __version__ as VERSION
-from celldag.envs import celldag_package, directory_tree
+from celldag.jobs.envs import celldag_package, directory_tree
 from conda_standin import install
 from conftest import REPO, copy_workflow
 from lab_workflow import write_lab_workflow
@@ -319,4 +319,6 @@ def test_a_module_from_a_url_installs_the_celldag_files_served_there(tmp_path, s
         header_digest(generated) == celldag_package(directory_tree(REPO)).digest
     )  # the checkout's files, read at the URL
     env = env_made_from(folder, generated)
-    assert (site_packages(env) / "celldag/envs.py").read_bytes() == (REPO / "src/celldag/envs.py").read_bytes()
+    assert (site_packages(env) / "celldag/jobs/envs.py").read_bytes() == (
+        REPO / "src/celldag/jobs/envs.py"
+    ).read_bytes()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from celldag.joblog import NOT_RETRIED
+from celldag.jobs.joblog import NOT_RETRIED
 from conftest import copy_workflow, planned_run, run_snakemake
 from lab_data import lab_dataset, leaves
 

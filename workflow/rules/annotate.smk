@@ -1,6 +1,6 @@
 # A lab's own cells annotated from a labelled registry dataset (config `annotate`, docs/annotation.md): the
 # reference's prepared file comes from prepare_dataset like any other, the query is the lab's file; one job per
-# query writes results/<name>/annotate/<query>/ (celldag.annotate, the same as `celldag annotate`).
+# query writes results/<name>/annotate/<query>/ (celldag.commands.annotate, the same as `celldag annotate`).
 
 
 rule annotate_query:

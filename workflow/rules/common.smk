@@ -1,6 +1,6 @@
 # Loads and validates the config and registries, derives wildcard constraints from the registry ids, plans the
-# run with celldag.plan, and looks things up for the rules. What a job reads is celldag.rule_inputs' (the input
-# functions here pass a job's wildcards to it); which conda env it runs in, celldag.envs' (RuleEnvs): what those
+# run with celldag.plan, and looks things up for the rules. What a job reads is celldag.jobs.rule_inputs' (the input
+# functions here pass a job's wildcards to it); which conda env it runs in, celldag.jobs.envs' (RuleEnvs): what those
 # need of Snakemake — the workflow's files through its source cache, --sdm conda — is passed in from here.
 #
 # Files of the workflow itself (shipped registries, conda envs, pyproject.toml) are reached through
@@ -66,15 +66,17 @@ if celldag_release.package_digest() != WORKFLOW_SOURCE_DIGEST:
         f"(pip install -e <its checkout>, or the release tag's package for a tagged workflow)"
     )
 
-from celldag import annotate as celldag_annotate, envs as celldag_envs, plan, resources, rule_inputs  # noqa: E402
-from celldag import qc as celldag_qc  # noqa: E402
+from celldag.commands import annotate as celldag_annotate  # noqa: E402
+from celldag.jobs import envs as celldag_envs, resources, rule_inputs
+from celldag import plan
+from celldag.results import qc as celldag_qc  # noqa: E402
 from celldag.errors import InputError  # noqa: E402
 from celldag.registry.params import split_method_selector  # noqa: E402
 from celldag.registry import KINDS, ConfigError, key_sources, load_config, read_yaml  # noqa: E402
 from celldag.registry import package_folders as registry_package_folders  # noqa: E402
 
 # Every job checks that it runs the workflow's celldag, from its own env under --sdm conda
-# (celldag.envs.job_environment_problem): jobs inherit these variables; cluster jobs parse this file again.
+# (celldag.jobs.envs.job_environment_problem): jobs inherit these variables; cluster jobs parse this file again.
 SDM_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 celldag_envs.set_job_variables(WORKFLOW_VERSION, SDM_CONDA)
 RULES_DIR = workflow.current_basedir  # this file's folder as Snakemake reads it: a path, a git or hosted source, a URL
@@ -118,7 +120,7 @@ wildcard_constraints:
     name=re.escape(config["name"]),  # jobs here make this configuration's scores, never another's
 
 
-# ---- input functions: a job's wildcard values (strings) to celldag.rule_inputs; a path this configuration does
+# ---- input functions: a job's wildcard values (strings) to celldag.jobs.rule_inputs; a path this configuration does
 # not make (a key of other settings: no job writes a result under settings it did not run with) stops the DAG
 def planned(inputs, *names):
     """Snakemake's function of ``inputs`` (a RuleInputs method), called with the job's wildcards ``names``."""
@@ -184,7 +186,7 @@ RESOURCE_MODELS = read_yaml(workflow_file("../../config/resources.yaml"))
 
 
 def sized(rule_name, resource, repeats, track_id=None):
-    """A resource that follows the size of the job's prepared data (celldag.resources, config/resources.yaml),
+    """A resource that follows the size of the job's prepared data (celldag.jobs.resources, config/resources.yaml),
     × the attempt; ``repeats(wildcards, input)``: the passes the job makes (seeds run, outputs scored).
     ``track_id``: a chained track's own model (else the dataset's track's)."""
 
@@ -199,7 +201,7 @@ def sized(rule_name, resource, repeats, track_id=None):
 
 def trained_sized(resource):
     """run_method's ``resource``: ``sized``'s, or for a job that trains on a GPU (``method_gpus``) on a track
-    with a ``gpu_run_method`` model, the GPU's (celldag.resources.gpu_request: host memory for CUDA, runtime
+    with a ``gpu_run_method`` model, the GPU's (celldag.jobs.resources.gpu_request: host memory for CUDA, runtime
     from the run's steps or max_epochs and its width)."""
 
     def value(wildcards, input, attempt):
@@ -239,7 +241,7 @@ KINDS_OF_ROWS = plan.method_kinds(REGISTRIES) | plan.chained_kinds(PLAN.chained,
 
 
 # ---- conda envs (--sdm conda): a family's envs/<family>.yaml, or a lab's env file, plus celldag itself and the
-# lab's `packages:`, generated into .snakemake/celldag-envs/ (celldag.envs.RuleEnvs; docs/running.md#conda-environments).
+# lab's `packages:`, generated into .snakemake/celldag-envs/ (celldag.jobs.envs.RuleEnvs; docs/running.md#conda-environments).
 # Rules name envs/<family>.yaml literally, or dataset_env / method_env; use_generated_envs() at the end of the
 # Snakefile points the literal ones at their generated env. Without --sdm conda the files are the given ones.
 def workflow_source(relative):
@@ -257,7 +259,7 @@ def read_workflow_file(relative):
 
 
 def workflow_tree():
-    """The celldag workflow folder these rules come from, as celldag.envs reads it: a local checkout, a
+    """The celldag workflow folder these rules come from, as celldag.jobs.envs reads it: a local checkout, a
     gitfile(...) repository or github(...)/gitlab(...) source at its resolved commit, or a URL."""
     root = RULES_DIR.join("../..")
     if isinstance(root, LocalGitFile):

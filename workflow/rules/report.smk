@@ -1,10 +1,10 @@
 from celldag.annotation.scoring import options as celldag_annotation_options
-from celldag import published as celldag_published
+from celldag.results import published as celldag_published
 from celldag.errors import InputError
 
 
 # The shipped reference's seed-noise margins, against which a metric's null–oracle range is judged
-# (celldag.floor_cards), and its cost per method, against which the default run's cost is checked (celldag.qc): read
+# (celldag.results.floor_cards), and its cost per method, against which the default run's cost is checked (celldag.results.qc): read
 # when the aggregate runs and recorded in what it writes (floor_cards.parquet's margins, qc.parquet's cost rows).
 # Constant paths, not inputs: a reference made or remade after the run reruns no job. A workflow without its
 # reference (no file there) judges a range by its sign alone

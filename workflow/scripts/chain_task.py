@@ -1,5 +1,5 @@
-from celldag import joblog
-from celldag.chained import write_tasks
+from celldag.jobs import joblog
+from celldag.jobs.chained import write_tasks
 from celldag.tracks import load_track
 
 joblog.start(snakemake.log[0])

@@ -1,5 +1,5 @@
-from celldag import joblog
-from celldag.download import configured_mirror, fetch_registry_file
+from celldag.jobs import joblog
+from celldag.jobs.download import configured_mirror, fetch_registry_file
 
 joblog.start(snakemake.log[0])
 # the mirror from the config, not params: a mirror set or changed is no rerun trigger of downloads already made

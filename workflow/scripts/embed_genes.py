@@ -1,4 +1,4 @@
-from celldag import joblog
+from celldag.jobs import joblog
 from celldag.embeddings.job import write_gene_table
 
 joblog.start(snakemake.log[0])

@@ -1,5 +1,5 @@
-from celldag import joblog
-from celldag.scoring import score_dataset
+from celldag.jobs import joblog
+from celldag.jobs.evaluate import score_dataset
 from celldag.tracks import load_track
 
 joblog.start(snakemake.log[0])

@@ -1,4 +1,4 @@
-from celldag import joblog
+from celldag.jobs import joblog
 from celldag.report.figures import draw_figure, figure_data
 from celldag.tracks import load_track
 

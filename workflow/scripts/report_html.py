@@ -1,4 +1,4 @@
-from celldag import joblog
+from celldag.jobs import joblog
 from celldag.report.html import write_index
 from celldag.tracks import tracks_of
 

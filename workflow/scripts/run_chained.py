@@ -1,5 +1,5 @@
-from celldag import joblog
-from celldag.chained import run_chained
+from celldag.jobs import joblog
+from celldag.jobs.chained import run_chained
 from celldag.tracks import load_track
 
 joblog.start(snakemake.log[0])

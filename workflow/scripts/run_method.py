@@ -1,5 +1,5 @@
-from celldag import joblog
-from celldag.runner import run_method
+from celldag.jobs import joblog
+from celldag.jobs.runner import run_method
 from celldag.tracks import load_track
 
 track = load_track(snakemake.params.track["definition"])

@@ -1,6 +1,6 @@
 """Annotate a lab's unlabelled cells from a labelled reference: sets, unknown types and a shift verdict per batch.
 
-The arrays of ``celldag annotate`` (``celldag.annotate`` reads and writes the files). The classifier has given
+The arrays of ``celldag annotate`` (``celldag.commands.annotate`` reads and writes the files). The classifier has given
 probabilities for every reference and query cell, trained on the reference's train cells; here
 
 - the sets of one conformal procedure are calibrated on the reference's calibration cells and built for the

@@ -4,7 +4,7 @@ Every ``ok`` run gets RF, the exact quartet distance and QDist on a seeded quart
 reference with polytomies (a reconstructed barcode tree) also the scores over what that reference
 resolves (``polytomy_scores``); runs trained under a weak supervision setting (recorded by the method in
 ``uns["supervision"]``) also get the metrics that split quartets by what the setting revealed. The
-leaderboard adds the Δ against the baseline method (``celldag.leaderboard``).
+leaderboard adds the Δ against the baseline method (``celldag.results.leaderboard``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Method interface: every method is a function ``run(inputs, params, seed) -> MethodResult``.
 
-Methods see arrays, never AnnData: the runner (``celldag.runner``) reads the prepared dataset, builds
+Methods see arrays, never AnnData: the runner (``celldag.jobs.runner``) reads the prepared dataset, builds
 its track's input (``LineageInput``, ``RepresentationInput``, …: the track's ``method_input``), and
 writes the ``MethodResult`` as a contract-checked output file. A method lists the optional inputs it
 cannot do without under ``needs`` in config/methods.yaml; the runner records ``not_applicable`` when a

@@ -11,7 +11,7 @@ outputs a paper released) adds one registry entry naming one of these functions 
 
 ``path`` is a file param (``run.file_params``): per run its pattern is filled in ({dataset}, {seed}, and a
 chained run's {upstream}), the file is an input of the run's job, its sha256 goes into the run record
-(``celldag.plan.method_files``, ``celldag.runner.run_method``), and the function gets the filled-in path.
+(``celldag.plan.method_files``, ``celldag.jobs.runner.run_method``), and the function gets the filled-in path.
 
 Every check names the lab's file and the field (``ContractError``): the runner lets it stop the job with
 that one line, so a bad file is never scored; rows are matched by id and put in the prepared order.

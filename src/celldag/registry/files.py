@@ -139,7 +139,7 @@ def shipped_registries(workflow: str | Path) -> dict[str, str]:
 
 def check_env_paths(registries: Registries) -> None:
     """An entry's ``env`` that names a file (not a family of celldag's envs/) and its ``packages`` folders exist,
-    relative to the working directory (celldag.envs; the Snakefile checks the families)."""
+    relative to the working directory (celldag.jobs.envs; the Snakefile checks the families)."""
     for kind in ("datasets", "methods"):
         for entry_id, entry in getattr(registries, kind).items():
             where = f"{registries.origin(kind, entry_id)}: {entry_id}"

@@ -1,1 +1,1 @@
-"""Aggregation of per-run scores and run records into the results table and the leaderboard."""
+"""The report's views: leaderboard Markdown, HTML pages, shared figures and the check page, from ``celldag.results``."""

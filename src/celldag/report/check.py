@@ -1,4 +1,4 @@
-"""check.md, check.html and the terminal lines of ``celldag check`` (``celldag.reference``): one verdict for the
+"""check.md, check.html and the terminal lines of ``celldag check`` (``celldag.results.reference``): one verdict for the
 installation, the scores that are not identical with the rule and the margin each was judged by, the environment
 that differs from the reference's, and this machine's cost per rule against the reference's.
 """
@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 
 from celldag import artifacts
-from celldag.method_verdicts import CHANGED, POWER
-from celldag.method_verdicts import summary_line as methods_line
+from celldag.results.method_verdicts import CHANGED, POWER
+from celldag.results.method_verdicts import summary_line as methods_line
 from celldag.document import Block, Heading, Paragraph, Table, markdown
-from celldag.reference import (
+from celldag.results.reference import (
     BIT_FOR_BIT,
     IDENTICAL,
     PASSING,
@@ -26,7 +26,7 @@ from celldag.reference import (
     verdict_counts,
 )
 from celldag.report.html import document_page
-from celldag.tolerance import plural
+from celldag.results.tolerance import plural
 
 SCORE_HEADER = ("verdict", "dataset", "track", "method", "variant", "seed", "metric", "kind", "reference", "this run", "Δ",
                 "margin (smallest change detected)")  # fmt: skip

@@ -1,4 +1,4 @@
-"""compare.md, compare.html and the terminal summary of ``celldag compare`` (``celldag.compare``).
+"""compare.md, compare.html and the terminal summary of ``celldag compare`` (``celldag.results.compare``).
 
 One content, two formats, as the leaderboard: blocks rendered as Markdown (``leaderboard.markdown``)
 and as a static page (``html.document_page``: the report's templates). Rows that moved, changed status or
@@ -11,11 +11,11 @@ import math
 from pathlib import Path
 
 from celldag import artifacts
-from celldag.compare import IDENTICAL, MOVED, VERDICTS, Comparison, Judged, Ranking
+from celldag.results.compare import IDENTICAL, MOVED, VERDICTS, Comparison, Judged, Ranking
 from celldag.document import Block, Heading, Paragraph, Table, markdown
-from celldag.record_differences import shown
+from celldag.results.record_differences import shown
 from celldag.report.html import document_page
-from celldag.tolerance import plural
+from celldag.results.tolerance import plural
 
 SCORE_HEADER = ("verdict", "dataset", "track", "method", "variant", "seed", "metric", "A", "B", "Δ", "relative Δ", "rule",
                 "what differs in the run")  # fmt: skip

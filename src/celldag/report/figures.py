@@ -54,7 +54,7 @@ def scores_heatmap(data: FigureData):
     import numpy as np
     import pandas as pd
 
-    from celldag.leaderboard import clipped_runs, interval_text, metric_groups, table_ranking
+    from celldag.results.leaderboard import clipped_runs, interval_text, metric_groups, table_ranking
 
     table = mean_table(data.scores, data.track)
     if table.empty:
@@ -65,7 +65,7 @@ def scores_heatmap(data: FigureData):
     ranks = column_ranks(ranked, data.track)
     core = [metric for metric in data.track.core_metrics if metric in table.columns]
     mean_rank = ranks[core].mean(axis=1)
-    # rows in the leaderboard's order: its rank interval by the headline metric (celldag.leaderboard), then mean rank
+    # rows in the leaderboard's order: its rank interval by the headline metric (celldag.results.leaderboard), then mean rank
     headline = next(iter(metric_groups(data.scores, data.track).values()))[0]
     ranking = table_ranking(data.scores, [tuple(key.split("/", 1)) for key in ranked.index], headline)
     intervals = {key: ranking.intervals.get(tuple(key.split("/", 1))) for key in ranked.index}
@@ -191,7 +191,7 @@ def figure_data(*, dataset: str, dataset_entry: dict, track_id: str, track: Trac
     if scores_path:
         scores = artifacts.read_scores(scores_path)
     if record_paths:
-        from celldag.leaderboard import collect_runs
+        from celldag.results.leaderboard import collect_runs
 
         runs = collect_runs(record_paths)
     if prepared_path:

@@ -1,5 +1,5 @@
 """results/{name}/index.html: the leaderboards, every figure with its caption, the papers' published
-numbers against celldag's (``celldag.published``), the runs that did not finish ok with their reason, and
+numbers against celldag's (``celldag.results.published``), the runs that did not finish ok with their reason, and
 links to the tables — one static page, no server, no JavaScript.
 
 Every page is a Jinja2 template (``templates/``, autoescape on: a method's or a dataset's id is text, whatever
@@ -24,8 +24,8 @@ from markupsafe import Markup, escape
 
 from celldag import artifacts, plan
 from celldag.document import Block, Heading, Paragraph, Table
-from celldag.leaderboard import DEFAULT_ALPHA
-from celldag.published import Context, PublishedTable, report_blocks
+from celldag.results.leaderboard import DEFAULT_ALPHA
+from celldag.results.published import Context, PublishedTable, report_blocks
 from celldag.report.leaderboard import leaderboard_blocks
 from celldag.tracks import Track
 
@@ -189,7 +189,7 @@ def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Tr
                alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None,
                findings: pd.DataFrame | None = None) -> str:  # fmt: skip
     """The index (``templates/index.html``): each dataset's leaderboard tables and floor card followed by its
-    figures, the published numbers (``published``: ``celldag.published.report_blocks``), then the runs not ok.
+    figures, the published numbers (``published``: ``celldag.results.published.report_blocks``), then the runs not ok.
     ``alpha``: the annotation scores'; ``cards``: the floor cards (``leaderboard_blocks``)."""
     index_dir = os.path.dirname(index_path) or "."
     blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards, findings)
@@ -217,7 +217,7 @@ def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str]
                 floor_cards_path: str | None = None, qc_path: str | None = None) -> None:  # fmt: skip
     """Write index.html and leaderboard.html. Figure paths are results/{name}/figures/{dataset}/{figure}.png;
     ``published``: the tables of the config's datasets, held against the scores in ``published_context``;
-    ``floor_cards_path``: floor_cards.parquet (``celldag.floor_cards``); ``qc_path``: qc.parquet (``celldag.qc``)."""
+    ``floor_cards_path``: floor_cards.parquet (``celldag.results.floor_cards``); ``qc_path``: qc.parquet (``celldag.results.qc``)."""
     scores, runs = pd.read_parquet(scores_path), pd.read_parquet(runs_path)
     cards = pd.read_parquet(floor_cards_path) if floor_cards_path else None
     findings = pd.read_parquet(qc_path) if qc_path else None

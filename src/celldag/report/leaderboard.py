@@ -1,6 +1,6 @@
 """A configuration's leaderboard.md (results/{name}/) and the blocks index.html renders: per dataset and metric group,
 methods × metrics with their rank intervals, the notes under them and the paired differences. The numbers — the
-gathered tables, the statistics over seeds and the ranks — are ``celldag.leaderboard``'s, re-exported here."""
+gathered tables, the statistics over seeds and the ranks — are ``celldag.results.leaderboard``'s, re-exported here."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from celldag import artifacts, contracts, floor_cards, qc
+from celldag import artifacts, contracts
+from celldag.results import floor_cards, qc
 from celldag.document import Block, Heading, Paragraph, Table, markdown
-from celldag.leaderboard import (
+from celldag.results.leaderboard import (
     DEFAULT_ALPHA,
     EFFICIENCY_CLASSIFIER,
     EFFICIENCY_METRICS,
@@ -37,7 +38,7 @@ from celldag.leaderboard import (
     t_interval,
     table_ranking,
 )
-from celldag.tolerance import plural
+from celldag.results.tolerance import plural
 from celldag.tracks import DELTA_PREFIX, Track
 
 __all__ = [  # the model's names, for code that imported them from here
@@ -80,9 +81,9 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
     ("method/variant" → method, baseline or control): controls go to a table of their own under the
     ranking, never into it. ``runs`` (``collect_runs``): the methods' notes, under their dataset. The
     representation track's first table also shows each run's held-out-batch efficiency
-    (``celldag.leaderboard.held_out_batch_rows`` at ``alpha``, the annotation scores' α) and whether its order
-    agrees with the table's (``efficiency_notes``). ``cards`` (``celldag.floor_cards``): a floor card under each
-    section; ``findings`` (``celldag.qc``): the quality checks, before the first dataset."""
+    (``celldag.results.leaderboard.held_out_batch_rows`` at ``alpha``, the annotation scores' α) and whether its order
+    agrees with the table's (``efficiency_notes``). ``cards`` (``celldag.results.floor_cards``): a floor card under each
+    section; ``findings`` (``celldag.results.qc``): the quality checks, before the first dataset."""
     kinds = kinds or {}
     efficiency = held_out_batch_rows(scores, alpha)
     blocks: list[Block] = [
@@ -150,7 +151,7 @@ QC_SHOWN = 20  # findings listed per severity; every one is in qc.parquet
 
 
 def qc_blocks(findings: pd.DataFrame) -> list[Block]:
-    """The quality checks (``celldag.qc``): their count per severity, then the errors and warnings listed."""
+    """The quality checks (``celldag.results.qc``): their count per severity, then the errors and warnings listed."""
     counts = findings["severity"].value_counts()
     line = ", ".join(f"{counts.get(severity, 0)} {severity}" + ("s" if counts.get(severity, 0) != 1 else "")
                      for severity in qc.SEVERITIES)  # fmt: skip
@@ -186,7 +187,7 @@ def _mean_sd(mean: float, sd: float) -> str:
 
 
 def floor_card_blocks(cards: pd.DataFrame, track: Track) -> list[Block]:
-    """A section's floor card (``celldag.floor_cards``): the main table's controlled metrics and every flagged one,
+    """A section's floor card (``celldag.results.floor_cards``): the main table's controlled metrics and every flagged one,
     the flagged metrics with why, and the main table's guarantees with how many rows meet their target."""
     if cards.empty:
         return []
@@ -442,7 +443,7 @@ def ranks_note(ranking: Ranking, metric: str) -> list[Block]:
     lines = []
     if pairs:
         lines.append(f"Rank: the ranks compatible with paired t tests of {metric} over the seeds ok for both methods, "
-                     f"Holm over the table's {pairs} pairs (simultaneous 95 %; celldag.leaderboard): "
+                     f"Holm over the table's {pairs} pairs (simultaneous 95 %; celldag.results.leaderboard): "
                      f"{ranking.separable} of {pairs} pairs separable.")  # fmt: skip
     if pairs and not ranking.separable:
         lines.append(f"The seeds order none of these {ranked} methods: every rank is 1–{ranked}, the rows are by mean.")
@@ -462,7 +463,7 @@ def ranks_note(ranking: Ranking, metric: str) -> list[Block]:
 def efficiency_notes(rows: pd.DataFrame, ranking: Ranking, keys: Sequence[tuple[str, str]], metric: str,
                      alpha: float) -> list[Block]:  # fmt: skip
     """What the held-out-batch columns of a representation table are, and whether their orders agree with the
-    table's own (``ranking``, by ``metric``: scIB's ``total``), stated on tie groups (``celldag.leaderboard.agreement``
+    table's own (``ranking``, by ``metric``: scIB's ``total``), stated on tie groups (``celldag.results.leaderboard.agreement``
     of the two rankings, each by paired t tests with Holm as the rank column), never as one ordering."""
     lines = [f"Held-out-batch columns (from the annotation scores; no scores of their own): the `{EFFICIENCY_CLASSIFIER}` "
              f"classifier on the run's embedding in the annotation track's new-batch scenario (each batch left out in "
@@ -501,8 +502,8 @@ def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores
               qc_path: str | None = None, cost_path: str | None = None,
               missing: Mapping[str, Mapping[str, list[str]]] | None = None,
               recorded: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:  # fmt: skip
-    """scores.parquet and runs.parquet (``celldag.leaderboard.aggregate_tables``), floor_cards.parquet
-    (``celldag.floor_cards``, against the reference's noise at ``noise_path``), qc.parquet (``celldag.qc``: runs
+    """scores.parquet and runs.parquet (``celldag.results.leaderboard.aggregate_tables``), floor_cards.parquet
+    (``celldag.results.floor_cards``, against the reference's noise at ``noise_path``), qc.parquet (``celldag.results.qc``: runs
     against the reference's cost at ``cost_path``, ``missing`` citation fields), then leaderboard.md from them.
     ``alpha``: the annotation scores' (``celldag.annotation.scoring.options(evaluation)["alpha"]``). ``recorded``
     (``celldag audit``): the floor cards and quality checks written before, whose reference margins and cost findings

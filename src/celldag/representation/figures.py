@@ -14,7 +14,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from celldag.report import figures as report_figures
-from celldag.leaderboard import paired_rows
+from celldag.results.leaderboard import paired_rows
 from celldag.representation.metrics import marker_clustering, marker_types
 from celldag.representation.numba_cache import cache_umap_graph_kernels
 from celldag.representation.scoring import CONTROLS, static_gene_space, stratified_subsample

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag.annotate import Request, annotate
+from celldag.commands.annotate import Request, annotate
 from celldag.annotation.classifiers import logistic
 from celldag.annotation.query import UNKNOWN
 from celldag.annotation.scoring import label_free_calibration, procedure_sets
@@ -368,7 +368,7 @@ def test_known_out_of_fit_cells_are_flagged_at_the_level_each_test_promises(tmp_
 
 
 def test_a_registry_dataset_names_its_prepared_file_or_says_how_to_make_it(tmp_path, registries, monkeypatch):
-    from celldag.annotate import reference_path
+    from celldag.commands.annotate import reference_path
     from celldag.plan import PREPARED, data_key
 
     monkeypatch.chdir(tmp_path)

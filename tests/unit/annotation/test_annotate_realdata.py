@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from celldag.annotate import Request, annotate
+from celldag.commands.annotate import Request, annotate
 from celldag.data.cellbench import BATCH_KEY, COUNT, LABEL_KEY, METADATA, singlets
 
 MIXOLOGY = "raw.githubusercontent.com/LuyiTian/sc_mixology/7d00ffb0bd043467f365a9358d7312f294f13c9f/data/csv"

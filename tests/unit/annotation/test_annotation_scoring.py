@@ -101,7 +101,7 @@ def toy_run(lonely: bool = False):
 
     from celldag.annotation.classifiers import knn, logistic
     from celldag.annotation.track import chain_input, chain_task, method_input
-    from celldag.runner import output_anndata
+    from celldag.jobs.runner import output_anndata
 
     rng = np.random.default_rng(0)
     n_cells = 600
@@ -117,7 +117,7 @@ def toy_run(lonely: bool = False):
     upstream = anndata.AnnData(obs=pd.DataFrame(index=obs.index), obsm={"X_emb": x[:, :10]},
                                uns={"status": "ok", "method_id": "pca", "variant": "default"})  # fmt: skip
     chained = chain_input(task, upstream, {"config": {"method": {"transductive": True}}})
-    chained.uns["upstream"] = "pca/default"  # as celldag.chained writes it
+    chained.uns["upstream"] = "pca/default"  # as celldag.jobs.chained writes it
     assert chained.X.shape == (n_cells, 10) and chained.uns["transductive"] is True
     inputs = method_input(chained, None)
     outputs = [output_anndata(chained, classify(inputs, {}, 0), {"dataset_id": "toy", "method_id": name,
@@ -190,7 +190,7 @@ def test_a_failing_procedure_fails_alone_with_its_reason_and_the_table_is_writte
     from celldag.annotation.quantile_lp import UnverifiedPrograms
     from celldag.annotation.track import TRACK
     from celldag.report.leaderboard import leaderboard_markdown
-    from celldag.scoring import score_dataset
+    from celldag.jobs.evaluate import score_dataset
 
     task, outputs = toy_task_and_outputs()
     task.write_h5ad(tmp_path / "task.h5ad")

@@ -273,9 +273,9 @@ def test_a_registry_model_is_fetched_through_the_mirror_verified_and_then_read_f
     bytes differ from the registry's digest is refused with one line naming --model; a .pkl is taken as given."""
     import dataclasses
 
-    from celldag.annotate import model_path
+    from celldag.commands.annotate import model_path
     from celldag.artifacts import sha256_file
-    from celldag.download import mirror_path
+    from celldag.jobs.download import mirror_path
     from celldag.errors import InputError
     from celldag.registry import Registries
 

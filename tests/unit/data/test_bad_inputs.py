@@ -36,7 +36,7 @@ def cells(n_cells: int = 40, seed: int = 0) -> anndata.AnnData:
 
 def prepare_cells(d, adata: anndata.AnnData, **params) -> None:
     """Write ``adata`` as a lab's h5ad and prepare it with the ``h5ad`` loader, as the pipeline's first job."""
-    from celldag.prepare import write_prepared_dataset
+    from celldag.jobs.prepare import write_prepared_dataset
 
     adata.write_h5ad(d / "lab.h5ad")
     entry = {"track": "representation", "loader": "celldag.data.h5ad:prepare_h5ad", "source": "local",
@@ -50,7 +50,7 @@ def prepare_cells(d, adata: anndata.AnnData, **params) -> None:
 
 def prepare_leaves(d, adata: anndata.AnnData, newick: str | None = NEWICK, **params) -> None:
     """Write a lineage source (and its Newick file) and prepare it with the ``lineage_h5ad`` loader."""
-    from celldag.prepare import write_prepared_dataset
+    from celldag.jobs.prepare import write_prepared_dataset
 
     adata.write_h5ad(d / "lineage.h5ad")
     files = {"lineage.h5ad": str(d / "lineage.h5ad")}
@@ -120,7 +120,7 @@ BODY_SHA = hashlib.sha256(BODY).hexdigest()
 
 def fetch(d, server, path: str, sha256: str | None) -> None:
     """Download from conftest's 127.0.0.1 server: /ok.txt whole, /cut.txt promising twice its body."""
-    from celldag.download import download
+    from celldag.jobs.download import download
 
     server.routes |= {"/ok.txt": ok(BODY), "/cut.txt": truncated(BODY)}
     download(server.url(path), d / "out" / "file.txt", sha256=sha256, retries=1, backoff=0)
@@ -132,7 +132,7 @@ def fetch(d, server, path: str, sha256: str | None) -> None:
 def short_embedding(d) -> None:
     """A method that returns one embedding row too few: the runner's output contract stops it."""
     from celldag.methods import MethodResult
-    from celldag.runner import output_anndata
+    from celldag.jobs.runner import output_anndata
 
     prepared = anndata.AnnData(obs=pd.DataFrame(index=[f"cell{i}" for i in range(5)]))
     result = MethodResult(embedding=np.zeros((4, 2)))
@@ -163,7 +163,7 @@ def no_gene_matches(d) -> None:
 
 
 def corrupt_h5ad(d) -> None:
-    from celldag.prepare import write_prepared_dataset
+    from celldag.jobs.prepare import write_prepared_dataset
 
     (d / "lab.h5ad").write_bytes(b"<html>502 Bad Gateway</html>")  # what a proxy may serve instead of the file
     entry = {"track": "representation", "loader": "celldag.data.h5ad:prepare_h5ad", "source": "local",
@@ -422,7 +422,7 @@ def _validate_id(d, dataset_id):
     from conftest import REPO
 
     from celldag.registry import load_config, read_yaml
-    from celldag.validate import validate_dataset
+    from celldag.commands.validate import validate_dataset
 
     _, registries = load_config(read_yaml(REPO / "config/config.yaml"), "config/config.yaml", root=REPO)
     validate_dataset(dataset_id, registries)

@@ -292,7 +292,7 @@ def test_a_file_param_that_is_no_pattern_of_the_runs_placeholders_fails_the_pars
 def test_the_runner_digests_the_labs_file_and_stops_on_a_bad_one_leaving_nothing(tmp_path, monkeypatch):
     """A lineage import by the runner: the record's input_sha256 holds the file; a bad file raises, no output."""
     from celldag.artifacts import sha256_file
-    from celldag.runner import run_method
+    from celldag.jobs.runner import run_method
     from runs import DATASET, NJ_RAW, run_and_score
 
     monkeypatch.chdir(tmp_path)

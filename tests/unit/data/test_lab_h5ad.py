@@ -9,7 +9,7 @@ import pytest
 
 from celldag.errors import InputError
 from celldag.lineage.tree import parse_newick
-from celldag.prepare import prepare_dataset
+from celldag.jobs.prepare import prepare_dataset
 from conftest import check_prepared, TRACKS
 from lab_data import cells_by_leaf, lineage_entry
 
@@ -68,7 +68,7 @@ def test_one_matrix_gives_identical_nj_raw_scores_through_the_bm_loader_and_line
     from celldag.lineage.scoring import run_scores
     from celldag.lineage.track import method_input
     from celldag.methods import distance_tree
-    from celldag.runner import output_anndata
+    from celldag.jobs.runner import output_anndata
 
     def nj_raw_scores(prepared):
         result = distance_tree.run(method_input(prepared, None), {"features": "raw", "reconstruction": "nj"}, 0)
@@ -194,7 +194,7 @@ def test_validate_reports_missing_and_changed_downloads(tmp_path, monkeypatch):
     from conftest import REPO
 
     from celldag.registry import load_config, read_yaml
-    from celldag.validate import validate_dataset
+    from celldag.commands.validate import validate_dataset
 
     _, registries = load_config(read_yaml(REPO / "config/config.yaml"), "config/config.yaml", root=REPO)
     monkeypatch.chdir(tmp_path)

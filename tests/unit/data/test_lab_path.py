@@ -14,7 +14,7 @@ import pytest
 from celldag.cli import main
 from celldag.data.h5ad import prepare_lineage_h5ad
 from celldag.errors import InputError
-from celldag.joblog import NOT_RETRIED
+from celldag.jobs.joblog import NOT_RETRIED
 from celldag.lineage.tree import parse_newick
 from conftest import copy_workflow
 from lab_data import NEWICK, cells_by_leaf, leaves, lineage_entry
@@ -83,7 +83,7 @@ from types import SimpleNamespace
 # what Snakemake's script preamble defines: the job's rule, input, params, resources
 snakemake = SimpleNamespace(rule="prepare_dataset", input=[sys.argv[2]], params=[{"values": "counts"}],
                             resources={"mem_mb": int(sys.argv[3]), "runtime": 60})
-from celldag import joblog
+from celldag.jobs import joblog
 from celldag.errors import InputError
 
 joblog.start(sys.argv[1])
@@ -178,7 +178,7 @@ def test_negative_lineage_counts_hint_at_values_transformed(tmp_path):
 
 SEEDS_JOB = """
 import sys
-from celldag import joblog
+from celldag.jobs import joblog
 
 for seed, log in enumerate(sys.argv[1:]):  # a run_method job running its seeds in turn
     joblog.start(log)

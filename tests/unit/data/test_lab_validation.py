@@ -16,9 +16,9 @@ from celldag.errors import InputError
 from celldag.lineage.track import method_input, validation_fact
 from celldag.lineage.tree import parse_newick
 from celldag.plan import data_key
-from celldag.prepare import prepare_dataset, write_prepared_dataset
+from celldag.jobs.prepare import prepare_dataset, write_prepared_dataset
 from celldag.registry import apply_schema, read_yaml
-from celldag.runner import run_method
+from celldag.jobs.runner import run_method
 from conftest import REPO, TRACKS, check_prepared
 from lab_data import LAB_LINEAGE, cells_by_leaf, lineage_entry, overlay
 

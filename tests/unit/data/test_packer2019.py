@@ -41,7 +41,7 @@ from scipy import sparse
 from celldag import artifacts
 from celldag.data.leaf_profiles import pseudo_bulk
 from celldag.data.packer2019 import CELL_ANNOTATION, GENE_ANNOTATION, MATRIX, prepare_packer2019
-from celldag.download import DownloadError, decompress_gzip, download, record_pin, verify_pinned
+from celldag.jobs.download import DownloadError, decompress_gzip, download, record_pin, verify_pinned
 from celldag.lineage.tree import parse_newick, path_distances
 from conftest import check_prepared
 

@@ -15,9 +15,9 @@ import pytest
 
 from celldag.contracts import ContractError
 from celldag.data.kptracer import prepare_kptracer
-from celldag.download import mirror_path
+from celldag.jobs.download import mirror_path
 from celldag.lineage.tree import parse_newick
-from celldag.prepare import prepare_dataset
+from celldag.jobs.prepare import prepare_dataset
 from celldag.registry import read_yaml
 from conftest import REALDATA, REPO, TRACKS, check_prepared
 

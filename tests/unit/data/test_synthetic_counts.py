@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from celldag.data.synthetic import SYNTHETIC_DEFAULTS, largest_remainder, prepare_synthetic_counts, simulate_counts
-from celldag.prepare import prepare_dataset
+from celldag.jobs.prepare import prepare_dataset
 from celldag.registry import declared_params, read_yaml
 from conftest import REPO, TRACKS, check_prepared
 

@@ -20,7 +20,7 @@ import yaml
 
 from celldag.contracts import ContractError
 from celldag.data.tran2020 import MATRIX, SAMPLES, header_cells, prepare_tran2020
-from celldag.download import DownloadError, fetch_registry_file
+from celldag.jobs.download import DownloadError, fetch_registry_file
 from celldag.errors import InputError
 from celldag.registry import read_yaml
 from conftest import REPO, check_prepared, copy_workflow, ok, run_snakemake

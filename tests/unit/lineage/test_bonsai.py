@@ -17,9 +17,9 @@ from celldag.lineage.metrics import robinson_foulds
 from celldag.lineage.track import check_prepared, method_input
 from celldag.lineage.tree import parse_newick
 from celldag.methods.bonsai import run
-from celldag.prepare import write_prepared_dataset
+from celldag.jobs.prepare import write_prepared_dataset
 from celldag.registry import apply_schema, read_yaml
-from celldag.runner import run_method
+from celldag.jobs.runner import run_method
 from conftest import REPO, TRACKS
 
 BONSAI = apply_schema({"bonsai": read_yaml(REPO / "config/methods.yaml")["bonsai"]}, "methods", "methods.yaml")[

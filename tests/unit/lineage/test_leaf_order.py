@@ -12,9 +12,9 @@ import yaml
 
 from celldag import artifacts
 from celldag.plan import method_params
-from celldag.prepare import prepare_dataset
-from celldag.runner import run_method
-from celldag.scoring import score_dataset
+from celldag.jobs.prepare import prepare_dataset
+from celldag.jobs.runner import run_method
+from celldag.jobs.evaluate import score_dataset
 from conftest import REPO, TRACKS
 
 BM = {"track": "lineage", "loader": "celldag.data.bm:prepare_bm_simulator",

@@ -185,7 +185,7 @@ def knn_stats(adata, k: int = 15) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def pbmc68k():
-    from celldag.prepare import prepare_dataset
+    from celldag.jobs.prepare import prepare_dataset
 
     entry = {"track": "representation", "loader": "celldag.data.pbmc:prepare_pbmc68k_batched", "params": {}}
     return {seed: prepare_dataset("pbmc68k_batched", entry, TRACKS[entry["track"]], seed) for seed in (0, 1)}

@@ -282,7 +282,7 @@ def test_static_marker_scores_of_a_control_are_those_of_the_vectors_the_run_drew
     from celldag.representation.metrics import marker_clustering
     from celldag.representation.scoring import marker_scores
     from celldag.representation.track import RepresentationInput
-    from celldag.runner import output_anndata
+    from celldag.jobs.runner import output_anndata
 
     expression, train_mask, batch, embeddings = tiny_data()
     names = tuple(f"g{i}" for i in range(N_GENES))

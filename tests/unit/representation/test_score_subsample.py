@@ -15,13 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag import artifacts, audit, contracts
-from celldag.prepare import prepare_dataset
+from celldag import artifacts, contracts
+from celldag.commands import audit
+from celldag.jobs.prepare import prepare_dataset
 from celldag.report.leaderboard import leaderboard_markdown
 from celldag.representation import figures
 from celldag.representation import scoring as representation_scoring
 from celldag.representation.scoring import allocate, score_seed, stratified_subsample
-from celldag.scoring import checksums_path, score_dataset
+from celldag.jobs.evaluate import checksums_path, score_dataset
 from celldag.tracks import FigureData, ScoringContext
 from conftest import TRACKS
 

@@ -12,12 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag import audit, output_differences, prepare
+from celldag.commands import audit
+from celldag.results import output_differences
+from celldag.jobs import prepare
 from celldag.artifacts import sha256_file
-from celldag.tolerance import CUDA_TOLERANCE, values_match
+from celldag.results.tolerance import CUDA_TOLERANCE, values_match
 from celldag.cli import main
 from celldag.plan import DATASET_SCORES, PREPARED, RUN_OUTPUT, RUN_RECORD, Run, method_params
-from celldag.scoring import checksums_path, write_scores
+from celldag.jobs.evaluate import checksums_path, write_scores
 from celldag.tracks import Track
 from conftest import TRACKS, planned_run
 

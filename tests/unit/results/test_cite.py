@@ -1,5 +1,5 @@
 """``celldag cite`` (issue 42): the entries with an ok run in a results folder, or the plan's, and their works as a
-reference list or BibTeX (celldag.cite, celldag.bibliography)."""
+reference list or BibTeX (celldag.commands.cite, celldag.bibliography)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 from conftest import REPO
 
 from celldag.bibliography import bibtex, bibtex_key, format_reference, reference_id
-from celldag.cite import Cited, works_and_gaps
+from celldag.commands.cite import Cited, works_and_gaps
 from celldag.cli import main
 from celldag.registry import Registries
 

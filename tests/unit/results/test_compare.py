@@ -13,12 +13,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from celldag import compare, provenance, record_differences
+from celldag.results import compare, record_differences
+from celldag import provenance
 from celldag.cli import main
-from celldag.compare import Side, compare_sides
+from celldag.results.compare import Side, compare_sides
 from celldag.errors import InputError
 from celldag.report.comparison import SCORE_HEADER, comparison_blocks
-from celldag.record_differences import run_facts
+from celldag.results.record_differences import run_facts
 from celldag.report.leaderboard import markdown
 from conftest import REPO, TRACKS
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from celldag import artifacts
-from celldag.floor_cards import floor_cards, scaled_scores
-from celldag.leaderboard import RUN_COLUMNS
+from celldag.results.floor_cards import floor_cards, scaled_scores
+from celldag.results.leaderboard import RUN_COLUMNS
 from celldag.report.leaderboard import aggregate, floor_card_blocks
 from conftest import TRACKS
 
@@ -95,7 +95,7 @@ def test_a_guarantee_is_judged_against_its_target_not_against_controls():
 
 def test_removing_a_method_changes_no_other_scaled_score_and_no_card(tmp_path, monkeypatch):
     """Item 5's check: aggregate a finished run, drop one method's scores, aggregate again: bit for bit."""
-    monkeypatch.setattr("celldag.leaderboard.collect_runs", lambda paths: pd.DataFrame(columns=RUN_COLUMNS))
+    monkeypatch.setattr("celldag.results.leaderboard.collect_runs", lambda paths: pd.DataFrame(columns=RUN_COLUMNS))
     rng = np.random.default_rng(3)
     parts = [lineage_rows(method, list(rng.uniform(0, 1, 4)), metric=metric)
              for method in (NULL, ORACLE, ("nj_raw", "default"), ("upgma_raw", "default"))

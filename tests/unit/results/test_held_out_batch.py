@@ -1,4 +1,4 @@
-"""Held-out-batch efficiency beside each representation run (celldag.leaderboard.held_out_batch_rows): the annotation
+"""Held-out-batch efficiency beside each representation run (celldag.results.leaderboard.held_out_batch_rows): the annotation
 track's logistic classifier on the run's embedding, Kandinsky's augmented fit on the new batch — shortfall
 max(0, 1 − α − worst) and set size, mean ± sd over seeds — joined at aggregation, and its order against scIB's
 stated on tie groups; ``celldag audit`` rebuilds it with the config's α."""
@@ -12,11 +12,12 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from celldag import artifacts, leaderboard
+from celldag import artifacts
+from celldag.results import leaderboard
 from celldag.annotation import track as annotation_track
 from celldag.annotation.scoring import options
-from celldag.audit import Report, check_aggregate
-from celldag.leaderboard import SET_SIZE, SHORTFALL, held_out_batch_rows
+from celldag.commands.audit import Report, check_aggregate
+from celldag.results.leaderboard import SET_SIZE, SHORTFALL, held_out_batch_rows
 from celldag.registry import read_yaml
 from celldag.report.leaderboard import aggregate, leaderboard_markdown
 from conftest import REPO, TRACKS
@@ -68,7 +69,7 @@ def cell(values: list[float]) -> str:
 
 
 def test_the_names_spelled_in_the_leaderboard_are_the_annotation_tracks():
-    """celldag.leaderboard cannot import celldag.annotation (an import cycle between celldag's children)."""
+    """celldag.results.leaderboard cannot import celldag.annotation (an import cycle between celldag's children)."""
     assert leaderboard.EFFICIENCY_PROCEDURE == annotation_track.HEADLINE
     assert {metric.removeprefix(f"{annotation_track.HEADLINE}_") for metric in leaderboard.EFFICIENCY_METRICS.values()} \
         <= set(annotation_track.NEW_BATCH_METRICS)  # fmt: skip

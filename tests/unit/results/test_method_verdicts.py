@@ -1,4 +1,4 @@
-"""Per-method verdicts of ``celldag check`` (celldag.method_verdicts, docs/check.md "Verdicts per method"): z, p,
+"""Per-method verdicts of ``celldag check`` (celldag.results.method_verdicts, docs/check.md "Verdicts per method"): z, p,
 Bonferroni within a method and Holm over methods checked by hand; derived metrics left out; the shift a verdict
 detects against the normal formula; the false-alarm rate under the noise model simulated, whatever the dependence."""
 
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from celldag import method_verdicts as mv
-from celldag import reference as ref
+from celldag.results import method_verdicts as mv
+from celldag.results import reference as ref
 from conftest import TRACKS
 from test_reference import reference_inputs
 

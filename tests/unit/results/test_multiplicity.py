@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag import leaderboard, method_verdicts
+from celldag.results import leaderboard, method_verdicts
 from celldag.annotation import shift
 from celldag.multiplicity import holm_adjusted, holm_rejections, holm_steps
 

@@ -1,4 +1,4 @@
-"""The papers' published tables (config/published/, celldag.published): the format's one-line errors, the
+"""The papers' published tables (config/published/, celldag.results.published): the format's one-line errors, the
 verdicts on a small table of the test's own, every row of the transcription encoded, the report's section
 for the paper preset and `celldag compare --published`.
 
@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from celldag import published
+from celldag.results import published
 from celldag.cli import compare_published
 from celldag.errors import InputError
 from celldag.plan import make_plan

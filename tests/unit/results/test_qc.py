@@ -1,12 +1,12 @@
-"""The quality checks (celldag.qc): one planted row per condition, found with its severity; nothing planted, nothing
+"""The quality checks (celldag.results.qc): one planted row per condition, found with its severity; nothing planted, nothing
 found; the leaderboard's section and `celldag check`'s lines."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from celldag.check import qc_errors
-from celldag.qc import qc_table
+from celldag.commands.check import qc_errors
+from celldag.results.qc import qc_table
 from celldag.report.leaderboard import qc_blocks
 
 

@@ -1,4 +1,4 @@
-"""Ranks with intervals and ties (celldag.leaderboard.rank): paired t tests by seed, Holm over a table's pairs, rank
+"""Ranks with intervals and ties (celldag.results.leaderboard.rank): paired t tests by seed, Holm over a table's pairs, rank
 intervals from the pairwise decisions."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from celldag import leaderboard
+from celldag.results import leaderboard
 from celldag.report.html import render
 from celldag.report.leaderboard import leaderboard_blocks, leaderboard_markdown
 from conftest import TRACKS
@@ -84,7 +84,7 @@ def test_the_leaderboard_shows_rank_intervals_ties_and_how_many_pairs_the_seeds_
     assert [line.split(" | ")[:2] for line in table] == [["| 1–2", "nj_raw"], ["| 1–2", "upgma_raw"], ["| 3", "nj_pca"],
                                                          ["| –", "bonsai"]]  # fmt: skip
     assert ("Rank: the ranks compatible with paired t tests of rf over the seeds ok for both methods, Holm over the "
-            "table's 3 pairs (simultaneous 95 %; celldag.leaderboard): 2 of 3 pairs separable.") in text  # fmt: skip
+            "table's 3 pairs (simultaneous 95 %; celldag.results.leaderboard): 2 of 3 pairs separable.") in text  # fmt: skip
     assert "Not separable from the best: `nj_raw/default`, `upgma_raw/default`." in text
     assert "Unranked (fewer than two ok seeds): `bonsai/default`." in text
     one = leaderboard_markdown(pd.DataFrame([row for row in rows if row["method"] == "nj_pca"]), tracks)

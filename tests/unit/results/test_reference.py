@@ -1,4 +1,4 @@
-"""The reference a release ships and ``celldag check`` (celldag.reference, docs/check.md): the noise model on
+"""The reference a release ships and ``celldag check`` (celldag.results.reference, docs/check.md): the noise model on
 hand-made scores checked by hand, the verdicts, the environment rule, and the files read back bit for bit."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from celldag import reference as ref
+from celldag.results import reference as ref
 from celldag.errors import InputError
-from celldag.tolerance import Tolerance
+from celldag.results.tolerance import Tolerance
 from conftest import TRACKS
 
 

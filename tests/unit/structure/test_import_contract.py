@@ -39,14 +39,15 @@ def copy_of_celldag(tmp_path: Path) -> Path:
 
 def test_lint_imports_fails_on_a_model_importing_a_view_inside_a_function(tmp_path):
     source = copy_of_celldag(tmp_path)
-    published = source / "celldag/published.py"
+    published = source / "celldag/results/published.py"
     published.write_text(
         published.read_text() + "\n\ndef view():\n    from celldag.report import html\n\n    return html\n"
     )
     checked = lint_imports(tmp_path, source)
     assert checked.returncode == 1, checked.stdout + checked.stderr
     # the copy is what was read: the installed celldag has no such import
-    assert "celldag.published is not allowed to import celldag.report.html" in checked.stdout
+    assert "celldag.results is not allowed to import celldag.report" in checked.stdout
+    assert "- celldag.results.published -> celldag.report.html" in checked.stdout
     assert "No cycles are allowed in celldag." in checked.stdout  # report.html imports published
 
 

@@ -123,9 +123,9 @@ def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
 
 
 def test_the_floors_find_a_model_importing_a_view():
-    graph = {"celldag.compare": {"celldag.report.comparison", "celldag.plan"}, "celldag.report.comparison": set(),
+    graph = {"celldag.results.compare": {"celldag.report.comparison", "celldag.plan"}, "celldag.report.comparison": set(),
              "celldag.plan": {"celldag.registry"}, "celldag.registry": set()}  # fmt: skip
-    assert upward_imports(graph) == {("celldag.compare", "celldag.report.comparison")}
+    assert upward_imports(graph) == {("celldag.results.compare", "celldag.report.comparison")}
 
 
 def test_every_module_imports_only_from_its_floor_or_lower_ones():
@@ -154,3 +154,34 @@ def test_the_import_paths_labs_were_given_still_import():
 
     assert figures.COMMON is tracks.COMMON_FIGURES
     assert [figure.name for figure in figures.COMMON] == ["scores", "cost"]
+
+
+# Basenames two folders of celldag share, each with the reason it is one meaning, not two (docs/design.md, Floors):
+# a module that computes beside the report's view that draws it, or each package's own piece of one interface.
+SHARED_BASENAMES = {
+    "check": ({"commands", "report"}, "commands/check computes the verdict, report/check draws its page"),
+    "leaderboard": ({"results", "report"}, "results/leaderboard computes the tables, report/leaderboard draws them"),
+    "figures": ({"report", "lineage", "representation", "annotation"}, "the shared figures and each track's"),
+    "track": ({"lineage", "representation", "annotation"}, "each track's declaration (celldag.tracks.Track)"),
+    "metrics": ({"lineage", "representation", "annotation"}, "each track's metrics"),
+    "scoring": ({"lineage", "representation", "annotation"}, "each track's scorer"),
+    "model": ({"methods/celltreeqm", "methods/scilama"}, "each trained method's network"),
+    "train": ({"methods/celltreeqm", "methods/scilama"}, "each trained method's training loop"),
+    "losses": ({"methods/celltreeqm", "methods/scilama"}, "each trained method's losses"),
+}
+
+
+def test_no_two_folders_share_a_module_name_but_the_listed_pairs():
+    folders_of: dict[str, set[str]] = {}
+    for path in (SOURCE / "celldag").rglob("*.py"):
+        if path.name != "__init__.py":
+            folder = path.parent.relative_to(SOURCE / "celldag").as_posix()
+            folders_of.setdefault(path.stem, set()).add("." if folder == "." else folder)
+    shared = {name: folders for name, folders in folders_of.items() if len(folders) > 1}
+    assert shared == {name: folders for name, (folders, _why) in SHARED_BASENAMES.items()}
+
+
+def test_the_top_of_the_package_holds_the_door_the_ground_and_packages():
+    modules = sorted(path.stem for path in (SOURCE / "celldag").glob("*.py") if path.stem != "__init__")
+    assert modules == ["artifacts", "bibliography", "cli", "contracts", "document", "errors", "extensions",
+                       "multiplicity", "plan", "provenance", "records", "release", "tracks", "training"]  # fmt: skip

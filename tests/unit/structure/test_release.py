@@ -14,7 +14,7 @@ import yaml
 
 from celldag import __version__, release
 from celldag.provenance import RunClock
-from celldag.record_differences import run_facts
+from celldag.results.record_differences import run_facts
 from conftest import REPO
 
 

@@ -1,4 +1,4 @@
-"""celldag.archives: one file out of a .deb (ar + data.tar.*) or a .zip, built here byte by byte."""
+"""celldag.jobs.archives: one file out of a .deb (ar + data.tar.*) or a .zip, built here byte by byte."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from celldag.archives import extract_member
+from celldag.jobs.archives import extract_member
 
 PAYLOAD = b"gene_id\tsymbol\n1\tA1BG\n"
 MEMBER = "usr/lib/R/site-library/pkg/extdata/table.tsv"

@@ -1,4 +1,4 @@
-"""celldag.envs: the generated conda envs that carry celldag (deterministic files, digests that follow the
+"""celldag.jobs.envs: the generated conda envs that carry celldag (deterministic files, digests that follow the
 source, headers and post-deploy scripts for a checkout and a git commit, wheels pip installs) and the jobs'
 check of where they run. End to end through Snakemake: tests/e2e/test_e2e_conda.py."""
 
@@ -15,14 +15,14 @@ import pytest
 import yaml
 
 from celldag import __version__ as VERSION
-from celldag import envs
+from celldag.jobs import envs
 from conftest import REPO
 
 LINEAGE = (REPO / "envs/lineage.yaml").read_text()
 
 
 def workflow_folder(root: Path) -> Path:
-    """What celldag.envs reads of a workflow folder: pyproject.toml, src/celldag, envs/."""
+    """What celldag.jobs.envs reads of a workflow folder: pyproject.toml, src/celldag, envs/."""
     (root / "src").mkdir(parents=True)
     (root / "pyproject.toml").write_bytes((REPO / "pyproject.toml").read_bytes())
     subprocess.run(["cp", "-r", str(REPO / "src/celldag"), str(root / "src/celldag")], check=True)
@@ -223,7 +223,7 @@ def test_under_sdm_conda_celldag_and_python_must_be_the_envs():
 
 def test_joblog_stops_a_job_in_the_wrong_env_with_one_line_on_console_and_in_its_log(tmp_path):
     log = tmp_path / "logs/job.log"
-    script = f"from celldag import joblog\njoblog.start({str(log)!r})\nprint('ran', flush=True)\n"
+    script = f"from celldag.jobs import joblog\njoblog.start({str(log)!r})\nprint('ran', flush=True)\n"
     environ = {"PATH": "/usr/bin:/bin", envs.VERSION_VARIABLE: VERSION, envs.SDM_CONDA_VARIABLE: "1",
                "CONDA_PREFIX": str(tmp_path / "env")}  # fmt: skip
     result = subprocess.run([sys.executable, "-c", script], env=environ, capture_output=True, text=True)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from celldag import artifacts, contracts
-from celldag.prepare import prepare_dataset, write_prepared_dataset
+from celldag.jobs.prepare import prepare_dataset, write_prepared_dataset
 from conftest import TRACKS, check_prepared
 
 ENTRY = {

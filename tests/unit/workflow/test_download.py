@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from celldag.download import DownloadError, decompress_gzip, download, record_pin, verify_pinned
+from celldag.jobs.download import DownloadError, decompress_gzip, download, record_pin, verify_pinned
 from conftest import Handler, ok, truncated
 
 DATA = b"gene\tcell\tcount\n" * 1000
@@ -265,7 +265,7 @@ def test_decompress_gzip(tmp_path):
 
 
 def test_registry_file_pins_on_first_fetch_and_checks_later(server, tmp_path):
-    from celldag.download import fetch_registry_file
+    from celldag.jobs.download import fetch_registry_file
     from celldag.registry import PIN_ON_FIRST_FETCH
 
     server.routes["/geo.txt"] = ok(DATA)

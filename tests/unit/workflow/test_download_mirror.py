@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from celldag.cli import main
-from celldag.download import (
+from celldag.jobs.download import (
     MIRROR_VARIABLE,
     DownloadError,
     Mirror,

@@ -44,7 +44,7 @@ ALLOWED = {
     # run_method checks CUDA (importing torch) only for a job that requests a GPU: a method with gpu: true when
     # the run asks for GPUs, or one whose params name a GPU (device: cuda); the envs of those methods list torch:
     # test_gpu_methods_envs_have_torch
-    ("torch", "celldag.runner:cuda_available"): "called for gpu: true methods and device params only",
+    ("torch", "celldag.jobs.runner:cuda_available"): "called for gpu: true methods and device params only",
 }
 
 ROLES = {f.name for f in fields(Track) if f.type in ("str", "str | None")}  # what track.call(role, …) may name

@@ -1,4 +1,4 @@
-"""Cluster requests follow the data: memory and runtime from the prepared file's size (celldag.resources)."""
+"""Cluster requests follow the data: memory and runtime from the prepared file's size (celldag.jobs.resources)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 from scipy import sparse
 
-from celldag import resources
+from celldag.jobs import resources
 from conftest import REPO, copy_workflow, run_snakemake
 
 MODELS = yaml.safe_load((REPO / "config/resources.yaml").read_text())

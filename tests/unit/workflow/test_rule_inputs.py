@@ -1,4 +1,4 @@
-"""What each job reads (celldag.rule_inputs): the paths the rules' input functions give for a job's wildcards."""
+"""What each job reads (celldag.jobs.rule_inputs): the paths the rules' input functions give for a job's wildcards."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from celldag import plan
 from celldag.plan import make_plan, make_run
 from celldag.registry import apply_schema
-from celldag.rule_inputs import NotPlanned, RuleInputs, current_key, gene_table
+from celldag.jobs.rule_inputs import NotPlanned, RuleInputs, current_key, gene_table
 
 
 def inputs_for(registries, **config) -> RuleInputs:

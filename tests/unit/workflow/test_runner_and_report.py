@@ -12,10 +12,10 @@ import yaml
 
 from celldag import artifacts
 from celldag.contracts import check_scores
-from celldag.prepare import write_prepared_dataset
+from celldag.jobs.prepare import write_prepared_dataset
 from celldag.provenance import config_hash
 from celldag.report.leaderboard import aggregate, leaderboard_markdown
-from celldag.runner import run_method
+from celldag.jobs.runner import run_method
 from conftest import REPO, TRACKS
 from runs import DATASET, NJ_RAW, run_and_score
 
@@ -177,7 +177,7 @@ def test_paired_difference_is_a_t_interval_over_seeds():
 # a device: cuda run is a GPU job whether its caller says so or not (rule run_method's gpu=1: plan.requests_gpu)
 @pytest.mark.parametrize("gpu_requested", [True, False])
 def test_a_gpu_job_without_cuda_aborts_unless_cpu_fallback_is_allowed(tmp_path, gpu_requested):
-    from celldag.runner import NoGPUError
+    from celldag.jobs.runner import NoGPUError
 
     prepared = tmp_path / "data.h5ad"
     write_prepared_dataset("bm_t", DATASET, TRACKS[DATASET["track"]], 0, str(prepared))
@@ -198,7 +198,7 @@ def test_a_gpu_job_without_cuda_aborts_unless_cpu_fallback_is_allowed(tmp_path, 
 
 
 def test_checkpoints_of_a_run_with_other_params_are_not_resumed(tmp_path, caplog):
-    from celldag.runner import keep_only_matching_checkpoints
+    from celldag.jobs.runner import keep_only_matching_checkpoints
 
     directory = tmp_path / "checkpoint"
     run = {"params": {"lr": 0.001}, "seed": 0, "inputs": {"prepared.h5ad": "ab" * 32}}
@@ -220,7 +220,7 @@ def test_out_of_memory_fails_the_job_while_a_method_bug_becomes_a_failed_row(mon
     checkpoint). A bug fails the same way every time: one `failed` row, and the benchmark goes on."""
     import types
 
-    from celldag.runner import call_method
+    from celldag.jobs.runner import call_method
 
     class OutOfMemoryError(RuntimeError):  # torch.cuda.OutOfMemoryError's name, without needing CUDA
         pass
@@ -247,7 +247,7 @@ def test_run_method_reports_progress_outside_snakemake(tmp_path):
     write_prepared_dataset("bm_t", DATASET, TRACKS["lineage"], 0, str(prepared))
     script = f"""
 from celldag.registry import read_yaml
-from celldag.runner import run_method
+from celldag.jobs.runner import run_method
 from celldag.tracks import load_track
 run_method(prepared_path={str(prepared)!r}, output_path={str(tmp_path / "run/output.h5ad")!r},
            record_path={str(tmp_path / "run/run.json")!r}, dataset_id="bm_t", dataset_entry={DATASET!r},

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag.runner import withheld
+from celldag.jobs.runner import withheld
 from conftest import REPO, TRACKS
 from runs import run_and_score
 
@@ -59,7 +59,7 @@ def test_the_entries_that_train_on_the_true_tree_declare_it_and_withheld_blanks_
 
 
 def test_a_representation_method_is_handed_no_label():
-    from celldag.prepare import prepare_dataset
+    from celldag.jobs.prepare import prepare_dataset
     from celldag.representation.track import method_input
 
     entry = {"track": "representation", "loader": "celldag.data.pbmc:prepare_pbmc68k_batched", "params": {}}

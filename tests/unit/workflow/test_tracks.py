@@ -11,7 +11,7 @@ import yaml
 from celldag import contracts
 from celldag.errors import InputError
 from celldag.extensions import check_reference, load
-from celldag.prepare import prepare_dataset
+from celldag.jobs.prepare import prepare_dataset
 from celldag.registry import KINDS, ConfigError, load_config, read_yaml
 from celldag.tracks import Metric, MetricGroup, ScoringContext, Track, check_declaration, check_track
 from conftest import REPO, TRACKS

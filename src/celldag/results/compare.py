@@ -8,7 +8,7 @@ CPU; where either ran on CUDA, or is missing from runs.parquet, a continuous met
 ``tolerance.CUDA_TOLERANCE`` (the audit's too) and a count not at all. Then each leaderboard's order by its headline metric, and the
 run-record fields — inputs, packages, machine, threads — that differ between the matched runs.
 
-The record fields are compared by ``celldag.record_differences``; the Markdown and HTML files are
+The record fields are compared by ``celldag.results.record_differences``; the Markdown and HTML files are
 ``celldag.report.comparison``'s.
 """
 
@@ -23,12 +23,12 @@ import pandas as pd
 
 from celldag.errors import InputError
 from celldag.plan import method_kind
-from celldag.record_differences import INPUT, FieldDifference, record_differences
+from celldag.results.record_differences import INPUT, FieldDifference, record_differences
 from celldag.records import read_record
 from celldag.registry import read_yaml, shipped_registries
-from celldag.leaderboard import metric_groups, metric_is_count, rank_key, table_ranking
+from celldag.results.leaderboard import metric_groups, metric_is_count, rank_key, table_ranking
 from celldag.tracks import Track, tracks_of
-from celldag.tolerance import CUDA_TOLERANCE, Tolerance, values_match
+from celldag.results.tolerance import CUDA_TOLERANCE, Tolerance, values_match
 
 KEY = ["dataset", "track", "method", "variant", "seed", "metric"]
 MOVED, STATUS_CHANGED, ONLY_A, ONLY_B = "moved", "status changed", "only in A", "only in B"
@@ -214,7 +214,7 @@ class Ranking:
     metric: str
     a: tuple[str, ...]
     b: tuple[str, ...]
-    # the pairs each side's seeds separate (celldag.leaderboard.rank; over datasets: separated on any of them)
+    # the pairs each side's seeds separate (celldag.results.leaderboard.rank; over datasets: separated on any of them)
     separable_a: frozenset[frozenset[str]] = frozenset()
     separable_b: frozenset[frozenset[str]] = frozenset()
 
@@ -265,7 +265,7 @@ def leaderboard_order(scores: pd.DataFrame, metric: str, higher_is_better: bool,
 
 def separable_pairs(scores: pd.DataFrame, metric: str, excluded: set[str]) -> frozenset:
     """The pairs of method/variant whose ok seeds of ``metric`` separate them: the leaderboard's own ranking
-    (celldag.leaderboard.table_ranking) of the entries not ``excluded``."""
+    (celldag.results.leaderboard.table_ranking) of the entries not ``excluded``."""
     if not (scores["metric"] == metric).any():  # a dataset or metric on the other side only
         return frozenset()
     keys = sorted({(m, v) for m, v in zip(scores["method"], scores["variant"]) if f"{m}/{v}" not in excluded})

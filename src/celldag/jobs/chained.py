@@ -39,7 +39,7 @@ def run_chained(*, track_id: str, track: Track, upstream: Track, dataset_id: str
     of ``methods``. A method's rows are named by the run it chains on: its variant is that run's
     ``method/variant`` (``plan.ChainedRun.label``).
     """
-    from celldag.runner import run_method
+    from celldag.jobs.runner import run_method
 
     per_seed = len(methods)
     for index, seed in enumerate(seeds):

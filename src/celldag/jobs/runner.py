@@ -22,7 +22,7 @@ from celldag.embeddings import read_table
 from celldag.errors import InputError
 from celldag.methods import MethodResult, NotApplicable
 from celldag.plan import DEVICE_PARAMS, method_files, method_needs, method_params, names_gpu
-from celldag.prepare import SOURCE_FILES
+from celldag.jobs.prepare import SOURCE_FILES
 from celldag.provenance import RunClock, config_hash
 from celldag.tracks import Track
 
@@ -65,7 +65,7 @@ def withheld(inputs, needs: list[str]):
 
 
 def unmet_upstream(uns, method_entry: dict) -> str | None:
-    """A chained run's input names the run it chains on (``celldag.chained``): not ok, nothing to run on; a method
+    """A chained run's input names the run it chains on (``celldag.jobs.chained``): not ok, nothing to run on; a method
     whose entry lists its ``upstreams`` runs on those upstream methods' runs alone (the null classifiers)."""
     status = uns.get("upstream_status", "ok")
     if status != "ok":
@@ -198,7 +198,7 @@ def run_method(
     threads: int = 1, gpu_requested: bool = False, cpu_fallback: bool = False,
 ) -> str:  # fmt: skip
     """Run one (dataset, method, variant, seed); returns the run status."""
-    if not logging.getLogger().handlers:  # called outside a Snakemake job (celldag.joblog): progress to stderr
+    if not logging.getLogger().handlers:  # called outside a Snakemake job (celldag.jobs.joblog): progress to stderr
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     clock = RunClock()
     params = method_params(method_entry, variant)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from celldag.tolerance import plural
+from celldag.results.tolerance import plural
 
 RECORD, MACHINE = "run record", "machine"
 NOT_RECORDED, ABSENT = "not recorded", "absent"  # a section the record predates; a field on one side only

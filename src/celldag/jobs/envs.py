@@ -22,7 +22,7 @@ Snakemake copies an env file to ``.snakemake/conda/<hash>.yaml`` before creating
 files is a relative path. Cluster jobs parse the workflow again: the files are written only when their
 content differs, atomically, and come out byte-identical from the same inputs.
 
-Each job checks where it runs (``job_environment_problem``, called by ``celldag.joblog.start``): the
+Each job checks where it runs (``job_environment_problem``, called by ``celldag.jobs.joblog.start``): the
 celldag it imported must be the workflow's version and, under ``--sdm conda``, come from the job's own env
 (inside ``$CONDA_PREFIX``): Snakemake appends its own ``sys.path`` to every script (snakemake#840), so an
 env that lacks celldag would otherwise run the celldag of the environment that runs Snakemake.
@@ -230,7 +230,7 @@ def build_wheel(package: Package) -> bytes:
     entries = dict(sorted(package.files.items()))
     entries[f"{dist_info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
     entries[f"{dist_info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: celldag.envs\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        b"Wheel-Version: 1.0\nGenerator: celldag.jobs.envs\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     )
     if package.scripts:
         scripts = "".join(f"{name} = {target}\n" for name, target in sorted(package.scripts.items()))
@@ -283,7 +283,7 @@ def env_file_text(base_text: str, base_path: str, packages: Sequence[Package], p
     if not isinstance(env, dict) or not isinstance(env.get("dependencies"), list):
         raise EnvError(f"{base_path}: not a conda env file (no dependencies list)")
     header = [
-        "# Written by celldag (celldag.envs) for Snakemake's --sdm conda, rewritten whenever it would differ: do not edit.",
+        "# Written by celldag (celldag.jobs.envs) for Snakemake's --sdm conda, rewritten whenever it would differ: do not edit.",
         f"# Made from {base_path}; {post_deploy} beside it installs into the env (pip, --no-deps):",
         *(f"#   {package.describe()}" for package in packages),
     ]
@@ -299,7 +299,7 @@ def post_deploy_text(name: str, wheels: Sequence[tuple[Package, Path]], requirem
     pip = '"$CONDA_PREFIX/bin/python" -m pip install --no-input --disable-pip-version-check'
     lines = [
         "#!/bin/sh",
-        f"# Written by celldag (celldag.envs) with {name}.yaml: Snakemake runs it once, inside the new env.",
+        f"# Written by celldag (celldag.jobs.envs) with {name}.yaml: Snakemake runs it once, inside the new env.",
         "set -eu",
     ]
     if requirements:

@@ -8,7 +8,7 @@ honours one (else it starts over); a download that fails for good removes it.
 
 A download mirror (``fetch``, docs/mirror.md) serves compute nodes without internet: a local folder or an
 http(s) base URL holding each file at ``<base>/<host>/<path>`` of its URL, checked against the same sha256.
-``celldag prefetch`` (celldag.cli, with ``celldag.prefetch.needed_files``) fills such a folder
+``celldag prefetch`` (celldag.cli, with ``celldag.jobs.prefetch.needed_files``) fills such a folder
 with the files a config needs.
 """
 
@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from celldag.archives import extract_member
+from celldag.jobs.archives import extract_member
 from celldag.artifacts import atomic_path, sha256_file
 from celldag.embeddings.sources import mark_verified
 from celldag.errors import InputError

@@ -16,7 +16,7 @@ import pandas as pd
 
 import celldag
 from celldag.bibliography import bibtex, bibtex_key, format_reference, reference_id, references_of
-from celldag.compare import results_folder
+from celldag.results.compare import results_folder
 from celldag.errors import InputError
 from celldag.plan import Plan, embeddings_needed, method_params
 from celldag.registry import Registries

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy import stats
 
-from celldag import artifacts, contracts, floor_cards
+from celldag import artifacts, contracts
+from celldag.results import floor_cards
 from celldag.multiplicity import holm_rejections
 from celldag.records import read_record
 from celldag.tracks import DELTA_PREFIX, SCALED_PREFIX, Track, relative_reduction
@@ -174,7 +175,7 @@ def higher_is_better(scores: pd.DataFrame, metric: str) -> bool:
 
 def aggregate_tables(score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
                      baseline: str, tracks: dict[str, Track]) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
-    """Every run's scores (with the Δ rows against ``baseline`` and the control-scaled rows, ``celldag.floor_cards``)
+    """Every run's scores (with the Δ rows against ``baseline`` and the control-scaled rows, ``celldag.results.floor_cards``)
     and run records, checked and written to ``scores_path`` and ``runs_path`` (scores.parquet, runs.parquet);
     returned for the views."""
     raw = collect_scores(score_paths)

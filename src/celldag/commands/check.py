@@ -3,13 +3,13 @@ default run held against the reference the release ships — and making that ref
 
 ``check`` judges every score of ``results/default`` against ``reference/default`` bit for bit where nothing that
 may change a number differs from the reference's environment, else with the reference's noise model
-(``celldag.reference``), and prints one verdict, the environment that differs and the cost per rule. Exit 0 when
+(``celldag.results.reference``), and prints one verdict, the environment that differs and the cost per rule. Exit 0 when
 nothing changed beyond noise, 1 otherwise.
 
 Beside the per-score verdicts, each method is judged as a whole, its seeds and metrics pooled
-(``celldag.method_verdicts``); a method called changed fails the check as a changed score does.
+(``celldag.results.method_verdicts``); a method called changed fails the check as a changed score does.
 
-``reference`` makes the runs (``celldag.reference_runs``), builds the reference from them, and checks the held-out
+``reference`` makes the runs (``celldag.commands.reference_runs``), builds the reference from them, and checks the held-out
 perturbed reruns against it as a lab's run would be checked, and each perturbed rerun against the reference built
 without it; their verdicts go into reference.yaml.
 """
@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from celldag import method_verdicts
-from celldag import reference as ref
-from celldag.compare import Side, declared_tracks, read_side
+from celldag.results import method_verdicts
+from celldag.results import reference as ref
+from celldag.results.compare import Side, declared_tracks, read_side
 from celldag.errors import InputError
 from celldag.registry import read_yaml
 from celldag.release import commit_of, reference_origin
-from celldag.reference_runs import SEEDS, config_name, make_runs, reference_config, rerun_folder
+from celldag.commands.reference_runs import SEEDS, config_name, make_runs, reference_config, rerun_folder
 from celldag.report.check import check_blocks, summary_lines, write_check
-from celldag.resources import measured
+from celldag.jobs.resources import measured
 
 DEFAULT_REFERENCE = "reference/default"
 DEFAULT_RESULTS = "results/default"
@@ -80,7 +80,7 @@ def check(reference_folder: str, results: str, workflow: str, out: str, baseline
 
 
 def qc_errors(results: Path) -> list[str]:
-    """The errors of the results' quality checks (qc.parquet, ``celldag.qc``): runs that failed, one line each."""
+    """The errors of the results' quality checks (qc.parquet, ``celldag.results.qc``): runs that failed, one line each."""
     path = results / "qc.parquet"
     if not path.is_file():
         return []

@@ -20,7 +20,7 @@ The noise model. Per score group (dataset, track, method, variant, metric) the r
   unchanged installation, the chance that any score is called changed stays under α. It is also the smallest
   move a check can detect, which the check prints.
 - ``mean``, the group's mean over the reference's seeds, and ``offset``, how far another machine moves that mean
-  (``machine_offset``): what the per-method verdicts (``celldag.method_verdicts``) hold a lab's seeds against.
+  (``machine_offset``): what the per-method verdicts (``celldag.results.method_verdicts``) hold a lab's seeds against.
 
 A smooth score may also move by the numerical tolerance, ``TOLERANCE_HEADROOM`` times the largest relative
 move of any smooth score in the perturbed reruns (calibrated, never above ``ROUNDING``).
@@ -40,11 +40,11 @@ import pandas as pd
 import yaml
 
 from celldag import artifacts
-from celldag.compare import KEY, Side
+from celldag.results.compare import KEY, Side
 from celldag.errors import InputError
-from celldag.record_differences import INPUT, RECORD, MACHINE, run_facts
-from celldag.leaderboard import metric_is_count
-from celldag.tolerance import Tolerance, plural
+from celldag.results.record_differences import INPUT, RECORD, MACHINE, run_facts
+from celldag.results.leaderboard import metric_is_count
+from celldag.results.tolerance import Tolerance, plural
 from celldag.tracks import Track
 
 GROUP = ["dataset", "track", "method", "variant", "metric"]
@@ -175,7 +175,7 @@ def machine_offset(moves: pd.DataFrame, groups: pd.Index) -> pd.Series:
     reruns, of the rerun's moves averaged over the seeds — never below its metric's on its dataset (the same mean
     over every method and variant), as ``sd`` has its floor. A move that every seed shares (a kernel that shifts a
     deterministic method's kBET) does not average out over a lab's seeds; this is the part of the noise that more
-    seeds cannot shrink (``celldag.method_verdicts``)."""
+    seeds cannot shrink (``celldag.results.method_verdicts``)."""
     averaged = moves.groupby([*GROUP, "rerun"])["delta"].mean().pow(2).rename("square").reset_index()
     own = averaged.groupby(GROUP)["square"].mean().reindex(groups)
     floor = averaged.groupby(METRIC_FLOOR)["square"].mean()
@@ -234,7 +234,7 @@ def two_regimes(seeds: pd.DataFrame, discontinuous: pd.Index) -> pd.DataFrame:
     that lands on one of two score levels, a new-batch set size of 2 or of 4.7: sorted, the values' largest gap is at
     least ``REGIME_GAP`` times the pooled sd within the two sides, each side holding two values or more. Per such
     group: the ``split`` (the gap's middle), each regime's mean (``low``, ``high``), the pooled ``within`` sd, and how
-    many of its ``values`` lie ``above`` the split: what ``celldag.method_verdicts`` judges a lab's seeds against
+    many of its ``values`` lie ``above`` the split: what ``celldag.results.method_verdicts`` judges a lab's seeds against
     instead of a normal model, which under-states how far a mean of few seeds of a two-regime score moves."""
     rows = []
     ok = ok_values(seeds)
@@ -258,7 +258,7 @@ def two_regimes(seeds: pd.DataFrame, discontinuous: pd.Index) -> pd.DataFrame:
 
 def cost_table(side: Side, measured: list[dict]) -> pd.DataFrame:
     """Per rule (a run's per method): wall seconds summed and the highest peak RSS, over the side's runs (their
-    records' wall_time_s and peak_rss_mb) and the prepare and evaluate jobs ``celldag.resources.measured`` found for
+    records' wall_time_s and peak_rss_mb) and the prepare and evaluate jobs ``celldag.jobs.resources.measured`` found for
     its datasets and seeds."""
     runs = pd.DataFrame(side.runs.values())
     rows = [{"rule": "run " + method, "wall_s": group["wall_time_s"].sum(), "peak_mb": group["peak_rss_mb"].max()}

@@ -16,7 +16,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
-from celldag.joblog import ENDED_PATTERN
+from celldag.jobs.joblog import ENDED_PATTERN
 from celldag.records import read_record
 
 UNITS = {
@@ -113,7 +113,7 @@ def measured(results: str, models: Mapping) -> list[dict]:
     evaluate): its rule, dataset, rows, wall seconds and peak RSS, beside what ``models`` would request.
 
     The peak is exact where celldag measured it: the highest ``peak_rss_mb`` of a run_method job's run
-    records, the ``job ended`` line of a prepare or evaluate job's log (``celldag.joblog``); else the
+    records, the ``job ended`` line of a prepare or evaluate job's log (``celldag.jobs.joblog``); else the
     benchmark's, which Snakemake samples (every 0.5 s for 15 s, then every 30 s) and so may miss a peak.
     """
     import csv

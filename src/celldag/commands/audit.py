@@ -4,7 +4,7 @@ Two checks, run in the workflow directory (the records' paths are relative to it
 
 * checksums — every file a run record of the configuration names (its inputs, its output, the
   prepared dataset's source files) still has the recorded sha256, and every scores table still has
-  the digests its evaluate job wrote beside it (``celldag.scoring.write_scores``);
+  the digests its evaluate job wrote beside it (``celldag.jobs.evaluate.write_scores``);
 * re-runs — a seeded sample of ``ok`` runs (or the runs named by ``--run``) is run again from its
   record alone in a scratch directory, scored with the other recorded outputs of its dataset and seed
   as the evaluate job scored it, and its output and scores are compared with the recorded ones: bit
@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from celldag import artifacts, qc
+from celldag import artifacts
+from celldag.results import qc
 from celldag import plan as planning
 from celldag.annotation.scoring import options as annotation_options
 from celldag.artifacts import sha256_file
@@ -38,10 +39,10 @@ from celldag.provenance import package_versions
 from celldag.records import AUDITED_FIELDS, RecordError, read_record
 from celldag.report.leaderboard import aggregate
 from celldag.registry import DEFAULT_CONFIG, load_workflow_config
-from celldag.runner import run_method
-from celldag.scoring import score_dataset, score_digests
-from celldag.output_differences import output_differences, score_differences
-from celldag.tolerance import CUDA_TOLERANCE, Tolerance, plural
+from celldag.jobs.runner import run_method
+from celldag.jobs.evaluate import score_dataset, score_digests
+from celldag.results.output_differences import output_differences, score_differences
+from celldag.results.tolerance import CUDA_TOLERANCE, Tolerance, plural
 from celldag.tracks import load_track, tracks_of
 
 EVALUATE_THREADS = 1  # workflow/rules/evaluate.smk: the scoring job's threads
@@ -323,13 +324,13 @@ def child_env(threads: int, cuda: bool) -> dict[str, str]:
 
 
 def run_job(kind: str, track: str, kwargs: dict, env: dict, log: Path) -> str | None:
-    """Run ``run_method`` or ``score_dataset`` in a child process (``python -m celldag.audit``); None
+    """Run ``run_method`` or ``score_dataset`` in a child process (``python -m celldag.commands.audit``); None
     when it worked, else the last line it wrote (its whole log is ``log``)."""
     spec = log.with_suffix(".json")
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps({"kind": kind, "track": track, "kwargs": kwargs}, default=str))
     with open(log, "w") as handle:
-        done = subprocess.run([sys.executable, "-m", "celldag.audit", str(spec)], stdout=handle,
+        done = subprocess.run([sys.executable, "-m", "celldag.commands.audit", str(spec)], stdout=handle,
                               stderr=subprocess.STDOUT, env=env, check=False)  # fmt: skip
     if done.returncode == 0:
         return None

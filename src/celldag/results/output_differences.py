@@ -1,6 +1,6 @@
 """What differs between a method output as its run recorded it and the same run redone: status, row names, cell and
 gene embeddings, the tree; and between two runs' scores. Bit for bit on CPU; within a ``Tolerance`` where the record
-says CUDA (``celldag.audit`` re-runs, and reads these verdicts)."""
+says CUDA (``celldag.commands.audit`` re-runs, and reads these verdicts)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from celldag.tolerance import Tolerance, values_match
+from celldag.results.tolerance import Tolerance, values_match
 
 
 def score_differences(recorded: dict[str, float], now: dict[str, float], tolerance: Tolerance | None):

@@ -11,7 +11,7 @@ together, so this module asks, per method, one question with one test:
       z_j = (mean here − mean of the reference) / √(sd_j² · (1/n_here + 1/n_reference) + offset_j²),
 
   sd_j the score's spread from run to run and offset_j how far another machine moves a mean over seeds
-  (``celldag.reference``: the part of a machine's move every seed shares, which more seeds cannot average out);
+  (``celldag.results.reference``: the part of a machine's move every seed shares, which more seeds cannot average out);
   p_j = 2·P(t(df_j) > |z_j|). A two-regime score (a conformal set size on one of two levels: kind ``two-regime``,
   regimes.tsv) also gets ``two_regime_p`` — how far its mean leaves the envelope of the two regimes, valid whatever
   share of seeds lands in each — and p_j is twice the smaller of the two;
@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from celldag.leaderboard import metric_is_derived
+from celldag.results.leaderboard import metric_is_derived
 from celldag.multiplicity import holm_steps
 from celldag.tracks import Track
 
@@ -58,7 +58,7 @@ def means_over_seeds(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def two_regime_p(mean_here: float, n_here: int, regime: Mapping, offset: float) -> float:
-    """The p of a mean over ``n_here`` seeds of a two-regime score (``celldag.reference.two_regimes``), whatever
+    """The p of a mean over ``n_here`` seeds of a two-regime score (``celldag.results.reference.two_regimes``), whatever
     share of its seeds lands in the upper regime: how far the mean lies outside the regimes' envelope [low, high],
     against the noise of a mean given its count of upper seeds — the within-regime sd over the seeds, the regimes'
     means as estimated from the reference's few seeds on each side, and the machine's offset — at its largest over

@@ -6,7 +6,7 @@ input; its message names the file and the field) is one line in both: its traceb
 point into celldag. Anything else is a bug: one line on the console, the whole traceback in the log.
 ``CELLDAG_TRACEBACK=1`` logs the traceback of input errors too.
 
-Before anything else a job checks where it runs (``celldag.envs.job_environment_problem``): the celldag
+Before anything else a job checks where it runs (``celldag.jobs.envs.job_environment_problem``): the celldag
 it imported must be the workflow's version and, under ``--sdm conda``, come from the job's own env; else
 one line, and the job stops.
 
@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 
 import celldag
-from celldag.envs import SDM_CONDA_VARIABLE, job_environment_problem
+from celldag.jobs.envs import SDM_CONDA_VARIABLE, job_environment_problem
 from celldag.errors import InputError
 from celldag.provenance import peak_rss_mb
 
@@ -46,7 +46,7 @@ NOT_RETRIED = (
 
 
 # the last line of every job's log: its exact peak (VmHWM), which Snakemake's benchmark samples only every
-# 30 s after the first 15 s (celldag.resources.measured reads it)
+# 30 s after the first 15 s (celldag.jobs.resources.measured reads it)
 ENDED = "job ended: wall {wall:.1f} s, peak RSS {peak:.0f} MB"
 ENDED_PATTERN = re.compile(r"job ended: wall ([0-9.]+) s, peak RSS ([0-9]+) MB")
 
@@ -92,7 +92,7 @@ def start(log_path: str) -> None:
 
 def where_it_runs(console) -> None:
     """The job's celldag must be the workflow's, from the job's own env under --sdm conda
-    (celldag.envs.job_environment_problem); else one line on the console and in the log, and the job stops.
+    (celldag.jobs.envs.job_environment_problem); else one line on the console and in the log, and the job stops.
     Under --sdm conda the log says which celldag and env the job runs with."""
     problem = job_environment_problem(celldag.__version__, celldag.__file__)
     if problem:
@@ -100,7 +100,7 @@ def where_it_runs(console) -> None:
             print(f"error: {problem}", file=stream, flush=True)
         sys.exit(1)
     if os.environ.get(SDM_CONDA_VARIABLE) == "1":
-        logging.getLogger("celldag.envs").info(
+        logging.getLogger("celldag.jobs.envs").info(
             "celldag %s from %s, env %s", celldag.__version__, Path(celldag.__file__).parent, os.environ["CONDA_PREFIX"]
         )
 
@@ -155,6 +155,6 @@ def _stat(path: str) -> tuple[int, int] | tuple[None, None]:
 
 def _fails_again(error: BaseException) -> bool:
     """Input errors fail every try alike; downloads' do not (the network may recover: their rule retries)."""
-    from celldag.download import DownloadError
+    from celldag.jobs.download import DownloadError
 
     return isinstance(error, InputError) and not isinstance(error, DownloadError)

@@ -27,7 +27,7 @@ from celldag import plan as planning
 from celldag.document import Block, Heading, Paragraph, Table
 from celldag.errors import InputError
 from celldag.registry import Registries, apply_schema, read_yaml
-from celldag.leaderboard import score_text, t_interval
+from celldag.results.leaderboard import score_text, t_interval
 from celldag.tracks import DELTA_PREFIX, Track
 
 DEFAULT_FOLDER = "config/published"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from celldag.download import DownloadError, expected_sha256
+from celldag.jobs.download import DownloadError, expected_sha256
 from celldag.plan import DOWNLOAD_PINS, source_files
 
 

@@ -52,7 +52,7 @@ def validate_dataset(dataset_id: str, registries: Registries) -> Report:
     if report.problems:
         return report
     from celldag import contracts
-    from celldag.prepare import prepare_dataset
+    from celldag.jobs.prepare import prepare_dataset
 
     track = registries.track(entry["track"])
     try:
@@ -95,8 +95,8 @@ def write_validation(dataset_id: str, entry: dict, files: dict[str, str], path: 
 def _file_problems(dataset_id: str, entry: dict, files: dict[str, str]) -> list[str]:
     """Local files as preparation checks them; downloads present and matching their registry sha256 or pin."""
     from celldag.artifacts import sha256_file
-    from celldag.download import DownloadError, verify_pinned
-    from celldag.prepare import local_file_problems
+    from celldag.jobs.download import DownloadError, verify_pinned
+    from celldag.jobs.prepare import local_file_problems
 
     problems = [str(problem) for problem in local_file_problems(entry)]
     for spec in entry.get("files", []):

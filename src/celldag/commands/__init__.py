@@ -1,0 +1,1 @@
+"""The commands a user runs: annotate, audit, check, cite, validate, reference (``celldag.cli`` is the door)."""
