@@ -13,6 +13,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import re
+import warnings
 from functools import cache
 
 from celldag.errors import InputError
@@ -20,17 +21,26 @@ from celldag.errors import InputError
 REFERENCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 REFERENCE_PATTERN = REFERENCE.pattern  # the registries' JSON schemas use the same rule
 
+# celldag's modules that moved, old name → new: a registry naming the old one keeps working for one release (0.3),
+# with a warning naming the new string at every parse; the next release drops the old name.
+MOVED_MODULES = {"celldag.annotation.classifiers": "celldag.methods.classifiers"}
+
 
 def split(reference: str) -> tuple[str, str]:
+    """(module, name) of ``package.module:name``, a moved module under its new name (``MOVED_MODULES``)."""
     module, _, name = reference.partition(":")
-    return module, name
+    return MOVED_MODULES.get(module, module), name
 
 
 def check_reference(reference: str, where: str) -> None:
-    """Raise an InputError naming ``where`` unless ``reference`` names a top-level definition of a findable module."""
+    """Raise an InputError naming ``where`` unless ``reference`` names a top-level definition of a findable module;
+    warn (FutureWarning, shown by default) where it names a module that moved."""
     if not REFERENCE.match(reference):
         raise InputError(f"{where}: {reference!r} is not a reference of the form 'package.module:name'")
     module, name = split(reference)
+    if module != reference.partition(":")[0]:
+        warnings.warn(f"{where}: {reference!r} names a module that moved, and the old name stops working after "
+                      f"celldag 0.3: write '{module}:{name}'", FutureWarning, stacklevel=2)  # fmt: skip
     if name not in top_level_names(module, where):
         raise InputError(f"{where}: module {module!r} defines no {name!r} at its top level")
 

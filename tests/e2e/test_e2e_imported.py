@@ -85,7 +85,7 @@ def knn_probabilities(workdir) -> anndata.AnnData:
     cells and the classes in other orders."""
     from threadpoolctl import threadpool_limits
 
-    from celldag.annotation.classifiers import knn
+    from celldag.methods.classifiers import knn
     from celldag.annotation.track import chain_input, method_input
 
     run = chained_on(workdir, "knn", "pca")

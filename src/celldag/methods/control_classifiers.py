@@ -1,7 +1,7 @@
 """Null controls of the annotation track: classifiers that cannot know the cell types, run like any classifier
 (``kind: control``), so that every metric's floor is on the leaderboard beside the methods.
 
-``permuted_labels`` is the ``logistic`` classifier (``celldag.annotation.classifiers``) trained on each fit's labels
+``permuted_labels`` is the ``logistic`` classifier (``celldag.methods.classifiers``) trained on each fit's labels
 permuted across its training cells: the features are the real embedding and the classes keep their frequencies, but
 the link between labels and features is broken. ``uniform`` gives every cell the same flat distribution over the
 classes a fit was trained on: no feature is read at all. ``majority`` answers every cell with the type most frequent
@@ -16,8 +16,8 @@ import dataclasses
 
 import numpy as np
 
-from celldag.annotation import classifiers
-from celldag.annotation.classifiers import _facts, predict_each
+from celldag.methods import classifiers
+from celldag.methods.classifiers import _facts, predict_each
 from celldag.annotation.track import AnnotationInput
 from celldag.methods import MethodResult
 

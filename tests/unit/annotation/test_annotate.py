@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from celldag.commands.annotate import Request, annotate
-from celldag.annotation.classifiers import logistic
+from celldag.methods.classifiers import logistic
 from celldag.annotation.query import UNKNOWN
 from celldag.annotation.scoring import label_free_calibration, procedure_sets
 from celldag.annotation.track import chain_task, method_input

@@ -99,7 +99,7 @@ def toy_run(lonely: bool = False):
     import anndata
     import pandas as pd
 
-    from celldag.annotation.classifiers import knn, logistic
+    from celldag.methods.classifiers import knn, logistic
     from celldag.annotation.track import chain_input, chain_task, method_input
     from celldag.jobs.runner import output_anndata
 
@@ -321,7 +321,7 @@ def test_held_out_type_fits_are_added_last_and_leave_the_other_fits_as_they_were
     the held-out-type fits, bit for bit."""
     from dataclasses import replace
 
-    from celldag.annotation.classifiers import knn, logistic
+    from celldag.methods.classifiers import knn, logistic
     from celldag.annotation.track import method_input
 
     task, outputs, chained = toy_run()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from celldag.annotation import classifiers
+from celldag.methods import classifiers
 from celldag.annotation.task import (
     SPLITS,
     fit_masks,

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from celldag.annotation import celltypist as ct
-from celldag.annotation.classifiers import celltypist as celltypist_classifier
+from celldag.methods.classifiers import celltypist as celltypist_classifier
 from celldag.annotation.track import AnnotationInput, fit_labels
 
 PARITY = Path(__file__).resolve().parents[3] / ".parity"  # requirements/parity.txt, installed by `make test`

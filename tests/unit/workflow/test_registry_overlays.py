@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import yaml
 
@@ -266,3 +267,26 @@ def test_celldag_validate_says_an_unknown_param_in_one_line(tmp_path, monkeypatc
     assert status == 2
     assert err.startswith("error: lab/datasets.yaml: lab_rna.params: unknown key 'layer'; layer became counts_layer")
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_labs_registry_naming_the_classifiers_old_module_still_runs_and_is_told_the_new_name(tmp_path, monkeypatch):
+    from celldag import extensions
+    from celldag.annotation.track import AnnotationInput, fit_labels
+    from celldag.methods import classifiers
+
+    lab_logistic = {"track": "annotation", "run": "celldag.annotation.classifiers:logistic", "kind": "baseline",
+                    "env": "representation", "description": "celldag's logistic under its 0.2 name"}  # fmt: skip
+    with pytest.warns(FutureWarning) as warned:
+        _, registries = overlay(tmp_path, monkeypatch, lab_methods={"lab_logistic": lab_logistic})
+    (message,) = [str(warning.message) for warning in warned if "classifiers" in str(warning.message)]
+    assert message.startswith("lab/methods.yaml: lab_logistic.run: 'celldag.annotation.classifiers:logistic'")
+    assert message.endswith("write 'celldag.methods.classifiers:logistic'")
+    run = extensions.load(registries.methods["lab_logistic"]["run"])
+    assert run is classifiers.logistic
+    rng = np.random.default_rng(0)
+    labels = np.repeat(["a", "b"], 20)
+    fits = {"random": rng.random(40) < 0.5}
+    inputs = AnnotationInput(features=rng.normal(size=(40, 3)) + (labels == "a")[:, None] * 4, batch=np.zeros(40),
+                             labels=fit_labels(labels, fits), classes=("a", "b"), fits=fits)  # fmt: skip
+    old, new = run(inputs, {}, 0), classifiers.logistic(inputs, {}, 0)
+    assert np.array_equal(old.obsm["proba_random"], new.obsm["proba_random"])
