@@ -1,7 +1,7 @@
-"""References to code in the registries: ``package.module:name``, the one way to name an extension.
+"""Entry points: ``package.module:name``, the one way the registries name code (the term of Python packaging).
 
 Tracks, dataset loaders, methods and gene-embedding providers are named this way in the YAML
-registries. ``check_reference`` verifies a reference when the config is parsed without importing it
+registries. ``check_entry_point`` verifies an entry point when the config is parsed without importing it
 (imports cost seconds per job here: scvi 7 s, scikit-bio 4 s): the module must be findable and
 define ``name`` at its top level. ``load`` imports it when a job needs it.
 """
@@ -18,28 +18,28 @@ from functools import cache
 
 from celldag.errors import InputError
 
-REFERENCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
-REFERENCE_PATTERN = REFERENCE.pattern  # the registries' JSON schemas use the same rule
+ENTRY_POINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+ENTRY_POINT_PATTERN = ENTRY_POINT.pattern  # the registries' JSON schemas use the same rule
 
 # celldag's modules that moved, old name → new: a registry naming the old one keeps working for one release (0.3),
 # with a warning naming the new string at every parse; the next release drops the old name.
 MOVED_MODULES = {"celldag.annotation.classifiers": "celldag.methods.classifiers"}
 
 
-def split(reference: str) -> tuple[str, str]:
+def split(entry_point: str) -> tuple[str, str]:
     """(module, name) of ``package.module:name``, a moved module under its new name (``MOVED_MODULES``)."""
-    module, _, name = reference.partition(":")
+    module, _, name = entry_point.partition(":")
     return MOVED_MODULES.get(module, module), name
 
 
-def check_reference(reference: str, where: str) -> None:
-    """Raise an InputError naming ``where`` unless ``reference`` names a top-level definition of a findable module;
+def check_entry_point(entry_point: str, where: str) -> None:
+    """Raise an InputError naming ``where`` unless ``entry_point`` names a top-level definition of a findable module;
     warn (FutureWarning, shown by default) where it names a module that moved."""
-    if not REFERENCE.match(reference):
-        raise InputError(f"{where}: {reference!r} is not a reference of the form 'package.module:name'")
-    module, name = split(reference)
-    if module != reference.partition(":")[0]:
-        warnings.warn(f"{where}: {reference!r} names a module that moved, and the old name stops working after "
+    if not ENTRY_POINT.match(entry_point):
+        raise InputError(f"{where}: {entry_point!r} is not an entry point of the form 'package.module:name'")
+    module, name = split(entry_point)
+    if module != entry_point.partition(":")[0]:
+        warnings.warn(f"{where}: {entry_point!r} names a module that moved, and the old name stops working after "
                       f"celldag 0.3: write '{module}:{name}'", FutureWarning, stacklevel=2)  # fmt: skip
     if name not in top_level_names(module, where):
         raise InputError(f"{where}: module {module!r} defines no {name!r} at its top level")
@@ -92,7 +92,7 @@ class Unreadable(Exception):
     """A declaration that is not made of literals and names of literals: only importing can tell its value."""
 
 
-def declared_attribute(reference: str, attribute: str, where: str):
+def declared_attribute(entry_point: str, attribute: str, where: str):
     """The value a module assigns to ``<function>.<attribute>`` at its top level, read from the source
     without importing it (the registries name dozens of functions; their modules import torch, anndata,
     scvi: seconds at every parse of the workflow). None when the module makes no such assignment.
@@ -101,12 +101,12 @@ def declared_attribute(reference: str, attribute: str, where: str):
     literals, also imported ones (``from pkg.mod import DEFAULTS``): a dict stands for its keys inside a
     sequence. Anything else (a call, an expression) is read by importing the module after all.
     """
-    module, name = split(reference)
+    module, name = split(entry_point)
     try:
         found = _assigned(module, name, attribute, where)
         return None if found is None else _value(found[1], found[0], where)
     except Unreadable:
-        return getattr(load(reference), attribute, None)
+        return getattr(load(entry_point), attribute, None)
 
 
 def _assigned(module: str, name: str, attribute: str | None, where: str) -> tuple[str, ast.expr] | None:
@@ -172,7 +172,7 @@ def _value(node: ast.expr, module: str, where: str):
     raise Unreadable(ast.dump(node))
 
 
-def load(reference: str):
-    """Import the module of ``reference`` and return the object it names."""
-    module, name = split(reference)
+def load(entry_point: str):
+    """Import the module of ``entry_point`` and return the object it names."""
+    module, name = split(entry_point)
     return getattr(importlib.import_module(module), name)

@@ -1,4 +1,7 @@
-"""Run records: what ran, on what, from which inputs, how long it took and how much memory it used.
+"""The facts a run record holds, collected: what ran, on what, from which inputs, how long and in how much memory.
+
+This module collects them; ``celldag.records`` owns the record itself (``run.json``: its fields, its one writer and
+its one reader).
 
 "On what" is the device and the ``machine`` section: CPU model and the instruction-set extensions that
 select numerical kernels, the BLAS/OpenMP libraries of the process, its thread settings and, for a CUDA

@@ -1,5 +1,5 @@
 """The run record (``run.json``, written by every run and chained run): its contract, its one writer and its one
-reader. The aggregate job, ``celldag audit``, ``celldag compare``, ``celldag check`` and a chained track's jobs all
+reader; the facts it holds are collected by ``celldag.provenance``. The aggregate job, ``celldag audit``, ``celldag compare``, ``celldag check`` and a chained track's jobs all
 read records through ``read_record``; a record that is not JSON or lacks a field its reader needs is refused in one
 line naming the file and the field.
 

@@ -1,13 +1,13 @@
 """Tracks: one kind of benchmark task (lineage reconstruction, cell representation, …), declared in one place.
 
-A track is a ``Track`` object named in ``config/tracks.yaml`` by reference (``package.module:NAME``).
+A track is a ``Track`` object named in ``config/tracks.yaml`` by its entry point (``package.module:NAME``).
 It declares its prepared-data contract, the input its methods receive, the optional inputs a dataset
 may lack, its scorer, its metrics (grouped as the leaderboard shows them, each with its direction and
 whether it gets a Δ), the facts ``celldag validate`` reports and the figures of the report. Generic
 code — preparation, the runner, scoring, validation, the leaderboard and the rules — looks a track
 up by name and calls what it declares; nothing outside a track's own package knows what it holds.
 
-The functions are references too, loaded on first use: a track module imports nothing heavy, so the
+The functions are entry points too, loaded on first use: a track module imports nothing heavy, so the
 workflow can read every track when it parses, and each job imports only the functions it calls.
 
     config/tracks.yaml ── lineage: {definition: celldag.lineage.track:TRACK, env: lineage}
@@ -114,7 +114,7 @@ class Figure:
     """
 
     name: str  # file stem, unique in the track
-    draw: str  # reference (FigureData) -> matplotlib.figure.Figure; deterministic (same inputs, same pixels)
+    draw: str  # entry point (FigureData) -> matplotlib.figure.Figure; deterministic (same inputs, same pixels)
     caption: str  # reStructuredText file, relative to the folder of draw's module: what is plotted, which seed, how to read it
     needs: tuple[str, ...] = ("scores",)
 
@@ -154,7 +154,7 @@ class FigureData:
 
 @dataclass(frozen=True)
 class Track:
-    """A track's declaration. Each ``str`` field is a reference (``module:function``) with the signature noted."""
+    """A track's declaration. Each ``str`` field is an entry point (``module:function``) with the signature noted."""
 
     x_dtype: str  # dtype of a prepared dataset's X
     check_prepared: str  # (adata, path) -> None: the track's part of the prepared-dataset contract
@@ -211,23 +211,23 @@ def load_track(definition: str) -> Track:
 
 def check_track(track_id: str, entry: dict, where: str) -> Track:
     """Parse-time checks of one tracks-registry entry: its definition and everything the definition declares."""
-    extensions.check_reference(entry["definition"], f"{where}: {track_id}.definition")
+    extensions.check_entry_point(entry["definition"], f"{where}: {track_id}.definition")
     track = load_track(entry["definition"])
     check_declaration(track, f"{where}: {track_id} ({entry['definition']})")
     return track
 
 
 def check_declaration(track: Track, where: str) -> None:
-    """Every reference names a definition; metric names are unique, not Δ names; one or more core metrics."""
+    """Every entry point names a definition; metric names are unique, not Δ names; one or more core metrics."""
     for role in REFERENCE_ROLES:
-        extensions.check_reference(getattr(track, role), f"{where}: {role}")
+        extensions.check_entry_point(getattr(track, role), f"{where}: {role}")
     for role in ("arrange", "chain_task", "chain_input"):
         if getattr(track, role) is not None:
-            extensions.check_reference(getattr(track, role), f"{where}: {role}")
+            extensions.check_entry_point(getattr(track, role), f"{where}: {role}")
     if track.upstream is not None and (track.chain_task is None or track.chain_input is None):
         raise InputError(f"{where}: a chained track (upstream {track.upstream!r}) declares chain_task and chain_input")
     for figure in track.figures:
-        extensions.check_reference(figure.draw, f"{where}: figures {figure.name!r}")
+        extensions.check_entry_point(figure.draw, f"{where}: figures {figure.name!r}")
         if not figure.caption_path().is_file():
             raise InputError(f"{where}: figures {figure.name!r}: no caption file {figure.caption_path()}")
         unknown = sorted(set(figure.needs) - set(FIGURE_INPUTS))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from celldag.embeddings import annotation, sources
+from celldag.embeddings import gene_ontology, sources
 from celldag.embeddings.gene_ids import GeneIdMap, map_ensembl, no_orthology
 from celldag.embeddings.table import MAPPING, NOT_APPLICABLE, GeneTable, check_frame, gene_frame, match_genes
 from celldag.errors import InputError
@@ -31,7 +31,7 @@ def provider(**defaults):
     """Mark a function as a gene-embedding provider; ``defaults`` are the parameters a registry entry may set.
 
     A provider is ``(params, genes, files, seed, base_table, threads) -> (gene ids, vectors, details)``
-    and is named in config/embeddings.yaml by reference (``package.module:function``).
+    and is named in config/embeddings.yaml by its entry point (``package.module:function``).
     """
 
     def mark(function):
@@ -104,7 +104,7 @@ def embed_genes(
 def _ensembl_symbols(genes: list[str], files: Mapping[str, str]) -> GeneIdMap:
     """The dataset's human Ensembl ids mapped to symbols; none mapping is the dataset's mistake, not a provider's."""
     org = sources.required_file(files, ORG_ROLE, "mapping the dataset's Ensembl ids to symbols (gene_ids: ensembl)")
-    with closing(annotation.open_annotation(org)) as db:
+    with closing(gene_ontology.open_annotation(org)) as db:
         mapped = map_ensembl(db, genes)
     if not mapped.symbols:
         raise InputError(
@@ -121,13 +121,13 @@ def _ensembl_symbols(genes: list[str], files: Mapping[str, str]) -> GeneIdMap:
     batch_size=64,
     normalize=True,
     device="cpu",
-    **{f"max_{ontology}_terms": cap for ontology, cap in annotation.DEFAULT_MAX_TERMS.items()},
+    **{f"max_{ontology}_terms": cap for ontology, cap in gene_ontology.DEFAULT_MAX_TERMS.items()},
 )
 def text(
     params: dict, genes: list[str], files, seed: int, base_table, threads: int
 ) -> tuple[list[str], np.ndarray, dict]:
     """A sentence-transformers model embeds one description per gene (GO terms, or summaries from a file)."""
-    max_terms = {ontology: params[f"max_{ontology}_terms"] for ontology in annotation.ONTOLOGIES}
+    max_terms = {ontology: params[f"max_{ontology}_terms"] for ontology in gene_ontology.ONTOLOGIES}
     texts, details = sources.read_texts(params["text_source"], files, genes, max_terms)
     ids = [gene for gene in genes if gene in texts]
     vectors = (
@@ -166,7 +166,7 @@ def encode_texts(texts: list[str], params: Mapping, seed: int, threads: int = 1)
     return np.asarray(vectors, dtype=np.float32)
 
 
-@provider(n_components=128, weighting="tfidf", ontologies=list(annotation.ONTOLOGIES))
+@provider(n_components=128, weighting="tfidf", ontologies=list(gene_ontology.ONTOLOGIES))
 def go_svd(
     params: dict, genes: list[str], files, seed: int, base_table, threads: int
 ) -> tuple[list[str], np.ndarray, dict]:
@@ -179,16 +179,16 @@ def go_svd(
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfTransformer
 
-    unknown = set(params["ontologies"]) - set(annotation.ONTOLOGIES)
+    unknown = set(params["ontologies"]) - set(gene_ontology.ONTOLOGIES)
     if unknown or params["weighting"] not in ("tfidf", "binary"):
         raise ValueError(
-            f"go_svd: ontologies must be among {list(annotation.ONTOLOGIES)} and weighting "
+            f"go_svd: ontologies must be among {list(gene_ontology.ONTOLOGIES)} and weighting "
             f"'tfidf' or 'binary'; got {params['ontologies']}, {params['weighting']!r}"
         )
     org = sources.required_file(files, "org_hs_eg_sqlite", "provider 'go_svd'")
-    with closing(annotation.open_annotation(org)) as db:
-        symbols = annotation.map_symbols(db, genes)
-        mapped, go_ids, incidence = annotation.go_incidence(db, symbols, params["ontologies"])
+    with closing(gene_ontology.open_annotation(org)) as db:
+        symbols = gene_ontology.map_symbols(db, genes)
+        mapped, go_ids, incidence = gene_ontology.go_incidence(db, symbols, params["ontologies"])
     annotated = np.flatnonzero(incidence.getnnz(axis=1) > 0)
     incidence = incidence[annotated]
     k = params["n_components"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from celldag.artifacts import atomic_path, sha256_file
-from celldag.embeddings import annotation
+from celldag.embeddings import gene_ontology
 from celldag.embeddings.table import read_table
 
 TEXT_SOURCES = ("go", "genept_json", "tsv")
@@ -39,9 +39,9 @@ def read_texts(
     what = f"text source {source!r}"
     if source == "go":
         org, go = required_file(files, "org_hs_eg_sqlite", what), required_file(files, "go_sqlite", what)
-        with closing(annotation.open_annotation(org, go)) as db:
-            symbols = annotation.map_symbols(db, genes)
-            texts = annotation.describe_genes(db, symbols, max_terms)
+        with closing(gene_ontology.open_annotation(org, go)) as db:
+            symbols = gene_ontology.map_symbols(db, genes)
+            texts = gene_ontology.describe_genes(db, symbols, max_terms)
         return texts, {"n_matched_symbol": symbols.n_symbol, "n_matched_alias": symbols.n_alias}
     if source == "genept_json":
         with open(required_file(files, "summaries", what)) as handle:

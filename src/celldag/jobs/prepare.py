@@ -1,7 +1,7 @@
 """Source → prepared dataset (AnnData) by the dataset's ``loader``, held to its track's contract.
 
 A loader is a function ``(dataset_id, params, seed, files: {file name: local path}) -> AnnData``,
-named in config/datasets.yaml by reference (``package.module:function``); the shipped ones live in
+named in config/datasets.yaml by its entry point (``package.module:function``); the shipped ones live in
 ``celldag.data``.
 """
 

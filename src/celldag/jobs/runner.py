@@ -76,12 +76,12 @@ def unmet_upstream(uns, method_entry: dict) -> str | None:
     return None
 
 
-def call_method(reference: str, inputs, params: dict, seed: int, threads: int = 1) -> tuple[MethodResult, str, str]:
+def call_method(entry_point: str, inputs, params: dict, seed: int, threads: int = 1) -> tuple[MethodResult, str, str]:
     """(result, status, reason) — exceptions become a status so one failure never stops the DAG."""
     from threadpoolctl import threadpool_limits
 
     try:
-        run = extensions.load(reference)
+        run = extensions.load(entry_point)
         torch = sys.modules.get("torch")
         if torch is not None:  # torch takes every core by default; jobs running side by side then crawl
             torch.set_num_threads(threads)
@@ -98,7 +98,7 @@ def call_method(reference: str, inputs, params: dict, seed: int, threads: int = 
         if out_of_memory(err):  # the job fails: Snakemake retries with twice the memory, resuming the checkpoint
             raise
         # deterministic: recorded as a failed run (a rerun would fail the same way), traceback logged
-        log.error("method %s failed:\n%s", reference, traceback.format_exc())
+        log.error("method %s failed:\n%s", entry_point, traceback.format_exc())
         return MethodResult(), "failed", f"{type(err).__name__}: {err}"
 
 

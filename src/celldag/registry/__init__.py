@@ -1,13 +1,13 @@
 """Load and check the run config and the registries (tracks, datasets, methods, gene embeddings).
 
 Each file is checked against its JSON schema in ``celldag/schemas/`` and then passed through
-``snakemake.utils.validate`` to fill in the schema defaults. Every code reference (a track's
+``snakemake.utils.validate`` to fill in the schema defaults. Every entry point (a track's
 definition, a dataset's loader, a method's run, an embedding's provider) is checked without
 importing it (``celldag.extensions``). Any problem — a wrong type, a missing key, an id no registry
-knows, a reference to nothing — raises one ``ConfigError`` naming the file and key, at parse time,
+knows, an entry point to nothing — raises one ``ConfigError`` naming the file and key, at parse time,
 before Snakemake schedules a single job.
 
-The package, by idea: ``files`` (reading and merging), ``references``, ``params``, ``load`` (the whole check); its
+The package, by idea: ``files`` (reading and merging), ``consistency``, ``params``, ``load`` (the whole check); its
 names keep the import path they had as one module (``from celldag.registry import load_config``).
 """
 
@@ -58,10 +58,10 @@ from celldag.registry.params import (  # noqa: F401 - the package's names, where
     split_method_selector,
     undo_command_line_strings,
 )
-from celldag.registry.references import (  # noqa: F401 - the package's names, where labs and the Snakefile import them
+from celldag.registry.consistency import (  # noqa: F401 - the package's names, where labs and the Snakefile import them
     PIN_ON_FIRST_FETCH,
-    check_embedding_references,
-    check_references,
+    check_embedding_names,
+    check_consistency,
     check_source_files,
     check_stand_in,
 )

@@ -31,7 +31,7 @@ from celldag.registry.params import (
     fill_keyed_defaults,
     undo_command_line_strings,
 )
-from celldag.registry.references import check_embedding_references, check_references, check_source_files
+from celldag.registry.consistency import check_embedding_names, check_consistency, check_source_files
 
 
 def load_config(config: dict, source: Source, root: str | Path | dict[str, str] = ".") -> tuple[dict, Registries]:
@@ -48,7 +48,7 @@ def load_config(config: dict, source: Source, root: str | Path | dict[str, str] 
     registries = read_registries(shipped, config["registries"], source)
     check_env_paths(registries)
     with on_path(package_folders(registries)):  # code of a lab's `packages:` is found where its entries say
-        check_references(registries)
+        check_consistency(registries)
         check_config_ids(config, registries, source)
         check_param_names(registries)
         fill_keyed_defaults(registries)
@@ -56,7 +56,7 @@ def load_config(config: dict, source: Source, root: str | Path | dict[str, str] 
         apply_method_params(config["method_params"], registries)
         check_method_params(registries, config["method_params"], source)
         check_file_params(registries, config["method_params"], source)
-        check_embedding_references(registries)
+        check_embedding_names(registries)
     check_source_files(registries, "datasets")
     check_source_files(registries, "embeddings")
     return config, registries

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from celldag.contracts import ContractError
-from celldag.embeddings import annotation, embed_genes, match_genes, read_table, write_table
+from celldag.embeddings import gene_ontology, embed_genes, match_genes, read_table, write_table
 from celldag.embeddings.sources import mark_verified, read_texts
 from celldag.embeddings.table import GeneTable
 
@@ -84,7 +84,9 @@ def make_go(path, terms=TERMS):
 
 @pytest.fixture
 def annotation_db(tmp_path):
-    with closing(annotation.open_annotation(make_org(tmp_path / "org.sqlite"), make_go(tmp_path / "GO.sqlite"))) as db:
+    with closing(
+        gene_ontology.open_annotation(make_org(tmp_path / "org.sqlite"), make_go(tmp_path / "GO.sqlite"))
+    ) as db:
         yield db
 
 
@@ -92,7 +94,7 @@ def annotation_db(tmp_path):
 
 
 def test_symbols_map_directly_then_through_unique_aliases(annotation_db):
-    symbols = annotation.map_symbols(annotation_db, ["C7orf55", "CD3E", "SHARED", "HBD", "MT-ND3", "T3E"])
+    symbols = gene_ontology.map_symbols(annotation_db, ["C7orf55", "CD3E", "SHARED", "HBD", "MT-ND3", "T3E"])
     # official symbols first; HBD → the protein-coding gene; SHARED names two genes → unmapped
     assert symbols.ids == {"C7orf55": 5, "CD3E": 1, "HBD": 4, "T3E": 1}
     assert (symbols.n_symbol, symbols.n_alias) == (2, 2)
@@ -100,8 +102,8 @@ def test_symbols_map_directly_then_through_unique_aliases(annotation_db):
 
 
 def test_description_text(annotation_db):
-    symbols = annotation.map_symbols(annotation_db, ["CD3E", "C7orf55", "CD3D", "GENEA"])
-    texts = annotation.describe_genes(annotation_db, symbols)
+    symbols = gene_ontology.map_symbols(annotation_db, ["CD3E", "C7orf55", "CD3D", "GENEA"])
+    texts = gene_ontology.describe_genes(annotation_db, symbols)
     assert texts == {
         # experimental terms (b, c) before curated (a), each tier by GO id; no CC terms → no CC section
         "CD3E": "CD3E: CD3 epsilon subunit of T-cell receptor complex. Biological process: term b; term c; term a."
@@ -110,13 +112,13 @@ def test_description_text(annotation_db):
         "CD3D": "CD3D: CD3 delta subunit of T-cell receptor complex. Molecular function: term m. Cellular component: term k.",
         "GENEA": "GENEA: gene a.",
     }
-    capped = annotation.describe_genes(annotation_db, symbols, {"bp": 2, "mf": 0, "cc": 5})
+    capped = gene_ontology.describe_genes(annotation_db, symbols, {"bp": 2, "mf": 0, "cc": 5})
     assert capped["CD3E"] == "CD3E: CD3 epsilon subunit of T-cell receptor complex. Biological process: term b; term c."
 
 
 def test_go_incidence(annotation_db):
-    symbols = annotation.map_symbols(annotation_db, ["CD3D", "MISSING", "CD3E", "T3E", "GENEA"])
-    genes, go_ids, matrix = annotation.go_incidence(annotation_db, symbols)
+    symbols = gene_ontology.map_symbols(annotation_db, ["CD3D", "MISSING", "CD3E", "T3E", "GENEA"])
+    genes, go_ids, matrix = gene_ontology.go_incidence(annotation_db, symbols)
     assert genes == ["CD3D", "CD3E", "T3E", "GENEA"]
     assert go_ids == ["GO:0000001", "GO:0000002", "GO:0000003", "GO:0000010", "GO:0000020"]  # ND root dropped
     np.testing.assert_array_equal(
@@ -128,7 +130,7 @@ def test_go_incidence(annotation_db):
             [0, 0, 0, 0, 0],
         ],
     )
-    _, bp_ids, bp = annotation.go_incidence(annotation_db, symbols, ["bp"])
+    _, bp_ids, bp = gene_ontology.go_incidence(annotation_db, symbols, ["bp"])
     assert bp_ids == ["GO:0000001", "GO:0000002", "GO:0000003"] and bp.sum() == 6
 
 
@@ -137,9 +139,9 @@ def test_annotation_files_are_checked(tmp_path):
     with closing(sqlite3.connect(other)) as db:
         db.execute("CREATE TABLE gene_info (_id INTEGER)")
     with pytest.raises(ValueError, match=r"not an org\.Hs\.eg\.db SQLite file \(missing tables \['alias', 'genetype'"):
-        annotation.open_annotation(other)
+        gene_ontology.open_annotation(other)
     with pytest.raises(ValueError, match="no such file"):
-        annotation.open_annotation(tmp_path / "absent.sqlite")
+        gene_ontology.open_annotation(tmp_path / "absent.sqlite")
 
 
 # ---------------------------------------------------------------- text sources (the model itself: last test)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from celldag import plan
-from celldag.embeddings import annotation, embed_genes, read_table, write_table
+from celldag.embeddings import gene_ontology, embed_genes, read_table, write_table
 from celldag.embeddings.gene_ids import map_ensembl
 from celldag.plan import ORG_ROLE, declared_genes, gene_table_files
 from celldag.embeddings.job import write_gene_table
@@ -49,7 +49,7 @@ def symbol_table(tmp_path: Path, symbols: list[str]) -> tuple[Path, dict[str, np
 
 
 def test_human_ensembl_ids_map_to_symbols_one_to_one_through_org_hs_eg_db(org_db):
-    with closing(annotation.open_annotation(org_db)) as db:
+    with closing(gene_ontology.open_annotation(org_db)) as db:
         mapped = map_ensembl(db, DATASET_IDS)
     # dataset order; the version ignored; PMM2's id is also linked to an ncRNA gene: the protein-coding one wins;
     # MRPL23's second id finds its symbol taken by the first in sorted order, BOLA2's names two coding genes: dropped

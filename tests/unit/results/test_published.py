@@ -415,10 +415,10 @@ def test_two_copies_of_one_dataset_in_a_config_are_refused(registries):
     ({"dataset": "bm_default", "differs": "x"}, "bm_default is a lineage dataset, this one a representation one"),
 ])  # fmt: skip
 def test_a_copy_must_stand_for_a_dataset_of_its_track(stands_for, message, registries):
-    from celldag.registry import ConfigError, check_references
+    from celldag.registry import ConfigError, check_consistency
 
     with pytest.raises(ConfigError, match=re.escape(message)):
-        check_references(with_copy(registries, stands_for))
+        check_consistency(with_copy(registries, stands_for))
 
 
 def test_standing_for_a_dataset_changes_no_prepared_file_of_the_copy(registries):

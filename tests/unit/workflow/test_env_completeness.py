@@ -261,7 +261,7 @@ def unit(module: str, name: str, script: Path | None = None) -> Unit:
 
 @dataclass(frozen=True)
 class Job:
-    """A family of jobs that run in one env: its scripts, the registry references (``module:name``) they
+    """A family of jobs that run in one env: its scripts, the registry entry points (``module:name``) they
     load, and the tracks whose definitions they load (``celldag.tracks.load_track``) and call."""
 
     label: str

@@ -10,7 +10,7 @@ import yaml
 
 from celldag import contracts
 from celldag.errors import InputError
-from celldag.extensions import check_reference, load
+from celldag.extensions import check_entry_point, load
 from celldag.jobs.prepare import prepare_dataset
 from celldag.registry import KINDS, ConfigError, load_config, read_yaml
 from celldag.tracks import Metric, MetricGroup, ScoringContext, Track, check_declaration, check_track
@@ -22,17 +22,17 @@ BM = {"track": "lineage", "loader": "celldag.data.bm:prepare_bm_simulator",
 
 
 def test_a_reference_must_name_a_top_level_definition_of_a_findable_module():
-    check_reference("celldag.methods.distance_tree:run", "m.yaml: x.run")  # a function
-    check_reference("celldag.lineage.track:TRACK", "t.yaml: x")  # an assignment
-    check_reference("celldag.methods.celltreeqm:run", "m.yaml: x.run")  # re-exported by an import
+    check_entry_point("celldag.methods.distance_tree:run", "m.yaml: x.run")  # a function
+    check_entry_point("celldag.lineage.track:TRACK", "t.yaml: x")  # an assignment
+    check_entry_point("celldag.methods.celltreeqm:run", "m.yaml: x.run")  # re-exported by an import
     for reference, problem in (
-        ("celldag.methods.distance_tree", "not a reference of the form 'package.module:name'"),
+        ("celldag.methods.distance_tree", "not an entry point of the form 'package.module:name'"),
         ("celldag.methods.nothing_here:run", "no module 'celldag.methods.nothing_here' on the Python path"),
         ("nowhere.at_all:run", "no module 'nowhere.at_all'"),
         ("celldag.methods.distance_tree:runn", "module 'celldag.methods.distance_tree' defines no 'runn'"),
     ):
         with pytest.raises(InputError, match=f"^m.yaml: x.run: .*{problem}"):
-            check_reference(reference, "m.yaml: x.run")
+            check_entry_point(reference, "m.yaml: x.run")
     assert load("celldag.methods.distance_tree:run").__name__ == "run"
 
 
@@ -201,7 +201,7 @@ def registry_tree(tmp_path, **changes) -> dict:
         ),
         (
             {"methods": {"nj_raw": {"run": "celldag.methods.distance_tree"}}},
-            "config/methods.yaml: nj_raw.run: 'celldag.methods.distance_tree' is not a reference",
+            "config/methods.yaml: nj_raw.run: 'celldag.methods.distance_tree' is not an entry point",
         ),
         (
             {"methods": {"nj_raw": {"needs": ["batches"]}}},
@@ -238,7 +238,7 @@ def registry_tree(tmp_path, **changes) -> dict:
         ),
     ],  # fmt: skip
 )
-def test_registry_references_fail_at_parse_time_naming_file_and_key(tmp_path, changes, message):
+def test_registry_entry_points_fail_at_parse_time_naming_file_and_key(tmp_path, changes, message):
     config = registry_tree(tmp_path, **changes)
     with pytest.raises(ConfigError) as raised:
         load_config(config, "run.yaml", root=tmp_path)

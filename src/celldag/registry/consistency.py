@@ -1,4 +1,4 @@
-"""Cross-references of the registries: every code reference (a track's definition, a loader, a method's run, a
+"""The registries hold together: every entry point (a track's definition, a loader, a method's run, a
 provider) exists without being imported, every id a track, method or dataset names is known, every source file is
 pinned.
 """
@@ -6,13 +6,13 @@ pinned.
 from __future__ import annotations
 
 from celldag.errors import InputError
-from celldag.extensions import check_reference
+from celldag.extensions import check_entry_point
 from celldag.registry.files import ConfigError, Registries
 from celldag.registry.params import CODE_FIELDS
 from celldag.tracks import check_track
 
 
-def check_references(registries: Registries) -> None:
+def check_consistency(registries: Registries) -> None:
     """Tracks, loaders, methods' run functions and providers exist; track ids and methods' needs are known."""
     for track_id, entry in registries.tracks.items():
         try:
@@ -24,7 +24,7 @@ def check_references(registries: Registries) -> None:
         for entry_id, entry in getattr(registries, kind).items():
             where = f"{registries.origin(kind, entry_id)}: {entry_id}"
             try:
-                check_reference(entry[field_name], f"{where}.{field_name}")
+                check_entry_point(entry[field_name], f"{where}.{field_name}")
             except InputError as err:
                 raise ConfigError(str(err)) from err
             if "track" in entry and entry["track"] not in registries.tracks:
@@ -106,7 +106,7 @@ def check_source_files(registries: Registries, kind: str) -> None:
                 raise ConfigError(f"{where}: a {source} source lists files by {wanted}")
 
 
-def check_embedding_references(registries: Registries) -> None:
+def check_embedding_names(registries: Registries) -> None:
     """Every ``embedding`` a method variant names, and every entry's ``of``, must exist."""
     known = registries.embeddings
     for method, entry in registries.methods.items():
