@@ -43,8 +43,11 @@ PAIRS = {  # name → (reference experiments, query experiments)
 
 def cellbench_h5ad(realdata: Path, experiments: list[str], path: Path) -> None:
     """The experiments' singlets as one plain h5ad of raw counts (``celldag.data.cellbench.singlets``)."""
-    files = {f"{experiment}{suffix}": str(realdata / MIXOLOGY / f"{experiment}{suffix}")
-             for experiment in experiments for suffix in (COUNT, METADATA)}  # fmt: skip
+    files = {
+        f"{experiment}{suffix}": str(realdata / MIXOLOGY / f"{experiment}{suffix}")
+        for experiment in experiments
+        for suffix in (COUNT, METADATA)
+    }
     singlets(files)[0].write_h5ad(path)
 
 
@@ -60,9 +63,18 @@ def default_run(scores_folder: Path) -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for procedure in PROCEDURES:
-        values = [means.get(f"{procedure}_{name}", np.nan) for name in
-                  ("coverage", "worst_type", "set_size", "singletons", "label_free_coverage", "label_free_worst",
-                   "label_free_set_size")]  # fmt: skip
+        values = [
+            means.get(f"{procedure}_{name}", np.nan)
+            for name in (
+                "coverage",
+                "worst_type",
+                "set_size",
+                "singletons",
+                "label_free_coverage",
+                "label_free_worst",
+                "label_free_set_size",
+            )
+        ]
         print(f"| `{procedure}` | " + " | ".join(f"{value:.3f}" for value in values) + " |")
     print()
 
@@ -76,8 +88,10 @@ def cellbench(realdata: Path) -> None:
     with tempfile.TemporaryDirectory() as folder:
         for pair, procedure, batches in pair_batches(realdata, methods, Path(folder), PROCEDURES):
             for row in batches.itertuples():
-                print(f"| {pair} | `{procedure}` | {row.batch} | {row.cells} | {row.labelled_coverage:.3f} | "
-                      f"{row.mean_set_size:.2f} | {row.singletons:.2f} | {row.verdict} |")  # fmt: skip
+                print(
+                    f"| {pair} | `{procedure}` | {row.batch} | {row.cells} | {row.labelled_coverage:.3f} | "
+                    f"{row.mean_set_size:.2f} | {row.singletons:.2f} | {row.verdict} |"
+                )
 
 
 def pair_batches(realdata: Path, methods: dict, folder: Path, procedures, **options):
@@ -88,13 +102,25 @@ def pair_batches(realdata: Path, methods: dict, folder: Path, procedures, **opti
         cellbench_h5ad(realdata, reference_parts, reference)
         cellbench_h5ad(realdata, query_parts, query)
         for procedure in procedures:
-            out = annotate(Request(str(reference), str(query), str(folder / "out"), batch_key=BATCH_KEY,
-                                   label_key=LABEL_KEY, procedure=procedure, reference_label_key=LABEL_KEY,
-                                   reference_batch_key=BATCH_KEY, **options), methods)  # fmt: skip
+            out = annotate(
+                Request(
+                    str(reference),
+                    str(query),
+                    str(folder / "out"),
+                    batch_key=BATCH_KEY,
+                    label_key=LABEL_KEY,
+                    procedure=procedure,
+                    reference_label_key=LABEL_KEY,
+                    reference_batch_key=BATCH_KEY,
+                    **options,
+                ),
+                methods,
+            )
             batches = pd.read_csv(out / "batches.tsv", sep="\t")
             cells = pd.read_csv(out / "cells.tsv", sep="\t", keep_default_na=False)
-            batches["singletons"] = [float((cells.loc[cells["batch"] == batch, "set_size"] == 1).mean())
-                                     for batch in batches["batch"]]  # fmt: skip
+            batches["singletons"] = [
+                float((cells.loc[cells["batch"] == batch, "set_size"] == 1).mean()) for batch in batches["batch"]
+            ]
             yield pair, procedure, batches
 
 

@@ -113,14 +113,22 @@ def main() -> int:
     arguments = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     arguments.add_argument("--realdata", type=Path, default=REPO.parent / "shared/realdata")
     arguments.add_argument("--query-cells", type=int, default=50_000)
-    arguments.add_argument("--reference-cells", type=int, nargs="+", default=None,
-                           help=f"the references' sizes (default {SMALL_REFERENCE} and --query-cells)")  # fmt: skip
+    arguments.add_argument(
+        "--reference-cells",
+        type=int,
+        nargs="+",
+        default=None,
+        help=f"the references' sizes (default {SMALL_REFERENCE} and --query-cells)",
+    )
     arguments.add_argument("--quick", action="store_true", help="2,000 query cells: checks that the script works")
     args = arguments.parse_args()
     if args.quick:
         args.query_cells = 2_000
-    files = {f"{plate}{suffix}": str(args.realdata / MIXOLOGY / f"{plate}{suffix}")
-             for plate in PLATES for suffix in (COUNT, METADATA)}  # fmt: skip
+    files = {
+        f"{plate}{suffix}": str(args.realdata / MIXOLOGY / f"{plate}{suffix}")
+        for plate in PLATES
+        for suffix in (COUNT, METADATA)
+    }
     cells = singlets(files)[0]
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:
@@ -132,19 +140,41 @@ def main() -> int:
             references[n_cells] = folder / f"reference{n_cells}.h5ad"
             resampled(cells[cells.obs[BATCH_KEY] != PLATES[2]], n_cells, rng).write_h5ad(references[n_cells])
         env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO / ".parity"), str(REPO / "src")])}
-        lines = [f"### `celldag annotate --classifier celltypist` beside CellTypist: {args.query_cells:,} query cells "
-                 "(CellBench plates, resampled; one process at a time)", "",
-                 "| reference cells | process | wall s | peak MB | stages (s) |", "|---|---|---|---|---|"]  # fmt: skip
+        lines = [
+            f"### `celldag annotate --classifier celltypist` beside CellTypist: {args.query_cells:,} query cells "
+            "(CellBench plates, resampled; one process at a time)",
+            "",
+            "| reference cells | process | wall s | peak MB | stages (s) |",
+            "|---|---|---|---|---|",
+        ]
         targets = []
         for n_cells, reference in references.items():
             out = folder / f"out{n_cells}"
-            _, ours = measured([str(REPO / ".venv/bin/celldag"), "annotate", str(reference), str(query), "--out",
-                                str(out), "--reference-label-key", LABEL_KEY, "--reference-batch-key", BATCH_KEY,
-                                "--batch-key", BATCH_KEY, "--classifier", "celltypist", "--threads", "2"],
-                               env | {"CELLDAG_CACHE": str(folder / f"cache{n_cells}")})  # fmt: skip
+            _, ours = measured(
+                [
+                    str(REPO / ".venv/bin/celldag"),
+                    "annotate",
+                    str(reference),
+                    str(query),
+                    "--out",
+                    str(out),
+                    "--reference-label-key",
+                    LABEL_KEY,
+                    "--reference-batch-key",
+                    BATCH_KEY,
+                    "--batch-key",
+                    BATCH_KEY,
+                    "--classifier",
+                    "celltypist",
+                    "--threads",
+                    "2",
+                ],
+                env | {"CELLDAG_CACHE": str(folder / f"cache{n_cells}")},
+            )
             stages = json.loads((out / "run.json").read_text())["stage_seconds"]
-            theirs_stages, theirs = measured([PYTHON, "-c", CELLTYPIST, str(reference), str(query),
-                                              str(folder / f"model{n_cells}.pkl")], env)  # fmt: skip
+            theirs_stages, theirs = measured(
+                [PYTHON, "-c", CELLTYPIST, str(reference), str(query), str(folder / f"model{n_cells}.pkl")], env
+            )
             for name, timing, parts in (("celldag annotate", ours, stages), ("CellTypist", theirs, theirs_stages)):
                 lines.append(
                     f"| {n_cells:,} | {name} | {timing['wall_s']:.1f} | {timing['peak_mb']:,.0f} | "
@@ -152,16 +182,29 @@ def main() -> int:
                     + " |"
                 )
             ratio = ours["wall_s"] / theirs["wall_s"]
-            lines.append(f"| {n_cells:,} | celldag ÷ CellTypist | {ratio:.2f}× | "
-                         f"{ours['peak_mb'] / theirs['peak_mb']:.2f}× | |")  # fmt: skip
-            targets.append({"target": f"`celldag annotate` on {args.query_cells:,} query cells, {n_cells:,}-cell "
-                                      f"reference: whole process <= {TARGET_RATIO}x CellTypist's",
-                            "measured": f"{ratio:.2f}x ({ours['wall_s']:.1f} s vs {theirs['wall_s']:.1f} s)",
-                            "met": bool(ratio <= TARGET_RATIO)})  # fmt: skip
+            lines.append(
+                f"| {n_cells:,} | celldag ÷ CellTypist | {ratio:.2f}× | {ours['peak_mb'] / theirs['peak_mb']:.2f}× | |"
+            )
+            targets.append(
+                {
+                    "target": f"`celldag annotate` on {args.query_cells:,} query cells, {n_cells:,}-cell "
+                    f"reference: whole process <= {TARGET_RATIO}x CellTypist's",
+                    "measured": f"{ratio:.2f}x ({ours['wall_s']:.1f} s vs {theirs['wall_s']:.1f} s)",
+                    "met": bool(ratio <= TARGET_RATIO),
+                }
+            )
     print("\n".join(lines))
-    write_results("annotate_speed", args.quick, {}, ["\n".join(lines)], targets,
-                  notes=["CellTypist's training is celldag's `celltypist.train` (the same scikit-learn calls): "
-                         "`celltypist.train` 1.7.1 cannot run on the lock's scikit-learn."])  # fmt: skip
+    write_results(
+        "annotate_speed",
+        args.quick,
+        {},
+        ["\n".join(lines)],
+        targets,
+        notes=[
+            "CellTypist's training is celldag's `celltypist.train` (the same scikit-learn calls): "
+            "`celltypist.train` 1.7.1 cannot run on the lock's scikit-learn."
+        ],
+    )
     return 0
 
 

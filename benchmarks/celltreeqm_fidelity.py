@@ -56,13 +56,21 @@ VALIDATION_NOISE_SEED = 0x7A11
 def runs(scale: float) -> list[tuple[str, dict, int]]:
     """(name, params, seed) of every run, the longest first (holdout_refit trains twice)."""
     hlp = AUTHORS_PROTOCOL | HLP | {"steps": max(1, round(AUTHORS_STEPS * scale))}
-    table = [(f"HLP {order}, leaves {leaves}", hlp | {"quartet_order": order, "leaf_order": leaves}, 42)
-             for order in ("sorted", "shuffled") for leaves in ("given", "relabelled")]  # fmt: skip
+    table = [
+        (f"HLP {order}, leaves {leaves}", hlp | {"quartet_order": order, "leaf_order": leaves}, 42)
+        for order in ("sorted", "shuffled")
+        for leaves in ("given", "relabelled")
+    ]
     steps = max(2, round(SUPERVISED_STEPS * scale))
     for sizes in SIZES:
         for selection in SELECTIONS:
-            params = SIZES[sizes] | {"setting": "supervised", "selection": selection, "steps": steps, "leaf_order": "given",
-                                     "quartet_order": "shuffled"}  # fmt: skip
+            params = SIZES[sizes] | {
+                "setting": "supervised",
+                "selection": selection,
+                "steps": steps,
+                "leaf_order": "given",
+                "quartet_order": "shuffled",
+            }
             table += [(f"supervised, {sizes} sizes, {selection}, seed {seed}", params, seed) for seed in SEEDS]
     cost = {"HLP": 3, "paper sizes, holdout": 4, "paper": 2, "default sizes, holdout": 1}
     return sorted(
@@ -83,9 +91,14 @@ def one_run(job: tuple[str, dict, int], reference: str) -> dict:
     params = read_yaml(ROOT / "config/methods.yaml")["celltreeqm"]["params"] | COMMON | overrides
     clean = data["features_clean"].astype(np.float64)
     validation = clean + np.random.default_rng(VALIDATION_NOISE_SEED).normal(0.0, 1.0, size=clean.shape)
-    inputs = LineageInput(names=tuple(str(n) for n in data["leaf_names"]), features=data["features_test"].astype(np.float64),
-                          train_features=data["features_train"].astype(np.float64), tree_newick=str(data["newick"]),
-                          validation_features=validation, validation_leaves=np.ones(len(clean), dtype=bool))  # fmt: skip
+    inputs = LineageInput(
+        names=tuple(str(n) for n in data["leaf_names"]),
+        features=data["features_test"].astype(np.float64),
+        train_features=data["features_train"].astype(np.float64),
+        tree_newick=str(data["newick"]),
+        validation_features=validation,
+        validation_leaves=np.ones(len(clean), dtype=bool),
+    )
     started = time.perf_counter()
     result = run(inputs, params, seed)
     seconds = time.perf_counter() - started
@@ -129,10 +142,14 @@ def main() -> None:
     print("| run | steps | RF | QDist | K-QDist | U-QDist | s |")
     print("|---|---|---|---|---|---|---|")
     for row in (r for r in results if r["name"].startswith("HLP")):
-        print(f"| {row['name']} | {row['training']['steps']} | {row['RF']:.3f} | {row['QDist']:.4f} | "
-              f"{row['K-QDist']:.4f} | {row['U-QDist']:.4f} | {row['seconds']:.0f} |")  # fmt: skip
-    print(f"| official HLP sorted, leaves given (seed 42) | {AUTHORS_STEPS} | {OFFICIAL['hlp']['RF']:.3f} | – | "
-          f"{OFFICIAL['hlp']['K-QDist']:.4f} | {OFFICIAL['hlp']['U-QDist']:.4f} | – |\n")  # fmt: skip
+        print(
+            f"| {row['name']} | {row['training']['steps']} | {row['RF']:.3f} | {row['QDist']:.4f} | "
+            f"{row['K-QDist']:.4f} | {row['U-QDist']:.4f} | {row['seconds']:.0f} |"
+        )
+    print(
+        f"| official HLP sorted, leaves given (seed 42) | {AUTHORS_STEPS} | {OFFICIAL['hlp']['RF']:.3f} | – | "
+        f"{OFFICIAL['hlp']['K-QDist']:.4f} | {OFFICIAL['hlp']['U-QDist']:.4f} | – |\n"
+    )
     print("| supervised | selection | steps (per seed) | RF mean ± sd | QDist mean ± sd | s per run |")
     print("|---|---|---|---|---|---|")
     groups: dict[str, list[dict]] = {}
@@ -141,11 +158,15 @@ def main() -> None:
     for name, rows in groups.items():
         rf, qdist = [r["RF"] for r in rows], [r["QDist"] for r in rows]
         spread = lambda values: np.std(values, ddof=1) if len(values) > 1 else float("nan")
-        print(f"| {name.split(', ')[1]} | {name.split(', ')[2]} | {' / '.join(str(r['training']['steps']) for r in rows)} | "
-              f"{np.mean(rf):.3f} ± {spread(rf):.3f} | {np.mean(qdist):.4f} ± {spread(qdist):.4f} | "
-              f"{np.mean([r['seconds'] for r in rows]):.0f} |")  # fmt: skip
-    print(f"| official (seed 42, last step) | – | {SUPERVISED_STEPS} | {OFFICIAL['supervised']['RF']:.3f} | "
-          f"{OFFICIAL['supervised']['QDist']:.4f} | – |")  # fmt: skip
+        print(
+            f"| {name.split(', ')[1]} | {name.split(', ')[2]} | {' / '.join(str(r['training']['steps']) for r in rows)} | "
+            f"{np.mean(rf):.3f} ± {spread(rf):.3f} | {np.mean(qdist):.4f} ± {spread(qdist):.4f} | "
+            f"{np.mean([r['seconds'] for r in rows]):.0f} |"
+        )
+    print(
+        f"| official (seed 42, last step) | – | {SUPERVISED_STEPS} | {OFFICIAL['supervised']['RF']:.3f} | "
+        f"{OFFICIAL['supervised']['QDist']:.4f} | – |"
+    )
     print(f"| z-scored input, NJ | – | – | {OFFICIAL['input']['RF']:.3f} | {OFFICIAL['input']['QDist']:.4f} | – |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))

@@ -56,12 +56,23 @@ def registry_methods() -> dict:
 
 
 def request(reference: Path, query: Path, out: Path, **options) -> Request:
-    return Request(str(reference), str(query), str(out), batch_key=BATCH_KEY, label_key=LABEL_KEY,
-                   reference_label_key=LABEL_KEY, reference_batch_key=BATCH_KEY, **options)  # fmt: skip
+    return Request(
+        str(reference),
+        str(query),
+        str(out),
+        batch_key=BATCH_KEY,
+        label_key=LABEL_KEY,
+        reference_label_key=LABEL_KEY,
+        reference_batch_key=BATCH_KEY,
+        **options,
+    )
 
 
-RULE_ROWS = {"prob_match": "CellTypist's prob match (σ > 0.5)", "best_match": "CellTypist's best match at σ ≥ 0.5",
-             "confident": "top type at p ≥ 0.5"}  # fmt: skip
+RULE_ROWS = {
+    "prob_match": "CellTypist's prob match (σ > 0.5)",
+    "best_match": "CellTypist's best match at σ ≥ 0.5",
+    "confident": "top type at p ≥ 0.5",
+}
 SET_ROWS = ("label_shift", "split_lac", "kandinsky_augmented")
 
 
@@ -74,13 +85,16 @@ def read_scores(path: Path) -> pd.DataFrame:
 
 def default_run(path: Path) -> None:
     scores = read_scores(path)
-    scores = scores[(scores["track"] == "annotation") & (scores["status"] == "ok")
-                    & (scores["variant"] == "expression/default")]  # fmt: skip
+    scores = scores[
+        (scores["track"] == "annotation") & (scores["status"] == "ok") & (scores["variant"] == "expression/default")
+    ]
     means = scores.pivot_table(index="method", columns="metric", values="value", aggfunc="mean")
     seeds = scores.loc[scores["method"] == "celltypist", "seed"].nunique()
     print(f"## The default run: pbmc68k_batched, the `expression` upstream, mean over {seeds} seeds (α = 0.1)\n")
-    print("| classifier | rule or procedure | scenario | coverage | labels per cell | no answer | answered with one "
-          "type | error among them |")  # fmt: skip
+    print(
+        "| classifier | rule or procedure | scenario | coverage | labels per cell | no answer | answered with one "
+        "type | error among them |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for scenario, infix in (("random split", ""), ("label-free new batch", "label_free_")):
         rows = [("celltypist", rule, text) for rule, text in RULE_ROWS.items()]
@@ -89,13 +103,17 @@ def default_run(path: Path) -> None:
         for method, name, text in rows:
             row = means.loc[method]
             if name in RULE_ROWS:
-                got = [row.get(f"{name}_{infix}{metric}", np.nan)
-                       for metric in ("coverage", "set_size", "unassigned", "singletons", "singleton_errors")]  # fmt: skip
+                got = [
+                    row.get(f"{name}_{infix}{metric}", np.nan)
+                    for metric in ("coverage", "set_size", "unassigned", "singletons", "singleton_errors")
+                ]
             elif infix:  # the label-free scenario scores coverage and size of the sets alone
                 got = [row[f"{name}_label_free_coverage"], row[f"{name}_label_free_set_size"]] + [np.nan] * 3
             else:
-                got = [row[f"{name}_{metric}"] for metric in ("coverage", "set_size", "empty", "singletons",
-                                                              "singleton_errors")]  # fmt: skip
+                got = [
+                    row[f"{name}_{metric}"]
+                    for metric in ("coverage", "set_size", "empty", "singletons", "singleton_errors")
+                ]
             coverage, size, none, single, wrong = got
             error = wrong / single if single > 0 else np.nan
             cells = [f"{value:.3f}" if np.isfinite(value) else "–" for value in (coverage, size, none, single, error)]
@@ -105,15 +123,19 @@ def default_run(path: Path) -> None:
 
 def head_to_head(realdata: Path, methods: dict, folder: Path) -> None:
     print("## CellTypist's rules and conformal sets on CellTypist's scores (CellBench, α = 0.1)\n")
-    print("| pair | batch | cells | prob match: coverage | types | Unassigned | best match: accuracy | procedure | "
-          "sets: coverage | size | singletons | shift verdict |")  # fmt: skip
+    print(
+        "| pair | batch | cells | prob match: coverage | types | Unassigned | best match: accuracy | procedure | "
+        "sets: coverage | size | singletons | shift verdict |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for pair, procedure, batches in pair_batches(realdata, methods, folder, PROCEDURES, classifier="celltypist"):
         for row in batches.itertuples():
-            print(f"| {pair} | {row.batch} | {row.cells} | {row.celltypist_coverage:.3f} | "
-                  f"{row.celltypist_set_size:.2f} | {row.celltypist_unassigned_share:.3f} | "
-                  f"{row.celltypist_top_accuracy:.3f} | `{procedure}` | {row.labelled_coverage:.3f} | "
-                  f"{row.mean_set_size:.2f} | {row.singletons:.2f} | {row.verdict} |")  # fmt: skip
+            print(
+                f"| {pair} | {row.batch} | {row.cells} | {row.celltypist_coverage:.3f} | "
+                f"{row.celltypist_set_size:.2f} | {row.celltypist_unassigned_share:.3f} | "
+                f"{row.celltypist_top_accuracy:.3f} | `{procedure}` | {row.labelled_coverage:.3f} | "
+                f"{row.mean_set_size:.2f} | {row.singletons:.2f} | {row.verdict} |"
+            )
     print()
 
 
@@ -135,8 +157,10 @@ def type_the_model_lacks(realdata: Path, methods: dict, folder: Path) -> None:
     raw = anndata.read_h5ad(full)
     truth = anndata.read_h5ad(query).obs[LABEL_KEY].astype(str)
     print(f"## A type the model lacks ({HELD_OUT_PAIR}; `--model` with the type's weights removed, α = 0.1)\n")
-    print("| cell line removed | its query cells | celldag: unknown type | CellTypist: Unassigned | "
-          "other lines: unknown type | other lines: Unassigned |")  # fmt: skip
+    print(
+        "| cell line removed | its query cells | celldag: unknown type | CellTypist: Unassigned | "
+        "other lines: unknown type | other lines: Unassigned |"
+    )
     print("|---|---|---|---|---|---|")
     prepared_full = read_reference(request(full, query, folder / "unused"))
     lognorm, genes = dense(prepared_full.layers["lognorm"]), list(prepared_full.var_names)
@@ -152,8 +176,10 @@ def type_the_model_lacks(realdata: Path, methods: dict, folder: Path) -> None:
         cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
         novel = (truth.loc[cells.index] == line).to_numpy()
         unknown, unassigned = cells["unknown_type"].astype(bool), cells["celltypist_prob_match"] == ct.UNASSIGNED
-        print(f"| {line} | {novel.sum()} | {unknown[novel].mean():.3f} | {unassigned[novel].mean():.3f} | "
-              f"{unknown[~novel].mean():.3f} | {unassigned[~novel].mean():.3f} |")  # fmt: skip
+        print(
+            f"| {line} | {novel.sum()} | {unknown[novel].mean():.3f} | {unassigned[novel].mean():.3f} | "
+            f"{unknown[~novel].mean():.3f} | {unassigned[~novel].mean():.3f} |"
+        )
     print()
 
 

@@ -54,19 +54,32 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def method_kinds(noise: pd.DataFrame) -> dict[tuple, str]:
-    trained = {name for name, entry in read_yaml(REPO / "config/methods.yaml").items()
-               if isinstance(entry, dict) and entry.get("gpu")}  # fmt: skip
-    return {tuple(row): f"{row[1]}, {'trained' if row[2] in trained else 'not trained'}"
-            for row in noise[mv.FAMILY].drop_duplicates().itertuples(index=False)}  # fmt: skip
+    trained = {
+        name
+        for name, entry in read_yaml(REPO / "config/methods.yaml").items()
+        if isinstance(entry, dict) and entry.get("gpu")
+    }
+    return {
+        tuple(row): f"{row[1]}, {'trained' if row[2] in trained else 'not trained'}"
+        for row in noise[mv.FAMILY].drop_duplicates().itertuples(index=False)
+    }
 
 
 def power(reference: ref.Reference, tracks) -> str:
-    table = mv.power_table(reference.noise, method_kinds(reference.noise), tracks,
-                           reference.meta["noise"]["family_false_alarm"], LAB_SEEDS, REFERENCE_SEEDS)  # fmt: skip
-    wide = table.pivot_table(index=["kind", "lab seeds"], columns="reference seeds",
-                             values="median shift detected (sd)").round(2)  # fmt: skip
-    share = table.pivot_table(index=["kind", "lab seeds"], columns="reference seeds",
-                              values="share with 1 sd detected").round(2)  # fmt: skip
+    table = mv.power_table(
+        reference.noise,
+        method_kinds(reference.noise),
+        tracks,
+        reference.meta["noise"]["family_false_alarm"],
+        LAB_SEEDS,
+        REFERENCE_SEEDS,
+    )
+    wide = table.pivot_table(
+        index=["kind", "lab seeds"], columns="reference seeds", values="median shift detected (sd)"
+    ).round(2)
+    share = table.pivot_table(
+        index=["kind", "lab seeds"], columns="reference seeds", values="share with 1 sd detected"
+    ).round(2)
     wide.columns = [f"{seeds} reference seeds: median shift (sd)" for seeds in wide.columns]
     share.columns = [f"{seeds}: share with 1 sd" for seeds in share.columns]
     metrics = table.groupby("kind")["metrics"].first()
@@ -80,8 +93,13 @@ def false_alarms(reference: ref.Reference, tracks, draws: int) -> str:
     rows = []
     for correlation in (0.0, 0.5, 1.0):
         rate = mv.null_false_alarm(judged, 3, reference.meta["noise"]["family_false_alarm"], correlation, draws)
-        rows.append({"metrics of a method": f"correlation {correlation:g}", "draws": draws,
-                     "any method called changed": f"{rate:.4f}"})  # fmt: skip
+        rows.append(
+            {
+                "metrics of a method": f"correlation {correlation:g}",
+                "draws": draws,
+                "any method called changed": f"{rate:.4f}",
+            }
+        )
     return markdown(pd.DataFrame(rows))
 
 
@@ -115,27 +133,37 @@ def injected(reference: ref.Reference, tracks, folder: str) -> str:
             expected[kind] += base.set_index(mv.FAMILY).loc[family, "detectable_sd"] <= shift
             others[kind] += int((verdicts.drop(index=family)["verdict"] == mv.CHANGED).sum())
         for kind in sorted(totals):
-            rows.append({"shift (sd, every judged metric)": shift, "kind": kind, "methods": totals[kind],
-                         "called changed": f"{hits[kind] / totals[kind]:.2f}",
-                         "predicted for one metric": f"{expected[kind] / totals[kind]:.2f}",
-                         "untouched methods called changed": others[kind]})  # fmt: skip
+            rows.append(
+                {
+                    "shift (sd, every judged metric)": shift,
+                    "kind": kind,
+                    "methods": totals[kind],
+                    "called changed": f"{hits[kind] / totals[kind]:.2f}",
+                    "predicted for one metric": f"{expected[kind] / totals[kind]:.2f}",
+                    "untouched methods called changed": others[kind],
+                }
+            )
     head = f"Unshifted: {mv.summary_line(base)}."
     return head + "\n\n" + markdown(pd.DataFrame(rows))
 
 
 def degraded(reference: ref.Reference, tracks, folder: str) -> str:
     side = read_side(folder)
-    methods = mv.judge_methods(reference.noise, reference_means(reference), side.scores, tracks,
-                               reference.meta["noise"]["family_false_alarm"])  # fmt: skip
+    methods = mv.judge_methods(
+        reference.noise, reference_means(reference), side.scores, tracks, reference.meta["noise"]["family_false_alarm"]
+    )
     found = ref.judge(reference, side.scores, ref.NOISE_AWARE)
     counts = Counter((item.key[2], item.verdict) for item in found)
     shown = methods[methods["verdict"] == mv.CHANGED]
     lines = [f"{folder}: {mv.summary_line(methods)}; per score: {ref.summary_line(found)}"]
     for row in shown.itertuples():
-        per_score = ", ".join(f"{count} {verdict}" for (method, verdict), count in sorted(counts.items())
-                              if method == row.method)  # fmt: skip
-        lines.append(f"- {row.dataset}/{row.method}/{row.variant}: p = {row.p:.3g}, largest |z| {row.worst_metric} "
-                     f"{row.worst_z:+.1f} (move {row.worst_delta:+.3g}); {row.method}'s scores: {per_score}")  # fmt: skip
+        per_score = ", ".join(
+            f"{count} {verdict}" for (method, verdict), count in sorted(counts.items()) if method == row.method
+        )
+        lines.append(
+            f"- {row.dataset}/{row.method}/{row.variant}: p = {row.p:.3g}, largest |z| {row.worst_metric} "
+            f"{row.worst_z:+.1f} (move {row.worst_delta:+.3g}); {row.method}'s scores: {per_score}"
+        )
     return "\n".join(lines)
 
 

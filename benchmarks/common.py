@@ -93,8 +93,13 @@ sys.exit(code)
 def run_child(command: Sequence[str], cwd: Path | str | None = None) -> tuple[float, float, int, str]:
     """(seconds, peak RSS MB, return code, output tail) of one child process."""
     with tempfile.NamedTemporaryFile("r", suffix=".txt") as facts:
-        result = subprocess.run([sys.executable, "-c", _CHILD, facts.name, *command], cwd=cwd,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-c", _CHILD, facts.name, *command],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         seconds, peak_kb = (facts.read().split() + ["nan", "nan"])[:2]
     return float(seconds), float(peak_kb) / 1024, result.returncode, result.stdout[-3000:]
 
@@ -118,8 +123,12 @@ class Table:
         self.rows.append([_cell(cell) for cell in cells])
 
     def markdown(self) -> str:
-        lines = [f"### {self.title}", "", "| " + " | ".join(self.columns) + " |",
-                 "|" + "|".join(" --- " for _ in self.columns) + "|"]  # fmt: skip
+        lines = [
+            f"### {self.title}",
+            "",
+            "| " + " | ".join(self.columns) + " |",
+            "|" + "|".join(" --- " for _ in self.columns) + "|",
+        ]
         lines += ["| " + " | ".join(row) + " |" for row in self.rows]
         return "\n".join(lines)
 
@@ -172,13 +181,28 @@ def load_average(seconds: float = 2.0) -> list[float]:
     return [round(len(os.sched_getaffinity(0)) * (total - idle) / max(total, 1), 2), load]
 
 
-def write_results(name: str, quick: bool, series: dict, tables: list[str], targets: list[dict],
-                  notes: list[str] = (), load: list[float] | None = None, sections: dict | None = None,
-                  results: Path = RESULTS) -> Path:  # fmt: skip
+def write_results(
+    name: str,
+    quick: bool,
+    series: dict,
+    tables: list[str],
+    targets: list[dict],
+    notes: list[str] = (),
+    load: list[float] | None = None,
+    sections: dict | None = None,
+    results: Path = RESULTS,
+) -> Path:
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{name}.json"
-    result = {"name": name, "quick": quick, "load": load if load is not None else load_average(),
-              "series": series, "tables": tables, "targets": targets, "notes": list(notes)}  # fmt: skip
+    result = {
+        "name": name,
+        "quick": quick,
+        "load": load if load is not None else load_average(),
+        "series": series,
+        "tables": tables,
+        "targets": targets,
+        "notes": list(notes),
+    }
     if sections is not None:
         result["sections"] = sections
     path.write_text(json.dumps(result, indent=1) + "\n")
@@ -193,8 +217,13 @@ class Section:
         self.series, self.tables, self.targets, self.notes = {}, [], [], []
 
 
-def run_sections(name: str, sections: dict[str, Callable[[bool, Section], None]], only: Sequence[str],
-                 quick: bool, results: Path = RESULTS) -> Path:  # fmt: skip
+def run_sections(
+    name: str,
+    sections: dict[str, Callable[[bool, Section], None]],
+    only: Sequence[str],
+    quick: bool,
+    results: Path = RESULTS,
+) -> Path:
     """Run the ``only`` sections in order (each timed), print each series' fitted exponent, write the results
     into ``results``/<name>.json after every section, so that a run stopped by a time limit keeps what it measured.
 
@@ -215,13 +244,16 @@ def run_sections(name: str, sections: dict[str, Callable[[bool, Section], None]]
         ordered = [done[key] for key in sections if key in done]
         busiest = max((result["load"] for result in ordered if result["load"]), default=[])
         path = write_results(
-            name, quick,
+            name,
+            quick,
             {label: entry for result in ordered for label, entry in result["series"].items()},
             [table for result in ordered for table in result["tables"]],
             [item for result in ordered for item in result["targets"]],
             [note for result in ordered for note in result["notes"]],
-            busiest, {key: done[key] for key in sections if key in done}, results,
-        )  # fmt: skip
+            busiest,
+            {key: done[key] for key in sections if key in done},
+            results,
+        )
     return path
 
 

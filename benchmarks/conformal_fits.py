@@ -52,17 +52,29 @@ def naive_seconds(
         targets = np.append(cal_scores, score)
         n, g = features.shape
         identity = sparse.identity(n, format="csr")
-        linprog(np.concatenate([np.zeros(g), np.full(n, 1 - ALPHA), np.full(n, ALPHA)]),
-                A_eq=sparse.hstack([sparse.csr_matrix(features), identity, -identity]), b_eq=targets,
-                bounds=[(None, None)] * g + [(0, None)] * (2 * n), method="highs")  # fmt: skip
+        linprog(
+            np.concatenate([np.zeros(g), np.full(n, 1 - ALPHA), np.full(n, ALPHA)]),
+            A_eq=sparse.hstack([sparse.csr_matrix(features), identity, -identity]),
+            b_eq=targets,
+            bounds=[(None, None)] * g + [(0, None)] * (2 * n),
+            method="highs",
+        )
     return (time.perf_counter() - start) / len(candidates)
 
 
 def augmented_section(quick: bool, out: Section) -> None:
     sizes = [175, 700] if quick else [175, 700, 2800]
-    table = Table("Augmented fit: thresholds of 1,750 candidates (175 query cells × 10 labels), G = 17",
-                  ["calibration cells", "undecided by the plain fit", "programs solved", "celldag s",
-                   "one program per candidate s (scaled)", "ratio"])  # fmt: skip
+    table = Table(
+        "Augmented fit: thresholds of 1,750 candidates (175 query cells × 10 labels), G = 17",
+        [
+            "calibration cells",
+            "undecided by the plain fit",
+            "programs solved",
+            "celldag s",
+            "one program per candidate s (scaled)",
+            "ratio",
+        ],
+    )
     ours, peer = [], []
     for n_cal in sizes:
         rng = np.random.default_rng(n_cal)
@@ -86,10 +98,17 @@ def augmented_section(quick: bool, out: Section) -> None:
     out.series["one program per candidate (scipy linprog, scaled)"] = series(
         "calibration cells", sizes, peer, peer=True
     )
-    out.targets.append(target("augmented fit at the default size (175 calibration cells) <= 0.5 s a fit",
-                              f"{ours[0]:.2f} s", ours[0] <= 0.5))  # fmt: skip
-    out.notes.append(f"Column basis of the default groups: {len(independent_columns(cal_features))} of "
-                     f"{cal_features.shape[1]} columns.")  # fmt: skip
+    out.targets.append(
+        target(
+            "augmented fit at the default size (175 calibration cells) <= 0.5 s a fit",
+            f"{ours[0]:.2f} s",
+            ours[0] <= 0.5,
+        )
+    )
+    out.notes.append(
+        f"Column basis of the default groups: {len(independent_columns(cal_features))} of "
+        f"{cal_features.shape[1]} columns."
+    )
 
 
 def count_solves():

@@ -114,8 +114,9 @@ def train_celltreeqm(device, quick: bool, steps: int | None = None, checkpoint_d
     validation = replicate_validation(supervision, x_val, np.ones(len(x), dtype=bool), params["validation_quartets"])
     synchronize(device)
     start = time.perf_counter()
-    model, result = train_encoder(x, supervision, params, seed, device, steps or params["steps"], checkpoint_dir,
-                                  validation)  # fmt: skip
+    model, result = train_encoder(
+        x, supervision, params, seed, device, steps or params["steps"], checkpoint_dir, validation
+    )
     synchronize(device)
     return model, result, time.perf_counter() - start
 
@@ -149,14 +150,28 @@ def celltreeqm(args, out: Section) -> dict:
     peak = peak_gpu_mb(device)
     ms = 1000 * seconds / result.steps_run
     host_ms, kernel_ms = celltreeqm_profile(device, args.quick)
-    table = Table("CellTreeQM, paper model, supervised, through celldag.training.train",
-                  ["size", "steps", "seconds", "ms a step", "profile: host ms / GPU kernel ms a step",
-                   "best val QDist", "peak GPU MB"])  # fmt: skip
+    table = Table(
+        "CellTreeQM, paper model, supervised, through celldag.training.train",
+        [
+            "size",
+            "steps",
+            "seconds",
+            "ms a step",
+            "profile: host ms / GPU kernel ms a step",
+            "best val QDist",
+            "peak GPU MB",
+        ],
+    )
     size = "16 × 200 (quick)" if args.quick else "295 leaves × 15,000 features"
     table.add(size, result.steps_run, seconds, ms, f"{host_ms:.2f} / {kernel_ms:.2f}", result.best_value, peak)
     out.tables.append(table.show())
-    out.targets.append(target(f"GPU: CellTreeQM at paper size <= {CELLTREEQM_TARGET_MS} ms a step ({device})",
-                              f"{ms:.2f} ms", None if args.quick else ms <= CELLTREEQM_TARGET_MS))  # fmt: skip
+    out.targets.append(
+        target(
+            f"GPU: CellTreeQM at paper size <= {CELLTREEQM_TARGET_MS} ms a step ({device})",
+            f"{ms:.2f} ms",
+            None if args.quick else ms <= CELLTREEQM_TARGET_MS,
+        )
+    )
     return {"ms_per_step": ms, "steps": result.steps_run, "host_ms": host_ms, "kernel_ms": kernel_ms, "peak_mb": peak}
 
 
@@ -210,8 +225,10 @@ def scilama_rates(args, out: Section) -> dict:
     result, seconds = fit_scilama_timed(device, args.quick, scilama_params(device, fixed), None)
     peak = peak_gpu_mb(device)
     per_epoch = steps_per_epoch(args.quick, scilama_params(device, fixed))
-    table = Table("sciLaMA stepwise, paper sizes, fixed epochs (early stopping off), bf16 autocast on CUDA",
-                  ["phase", "epochs", "steps", "seconds", "steps/s", "peak GPU MB"])  # fmt: skip
+    table = Table(
+        "sciLaMA stepwise, paper sizes, fixed epochs (early stopping off), bf16 autocast on CUDA",
+        ["phase", "epochs", "steps", "seconds", "steps/s", "peak GPU MB"],
+    )
     rates = {}
     for phase, facts in result.phase_facts.items():
         steps = facts["epochs"] * per_epoch
@@ -219,9 +236,13 @@ def scilama_rates(args, out: Section) -> dict:
         table.add(phase, facts["epochs"], steps, facts["seconds"], rates[phase], peak)
     out.tables.append(table.show())
     slowest = min(rates, key=rates.get)
-    out.targets.append(target(f"GPU: sciLaMA >= {SCILAMA_RATE_TARGET:,} steps/s in every phase ({device})",
-                              f"{rates[slowest]:,.0f} steps/s ({slowest})",
-                              None if args.quick else rates[slowest] >= SCILAMA_RATE_TARGET))  # fmt: skip
+    out.targets.append(
+        target(
+            f"GPU: sciLaMA >= {SCILAMA_RATE_TARGET:,} steps/s in every phase ({device})",
+            f"{rates[slowest]:,.0f} steps/s ({slowest})",
+            None if args.quick else rates[slowest] >= SCILAMA_RATE_TARGET,
+        )
+    )
     return {"steps_per_s": rates, "seconds": seconds, "peak_mb": peak}
 
 
@@ -238,9 +259,16 @@ def scilama_fit_facts(args, params: dict) -> dict:
     with tempfile.TemporaryDirectory() as work_dir:
         result, seconds = fit_scilama_timed(device, args.quick, params, work_dir)
     per_epoch = steps_per_epoch(args.quick, params)
-    phases = {phase: {"epochs": facts["epochs"], "steps": facts["epochs"] * per_epoch, "best_epoch": facts["best_epoch"],
-                      "best_val": facts["best_val"], "stopped_early": facts["stopped_early"]}
-              for phase, facts in result.phase_facts.items()}  # fmt: skip
+    phases = {
+        phase: {
+            "epochs": facts["epochs"],
+            "steps": facts["epochs"] * per_epoch,
+            "best_epoch": facts["best_epoch"],
+            "best_val": facts["best_val"],
+            "stopped_early": facts["stopped_early"],
+        }
+        for phase, facts in result.phase_facts.items()
+    }
     return {"seconds": seconds, "peak_mb": peak_gpu_mb(device), "phases": phases}
 
 
@@ -249,19 +277,44 @@ def scilama_fit(args, out: Section) -> dict:
     runs = {"this code": facts}
     if args.baseline:
         runs[f"baseline {args.baseline}"] = baseline_facts(args)
-    table = Table("sciLaMA stepwise, paper sizes and schedule, early stopping on, checkpoints by wall time",
-                  ["code", "phase", "epochs", "steps", "best epoch", "best val loss", "stopped early", "fit seconds",
-                   "peak GPU MB"])  # fmt: skip
+    table = Table(
+        "sciLaMA stepwise, paper sizes and schedule, early stopping on, checkpoints by wall time",
+        [
+            "code",
+            "phase",
+            "epochs",
+            "steps",
+            "best epoch",
+            "best val loss",
+            "stopped early",
+            "fit seconds",
+            "peak GPU MB",
+        ],
+    )
     for code, run in runs.items():
         if "error" in run:
             table.add(code, "–", "–", "–", "–", "–", "–", "–", run["error"])
             continue
         for phase, item in run["phases"].items():
-            table.add(code, phase, item["epochs"], item["steps"], item["best_epoch"], item["best_val"],
-                      item["stopped_early"], run["seconds"], run["peak_mb"])  # fmt: skip
+            table.add(
+                code,
+                phase,
+                item["epochs"],
+                item["steps"],
+                item["best_epoch"],
+                item["best_val"],
+                item["stopped_early"],
+                run["seconds"],
+                run["peak_mb"],
+            )
     out.tables.append(table.show())
-    out.targets.append(target(f"GPU: sciLaMA whole stepwise fit <= {SCILAMA_FIT_TARGET_S} s ({args.device})",
-                              f"{facts['seconds']:.0f} s", None if args.quick else facts["seconds"] <= SCILAMA_FIT_TARGET_S))  # fmt: skip
+    out.targets.append(
+        target(
+            f"GPU: sciLaMA whole stepwise fit <= {SCILAMA_FIT_TARGET_S} s ({args.device})",
+            f"{facts['seconds']:.0f} s",
+            None if args.quick else facts["seconds"] <= SCILAMA_FIT_TARGET_S,
+        )
+    )
     return runs
 
 
@@ -317,8 +370,10 @@ def determinism(args, out: Section) -> dict:
         _, _, default_s = train_celltreeqm(device, args.quick, steps=steps)
     finally:
         training.seed_everything = seed_everything
-    table = Table("Determinism (CellTreeQM, paper model)",
-                  ["steps", "two runs of one seed bit for bit", "ms a step, deterministic", "ms a step, torch defaults"])  # fmt: skip
+    table = Table(
+        "Determinism (CellTreeQM, paper model)",
+        ["steps", "two runs of one seed bit for bit", "ms a step, deterministic", "ms a step, torch defaults"],
+    )
     table.add(steps, same, 1000 * deterministic_s / steps, 1000 * default_s / steps)
     out.tables.append(table.show())
     out.targets.append(target(f"GPU: two runs of one seed agree bit for bit ({device})", str(same), same))
@@ -338,8 +393,13 @@ def resume_inputs(device: str, steps: int, quick: bool):
     from celldag.lineage.track import LineageInput
 
     params = run_params("celltreeqm", "supervised", None if quick else "paper.yaml")
-    params |= {"device": device, "steps": steps, "checkpoint_every": 25, "checkpoint_seconds": None,
-               "reconstruction": "upgma"}  # fmt: skip
+    params |= {
+        "device": device,
+        "steps": steps,
+        "checkpoint_every": 25,
+        "checkpoint_seconds": None,
+        "reconstruction": "upgma",
+    }
     entry = yaml.safe_load((ROOT / "config/datasets.yaml").read_text())["bm_default"]["params"]
     simulated = simulate_bm(seed=0, **{name: value for name, value in entry.items() if not name.startswith("count_")})
     return LineageInput(simulated.leaf_names, simulated.test, simulated.train, simulated.tree_newick), params
@@ -361,9 +421,22 @@ def resume(args, out: Section) -> dict:
         start = time.perf_counter()
         reference = resume_run(straight, args.device, steps, args.quick)
         seconds = time.perf_counter() - start
-        child = subprocess.Popen([sys.executable, __file__, "--device", args.device, "--worker", "resume_child",
-                                  "--work-dir", killed, "--steps", str(steps)] + ["--quick"] * args.quick,
-                                 start_new_session=True)  # fmt: skip
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--device",
+                args.device,
+                "--worker",
+                "resume_child",
+                "--work-dir",
+                killed,
+                "--steps",
+                str(steps),
+            ]
+            + ["--quick"] * args.quick,
+            start_new_session=True,
+        )
         # selection on held-out leaves, then a refit: checkpoint/selection/ first
         while not any(Path(killed).rglob("checkpoint.pt")) and child.poll() is None:
             time.sleep(0.005)
@@ -373,12 +446,19 @@ def resume(args, out: Section) -> dict:
         child.wait()
         resumed = resume_run(killed, args.device, steps, args.quick)
     same = bool(np.array_equal(resumed, reference))
-    table = Table("Kill and resume (CellTreeQM, paper model, bm_default)",
-                  ["steps", "seconds straight through", "killed mid-run", "resumed embedding bit for bit", "max |diff|"])  # fmt: skip
+    table = Table(
+        "Kill and resume (CellTreeQM, paper model, bm_default)",
+        ["steps", "seconds straight through", "killed mid-run", "resumed embedding bit for bit", "max |diff|"],
+    )
     table.add(steps, seconds, killed_mid_run, same, float(np.abs(resumed - reference).max()))
     out.tables.append(table.show())
-    out.targets.append(target(f"GPU: a run killed after a checkpoint resumes bit for bit ({args.device})",
-                              f"{same} (killed mid-run: {killed_mid_run})", same and killed_mid_run))  # fmt: skip
+    out.targets.append(
+        target(
+            f"GPU: a run killed after a checkpoint resumes bit for bit ({args.device})",
+            f"{same} (killed mid-run: {killed_mid_run})",
+            same and killed_mid_run,
+        )
+    )
     return {"bit_identical": same, "killed_mid_run": killed_mid_run}
 
 
@@ -396,18 +476,42 @@ def pipeline(args, out: Section) -> dict:
         return {"skipped": note}
     workdir.mkdir(parents=True, exist_ok=True)
     binaries = Path(sys.executable).parent
-    snakemake = [str(binaries / "snakemake"), "--snakefile", str(ROOT / "workflow/Snakefile"),
-                 "--configfile", str(ROOT / "config/config.yaml"), "--directory", str(workdir),
-                 "--cores", str(os.cpu_count()), "--config", "compute={gpus: true}"]  # fmt: skip
+    snakemake = [
+        str(binaries / "snakemake"),
+        "--snakefile",
+        str(ROOT / "workflow/Snakefile"),
+        "--configfile",
+        str(ROOT / "config/config.yaml"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        str(os.cpu_count()),
+        "--config",
+        "compute={gpus: true}",
+    ]
     start = time.perf_counter()
     ran = subprocess.run(snakemake, cwd=ROOT)
     seconds = time.perf_counter() - start
-    check = subprocess.run([str(binaries / "celldag"), "check", "--results", str(workdir / "results/default"),
-                            "--reference", str(ROOT / "reference/default"), "--out", str(workdir / "check")],
-                           cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    check = subprocess.run(
+        [
+            str(binaries / "celldag"),
+            "check",
+            "--results",
+            str(workdir / "results/default"),
+            "--reference",
+            str(ROOT / "reference/default"),
+            "--out",
+            str(workdir / "check"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     print(check.stdout[-6000:], flush=True)
-    out.notes.append(f"pipeline: the default run on the GPU took {seconds:.0f} s (snakemake exit {ran.returncode}); "
-                     f"celldag check exit {check.returncode}: {check.stdout.strip().splitlines()[0] if check.stdout.strip() else ''}")  # fmt: skip
+    out.notes.append(
+        f"pipeline: the default run on the GPU took {seconds:.0f} s (snakemake exit {ran.returncode}); "
+        f"celldag check exit {check.returncode}: {check.stdout.strip().splitlines()[0] if check.stdout.strip() else ''}"
+    )
     return {"seconds": seconds, "snakemake_exit": ran.returncode, "check_exit": check.returncode}
 
 
@@ -419,8 +523,14 @@ def importable(name: str) -> bool:
 
 # ------------------------------------------------------------------------------------------ main
 
-SECTIONS = {"celltreeqm": celltreeqm, "scilama_rates": scilama_rates, "scilama_fit": scilama_fit,
-            "determinism": determinism, "resume": resume, "pipeline": pipeline}  # fmt: skip
+SECTIONS = {
+    "celltreeqm": celltreeqm,
+    "scilama_rates": scilama_rates,
+    "scilama_fit": scilama_fit,
+    "determinism": determinism,
+    "resume": resume,
+    "pipeline": pipeline,
+}
 TIMING = ("celltreeqm", "scilama_rates", "scilama_fit", "determinism", "resume")
 
 

@@ -44,8 +44,9 @@ PROCEDURES = ("label_shift", "class_conditional", "split_lac")
 CONSTRUCTIONS = ("pure", "one batch")
 
 
-def skewed_query(labels: np.ndarray, pool: np.ndarray, favoured: str, share: float, base: dict[str, float],
-                 rng: np.random.Generator) -> np.ndarray:  # fmt: skip
+def skewed_query(
+    labels: np.ndarray, pool: np.ndarray, favoured: str, share: float, base: dict[str, float], rng: np.random.Generator
+) -> np.ndarray:
     """Indices of a query drawn without replacement from ``pool`` (a mask): ``share`` of it type ``favoured``, the
     rest the other types the pool holds in the proportions ``base``, as large as the pool's cells of each type allow
     (empty when the pool holds no cell of ``favoured``)."""
@@ -57,13 +58,17 @@ def skewed_query(labels: np.ndarray, pool: np.ndarray, favoured: str, share: flo
     target = {favoured: share} | {label: (1 - share) * weight / total for label, weight in others.items()}
     available = {label: np.flatnonzero(pool & (labels == label)) for label in target}
     size = min(available[label].size / weight for label, weight in target.items() if weight > 0)
-    drawn = [rng.choice(available[label], int(np.floor(weight * size)), replace=False)
-             for label, weight in target.items() if weight > 0]  # fmt: skip
+    drawn = [
+        rng.choice(available[label], int(np.floor(weight * size)), replace=False)
+        for label, weight in target.items()
+        if weight > 0
+    ]
     return np.sort(np.concatenate(drawn))
 
 
-def procedure_sets(name: str, proba: np.ndarray, truth: np.ndarray, calibration: np.ndarray, query: np.ndarray,
-                   alpha: float) -> np.ndarray:  # fmt: skip
+def procedure_sets(
+    name: str, proba: np.ndarray, truth: np.ndarray, calibration: np.ndarray, query: np.ndarray, alpha: float
+) -> np.ndarray:
     lac = conformal.lac_scores(proba)
     cal_true = conformal.true_scores(lac[calibration], truth[calibration])
     if name == "label_shift":
@@ -87,8 +92,11 @@ def main() -> int:
     for folder, task, labels, batch in annotation_tasks(args.runs, args.dataset):
         split = task.obs["split"].astype(str).to_numpy()
         calibration, query = split == "calibration", split == "query"
-        kinds = [label for label in np.unique(labels)
-                 if np.count_nonzero(query & (labels == label)) >= HELD_OUT_TYPE_MIN_QUERY]  # fmt: skip
+        kinds = [
+            label
+            for label in np.unique(labels)
+            if np.count_nonzero(query & (labels == label)) >= HELD_OUT_TYPE_MIN_QUERY
+        ]
         base = {label: float(np.mean(labels[calibration] == label)) for label in np.unique(labels)}
         for output, truth, proba in ok_outputs(folder, labels):
             outputs += 1
@@ -105,16 +113,20 @@ def main() -> int:
                         covered[construction, name].append(sets[np.arange(rows.size), truth[rows]].mean())
                         sizes[construction, name].append(sets.sum(axis=1).mean())
     drawn = {construction: len(covered[construction, PROCEDURES[0]]) for construction in CONSTRUCTIONS}
-    print(f"{outputs} outputs; draws made: {', '.join(f'{c} {n:,}' for c, n in drawn.items())} (a draw needs "
-          f"{HELD_OUT_TYPE_MIN_QUERY}+ cells); favoured type share {args.share:g}; 1 − α = {1 - alpha:g}\n")  # fmt: skip
+    print(
+        f"{outputs} outputs; draws made: {', '.join(f'{c} {n:,}' for c, n in drawn.items())} (a draw needs "
+        f"{HELD_OUT_TYPE_MIN_QUERY}+ cells); favoured type share {args.share:g}; 1 − α = {1 - alpha:g}\n"
+    )
     print("| construction | procedure | coverage | SE | ≥ 1 − α − 2 SE | set size |")
     print("|---|---|---|---|---|---|")
     for construction in CONSTRUCTIONS:
         for name in PROCEDURES:
             values = np.asarray(covered[construction, name])
             mean, se = values.mean(), values.std(ddof=1) / np.sqrt(values.size)
-            print(f"| {construction} | {name} | {mean:.4f} | {se:.4f} | {'yes' if mean >= 1 - alpha - 2 * se else 'no'} "
-                  f"| {np.mean(sizes[construction, name]):.3f} |")  # fmt: skip
+            print(
+                f"| {construction} | {name} | {mean:.4f} | {se:.4f} | {'yes' if mean >= 1 - alpha - 2 * se else 'no'} "
+                f"| {np.mean(sizes[construction, name]):.3f} |"
+            )
     return 0
 
 

@@ -68,8 +68,10 @@ def nj_section(quick: bool, out: Section) -> None:
     peer_sizes, own_sizes = ([30, 60], [100, 200]) if quick else ([100, 300], [1000, 2000])
     rng = np.random.default_rng(0)
     reconstruct(euclidean_distances(rng.normal(size=(8, 5))), [f"c{i}" for i in range(8)], "nj")  # imports
-    table = Table("Neighbour joining: distance matrix → tree (random Euclidean points, 10 dimensions)",
-                  ["leaves", "celldag s", "celldag peak MB", "Biopython s", "ratio", "same tree"])  # fmt: skip
+    table = Table(
+        "Neighbour joining: distance matrix → tree (random Euclidean points, 10 dimensions)",
+        ["leaves", "celldag s", "celldag peak MB", "Biopython s", "ratio", "same tree"],
+    )
     sizes, seconds, peaks, peer_seconds = [], [], [], []
 
     def record(n: int, with_peer: bool, repeat: int) -> None:
@@ -92,9 +94,11 @@ def nj_section(quick: bool, out: Section) -> None:
     for n in own_sizes:
         record(n, with_peer=False, repeat=3 if n <= 1000 else 2)
     out.tables.append(table.show())
-    out.notes.append(f"NJ: celldag's time is the best of 2–3 runs, Biopython's one run; celldag uses scikit-bio's nj "
-                     f"below {FAST_NJ_FROM:,} leaves and fast_nj from there; peak MB: the rise of the resident set "
-                     "during celldag's call.")  # fmt: skip
+    out.notes.append(
+        f"NJ: celldag's time is the best of 2–3 runs, Biopython's one run; celldag uses scikit-bio's nj "
+        f"below {FAST_NJ_FROM:,} leaves and fast_nj from there; peak MB: the rise of the resident set "
+        "during celldag's call."
+    )
     out.series["NJ (celldag)"] = series("leaves", sizes, seconds, peaks)
     out.series["NJ (Biopython)"] = series("leaves", peer_sizes, peer_seconds, peer=True)
     ratio = peer_seconds[-1] / seconds[len(peer_sizes) - 1]
@@ -108,8 +112,11 @@ def same_tree(ours, theirs) -> str:
     """'identical' (node for node, lengths allclose), 'same topology' (RF 0) or 'NO'."""
     if robinson_foulds(ours, theirs).distance != 0:
         return "NO"
-    identical = ours.names == theirs.names and np.array_equal(ours.parent, theirs.parent) and np.allclose(
-        ours.length, theirs.length, rtol=1e-12, atol=1e-12, equal_nan=True)  # fmt: skip
+    identical = (
+        ours.names == theirs.names
+        and np.array_equal(ours.parent, theirs.parent)
+        and np.allclose(ours.length, theirs.length, rtol=1e-12, atol=1e-12, equal_nan=True)
+    )
     return "identical" if identical else "same topology"
 
 
@@ -117,9 +124,10 @@ def nj_scale(quick: bool, rng: np.random.Generator, out: Section) -> None:
     """fast_nj against scikit-bio's nj (celldag's wrapper) on the matrix as reconstruct passes it (rows in
     name order); scikit-bio only while its n³ estimate stays under 60 s."""
     sizes = [300, 600, 1200] if quick else [2000, 5000, 10000]
-    table = Table("Neighbour joining at scale: celldag's fast_nj vs scikit-bio's nj (random Euclidean points, "
-                  "10 dimensions)", ["leaves", "fast_nj s", "fast_nj peak MB", "scikit-bio s",
-                                     "scikit-bio peak MB", "ratio", "same tree"])  # fmt: skip
+    table = Table(
+        "Neighbour joining at scale: celldag's fast_nj vs scikit-bio's nj (random Euclidean points, 10 dimensions)",
+        ["leaves", "fast_nj s", "fast_nj peak MB", "scikit-bio s", "scikit-bio peak MB", "ratio", "same tree"],
+    )
     fast_seconds, fast_peaks, skbio_sizes, skbio_seconds, skbio_peaks = [], [], [], [], []
     for n in sizes:
         names = sorted(f"c{i}" for i in range(n))
@@ -133,15 +141,19 @@ def nj_scale(quick: bool, rng: np.random.Generator, out: Section) -> None:
             skbio_sizes.append(n), skbio_seconds.append(peer), skbio_peaks.append(peer_peak)
             same = same_tree(fast_nj.neighbor_joining(distances, names), skbio_neighbor_joining(distances, names))
         else:
-            out.notes.append(f"scikit-bio's nj at {n:,} leaves skipped: ~{estimate:.0f} s estimated (n³) from "
-                             f"{skbio_sizes[-1]:,} leaves, over the 60 s limit")  # fmt: skip
+            out.notes.append(
+                f"scikit-bio's nj at {n:,} leaves skipped: ~{estimate:.0f} s estimated (n³) from "
+                f"{skbio_sizes[-1]:,} leaves, over the 60 s limit"
+            )
         table.add(n, fast, fast_peak, peer, peer_peak, peer / fast, same)
         print(f"  NJ at {n:,} leaves: fast_nj {fast:.2f} s, scikit-bio {peer:.2f} s", flush=True)
     out.tables.append(table.show())
-    out.notes.append("NJ at scale: fast_nj's time is the best of 2 runs (one at 10,000 leaves), scikit-bio's one "
-                     "run; both take the matrix with its rows in name order, as reconstruct passes it (reconstruct "
-                     "adds that reordering, one copy of the matrix). Peak MB: the rise of the resident set during "
-                     "the call; the matrix itself (8·n² bytes) is made before it.")  # fmt: skip
+    out.notes.append(
+        "NJ at scale: fast_nj's time is the best of 2 runs (one at 10,000 leaves), scikit-bio's one "
+        "run; both take the matrix with its rows in name order, as reconstruct passes it (reconstruct "
+        "adds that reordering, one copy of the matrix). Peak MB: the rise of the resident set during "
+        "the call; the matrix itself (8·n² bytes) is made before it."
+    )
     out.series["NJ (fast_nj)"] = series("leaves", sizes, fast_seconds, fast_peaks)
     out.series["NJ (scikit-bio)"] = series("leaves", skbio_sizes, skbio_seconds, skbio_peaks, peer=True)
     for n, limit in zip(sizes[1:], (3, 15)):
@@ -162,9 +174,20 @@ def quartet_section(quick: bool, out: Section) -> None:
     )
     general_up_to = 64 if quick else 512
     rng = np.random.default_rng(0)
-    table = Table("Exact quartet distance and Robinson–Foulds on two random binary trees",
-                  ["leaves", "quartet s", "quartet peak MB", "general algorithm s", "enumerate all s", "ratio",
-                   "RF s", "DendroPy RF s", "ratio"])  # fmt: skip
+    table = Table(
+        "Exact quartet distance and Robinson–Foulds on two random binary trees",
+        [
+            "leaves",
+            "quartet s",
+            "quartet peak MB",
+            "general algorithm s",
+            "enumerate all s",
+            "ratio",
+            "RF s",
+            "DendroPy RF s",
+            "ratio",
+        ],
+    )
     quartet_seconds, peaks, general_sizes, general_seconds, peer_sizes, peer_seconds = [], [], [], [], [], []
     rf_seconds, dendropy_seconds = [], []
     for n in sizes:
@@ -185,8 +208,10 @@ def quartet_section(quick: bool, out: Section) -> None:
             assert abs(quartet_distance(a, b) - qdist_sampled(dist_a, dist_b, 10**12, rng)) < 1e-12
             peer_sizes.append(n), peer_seconds.append(peer)
         taxa = dendropy.TaxonNamespace()
-        tree_a, tree_b = (dendropy.Tree.get(data=text, schema="newick", taxon_namespace=taxa, rooting="force-unrooted")
-                          for text in (first, second))  # fmt: skip
+        tree_a, tree_b = (
+            dendropy.Tree.get(data=text, schema="newick", taxon_namespace=taxa, rooting="force-unrooted")
+            for text in (first, second)
+        )
         rf = timed(lambda: robinson_foulds(a, b))
         peer_rf = timed(lambda: treecompare.symmetric_difference(tree_a, tree_b))
         rf_seconds.append(rf), dendropy_seconds.append(peer_rf)
@@ -200,11 +225,17 @@ def quartet_section(quick: bool, out: Section) -> None:
     at = dict(zip(sizes, zip(quartet_seconds, peaks)))
     for n, limit in ((128, 2), (256, 2)) if quick else ((2000, 1), (10000, 20)):
         if n in at:
-            out.targets.append(target(f"exact quartet distance at {n:,} leaves <= {limit} s", f"{at[n][0]:.2f} s",
-                                      at[n][0] <= limit))  # fmt: skip
+            out.targets.append(
+                target(f"exact quartet distance at {n:,} leaves <= {limit} s", f"{at[n][0]:.2f} s", at[n][0] <= limit)
+            )
     if not quick:
-        out.targets.append(target("exact quartet distance at 10,000 leaves: peak memory <= 4 GB",
-                                  f"{at[10000][1]:,.0f} MB", at[10000][1] <= 4096))  # fmt: skip
+        out.targets.append(
+            target(
+                "exact quartet distance at 10,000 leaves: peak memory <= 4 GB",
+                f"{at[10000][1]:,.0f} MB",
+                at[10000][1] <= 4096,
+            )
+        )
 
 
 @contextlib.contextmanager
@@ -303,12 +334,34 @@ def celltreeqm_configs(quick: bool) -> list[tuple[bool, int, int]]:
 def celltreeqm_section(quick: bool, out: Section) -> None:
     import torch
 
-    table = Table("CellTreeQM: one training step (median of the timed steps after warm-up)",
-                  ["model", "leaves", "features", "steps timed", "celldag s/step", "recompute D_X s/step",
-                   "ratio", "ratio, celldag + D_X", "D_X/√C share of recompute step"])  # fmt: skip
-    breakdown = Table("CellTreeQM: where a step's time goes (median seconds per phase)",
-                      ["model", "leaves", "features", "step", "quartets", "input distances", "forward + loss",
-                       "backward", "optimizer"])  # fmt: skip
+    table = Table(
+        "CellTreeQM: one training step (median of the timed steps after warm-up)",
+        [
+            "model",
+            "leaves",
+            "features",
+            "steps timed",
+            "celldag s/step",
+            "recompute D_X s/step",
+            "ratio",
+            "ratio, celldag + D_X",
+            "D_X/√C share of recompute step",
+        ],
+    )
+    breakdown = Table(
+        "CellTreeQM: where a step's time goes (median seconds per phase)",
+        [
+            "model",
+            "leaves",
+            "features",
+            "step",
+            "quartets",
+            "input distances",
+            "forward + loss",
+            "backward",
+            "optimizer",
+        ],
+    )
     ratios = {}
     for paper, n, c in celltreeqm_configs(quick):
         params = celltreeqm_params(paper)
@@ -319,13 +372,24 @@ def celltreeqm_section(quick: bool, out: Section) -> None:
         tree = parse_newick(random_newick(n, np.random.default_rng(n)))
         tree_distances = path_distances(tree, list(tree.leaf_names), topology_only=True)
         x = torch.randn(n, c, generator=torch.Generator().manual_seed(c))
-        runners = {name: step_runner(x, params, tree_distances, naive, seed=0)
-                   for name, naive in (("celldag", False), ("recompute", True))}  # fmt: skip
+        runners = {
+            name: step_runner(x, params, tree_distances, naive, seed=0)
+            for name, naive in (("celldag", False), ("recompute", True))
+        }
         timings = time_steps(runners, warmup, most, budget)
         ours, naive = median_total(timings["celldag"]), median_total(timings["recompute"])
         recompute = statistics.median(row["input distances"] for row in timings["recompute"])
-        table.add(label, n, c, len(timings["celldag"]), ours, naive, naive / ours, (ours + recompute) / ours,
-                  f"{100 * recompute / naive:.0f}%")  # fmt: skip
+        table.add(
+            label,
+            n,
+            c,
+            len(timings["celldag"]),
+            ours,
+            naive,
+            naive / ours,
+            (ours + recompute) / ours,
+            f"{100 * recompute / naive:.0f}%",
+        )
         for name, rows in timings.items():
             breakdown.add(label, n, c, name, *(statistics.median(row[phase] for row in rows) for phase in rows[0]))
         ratios[(paper, n, c)] = naive / ours
@@ -333,12 +397,17 @@ def celltreeqm_section(quick: bool, out: Section) -> None:
     n, c = (32, 1000) if quick else (295, 15000)
     paper_ratio, default_ratio = ratios[(True, n, c)], ratios[(False, n, c)]
     measured = f"{paper_ratio:.2f}x (CPU default sizes: {default_ratio:.2f}x)"
-    out.targets.append(target(f"CellTreeQM step vs recomputing D_X at N={n}, C={c:,} (paper sizes) >= 1.5x",
-                              measured, paper_ratio >= 1.5))  # fmt: skip
-    out.notes.append("CellTreeQM at the paper sizes: the target's (leaves, features) pair only, 1 warm-up and 3 "
-                     "timed steps (seconds per step on a CPU). `celldag + D_X`: celldag's step time plus the "
-                     "recompute step's D_X/√C phase, an estimate of the ratio less exposed to load changes. Steps use "
-                     "torch's default thread count: on a loaded machine its threads contend, and step times jump.")  # fmt: skip
+    out.targets.append(
+        target(
+            f"CellTreeQM step vs recomputing D_X at N={n}, C={c:,} (paper sizes) >= 1.5x", measured, paper_ratio >= 1.5
+        )
+    )
+    out.notes.append(
+        "CellTreeQM at the paper sizes: the target's (leaves, features) pair only, 1 warm-up and 3 "
+        "timed steps (seconds per step on a CPU). `celldag + D_X`: celldag's step time plus the "
+        "recompute step's D_X/√C phase, an estimate of the ratio less exposed to load changes. Steps use "
+        "torch's default thread count: on a loaded machine its threads contend, and step times jump."
+    )
     out.tables += [table.show(), breakdown.show(), celltreeqm_at_scale(quick, out)]
 
 
@@ -350,12 +419,22 @@ def celltreeqm_at_scale(quick: bool, out: Section) -> str:
 
     from celldag.data.bm import simulate_bm
 
-    table = Table("CellTreeQM at scale: CPU default sizes, bm_default's features (105), supervised",
-                  ["leaves", "s/step", "steps/s", "peak MB (setup + 3 steps)"])  # fmt: skip
+    table = Table(
+        "CellTreeQM at scale: CPU default sizes, bm_default's features (105), supervised",
+        ["leaves", "s/step", "steps/s", "peak MB (setup + 3 steps)"],
+    )
     params = celltreeqm_params(False)
     for depth in (8, 9) if quick else (11, 13):
-        simulation = simulate_bm(depth=depth, n_signal=45, n_noise=40, n_spurious=20, max_walk=3.0, noise_std=1.0,
-                                 measurement_std=1.0, seed=0)  # fmt: skip
+        simulation = simulate_bm(
+            depth=depth,
+            n_signal=45,
+            n_noise=40,
+            n_spurious=20,
+            max_walk=3.0,
+            noise_std=1.0,
+            measurement_std=1.0,
+            seed=0,
+        )
         step_seconds = []
 
         def setup_and_steps() -> None:
@@ -401,8 +480,13 @@ def grid_config(workdir: Path, n_datasets: int, seeds: list[int]) -> dict:
     registry.write_text(yaml.safe_dump(datasets, sort_keys=False))
     # a job per seed, as a cluster configuration plans it: the largest DAG of a grid (by default a job runs
     # all seeds of a variant, and the same grid is a fifth as many run_method jobs)
-    config = {"name": "bench", "datasets": names, "methods": LINEAGE_METHODS, "seeds": seeds,
-              "compute": {"job_per_seed": True}}  # fmt: skip
+    config = {
+        "name": "bench",
+        "datasets": names,
+        "methods": LINEAGE_METHODS,
+        "seeds": seeds,
+        "compute": {"job_per_seed": True},
+    }
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return config
 
@@ -424,33 +508,66 @@ def dry_run(n_datasets: int, seeds: list[int]) -> dict:
         seconds, peak_mb, code, output = run_child(command, cwd=workdir)
     if code != 0:
         raise RuntimeError(f"snakemake -n failed:\n{output}")
-    listed = {parts[0]: int(parts[1]) for parts in map(str.split, output.splitlines())
-              if len(parts) == 2 and parts[1].isdigit()}  # fmt: skip
-    return {"listed": listed, "planned": planned, "seconds": seconds, "peak_mb": peak_mb,
-            "load_seconds": load_seconds, "plan_seconds": plan_seconds}  # fmt: skip
+    listed = {
+        parts[0]: int(parts[1])
+        for parts in map(str.split, output.splitlines())
+        if len(parts) == 2 and parts[1].isdigit()
+    }
+    return {
+        "listed": listed,
+        "planned": planned,
+        "seconds": seconds,
+        "peak_mb": peak_mb,
+        "load_seconds": load_seconds,
+        "plan_seconds": plan_seconds,
+    }
 
 
 def plan_section(quick: bool, out: Section) -> None:
     grids = [(1, [0, 1]), (3, [0, 1])] if quick else [(3, [0, 1]), (21, [0, 1, 2, 3, 4])]
-    table = Table("Planning: dry runs of generated grids (lineage methods × bm_default copies × seeds)",
-                  ["datasets", "seeds", "run_method jobs", "jobs in all", "`snakemake -n` s", "snakemake peak MB",
-                   "load_config s", "make_plan s"])  # fmt: skip
+    table = Table(
+        "Planning: dry runs of generated grids (lineage methods × bm_default copies × seeds)",
+        [
+            "datasets",
+            "seeds",
+            "run_method jobs",
+            "jobs in all",
+            "`snakemake -n` s",
+            "snakemake peak MB",
+            "load_config s",
+            "make_plan s",
+        ],
+    )
     jobs, seconds, plan_seconds = [], [], []
     for n_datasets, seeds in grids:
         run = dry_run(n_datasets, seeds)
         listed, planned = run["listed"], run["planned"]
-        table.add(n_datasets, len(seeds), listed.get("run_method", 0), listed.get("total", 0), run["seconds"],
-                  run["peak_mb"], run["load_seconds"], run["plan_seconds"])  # fmt: skip
+        table.add(
+            n_datasets,
+            len(seeds),
+            listed.get("run_method", 0),
+            listed.get("total", 0),
+            run["seconds"],
+            run["peak_mb"],
+            run["load_seconds"],
+            run["plan_seconds"],
+        )
         if listed.get("run_method") != planned["run_method"]:
-            out.notes.append(f"snakemake -n listed {listed.get('run_method')} run_method jobs, "
-                             f"make_plan {planned['run_method']}")  # fmt: skip
+            out.notes.append(
+                f"snakemake -n listed {listed.get('run_method')} run_method jobs, make_plan {planned['run_method']}"
+            )
         jobs.append(listed.get("total", sum(planned.values())))
         seconds.append(run["seconds"]), plan_seconds.append(run["plan_seconds"])
     out.tables.append(table.show())
     out.series["snakemake -n"] = series("jobs", jobs, seconds)
     out.series["make_plan"] = series("jobs", jobs, plan_seconds)
-    out.targets.append(target(f"`snakemake -n` on {planned['run_method']:,} run_method jobs <= 15 s",
-                              f"{seconds[-1]:.1f} s", seconds[-1] <= 15))  # fmt: skip
+    out.targets.append(
+        target(
+            f"`snakemake -n` on {planned['run_method']:,} run_method jobs <= 15 s",
+            f"{seconds[-1]:.1f} s",
+            seconds[-1] <= 15,
+        )
+    )
 
 
 # ---------------------------------------------------------------- main

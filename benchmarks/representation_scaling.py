@@ -97,8 +97,14 @@ class StopTiming(Exception):
     """Raised from inside a training loop once enough steps are timed."""
 
 
-def per_epoch(starts: list[float], ends: dict[int, float], steps_per_epoch: int, epochs: int, max_steps: int,
-              validation_seconds: float) -> tuple[float, str]:  # fmt: skip
+def per_epoch(
+    starts: list[float],
+    ends: dict[int, float],
+    steps_per_epoch: int,
+    epochs: int,
+    max_steps: int,
+    validation_seconds: float,
+) -> tuple[float, str]:
     """Seconds per epoch from step start times: whole epochs 1..epochs (epoch 0 is the warm-up), or, when
     the steps were capped, the mean step time after the first tenth × steps per epoch + one validation."""
     if len(starts) > steps_per_epoch * (epochs + 1) - 1 and epochs in ends:
@@ -123,9 +129,16 @@ def scilama_epoch(spec: dict) -> dict:
     gene_table = np.random.default_rng(2).normal(size=(spec["genes"], GENE_TABLE_DIM)).astype(np.float32)
     epochs, max_steps = spec["epochs"], spec["max_steps"]
     params = run_params("scilama") | {
-        "mode": "direct", "kl_warmup_epochs": 0, "kl_ramp_epochs": 1, "max_epochs": 1 + epochs,
-        "patience": 1000, "checkpoint_every": 1000, "device": "cpu", "latent_dim": LATENT, "batch_size": BATCH_SIZE,
-    }  # fmt: skip
+        "mode": "direct",
+        "kl_warmup_epochs": 0,
+        "kl_ramp_epochs": 1,
+        "max_epochs": 1 + epochs,
+        "patience": 1000,
+        "checkpoint_every": 1000,
+        "device": "cpu",
+        "latent_dim": LATENT,
+        "batch_size": BATCH_SIZE,
+    }
     starts: list[float] = []
     ends: dict[int, float] = {}
     held = {}
@@ -194,12 +207,22 @@ def scvi_epoch(spec: dict) -> dict:
     def train_with_timer(self, *args, **kwargs):
         return original(self, *args, callbacks=[Timer()], **kwargs)
 
-    params = run_params("scvi") | {"use_batch": True, "n_latent": LATENT, "batch_size": BATCH_SIZE,
-                                        "max_epochs": 1 + epochs, "accelerator": "cpu"}  # fmt: skip
-    inputs = RepresentationInput(names=tuple(str(i) for i in range(spec["cells"])), features=np.empty((0, 0)),
-                                 gene_names=tuple(f"g{i}" for i in range(spec["genes"])),
-                                 batch=np.array([f"batch{b}" for b in batch]), train_mask=train_mask,
-                                 lognorm=np.empty((0, 0)), counts=counts)  # fmt: skip
+    params = run_params("scvi") | {
+        "use_batch": True,
+        "n_latent": LATENT,
+        "batch_size": BATCH_SIZE,
+        "max_epochs": 1 + epochs,
+        "accelerator": "cpu",
+    }
+    inputs = RepresentationInput(
+        names=tuple(str(i) for i in range(spec["cells"])),
+        features=np.empty((0, 0)),
+        gene_names=tuple(f"g{i}" for i in range(spec["genes"])),
+        batch=np.array([f"batch{b}" for b in batch]),
+        train_mask=train_mask,
+        lognorm=np.empty((0, 0)),
+        counts=counts,
+    )
     scvi.model.SCVI.train = train_with_timer
     try:
         scvi_baseline.run(inputs, params, seed=0)
@@ -217,21 +240,45 @@ def scvi_epoch(spec: dict) -> dict:
 def epochs_section(quick: bool, out: Section) -> None:
     sizes, genes = ([1000, 3000], 500) if quick else ([5000, 20000, 50000], 2000)
     epochs, max_steps = (1, 40) if quick else (2, 400)  # 50,000 cells: 313 steps an epoch, extrapolated
-    table = Table(f"Training epoch: sciLaMA (joint phase) vs scVI (scvi-tools), {genes:,} genes, latent {LATENT}, "
-                  f"batch {BATCH_SIZE}", ["cells", "sciLaMA s/epoch", "sciLaMA peak MB", "scVI s/epoch",
-                                          "scVI peak MB", "ratio", "steps/epoch", "timed"])  # fmt: skip
+    table = Table(
+        f"Training epoch: sciLaMA (joint phase) vs scVI (scvi-tools), {genes:,} genes, latent {LATENT}, "
+        f"batch {BATCH_SIZE}",
+        [
+            "cells",
+            "sciLaMA s/epoch",
+            "sciLaMA peak MB",
+            "scVI s/epoch",
+            "scVI peak MB",
+            "ratio",
+            "steps/epoch",
+            "timed",
+        ],
+    )
     results = {"sciLaMA epoch": [], "scVI epoch": []}
     for n in sizes:
         spec = {"cells": n, "genes": genes, "epochs": epochs, "max_steps": max_steps}
         ours, peer = child("scilama_epoch", spec), child("scvi_epoch", spec)
         results["sciLaMA epoch"].append(ours), results["scVI epoch"].append(peer)
         how = ours["how"] if ours["how"] == peer["how"] else f"sciLaMA {ours['how']}; scVI {peer['how']}"
-        table.add(n, ours["seconds"], ours["peak_mb"], peer["seconds"], peer["peak_mb"],
-                  ours["seconds"] / peer["seconds"], ours["steps_per_epoch"], how)  # fmt: skip
+        table.add(
+            n,
+            ours["seconds"],
+            ours["peak_mb"],
+            peer["seconds"],
+            peer["peak_mb"],
+            ours["seconds"] / peer["seconds"],
+            ours["steps_per_epoch"],
+            how,
+        )
     out.tables.append(table.show())
     for label, rows in results.items():
-        out.series[label] = series("cells", sizes, [row["seconds"] for row in rows], [row["peak_mb"] for row in rows],
-                                   peer=label.startswith("scVI"))  # fmt: skip
+        out.series[label] = series(
+            "cells",
+            sizes,
+            [row["seconds"] for row in rows],
+            [row["peak_mb"] for row in rows],
+            peer=label.startswith("scVI"),
+        )
     threads = results["sciLaMA epoch"][0]["threads"]
     scilama = run_params("scilama")
     out.notes.append(
@@ -244,7 +291,7 @@ def epochs_section(quick: bool, out: Section) -> None:
         f"Each size runs in its own process (peak MB: that process, data included). Steps capped at {max_steps}: "
         "above that (50,000 cells) an epoch is the mean step time after a warm-up tenth × steps per epoch, plus, "
         "for sciLaMA, one validation pass timed on its own."
-    )  # fmt: skip
+    )
 
 
 # ---------------------------------------------------------------- scoring
@@ -313,9 +360,14 @@ def scoring_run(spec: dict) -> dict:
             scores = score_seed(prepared, [output], ScoringContext(seed=0, dataset={}, evaluation=spec["evaluation"]))[
                 0
             ]
-        calls.append({"seconds": time.perf_counter() - start, "numba_compile_s": sum(numba),
-                      **{key: counters[key] - before[key] for key in counters},
-                      "scores": {metric: float(value).hex() for metric, value in scores.items()}})  # fmt: skip
+        calls.append(
+            {
+                "seconds": time.perf_counter() - start,
+                "numba_compile_s": sum(numba),
+                **{key: counters[key] - before[key] for key in counters},
+                "scores": {metric: float(value).hex() for metric, value in scores.items()},
+            }
+        )
     return {"cells": prepared.n_obs, "calls": calls}
 
 
@@ -327,10 +379,23 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
     sizes above SCORE_CELLS also with ``evaluation.score_cells`` (graph metrics on every cell, the rest on a
     stratified subsample of SCORE_CELLS)."""
     sizes = scoring_cells or ([0, 2000] if quick else [0, 5000, 20000])
-    table = Table("Scoring one embedding (celldag's score_seed: scib-metrics Benchmarker + Leiden + batch ASW)",
-                  ["cells", "cold s", "JAX compile s", "numba compile s", "warm s (2nd embedding)", "peak MB",
-                   "warm-cache new process s", "JAX load s", "JAX cache hits / misses", "numba compile s",
-                   "warm cache / cold", "scores identical"])  # fmt: skip
+    table = Table(
+        "Scoring one embedding (celldag's score_seed: scib-metrics Benchmarker + Leiden + batch ASW)",
+        [
+            "cells",
+            "cold s",
+            "JAX compile s",
+            "numba compile s",
+            "warm s (2nd embedding)",
+            "peak MB",
+            "warm-cache new process s",
+            "JAX load s",
+            "JAX cache hits / misses",
+            "numba compile s",
+            "warm cache / cold",
+            "scores identical",
+        ],
+    )
     cold_series, warm_series = [], []
     runs = [(cells, None) for cells in sizes] + [(cells, SCORE_CELLS) for cells in sizes if cells > SCORE_CELLS]
     for position, (cells, max_cells) in enumerate(runs):
@@ -359,9 +424,15 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
         else:
             fresh = again["calls"][0]
             identical = first["scores"] == fresh["scores"]
-            table.add(*row, fresh["seconds"], fresh["jax_compile_s"],
-                      f"{fresh['jax_cache_hits']} / {fresh['jax_cache_misses']}", fresh["numba_compile_s"],
-                      fresh["seconds"] / first["seconds"], "yes" if identical else "NO")  # fmt: skip
+            table.add(
+                *row,
+                fresh["seconds"],
+                fresh["jax_compile_s"],
+                f"{fresh['jax_cache_hits']} / {fresh['jax_cache_misses']}",
+                fresh["numba_compile_s"],
+                fresh["seconds"] / first["seconds"],
+                "yes" if identical else "NO",
+            )
             out.targets.append(
                 target(
                     f"scoring fixed cost: first call of a new process with a warm JAX cache <= 10 % of the cold first "
@@ -378,17 +449,26 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
                     second["seconds"] <= 0.1 * first["seconds"],
                 )
             )
-            out.targets.append(target(
-                f"JAX's part of it: loading from the warm cache <= 10 % of compiling ({n:,} cells)",
-                f"{fresh['jax_compile_s']:.1f} s vs {first['jax_compile_s']:.1f} s",
-                fresh["jax_compile_s"] <= 0.1 * first["jax_compile_s"]))  # fmt: skip
-            out.targets.append(target("scores with a warm JAX cache bit-identical to a cold one (every metric)",
-                                      "identical" if identical else "DIFFERENT", identical))  # fmt: skip
+            out.targets.append(
+                target(
+                    f"JAX's part of it: loading from the warm cache <= 10 % of compiling ({n:,} cells)",
+                    f"{fresh['jax_compile_s']:.1f} s vs {first['jax_compile_s']:.1f} s",
+                    fresh["jax_compile_s"] <= 0.1 * first["jax_compile_s"],
+                )
+            )
+            out.targets.append(
+                target(
+                    "scores with a warm JAX cache bit-identical to a cold one (every metric)",
+                    "identical" if identical else "DIFFERENT",
+                    identical,
+                )
+            )
         cold_series.append((n, first["seconds"], cold["peak_mb"]))
         warm_series.append((n, second["seconds"]))
     out.tables.append(table.show())
-    out.series["scoring (cold)"] = series("cells", [n for n, *_ in cold_series], [s for _, s, _ in cold_series],
-                                          [m for *_, m in cold_series])  # fmt: skip
+    out.series["scoring (cold)"] = series(
+        "cells", [n for n, *_ in cold_series], [s for _, s, _ in cold_series], [m for *_, m in cold_series]
+    )
     out.series["scoring (warm)"] = series("cells", [n for n, _ in warm_series], [s for _, s in warm_series])
     skipped = [n for n in (5000, 20000, 50000, 100000) if n not in sizes] if not quick else []
     out.notes.append(
@@ -402,9 +482,13 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
         + f" Rows 'score_cells {SCORE_CELLS:,}': evaluation.score_cells — the neighbour-graph and k-means metrics "
         f"on every cell, silhouettes, isolated labels, PCR, Leiden and batch ASW on a stratified {SCORE_CELLS:,}-cell "
         "subsample."
-        + (f" Not run by default, to keep `make bench` within ~8 min: {', '.join(f'{n:,}' for n in skipped)} cells "
-           "(--only scoring --scoring-cells 0 5000 20000 50000 100000 runs them)." if skipped else "")
-    )  # fmt: skip
+        + (
+            f" Not run by default, to keep `make bench` within ~8 min: {', '.join(f'{n:,}' for n in skipped)} cells "
+            "(--only scoring --scoring-cells 0 5000 20000 50000 100000 runs them)."
+            if skipped
+            else ""
+        )
+    )
 
 
 # ---------------------------------------------------------------- preparation
@@ -420,8 +504,10 @@ def sparse_counts(n_cells: int, n_genes: int, density: float, seed: int = 0):
     for start in range(0, n_cells, 2000):
         rows = min(2000, n_cells - start)
         detected = sparse.csr_matrix(rng.random((rows, n_genes), dtype=np.float32) < rates)
-        block = sparse.csr_matrix((1 + rng.geometric(0.5, size=detected.nnz).astype(np.int32) - 1,
-                                   detected.indices, detected.indptr), shape=detected.shape)  # fmt: skip
+        block = sparse.csr_matrix(
+            (1 + rng.geometric(0.5, size=detected.nnz).astype(np.int32) - 1, detected.indices, detected.indptr),
+            shape=detected.shape,
+        )
         blocks.append(block)
     return sparse.vstack(blocks, format="csr")
 
@@ -452,18 +538,36 @@ def prepare_run(spec: dict) -> dict:
     begin = time.perf_counter()
     counts = sparse_counts(spec["cells"], spec["genes"], spec["density"])
     rng = np.random.default_rng(4)
-    obs = pd.DataFrame({"label": rng.integers(N_TYPES, size=spec["cells"]).astype(str),
-                        "batch": rng.integers(N_BATCHES, size=spec["cells"]).astype(str)},
-                       index=[f"c{i}" for i in range(spec["cells"])])  # fmt: skip
+    obs = pd.DataFrame(
+        {
+            "label": rng.integers(N_TYPES, size=spec["cells"]).astype(str),
+            "batch": rng.integers(N_BATCHES, size=spec["cells"]).astype(str),
+        },
+        index=[f"c{i}" for i in range(spec["cells"])],
+    )
     source = anndata.AnnData(X=counts, obs=obs, var=pd.DataFrame(index=[f"g{i}" for i in range(spec["genes"])]))
     generated = time.perf_counter() - begin
-    steps = [{"step": "source counts", "matrix": describe(source.X), "shape": list(source.shape),
-              "seconds": 0.0, "rss_mb": rss_mb()}]  # fmt: skip
+    steps = [
+        {
+            "step": "source counts",
+            "matrix": describe(source.X),
+            "shape": list(source.shape),
+            "seconds": 0.0,
+            "rss_mb": rss_mb(),
+        }
+    ]
     started = time.perf_counter()
 
     def log(step: str, matrix, shape) -> None:
-        steps.append({"step": step, "matrix": describe(matrix), "shape": list(shape),
-                      "seconds": time.perf_counter() - started, "rss_mb": rss_mb()})  # fmt: skip
+        steps.append(
+            {
+                "step": step,
+                "matrix": describe(matrix),
+                "shape": list(shape),
+                "seconds": time.perf_counter() - started,
+                "rss_mb": rss_mb(),
+            }
+        )
 
     def wrap(name: str, what):
         original = getattr(sc.pp, name)
@@ -479,37 +583,62 @@ def prepare_run(spec: dict) -> dict:
         return original, wrapped
 
     originals = {}
-    for name, what in {"filter_cells": lambda d, k: d.X, "filter_genes": lambda d, k: d.X,
-                       "normalize_total": lambda d, k: d.X, "log1p": lambda d, k: d.X,
-                       "highly_variable_genes": lambda d, k: d.layers[k["layer"]] if k.get("layer") else d.X,
-                       "scale": None}.items():  # fmt: skip
+    for name, what in {
+        "filter_cells": lambda d, k: d.X,
+        "filter_genes": lambda d, k: d.X,
+        "normalize_total": lambda d, k: d.X,
+        "log1p": lambda d, k: d.X,
+        "highly_variable_genes": lambda d, k: d.layers[k["layer"]] if k.get("layer") else d.X,
+        "scale": None,
+    }.items():
         originals[name], wrapper = wrap(name, what)
         setattr(sc.pp, name, wrapper)
     try:
-        prepared = module.preprocess(source, label_key="label", batch_key="batch", seed=0,
-                                     params={"n_top_genes": spec["n_top_genes"]})  # fmt: skip
+        prepared = module.preprocess(
+            source, label_key="label", batch_key="batch", seed=0, params={"n_top_genes": spec["n_top_genes"]}
+        )
     finally:
         for name, original in originals.items():
             setattr(sc.pp, name, original)
     seconds = time.perf_counter() - started
     log("prepared X", prepared.X, prepared.shape)
-    steps.append({"step": "prepared layers['lognorm']", "matrix": describe(prepared.layers["lognorm"]),
-                  "shape": list(prepared.shape), "seconds": seconds, "rss_mb": rss_mb()})  # fmt: skip
-    steps.append({"step": "prepared layers['counts']", "matrix": describe(prepared.layers["counts"]),
-                  "shape": list(prepared.shape), "seconds": seconds, "rss_mb": rss_mb()})  # fmt: skip
+    steps.append(
+        {
+            "step": "prepared layers['lognorm']",
+            "matrix": describe(prepared.layers["lognorm"]),
+            "shape": list(prepared.shape),
+            "seconds": seconds,
+            "rss_mb": rss_mb(),
+        }
+    )
+    steps.append(
+        {
+            "step": "prepared layers['counts']",
+            "matrix": describe(prepared.layers["counts"]),
+            "shape": list(prepared.shape),
+            "seconds": seconds,
+            "rss_mb": rss_mb(),
+        }
+    )
     return {"seconds": seconds, "generate_seconds": generated, "nnz": int(counts.nnz), "steps": steps}
 
 
 def prepare_section(quick: bool, out: Section) -> None:
-    spec = ({"cells": 5000, "genes": 2000, "density": 0.02, "n_top_genes": 500} if quick else
-            {"cells": 100_000, "genes": 20_000, "density": 0.02, "n_top_genes": 2000})  # fmt: skip
+    spec = (
+        {"cells": 5000, "genes": 2000, "density": 0.02, "n_top_genes": 500}
+        if quick
+        else {"cells": 100_000, "genes": 20_000, "density": 0.02, "n_top_genes": 2000}
+    )
     result = child("prepare_run", spec)
-    table = Table(f"Preparation: celldag's preprocess() on {spec['cells']:,} cells × {spec['genes']:,} genes, "
-                  f"{result['nnz'] / spec['cells'] / spec['genes']:.1%} non-zero (CSR), {spec['n_top_genes']:,} HVGs",
-                  ["step", "matrix after it", "shape", "s since start", "RSS MB"])  # fmt: skip
+    table = Table(
+        f"Preparation: celldag's preprocess() on {spec['cells']:,} cells × {spec['genes']:,} genes, "
+        f"{result['nnz'] / spec['cells'] / spec['genes']:.1%} non-zero (CSR), {spec['n_top_genes']:,} HVGs",
+        ["step", "matrix after it", "shape", "s since start", "RSS MB"],
+    )
     for step in result["steps"]:
-        table.add(step["step"], step["matrix"], " × ".join(f"{n:,}" for n in step["shape"]), step["seconds"],
-                  step["rss_mb"])  # fmt: skip
+        table.add(
+            step["step"], step["matrix"], " × ".join(f"{n:,}" for n in step["shape"]), step["seconds"], step["rss_mb"]
+        )
     out.tables.append(table.show())
     peak_gb = result["peak_mb"] / 1024
     out.targets.append(
@@ -527,14 +656,18 @@ def prepare_section(quick: bool, out: Section) -> None:
         "Without HVG selection (n_top_genes null, the default) that matrix is cells × all QC-passed genes: "
         f"{spec['cells']:,} × {spec['genes']:,} float32 = {spec['cells'] * spec['genes'] * 4 / 2**30:.1f} GiB, twice "
         "while scaling."
-    )  # fmt: skip
+    )
 
 
 # ---------------------------------------------------------------- main
 
 
-CHILDREN = {"scilama_epoch": scilama_epoch, "scvi_epoch": scvi_epoch, "scoring_run": scoring_run,
-            "prepare_run": prepare_run}  # fmt: skip
+CHILDREN = {
+    "scilama_epoch": scilama_epoch,
+    "scvi_epoch": scvi_epoch,
+    "scoring_run": scoring_run,
+    "prepare_run": prepare_run,
+}
 
 
 # ---------------------------------------------------------------- scoring on a subsample
@@ -564,17 +697,33 @@ def subsample_section(quick: bool, out: Section) -> None:
         outputs = []
         for method in ("pca", "harmony"):
             run_dir = work / method
-            run_method(prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"),
-                       record_path=str(run_dir / "run.json"), dataset_id="synthetic", dataset_entry=entry,
-                       method_id=method, method_entry={"variants": {"default": {}}} | methods[method],
-                       variant="default", seed=0, track=track)  # fmt: skip
+            run_method(
+                prepared_path=str(prepared),
+                output_path=str(run_dir / "output.h5ad"),
+                record_path=str(run_dir / "run.json"),
+                dataset_id="synthetic",
+                dataset_entry=entry,
+                method_id=method,
+                method_entry={"variants": {"default": {}}} | methods[method],
+                variant="default",
+                seed=0,
+                track=track,
+            )
             outputs.append(str(run_dir / "output.h5ad"))
 
         def aggregates(evaluation: dict) -> tuple[dict[tuple[str, str], float], float]:
             path = work / f"scores-{time.monotonic_ns()}.parquet"
             start = time.perf_counter()
-            score_dataset(prepared_paths=[str(prepared)], output_paths=outputs, table_paths=[], scores_path=str(path),
-                          track_id="representation", track=track, dataset=entry, evaluation=evaluation)  # fmt: skip
+            score_dataset(
+                prepared_paths=[str(prepared)],
+                output_paths=outputs,
+                table_paths=[],
+                scores_path=str(path),
+                track_id="representation",
+                track=track,
+                dataset=entry,
+                evaluation=evaluation,
+            )
             table = artifacts.read_scores(path)
             table = table[table["metric"].isin(AGGREGATES)]
             return {
@@ -587,15 +736,23 @@ def subsample_section(quick: bool, out: Section) -> None:
             for seed in seeds:
                 scores, seconds = aggregates({"score_cells": {"max_cells": size, "seed": seed}})
                 runs.append((size, seed, seconds, {key: scores[key] - full[key] for key in full}))
-    table = Table(f"Scores on a stratified subsample vs every cell: synthetic, {cells:,} cells (Δ = subsample − every cell)",
-                  ["method", "aggregate", "every cell", *(f"{size:,}, seed {seed}: Δ" for size, seed, *_ in runs)])  # fmt: skip
+    table = Table(
+        f"Scores on a stratified subsample vs every cell: synthetic, {cells:,} cells (Δ = subsample − every cell)",
+        ["method", "aggregate", "every cell", *(f"{size:,}, seed {seed}: Δ" for size, seed, *_ in runs)],
+    )
     for (method, metric), value in sorted(full.items()):
         table.add(method, metric, value, *(f"{differences[(method, metric)]:+.4f}" for *_, differences in runs))
     table.add("scoring s", "", full_seconds, *(seconds for _, _, seconds, _ in runs))
     out.tables.append(table.show())
     worst = max(abs(d) for *_, differences in runs for d in differences.values())
-    out.targets.append(target(f"scores on a {sizes[0]:,}-cell stratified subsample of {cells:,} within 0.01 of every "
-                              f"cell's, every aggregate", f"largest difference {worst:.3f}", worst <= 0.01))  # fmt: skip
+    out.targets.append(
+        target(
+            f"scores on a {sizes[0]:,}-cell stratified subsample of {cells:,} within 0.01 of every "
+            f"cell's, every aggregate",
+            f"largest difference {worst:.3f}",
+            worst <= 0.01,
+        )
+    )
 
 
 def main() -> None:
@@ -606,12 +763,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: checks that the script works")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
-    parser.add_argument("--scoring-cells", nargs="+", type=int, metavar="N",
-                        help="scoring sizes (0: pbmc68k_batched, 700 cells); default 0 5000 20000")  # fmt: skip
+    parser.add_argument(
+        "--scoring-cells",
+        nargs="+",
+        type=int,
+        metavar="N",
+        help="scoring sizes (0: pbmc68k_batched, 700 cells); default 0 5000 20000",
+    )
     args = parser.parse_args()
-    run = {"epochs": epochs_section,  # in SECTIONS' order: the order of the tables
-           "scoring": lambda quick, section: scoring_section(quick, section, args.scoring_cells),
-           "prepare": prepare_section, "subsample": subsample_section}  # fmt: skip
+    run = {
+        "epochs": epochs_section,  # in SECTIONS' order: the order of the tables
+        "scoring": lambda quick, section: scoring_section(quick, section, args.scoring_cells),
+        "prepare": prepare_section,
+        "subsample": subsample_section,
+    }
     run_sections("representation_scaling", run, args.only, args.quick)
 
 

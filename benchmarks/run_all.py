@@ -63,8 +63,12 @@ def scaling_figure(results: list[dict], path: Path) -> list[tuple[str, str, floa
         for label, entry in entries:
             k = fit_exponent(entry["sizes"], entry["seconds"])
             exponents.append((label, unit, k))
-            ax.loglog(entry["sizes"], entry["seconds"], "o--" if entry.get("peer") else "o-",
-                      label=f"{label}: ∝ {unit}^{k:.2f}")  # fmt: skip
+            ax.loglog(
+                entry["sizes"],
+                entry["seconds"],
+                "o--" if entry.get("peer") else "o-",
+                label=f"{label}: ∝ {unit}^{k:.2f}",
+            )
         ax.set(xlabel=f"{unit} (log)", ylabel="seconds (log)", title=f"time against {unit}")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -81,8 +85,15 @@ def git_revision() -> str:
 
     revision = git("rev-parse", "--short", "HEAD") or "unknown"
     # this script's own outputs do not count: the figure is written before the document
-    changes = git("status", "--porcelain", "--untracked-files=no", "--", ".", f":!{DOC.relative_to(ROOT)}",
-                  f":!{FIGURE.relative_to(ROOT)}")  # fmt: skip
+    changes = git(
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        f":!{DOC.relative_to(ROOT)}",
+        f":!{FIGURE.relative_to(ROOT)}",
+    )
     return revision + (" with uncommitted changes" if changes else "")
 
 
@@ -112,14 +123,26 @@ def document(results: list[dict], notes: list[str], exponents: list[tuple[str, s
     if quick:
         lines += ["", "**`--quick` run: shrunken sizes that check the scripts work; the numbers mean little.**"]
     if busy:
-        lines += ["", "**The machine was busy** (cores busy with other work above half the cores at the start of: "
-                  + ", ".join(busy) + "): the times are higher and noisier than on an idle machine."]  # fmt: skip
+        lines += [
+            "",
+            "**The machine was busy** (cores busy with other work above half the cores at the start of: "
+            + ", ".join(busy)
+            + "): the times are higher and noisier than on an idle machine.",
+        ]
     lines += ["", "## Targets", "", *targets_table(results), "", "## Machine", ""]
     lines += [f"- {key}: {value}" for key, value in facts.items()]
-    lines += ["", "## Scaling", "", "The whole pipeline on 8,192-leaf trees and 100,000 cells (`config/presets/scale.yaml`: "
-              "wall time and peak memory per rule, and what to expect at 10^6 cells): [scale.md](scale.md).", "",
-              f"![time against size, log–log]({FIGURE.name})", "",
-              "| series | size | fitted exponent |", "| --- | --- | --- |"]  # fmt: skip
+    lines += [
+        "",
+        "## Scaling",
+        "",
+        "The whole pipeline on 8,192-leaf trees and 100,000 cells (`config/presets/scale.yaml`: "
+        "wall time and peak memory per rule, and what to expect at 10^6 cells): [scale.md](scale.md).",
+        "",
+        f"![time against size, log–log]({FIGURE.name})",
+        "",
+        "| series | size | fitted exponent |",
+        "| --- | --- | --- |",
+    ]
     lines += [f"| {label} | {unit} | {k:.2f} |" for label, unit, k in exponents]
     lines += ["", "## The default run", "", DEFAULT_RUN.read_text().strip()]
     for result in results:
@@ -149,9 +172,12 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="only rewrite the document from results/bench/")
     args = parser.parse_args()
     notes = [] if args.report_only else [note for name in BENCHMARKS if (note := run_benchmark(name, args.quick))]
-    notes += [f"`benchmarks/{name}.py`: no results yet; run it on a GPU machine (`PYTHONPATH=src python "
-              f"benchmarks/{name}.py`; docs/gpu.md), then `benchmarks/run_all.py --report-only`."
-              for name in DEVICE_BENCHMARKS if not (RESULTS / f"{name}.json").exists()]  # fmt: skip
+    notes += [
+        f"`benchmarks/{name}.py`: no results yet; run it on a GPU machine (`PYTHONPATH=src python "
+        f"benchmarks/{name}.py`; docs/gpu.md), then `benchmarks/run_all.py --report-only`."
+        for name in DEVICE_BENCHMARKS
+        if not (RESULTS / f"{name}.json").exists()
+    ]
     results = load_results()
     quick = args.quick or any(result.get("quick") for result in results)
     exponents = scaling_figure(results, FIGURE)

@@ -42,13 +42,19 @@ def main(table_path: str | None, threads: int) -> None:
     started = time.perf_counter()
     result = run(inputs, params, seed=0)
     seconds = time.perf_counter() - started
-    print(f"sciLaMA paper sizes, pbmc68k_batched ({prepared.n_obs} cells × {result.uns['genes']['n_modelled']} genes), "
-          f"{threads} thread(s), min_delta {params['min_delta']}")  # fmt: skip
+    print(
+        f"sciLaMA paper sizes, pbmc68k_batched ({prepared.n_obs} cells × {result.uns['genes']['n_modelled']} genes), "
+        f"{threads} thread(s), min_delta {params['min_delta']}"
+    )
     for phase, facts in result.uns["training"]["phases"].items():
-        print(f"  {phase:6s} {facts['epochs']:4d} epochs  {facts['seconds']:7.1f} s  best epoch {facts['best_epoch']}"
-              f"  stopped early {facts['stopped_early']}")  # fmt: skip
-    print(f"total {seconds:.1f} s = {seconds / TARGET_SECONDS:.2f} × the 300 s target; "
-          f"{seconds / PAPER_A100_SECONDS:.2f} × the paper's A100 pancreas time")  # fmt: skip
+        print(
+            f"  {phase:6s} {facts['epochs']:4d} epochs  {facts['seconds']:7.1f} s  best epoch {facts['best_epoch']}"
+            f"  stopped early {facts['stopped_early']}"
+        )
+    print(
+        f"total {seconds:.1f} s = {seconds / TARGET_SECONDS:.2f} × the 300 s target; "
+        f"{seconds / PAPER_A100_SECONDS:.2f} × the paper's A100 pancreas time"
+    )
     from celldag.embeddings import match_genes
     from celldag.representation.metrics import marker_clustering
 
@@ -56,9 +62,11 @@ def main(table_path: str | None, threads: int) -> None:
     contextual = marker_clustering(result.gene_embedding, result.gene_ids, markers)
     _, static_vectors, _ = match_genes(list(result.gene_ids), inputs.gene_embedding)
     static = marker_clustering(static_vectors, result.gene_ids, markers)
-    print(f"marker genes ({contextual['n_genes']}): Davies–Bouldin contextual {contextual['davies_bouldin']:.3f} "
-          f"vs static {static['davies_bouldin']:.3f}; Calinski–Harabasz {contextual['calinski_harabasz']:.2f} "
-          f"vs {static['calinski_harabasz']:.2f}")  # fmt: skip
+    print(
+        f"marker genes ({contextual['n_genes']}): Davies–Bouldin contextual {contextual['davies_bouldin']:.3f} "
+        f"vs static {static['davies_bouldin']:.3f}; Calinski–Harabasz {contextual['calinski_harabasz']:.2f} "
+        f"vs {static['calinski_harabasz']:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -107,13 +107,28 @@ def new_batch_rows(task, output, name: str, settings: Settings) -> list[dict]:
         calibration, query = new_batch_calibration(task, held)
         others = (split == "calibration") & (batch != held)
         new_labelled = labelled & (batch == held)
-        draws = scenario_randomisation(task, f"new batch {batch_name}", calibration, query, truth, proba.shape[1],
-                                       settings)  # fmt: skip
-        built = procedure_sets(proba, truth, batch, soft, calibration, query, settings.alpha, settings.groups,
-                               PROCEDURES, settings.min_weight, draws)  # fmt: skip
-        row = {"run": name, "batch": batch_name,
-               "p_label_free": shift.larger_p(top[others], top[query])[1],
-               "p_labelled": shift.larger_p(own[others], own[new_labelled])[1] if new_labelled.sum() >= 2 else np.nan}  # fmt: skip
+        draws = scenario_randomisation(
+            task, f"new batch {batch_name}", calibration, query, truth, proba.shape[1], settings
+        )
+        built = procedure_sets(
+            proba,
+            truth,
+            batch,
+            soft,
+            calibration,
+            query,
+            settings.alpha,
+            settings.groups,
+            PROCEDURES,
+            settings.min_weight,
+            draws,
+        )
+        row = {
+            "run": name,
+            "batch": batch_name,
+            "p_label_free": shift.larger_p(top[others], top[query])[1],
+            "p_labelled": shift.larger_p(own[others], own[new_labelled])[1] if new_labelled.sum() >= 2 else np.nan,
+        }
         for procedure, sets in built.sets.items():
             row[f"{procedure}_coverage"] = float(sets[np.arange(query.sum()), truth[query]].mean())
         rows.append(row)
@@ -131,14 +146,18 @@ def main() -> None:
             alarms.append(null_alarms(task, output, name, args.resplits))
             rows += new_batch_rows(task, output, name, settings)
     totals, n = np.sum(alarms, axis=0), len(alarms) * args.resplits
-    print(f"## False alarms under exchangeability ({len(alarms)} outputs × {args.resplits} re-splits, level "
-          f"{shift.LEVEL})\n")  # fmt: skip
+    print(
+        f"## False alarms under exchangeability ({len(alarms)} outputs × {args.resplits} re-splits, level "
+        f"{shift.LEVEL})\n"
+    )
     print("| null | label-free [95 % interval] | labelled [95 % interval] |\n|---|---|---|")
     for null, (free, labelled) in zip(NULLS, totals, strict=True):
         print(f"| {null} | {rate(int(free), n)} | {rate(int(labelled), n)} |")
     table = pd.DataFrame(rows)
-    print(f"\n## Shortfalls of the new batch ({len(table)} batch scenarios; shortfall: coverage < "
-          f"{1 - settings.alpha - SHORTFALL:.2f})\n")  # fmt: skip
+    print(
+        f"\n## Shortfalls of the new batch ({len(table)} batch scenarios; shortfall: coverage < "
+        f"{1 - settings.alpha - SHORTFALL:.2f})\n"
+    )
     print("| procedure | batches short | test | sensitivity | specificity |\n|---|---|---|---|---|")
     for procedure in PROCEDURES:
         column = f"{procedure}_coverage"
@@ -152,11 +171,15 @@ def main() -> None:
             quiet, false_calls = (~called & ~short & tested).sum(), (called & ~short & tested).sum()
             sensitivity = rate(int(hits), int(hits + misses)) if hits + misses else "–"
             specificity = rate(int(quiet), int(quiet + false_calls)) if quiet + false_calls else "–"
-            print(f"| {procedure} | {int(short.sum())} of {len(table)} | {test.removeprefix('p_').replace('_', '-')} "
-                  f"| {sensitivity} | {specificity} |")  # fmt: skip
+            print(
+                f"| {procedure} | {int(short.sum())} of {len(table)} | {test.removeprefix('p_').replace('_', '-')} "
+                f"| {sensitivity} | {specificity} |"
+            )
     worst = table.groupby("run")[[f"{p}_coverage" for p in PROCEDURES]].min().mean()
-    print("\nMean over outputs of the worst new batch's coverage: "
-          + ", ".join(f"{column.removesuffix('_coverage')} {value:.3f}" for column, value in worst.items()))  # fmt: skip
+    print(
+        "\nMean over outputs of the worst new batch's coverage: "
+        + ", ".join(f"{column.removesuffix('_coverage')} {value:.3f}" for column, value in worst.items())
+    )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,14 @@ from celldag.annotation.task import SPLITS, split_cells  # noqa: E402
 from celldag.annotation.track import SCORING_DEFAULTS, TASK_DEFAULTS  # noqa: E402
 
 STREAM = 51  # this benchmark's random stream: its draws share nothing with the pipeline's
-PROCEDURES = ("split_lac", "split_aps", "class_conditional", "class_conditional_pooled", "mondrian_batch",
-              "label_shift")  # fmt: skip
+PROCEDURES = (
+    "split_lac",
+    "split_aps",
+    "class_conditional",
+    "class_conditional_pooled",
+    "mondrian_batch",
+    "label_shift",
+)
 RULES = ("random rounding", "by position")
 
 
@@ -71,8 +77,17 @@ def by_position(labels: np.ndarray, batch: np.ndarray, fractions, seed: int) -> 
     return split.astype(str)
 
 
-def coverage(name: str, proba: np.ndarray, lac: np.ndarray, aps: np.ndarray, truth: np.ndarray, batch: np.ndarray,
-             calibration: np.ndarray, query: np.ndarray, alpha: float) -> float:  # fmt: skip
+def coverage(
+    name: str,
+    proba: np.ndarray,
+    lac: np.ndarray,
+    aps: np.ndarray,
+    truth: np.ndarray,
+    batch: np.ndarray,
+    calibration: np.ndarray,
+    query: np.ndarray,
+    alpha: float,
+) -> float:
     """The query's coverage by procedure ``name`` calibrated on ``calibration``."""
     cal_lac = conformal.true_scores(lac[calibration], truth[calibration])
     if name == "split_lac":
@@ -108,8 +123,13 @@ def main() -> int:
     outputs = 0
     for folder, task, labels, batch in annotation_tasks(args.runs, args.dataset):
         seed = int(task.uns["seed"])
-        splits = {rule: [(split_cells if rule == RULES[0] else by_position)(labels, batch, fractions, 1000 * seed + d)
-                         for d in range(args.draws)] for rule in RULES}  # fmt: skip
+        splits = {
+            rule: [
+                (split_cells if rule == RULES[0] else by_position)(labels, batch, fractions, 1000 * seed + d)
+                for d in range(args.draws)
+            ]
+            for rule in RULES
+        }
         for _, truth, proba in ok_outputs(folder, labels):
             outputs += 1
             lac, aps = conformal.lac_scores(proba), conformal.aps_scores(proba)

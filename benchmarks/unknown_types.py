@@ -50,9 +50,15 @@ def tasks(runs: Path, dataset: str):
             yield embedding, anndata.read_h5ad(path)
 
 
-RULES = ("annotate: distance or doubt", "distance alone", "doubt alone", "empty class-conditional set",
-         "candidate: residual off the train cells' principal subspace", "candidate: distance to the best type's cells",
-         "candidate: query clusters shifted in distance")  # fmt: skip
+RULES = (
+    "annotate: distance or doubt",
+    "distance alone",
+    "doubt alone",
+    "empty class-conditional set",
+    "candidate: residual off the train cells' principal subspace",
+    "candidate: distance to the best type's cells",
+    "candidate: query clusters shifted in distance",
+)
 SUBSPACE = 10  # principal axes of the train cells the residual candidate projects on (at most the embedding's - 1)
 CLUSTER_LEVEL = 0.05  # family-wise level of the cluster candidate's tests (Holm over the query's clusters)
 
@@ -72,8 +78,9 @@ def residuals(embedding: np.ndarray, train: np.ndarray) -> np.ndarray:
     return np.linalg.norm(embedding - pca.inverse_transform(pca.transform(embedding)), axis=1)
 
 
-def best_type_distances(embedding: np.ndarray, train: np.ndarray, labels: np.ndarray, best: np.ndarray,
-                        classes: tuple[str, ...]) -> np.ndarray:  # fmt: skip
+def best_type_distances(
+    embedding: np.ndarray, train: np.ndarray, labels: np.ndarray, best: np.ndarray, classes: tuple[str, ...]
+) -> np.ndarray:
     """(n,) each cell's novelty distance to the train cells of the type the classifier calls it (label-free, so the
     calibration and query cells are scored alike): a cell can be near the reference yet far from its own call."""
     distances = np.empty(labels.size)
@@ -86,8 +93,9 @@ def best_type_distances(embedding: np.ndarray, train: np.ndarray, labels: np.nda
     return distances
 
 
-def cluster_flags(embedding: np.ndarray, distances: np.ndarray, calibration: np.ndarray, query: np.ndarray,
-                  n_clusters: int, seed: int) -> np.ndarray:  # fmt: skip
+def cluster_flags(
+    embedding: np.ndarray, distances: np.ndarray, calibration: np.ndarray, query: np.ndarray, n_clusters: int, seed: int
+) -> np.ndarray:
     """(n,) bool: every query cell of a query cluster (k-means on the query cells' embedding rows) whose novelty
     distances are stochastically larger than the calibration cells' (one-sided Mann–Whitney, Holm over clusters) —
     transductive: a missing type arrives as a group of cells, which one cell's test may miss."""
@@ -96,9 +104,12 @@ def cluster_flags(embedding: np.ndarray, distances: np.ndarray, calibration: np.
     found = np.zeros(distances.size, dtype=bool)
     rows = np.flatnonzero(query)
     clusters = KMeans(n_clusters=min(n_clusters, rows.size), n_init=4, random_state=seed).fit_predict(embedding[rows])
-    p_values = [shift.larger_p(distances[calibration], distances[rows[clusters == c]])[1]
-                if np.count_nonzero(clusters == c) >= shift.MIN_CELLS else 1.0
-                for c in range(clusters.max() + 1)]  # fmt: skip
+    p_values = [
+        shift.larger_p(distances[calibration], distances[rows[clusters == c]])[1]
+        if np.count_nonzero(clusters == c) >= shift.MIN_CELLS
+        else 1.0
+        for c in range(clusters.max() + 1)
+    ]
     shifted = shift.holm(p_values) <= CLUSTER_LEVEL
     found[rows] = shifted[clusters]
     return found
@@ -112,8 +123,13 @@ def flagged(task, classifier, removed: str, alpha: float) -> dict[str, tuple[np.
     classes = tuple(sorted(set(labels[known])))
     embedding = np.asarray(task.X, dtype=np.float32)
     train = (split == "train") & known
-    inputs = AnnotationInput(features=embedding, labels={"known": labels[train]},
-                             batch=task.obs["batch"].astype(str).to_numpy(), classes=classes, fits={"known": train})  # fmt: skip
+    inputs = AnnotationInput(
+        features=embedding,
+        labels={"known": labels[train]},
+        batch=task.obs["batch"].astype(str).to_numpy(),
+        classes=classes,
+        fits={"known": train},
+    )
     proba = classifier(inputs, {}, int(task.uns["seed"])).obsm["proba_known"]
     lac = conformal.lac_scores(proba)
     calibration, query = (split == "calibration") & known, split == "query"
@@ -123,12 +139,17 @@ def flagged(task, classifier, removed: str, alpha: float) -> dict[str, tuple[np.
     distances = novelty_distances(embedding, train)
     by = novelty_tests(distances, shift.top_scores(proba), calibration, alpha)[query]
     seed = int(task.uns["seed"])
-    rules = {RULES[0]: by != "", RULES[1]: np.isin(by, ("distance", "both")), RULES[2]: np.isin(by, ("doubt", "both")),
-             RULES[3]: empty,
-             RULES[4]: calibrated_flags(residuals(embedding, train), calibration, alpha)[query],
-             RULES[5]: calibrated_flags(best_type_distances(embedding, train, labels, proba.argmax(axis=1), classes),
-                                        calibration, alpha)[query],
-             RULES[6]: cluster_flags(embedding, distances, calibration, query, len(classes) + 1, seed)[query]}  # fmt: skip
+    rules = {
+        RULES[0]: by != "",
+        RULES[1]: np.isin(by, ("distance", "both")),
+        RULES[2]: np.isin(by, ("doubt", "both")),
+        RULES[3]: empty,
+        RULES[4]: calibrated_flags(residuals(embedding, train), calibration, alpha)[query],
+        RULES[5]: calibrated_flags(
+            best_type_distances(embedding, train, labels, proba.argmax(axis=1), classes), calibration, alpha
+        )[query],
+        RULES[6]: cluster_flags(embedding, distances, calibration, query, len(classes) + 1, seed)[query],
+    }
     novel = ~known[query]
     return {rule: (flags[novel], flags[~novel]) for rule, flags in rules.items()}
 
@@ -157,8 +178,10 @@ def main() -> None:
                         detected[rule, name, "all"].append(novel)
                         false_flags[rule, name, "all"].append(known)
                     removals[name, embedding].add(removed)
-    print(f"## Held-out types flagged unknown (α = {alpha}; types with ≥ {args.min_cells} query cells: "
-          f"{', '.join(sorted(set().union(*removals.values())))})\n")  # fmt: skip
+    print(
+        f"## Held-out types flagged unknown (α = {alpha}; types with ≥ {args.min_cells} query cells: "
+        f"{', '.join(sorted(set().union(*removals.values())))})\n"
+    )
     print("| rule | classifier | embedding | detected [95 %] | false flags on known types [95 %] |")
     print("|---|---|---|---|---|")
     for key in sorted(detected, key=lambda key: (RULES.index(key[0]), key[1], key[2] != "all", key[2])):

@@ -63,13 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", help="check datasets of the registry and print a report")
     validate.add_argument("datasets", nargs="+", metavar="DATASET", help="dataset ids of the registry")
-    validate.add_argument("--configfile", default=DEFAULT_CONFIG,
-                          help=f"run config naming the registries (default {DEFAULT_CONFIG})")  # fmt: skip
+    validate.add_argument(
+        "--configfile", default=DEFAULT_CONFIG, help=f"run config naming the registries (default {DEFAULT_CONFIG})"
+    )
     _add_module_options(validate)
     _add_audit(commands)
     _add_compare(commands)
-    resources = commands.add_parser("resources", help="what each benchmarked job used (wall s, peak RSS) beside what it "
-                                                      "asks of the cluster (config/resources.yaml)")  # fmt: skip
+    resources = commands.add_parser(
+        "resources",
+        help="what each benchmarked job used (wall s, peak RSS) beside what it "
+        "asks of the cluster (config/resources.yaml)",
+    )
     resources.add_argument("--results", default="results", help="the results directory (default results)")
     _add_module_options(resources)
     _add_prefetch(commands)
@@ -134,33 +138,62 @@ def _add_audit(commands) -> None:
     audit = commands.add_parser(
         "audit", help="check a finished results directory: checksums, and a sample of runs re-run"
     )
-    audit.add_argument("--configfile", default=DEFAULT_CONFIG,
-                       help=f"the run config of the results (default {DEFAULT_CONFIG}; another file overrides it key by key, "
-                            "as snakemake --configfile does)")  # fmt: skip
+    audit.add_argument(
+        "--configfile",
+        default=DEFAULT_CONFIG,
+        help=f"the run config of the results (default {DEFAULT_CONFIG}; another file overrides it key by key, "
+        "as snakemake --configfile does)",
+    )
     audit.add_argument(
         "--sample", type=int, default=3, metavar="N", help="how many ok runs to re-run (default 3; 0: none)"
     )
     audit.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sample (default 0)")
-    audit.add_argument("--run", nargs="+", action="extend", metavar="DATASET/METHOD/VARIANT/SEED",
-                       help="re-run these runs instead of a sample")  # fmt: skip
+    audit.add_argument(
+        "--run",
+        nargs="+",
+        action="extend",
+        metavar="DATASET/METHOD/VARIANT/SEED",
+        help="re-run these runs instead of a sample",
+    )
     _add_module_options(audit)
 
 
 def _add_compare(commands) -> None:
-    compare = commands.add_parser("compare", help="one results folder against another: which scores moved, by how "
-                                                  "much, and what differs between the runs' environments")  # fmt: skip
-    compare.add_argument("folders", nargs="*", metavar="FOLDER",
-                         help="two results folders: results/NAME (with runs/ beside it for the records), a results "
-                              "folder holding one NAME, or a config name under ./results")  # fmt: skip
-    compare.add_argument("--out", metavar="DIR", help="where the files go (default results/compare; with --published: "
-                                                     "the results folder)")  # fmt: skip
-    compare.add_argument("--rtol", type=float, metavar="R", help="relative tolerance of continuous metrics, for every run "
-                                                                 "(default: same bits on CPU, else 1e-4)")  # fmt: skip
-    compare.add_argument("--atol", type=float, metavar="T", help="absolute tolerance of continuous metrics, for every run "
-                                                                 "(default: same bits on CPU, else 1e-6)")  # fmt: skip
+    compare = commands.add_parser(
+        "compare",
+        help="one results folder against another: which scores moved, by how "
+        "much, and what differs between the runs' environments",
+    )
+    compare.add_argument(
+        "folders",
+        nargs="*",
+        metavar="FOLDER",
+        help="two results folders: results/NAME (with runs/ beside it for the records), a results "
+        "folder holding one NAME, or a config name under ./results",
+    )
+    compare.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where the files go (default results/compare; with --published: the results folder)",
+    )
+    compare.add_argument(
+        "--rtol",
+        type=float,
+        metavar="R",
+        help="relative tolerance of continuous metrics, for every run (default: same bits on CPU, else 1e-4)",
+    )
+    compare.add_argument(
+        "--atol",
+        type=float,
+        metavar="T",
+        help="absolute tolerance of continuous metrics, for every run (default: same bits on CPU, else 1e-6)",
+    )
     compare.add_argument("--all", action="store_true", dest="show_all", help="list identical scores too")
-    compare.add_argument("--noise", metavar="REFERENCE", help="judge B against A with this reference's noise model "
-                                                             "(docs/check.md) instead of bit identity")  # fmt: skip
+    compare.add_argument(
+        "--noise",
+        metavar="REFERENCE",
+        help="judge B against A with this reference's noise model (docs/check.md) instead of bit identity",
+    )
     compare.add_argument(
         "--published",
         action="store_true",
@@ -171,13 +204,22 @@ def _add_compare(commands) -> None:
 
 
 def _add_prefetch(commands) -> None:
-    prefetch = commands.add_parser("prefetch", help="fill a download mirror with the files a config's run downloads "
-                                                    "(for compute nodes without internet)")  # fmt: skip
-    prefetch.add_argument("--configfile", default=DEFAULT_CONFIG,
-                          help=f"the run config (default {DEFAULT_CONFIG}; another file overrides it key by key, "
-                               "as snakemake --configfile does)")  # fmt: skip
-    prefetch.add_argument("--dest", metavar="DIR", help="the mirror folder, laid out <DIR>/<host>/<path> (default: the "
-                                                       "config's downloads.mirror or $CELLDAG_MIRROR, a folder)")  # fmt: skip
+    prefetch = commands.add_parser(
+        "prefetch",
+        help="fill a download mirror with the files a config's run downloads (for compute nodes without internet)",
+    )
+    prefetch.add_argument(
+        "--configfile",
+        default=DEFAULT_CONFIG,
+        help=f"the run config (default {DEFAULT_CONFIG}; another file overrides it key by key, "
+        "as snakemake --configfile does)",
+    )
+    prefetch.add_argument(
+        "--dest",
+        metavar="DIR",
+        help="the mirror folder, laid out <DIR>/<host>/<path> (default: the "
+        "config's downloads.mirror or $CELLDAG_MIRROR, a folder)",
+    )
     prefetch.add_argument(
         "--list",
         action="store_true",
@@ -188,8 +230,11 @@ def _add_prefetch(commands) -> None:
 
 
 def _add_check(commands) -> None:
-    check = commands.add_parser("check", help="does this installation reproduce the release: the default run's scores "
-                                              "against the shipped reference (docs/check.md)")  # fmt: skip
+    check = commands.add_parser(
+        "check",
+        help="does this installation reproduce the release: the default run's scores "
+        "against the shipped reference (docs/check.md)",
+    )
     check.add_argument(
         "--reference",
         default="reference/default",
@@ -209,8 +254,11 @@ def _add_check(commands) -> None:
         metavar="DIR",
         help="the celldag workflow folder (its config/ and lock file; default: the current directory)",
     )
-    reference = commands.add_parser("reference", help="make the reference of the default run: the run, more seeds, "
-                                                      "perturbed reruns, the noise model (docs/check.md)")  # fmt: skip
+    reference = commands.add_parser(
+        "reference",
+        help="make the reference of the default run: the run, more seeds, "
+        "perturbed reruns, the noise model (docs/check.md)",
+    )
     reference.add_argument(
         "--out", default="reference/default", metavar="DIR", help="where it goes (default reference/default)"
     )
@@ -221,60 +269,113 @@ def _add_check(commands) -> None:
 
 def _add_annotate(commands) -> None:
     """Options left out take ``celldag.commands.annotate.Request``'s defaults (not imported here: it loads pandas)."""
-    annotate = commands.add_parser("annotate", help="annotate a lab's unlabelled cells from a labelled reference: "
-                                                    "prediction sets, unknown types, a shift verdict per batch")  # fmt: skip
-    annotate.add_argument("reference", metavar="REFERENCE",
-                          help="the labelled reference: an h5ad (a plain one: cell types in --reference-label-key, "
-                               "batches in --reference-batch-key; or a prepared dataset, results/data/<dataset>/<key>/"
-                               "seed<s>.h5ad) or a registry dataset id of the representation track")  # fmt: skip
+    annotate = commands.add_parser(
+        "annotate",
+        help="annotate a lab's unlabelled cells from a labelled reference: "
+        "prediction sets, unknown types, a shift verdict per batch",
+    )
+    annotate.add_argument(
+        "reference",
+        metavar="REFERENCE",
+        help="the labelled reference: an h5ad (a plain one: cell types in --reference-label-key, "
+        "batches in --reference-batch-key; or a prepared dataset, results/data/<dataset>/<key>/"
+        "seed<s>.h5ad) or a registry dataset id of the representation track",
+    )
     annotate.add_argument(
         "query", metavar="QUERY", help="the lab's h5ad: counts or log-normalised values, batches named"
     )
-    annotate.add_argument("--out", required=True, metavar="DIR", help="the folder written (annotated.h5ad, cells.tsv, "
-                                                                      "batches.tsv, report.md, run.json)")  # fmt: skip
+    annotate.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="the folder written (annotated.h5ad, cells.tsv, batches.tsv, report.md, run.json)",
+    )
     annotate.add_argument("--reference-label-key", help="a plain reference's obs column of cell types (default label)")
     annotate.add_argument("--reference-batch-key", help="a plain reference's obs column of batches (default batch)")
     annotate.add_argument("--batch-key", help="the query's obs column of batches (default batch)")
-    annotate.add_argument("--label-key", help="a query obs column of known labels (empty where unlabelled): those "
-                                              "cells' batches get the labelled shift test")  # fmt: skip
+    annotate.add_argument(
+        "--label-key",
+        help="a query obs column of known labels (empty where unlabelled): those "
+        "cells' batches get the labelled shift test",
+    )
     annotate.add_argument("--representation", help="representation method of the registry (default pca)")
-    annotate.add_argument("--classifier", help="annotation classifier of the registry: logistic (default), knn or "
-                                               "celltypist (CellTypist's model on the genes)")  # fmt: skip
-    annotate.add_argument("--model", metavar="FILE.pkl|ID",
-                          help="a trained CellTypist model file as the classifier, or a pretrained model of the registry "
-                               "(config/models.yaml: downloaded through the mirror and verified); calibrated on the "
-                               "reference, so it must not have been trained on the reference's cells")  # fmt: skip
-    annotate.add_argument("--probabilities", metavar="FILE",
-                          help="another tool's scores (TSV or CSV: cell ids, one column per reference label) on the "
-                               "reference's calibration and held-out cells (`celldag split` lists them; the tool "
-                               "trained on its train cells) and on every query cell, in place of a classifier")  # fmt: skip
-    annotate.add_argument("--label-map", metavar="TSV",
-                          help="with --model: columns model_type and label, the model's types onto the reference's "
-                               "labels (many to one; default: by name)")  # fmt: skip
-    annotate.add_argument("--procedure", help="conformal procedure: label_shift (default), class_conditional, "
-                                              "class_conditional_pooled, split_lac, split_aps or kandinsky_augmented")  # fmt: skip
-    annotate.add_argument("--no-empty-sets", action="store_true", default=None,
-                          help="add the top label to an empty set (coverage can only grow; report.md says by how much)")  # fmt: skip
+    annotate.add_argument(
+        "--classifier",
+        help="annotation classifier of the registry: logistic (default), knn or "
+        "celltypist (CellTypist's model on the genes)",
+    )
+    annotate.add_argument(
+        "--model",
+        metavar="FILE.pkl|ID",
+        help="a trained CellTypist model file as the classifier, or a pretrained model of the registry "
+        "(config/models.yaml: downloaded through the mirror and verified); calibrated on the "
+        "reference, so it must not have been trained on the reference's cells",
+    )
+    annotate.add_argument(
+        "--probabilities",
+        metavar="FILE",
+        help="another tool's scores (TSV or CSV: cell ids, one column per reference label) on the "
+        "reference's calibration and held-out cells (`celldag split` lists them; the tool "
+        "trained on its train cells) and on every query cell, in place of a classifier",
+    )
+    annotate.add_argument(
+        "--label-map",
+        metavar="TSV",
+        help="with --model: columns model_type and label, the model's types onto the reference's "
+        "labels (many to one; default: by name)",
+    )
+    annotate.add_argument(
+        "--procedure",
+        help="conformal procedure: label_shift (default), class_conditional, "
+        "class_conditional_pooled, split_lac, split_aps or kandinsky_augmented",
+    )
+    annotate.add_argument(
+        "--no-empty-sets",
+        action="store_true",
+        default=None,
+        help="add the top label to an empty set (coverage can only grow; report.md says by how much)",
+    )
     annotate.add_argument(
         "--values",
         choices=("auto", "counts", "lognorm"),
         help="what the query's X holds (default auto: counts when every value is an integer)",
     )
     annotate.add_argument("--alpha", type=float, help="miscoverage of the sets (default 0.1)")
-    annotate.add_argument("--level", type=float, help="family-wise level of the shift tests over the query's batches "
-                                                      "(default 0.05)")  # fmt: skip
-    annotate.add_argument("--unknown-level", type=float, help="the share of known-type cells flagged unknown type at "
-                                                              "most (default: --alpha)")  # fmt: skip
+    annotate.add_argument(
+        "--level", type=float, help="family-wise level of the shift tests over the query's batches (default 0.05)"
+    )
+    annotate.add_argument(
+        "--unknown-level",
+        type=float,
+        help="the share of known-type cells flagged unknown type at most (default: --alpha)",
+    )
     annotate.add_argument("--seed", type=int, help="seed of the split and the methods (default 0)")
     annotate.add_argument("--threads", type=int, help="BLAS and torch threads (default 1)")
-    annotate.add_argument("--configfile", default=DEFAULT_CONFIG,
-                          help=f"run config naming the registries (default {DEFAULT_CONFIG})")  # fmt: skip
+    annotate.add_argument(
+        "--configfile", default=DEFAULT_CONFIG, help=f"run config naming the registries (default {DEFAULT_CONFIG})"
+    )
     _add_module_options(annotate)
 
 
-ANNOTATE_SETTINGS = ("batch_key", "label_key", "representation", "classifier", "procedure", "values", "alpha",
-                     "level", "unknown_level", "no_empty_sets", "seed", "threads", "reference_label_key",
-                     "reference_batch_key", "model", "label_map", "probabilities")  # fmt: skip
+ANNOTATE_SETTINGS = (
+    "batch_key",
+    "label_key",
+    "representation",
+    "classifier",
+    "procedure",
+    "values",
+    "alpha",
+    "level",
+    "unknown_level",
+    "no_empty_sets",
+    "seed",
+    "threads",
+    "reference_label_key",
+    "reference_batch_key",
+    "model",
+    "label_map",
+    "probabilities",
+)
 
 
 def _annotate(args) -> int:
@@ -294,16 +395,20 @@ SPLIT_SETTINGS = ("reference_label_key", "reference_batch_key", "seed")
 
 
 def _add_split(commands) -> None:
-    split = commands.add_parser("split", help="the reference's cells and the part each is in (train, calibration, held "
-                                              "out) as `celldag annotate` splits them: what another tool trains on "
-                                              "before its scores come back with --probabilities")  # fmt: skip
+    split = commands.add_parser(
+        "split",
+        help="the reference's cells and the part each is in (train, calibration, held "
+        "out) as `celldag annotate` splits them: what another tool trains on "
+        "before its scores come back with --probabilities",
+    )
     split.add_argument("reference", metavar="REFERENCE", help="the labelled reference, as for `celldag annotate`")
     split.add_argument("--out", required=True, metavar="FILE.tsv", help="the table written: cell, label, batch, part")
     split.add_argument("--reference-label-key", help="a plain reference's obs column of cell types (default label)")
     split.add_argument("--reference-batch-key", help="a plain reference's obs column of batches (default batch)")
     split.add_argument("--seed", type=int, help="seed of the split (default 0; give annotate the same)")
-    split.add_argument("--configfile", default=DEFAULT_CONFIG,
-                       help=f"run config naming the registries (default {DEFAULT_CONFIG})")  # fmt: skip
+    split.add_argument(
+        "--configfile", default=DEFAULT_CONFIG, help=f"run config naming the registries (default {DEFAULT_CONFIG})"
+    )
     _add_module_options(split)
 
 
@@ -318,20 +423,38 @@ def _split(args) -> int:
     table = split_table(Request(reference=reference, query="", out="", **given))
     table.to_csv(args.out, sep="\t")
     counts = table["part"].value_counts()
-    print(f"wrote {args.out}: " + ", ".join(f"{counts.get(part, 0):,} {part}" for part in
-                                           ("train", "calibration", "held out")) + " cells")  # fmt: skip
+    print(
+        f"wrote {args.out}: "
+        + ", ".join(f"{counts.get(part, 0):,} {part}" for part in ("train", "calibration", "held out"))
+        + " cells"
+    )
     return 0
 
 
 def _add_cite(commands) -> None:
-    cite = commands.add_parser("cite", help="what a paper made with these results cites: celldag, the works behind the "
-                                            "methods, datasets and gene embeddings with an ok run, their licenses")  # fmt: skip
-    cite.add_argument("results", nargs="?", metavar="RESULTS",
-                      help="a results folder (results/NAME); without it, what the config's plan selects, marked planned")  # fmt: skip
-    cite.add_argument("--format", choices=FORMATS, default="markdown", dest="output_format",
-                      help="markdown: a numbered reference list and the licenses (default); bibtex: BibTeX entries")  # fmt: skip
-    cite.add_argument("--configfile", default=DEFAULT_CONFIG,
-                      help=f"the run config whose registries hold the references (default {DEFAULT_CONFIG})")  # fmt: skip
+    cite = commands.add_parser(
+        "cite",
+        help="what a paper made with these results cites: celldag, the works behind the "
+        "methods, datasets and gene embeddings with an ok run, their licenses",
+    )
+    cite.add_argument(
+        "results",
+        nargs="?",
+        metavar="RESULTS",
+        help="a results folder (results/NAME); without it, what the config's plan selects, marked planned",
+    )
+    cite.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="markdown",
+        dest="output_format",
+        help="markdown: a numbered reference list and the licenses (default); bibtex: BibTeX entries",
+    )
+    cite.add_argument(
+        "--configfile",
+        default=DEFAULT_CONFIG,
+        help=f"the run config whose registries hold the references (default {DEFAULT_CONFIG})",
+    )
     _add_module_options(cite)
 
 
@@ -378,12 +501,25 @@ def _compare(args) -> int:
         )
     from celldag.results.compare import DEFAULT_OUT
 
-    return compare_folders(*args.folders, out=args.out or DEFAULT_OUT, rtol=args.rtol, atol=args.atol,
-                           show_all=args.show_all, workflow=args.workflow)  # fmt: skip
+    return compare_folders(
+        *args.folders,
+        out=args.out or DEFAULT_OUT,
+        rtol=args.rtol,
+        atol=args.atol,
+        show_all=args.show_all,
+        workflow=args.workflow,
+    )
 
 
-def compare_folders(a: str, b: str, out: str, rtol: float | None = None, atol: float | None = None,
-                    show_all: bool = False, workflow: str = ".") -> int:  # fmt: skip
+def compare_folders(
+    a: str,
+    b: str,
+    out: str,
+    rtol: float | None = None,
+    atol: float | None = None,
+    show_all: bool = False,
+    workflow: str = ".",
+) -> int:
     """``celldag compare A B``: compare results folders ``a`` and ``b`` (``celldag.results.compare``), write compare.md and
     compare.html to ``out`` (``celldag.report.comparison``) and print a summary; 0 when every score is identical or
     within tolerance and no order changed, else 1."""
@@ -399,8 +535,9 @@ def compare_folders(a: str, b: str, out: str, rtol: float | None = None, atol: f
     return 1 if comparison.failed else 0
 
 
-def compare_published(results: str | None, configfile: str, workflow: str, config_key: str | None,
-                      out: str | None) -> int:  # fmt: skip
+def compare_published(
+    results: str | None, configfile: str, workflow: str, config_key: str | None, out: str | None
+) -> int:
     """``celldag compare --published``: every published number (``celldag.results.published``) against the scores of
     ``results`` (default results/{name}/ of the config), written to ``out`` (default: that folder) as published.md
     and published.html. 0 when no comparable computed number is ``neither``, 1 when one is; InputError (2) for a
@@ -427,8 +564,9 @@ def compare_published(results: str | None, configfile: str, workflow: str, confi
     results = results or str(Path(planning.SCORES.format(name=config["name"])).parent)
     scores_path = Path(results) / "scores.parquet"
     if not scores_path.is_file():
-        raise InputError(f"{scores_path}: no scores table: run the workflow for this config, or name its results "
-                         "folder")  # fmt: skip
+        raise InputError(
+            f"{scores_path}: no scores table: run the workflow for this config, or name its results folder"
+        )
     try:
         plan = planning.make_plan(config, registries)
     except ValueError as err:  # a config that selects nothing to run
@@ -453,8 +591,10 @@ def _resources(results: str, workflow: str) -> int:
     print("| rule | job | rows | wall s | peak RSS MB | requested MB |\n|---|---|---|---|---|---|")
     for job in jobs:
         peak = f"{job['max_rss_mb']:.0f}" + ("" if job["exact_peak"] else " (sampled)")
-        print(f"| {job['rule']} | {job['job']} | {job['rows'] or '–'} | {job['wall_s']:.1f} | {peak} | "
-              f"{job['requested_mb'] or '–'} |")  # fmt: skip
+        print(
+            f"| {job['rule']} | {job['job']} | {job['rows'] or '–'} | {job['wall_s']:.1f} | {peak} | "
+            f"{job['requested_mb'] or '–'} |"
+        )
     return 0
 
 
@@ -479,8 +619,10 @@ def _prefetch(configfile: str, dest: str | None, list_only: bool, workflow: str,
     if dest is None:
         mirror = configured_mirror(config["downloads"])
         if mirror is None or mirror.is_url:
-            raise InputError("celldag prefetch: --dest DIR names the mirror folder to fill (no downloads.mirror or "
-                             "$CELLDAG_MIRROR names a local folder)")  # fmt: skip
+            raise InputError(
+                "celldag prefetch: --dest DIR names the mirror folder to fill (no downloads.mirror or "
+                "$CELLDAG_MIRROR names a local folder)"
+            )
         dest = mirror.base
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # download progress on stderr: files run to GBs
     failed = 0

@@ -133,10 +133,17 @@ def check_scores(table: pd.DataFrame, path: str) -> None:
     for column in (column for column in SCORE_FACTS if column in table.columns):  # optional
         values = table[column]
         numbers = values.dropna().to_numpy()
-        if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values) \
-                or (numbers < 0).any() or (numbers != np.round(numbers)).any():  # fmt: skip
-            raise ContractError(path, f"column '{column}'", f"must hold whole numbers >= 0 (or NaN in rows it does "
-                                                            f"not describe), got dtype {values.dtype}")  # fmt: skip
+        if (
+            not pd.api.types.is_numeric_dtype(values)
+            or pd.api.types.is_bool_dtype(values)
+            or (numbers < 0).any()
+            or (numbers != np.round(numbers)).any()
+        ):
+            raise ContractError(
+                path,
+                f"column '{column}'",
+                f"must hold whole numbers >= 0 (or NaN in rows it does not describe), got dtype {values.dtype}",
+            )
     for column in (SCORE_NOTE, SCORE_REASON):
         if column in table.columns and not all(isinstance(value, str) for value in table[column].dropna()):
             raise ContractError(path, f"column '{column}'", "must hold text (or null in rows without one)")

@@ -39,8 +39,12 @@ def check_entry_point(entry_point: str, where: str) -> None:
         raise InputError(f"{where}: {entry_point!r} is not an entry point of the form 'package.module:name'")
     module, name = split(entry_point)
     if module != entry_point.partition(":")[0]:
-        warnings.warn(f"{where}: {entry_point!r} names a module that moved, and the old name stops working after "
-                      f"celldag 0.3: write '{module}:{name}'", FutureWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"{where}: {entry_point!r} names a module that moved, and the old name stops working after "
+            f"celldag 0.3: write '{module}:{name}'",
+            FutureWarning,
+            stacklevel=2,
+        )
     if name not in top_level_names(module, where):
         raise InputError(f"{where}: module {module!r} defines no {name!r} at its top level")
 
@@ -131,8 +135,12 @@ def _names(target: ast.expr, name: str, attribute: str | None) -> bool:
     """Whether an assignment's target is ``name`` (``name.attribute`` with an ``attribute``)."""
     if attribute is None:
         return isinstance(target, ast.Name) and target.id == name
-    return isinstance(target, ast.Attribute) and target.attr == attribute and isinstance(target.value, ast.Name) \
-        and target.value.id == name  # fmt: skip
+    return (
+        isinstance(target, ast.Attribute)
+        and target.attr == attribute
+        and isinstance(target.value, ast.Name)
+        and target.value.id == name
+    )
 
 
 def _imported(tree: ast.Module, module: str, name: str) -> tuple[str, str] | None:

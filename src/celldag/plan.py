@@ -128,8 +128,9 @@ class ChainedRun:
         return f"{self.upstream.method}/{self.upstream.variant}"
 
     def path(self, pattern: str, **fields: str) -> str:
-        return self.upstream.path(pattern, track=self.track, chained_method=self.chained_method,
-                                  chain_key=self.chain_key, **fields)  # fmt: skip
+        return self.upstream.path(
+            pattern, track=self.track, chained_method=self.chained_method, chain_key=self.chain_key, **fields
+        )
 
     @property
     def name(self) -> str:
@@ -205,8 +206,11 @@ class Plan:
         jobs = set()
         for r in self.chained:
             up = r.upstream
-            jobs |= {("task", r.track, r.dataset, r.chain_key), ("evaluate", r.track, r.dataset),
-                     ("run", r.track, r.dataset, up.method, up.variant, up.key)}  # fmt: skip
+            jobs |= {
+                ("task", r.track, r.dataset, r.chain_key),
+                ("evaluate", r.track, r.dataset),
+                ("run", r.track, r.dataset, up.method, up.variant, up.key),
+            }
         return Counter(chained_rule(step, track) for step, track, *_ in jobs)
 
     def job_of(self, run: Run) -> tuple:
@@ -371,8 +375,11 @@ def make_plan(config: dict, registries: Registries) -> Plan:
         for file in gene_table_files(embedding, registries.datasets[dataset], registries.embeddings)
         if "url" in file
     }
-    downloads |= {settings["model"] for query, settings in annotate_settings(config, registries).items()  # models
-                  if config["annotate"][query].get("model") in registries.models}  # of the registry  # fmt: skip
+    downloads |= {
+        settings["model"]
+        for query, settings in annotate_settings(config, registries).items()  # models
+        if config["annotate"][query].get("model") in registries.models
+    }  # of the registry
     gene_tables = {path for _, _, path in tables}
     figures = []
     for dataset in sorted({run.dataset for run in runs}):
@@ -392,10 +399,18 @@ def make_plan(config: dict, registries: Registries) -> Plan:
     )
     if clashes:  # a chained track's figures share its dataset's folder with the upstream track's
         raise ValueError(f"two tracks of dataset {clashes[0][0]!r} declare a figure {clashes[0][1]!r}")
-    return Plan(config["name"], tuple(sorted(runs)), tuple(sorted(downloads)), tuple(sorted(gene_tables)),
-                tuple(figures), figure_seed=min(config["seeds"]), job_per_seed=config["compute"]["job_per_seed"],
-                file_datasets=file_datasets, chained=tuple(sorted(chained)),
-                queries=tuple(sorted(annotate_references(config, registries).items())))  # fmt: skip
+    return Plan(
+        config["name"],
+        tuple(sorted(runs)),
+        tuple(sorted(downloads)),
+        tuple(sorted(gene_tables)),
+        tuple(figures),
+        figure_seed=min(config["seeds"]),
+        job_per_seed=config["compute"]["job_per_seed"],
+        file_datasets=file_datasets,
+        chained=tuple(sorted(chained)),
+        queries=tuple(sorted(annotate_references(config, registries).items())),
+    )
 
 
 def annotate_references(config: dict, registries: Registries) -> dict[str, str]:
@@ -428,9 +443,15 @@ def model_file(model: str, registries: Registries, where: str) -> str:
 
 def annotate_settings(config: dict, registries: Registries) -> dict[str, dict]:
     """Each query of config ``annotate`` → its settings, with a ``model`` given as the file read (``model_file``)."""
-    return {query: settings | ({"model": model_file(settings["model"], registries, f"annotate.{query}.model")}
-                               if "model" in settings else {})
-            for query, settings in config.get("annotate", {}).items()}  # fmt: skip
+    return {
+        query: settings
+        | (
+            {"model": model_file(settings["model"], registries, f"annotate.{query}.model")}
+            if "model" in settings
+            else {}
+        )
+        for query, settings in config.get("annotate", {}).items()
+    }
 
 
 def source_files(source: str, registries: Registries) -> list[dict]:
@@ -621,8 +642,11 @@ def method_kind(method_entry: dict, variant: str) -> str:
 
 def method_kinds(registries: Registries) -> dict[str, str]:
     """ "method/variant" → method | baseline | control, for every variant of the registry."""
-    return {f"{method}/{variant}": method_kind(entry, variant)
-            for method, entry in registries.methods.items() for variant in entry["variants"]}  # fmt: skip
+    return {
+        f"{method}/{variant}": method_kind(entry, variant)
+        for method, entry in registries.methods.items()
+        for variant in entry["variants"]
+    }
 
 
 def method_needs(method_entry: dict, variant: str) -> list[str]:

@@ -26,9 +26,17 @@ from celldag.release import release_facts
 
 # Versions worth recording for every run; missing packages are recorded as null.
 RECORDED_PACKAGES = (
-    "celldag", "numpy", "scipy", "pandas", "anndata", "scikit-bio", "scikit-learn",
-    "torch", "scanpy", "snakemake",
-)  # fmt: skip
+    "celldag",
+    "numpy",
+    "scipy",
+    "pandas",
+    "anndata",
+    "scikit-bio",
+    "scikit-learn",
+    "torch",
+    "scanpy",
+    "snakemake",
+)
 # CPU flags that pick other BLAS/numba/torch kernels (other summation orders, fused multiply-adds): x86
 # /proc/cpuinfo "flags", ARM "Features"; the other flags do not change numbers and are not recorded
 NUMERIC_ISA = frozenset({"avx", "avx2", "fma", "fma4", "sse4_2", "neon", "asimd", "asimdhp", "sve", "sve2"})
@@ -98,8 +106,10 @@ def loaded_libraries() -> list[dict]:
         return []
     from threadpoolctl import threadpool_info
 
-    return [{key: library.get(key) for key in LIBRARY_FIELDS} | {"file": os.path.basename(library["filepath"])}
-            for library in threadpool_info()]  # fmt: skip
+    return [
+        {key: library.get(key) for key in LIBRARY_FIELDS} | {"file": os.path.basename(library["filepath"])}
+        for library in threadpool_info()
+    ]
 
 
 def thread_settings() -> dict[str, str | int | None]:
@@ -118,16 +128,27 @@ def gpu_description() -> dict | None:
         return None
     driver = getattr(torch._C, "_cuda_getDriverVersion", None)  # e.g. 12040: the CUDA version the driver supports
     version = driver() if driver else None
-    return {"name": torch.cuda.get_device_name(), "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-            "driver_cuda": f"{version // 1000}.{version % 1000 // 10}" if version else None}  # fmt: skip
+    return {
+        "name": torch.cuda.get_device_name(),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "driver_cuda": f"{version // 1000}.{version % 1000 // 10}" if version else None,
+    }
 
 
 def machine_description() -> dict:
     """What a run's numbers may depend on besides its inputs, seed and packages (a few ms)."""
     model, isa = cpu_model_and_isa()
-    return {"cpu_model": model, "isa": isa, "cpus": os.cpu_count(), "os": platform.platform(),
-            "libraries": loaded_libraries(), "threads": thread_settings(), "gpu": gpu_description(),
-            "kernels": {name: os.environ[name] for name in KERNEL_VARIABLES if name in os.environ}}  # fmt: skip
+    return {
+        "cpu_model": model,
+        "isa": isa,
+        "cpus": os.cpu_count(),
+        "os": platform.platform(),
+        "libraries": loaded_libraries(),
+        "threads": thread_settings(),
+        "gpu": gpu_description(),
+        "kernels": {name: os.environ[name] for name in KERNEL_VARIABLES if name in os.environ},
+    }
 
 
 def status_mb(field: str) -> float | None:

@@ -16,10 +16,29 @@ from pathlib import Path
 from celldag import artifacts
 from celldag.errors import InputError
 
-FIELDS = ("dataset_id", "method_id", "variant", "seed", "status", "track", "device", "config_hash", "config.params",
-          "input_sha256")  # fmt: skip
-AUDITED_FIELDS = (*FIELDS, "threads", "config.dataset", "config.method", "config.method.run", "config.variant",
-                  "inputs.prepared", "output_sha256", "source_sha256")  # fmt: skip
+FIELDS = (
+    "dataset_id",
+    "method_id",
+    "variant",
+    "seed",
+    "status",
+    "track",
+    "device",
+    "config_hash",
+    "config.params",
+    "input_sha256",
+)
+AUDITED_FIELDS = (
+    *FIELDS,
+    "threads",
+    "config.dataset",
+    "config.method",
+    "config.method.run",
+    "config.variant",
+    "inputs.prepared",
+    "output_sha256",
+    "source_sha256",
+)
 
 
 class RecordError(InputError):
@@ -41,8 +60,10 @@ def check_record(record: dict, path: str | Path, fields: tuple[str, ...] = FIELD
         try:
             field_of(record, dotted)
         except KeyError:
-            raise RecordError(f"{path}: field '{dotted}' missing from the run record (records written by an older "
-                              "celldag lack some fields; rerunning the run rewrites its record)") from None  # fmt: skip
+            raise RecordError(
+                f"{path}: field '{dotted}' missing from the run record (records written by an older "
+                "celldag lack some fields; rerunning the run rewrites its record)"
+            ) from None
 
 
 def read_record(path: str | Path, fields: tuple[str, ...] = FIELDS) -> dict:

@@ -31,8 +31,10 @@ SKIPPED_SUFFIXES = (".pyc", ".pyo")
 def kept(relative: str) -> bool:
     """Files a wheel holds: not caches, compiled files, metadata of an editable install or hidden files."""
     parts = relative.split("/")
-    return not (any(p in SKIPPED_PARTS or p.startswith(".") or p.endswith(".egg-info") for p in parts)
-                or relative.endswith(SKIPPED_SUFFIXES))  # fmt: skip
+    return not (
+        any(p in SKIPPED_PARTS or p.startswith(".") or p.endswith(".egg-info") for p in parts)
+        or relative.endswith(SKIPPED_SUFFIXES)
+    )
 
 
 def directory_files(root: Path) -> list[str]:
@@ -79,8 +81,13 @@ def commit_of(folder: str | Path) -> str:
     from it; "unknown" outside git (a package installed from a wheel)."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
-                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head.stdout.strip()[:12] + (" + changes" if dirty.strip() else "")
@@ -93,8 +100,14 @@ def tracked_digest(repository: str | Path, commit: str | None = None, outside: s
     if commit is None:
         listed = git_output(repository, "ls-files", "-z").split("\0")
         paths = [path for path in listed if path and not path.startswith(outside)]
-        blobs = subprocess.run(["git", "hash-object", "--stdin-paths"], cwd=repository, input="\n".join(paths) + "\n",
-                               capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+        blobs = subprocess.run(
+            ["git", "hash-object", "--stdin-paths"],
+            cwd=repository,
+            input="\n".join(paths) + "\n",
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         entries = dict(zip(paths, blobs, strict=True))
     else:
         rows = (
@@ -139,9 +152,11 @@ def reference_origin_problem(repository: str | Path, holding: str, made: dict) -
     found, recorded = tracked_digest(repository, holding), made["tracked_files_sha256"]
     if found == recorded:
         return None
-    return (f"the reference committed in {holding[:12]} was made from tracked files with sha256 {recorded[:16]}… "
-            f"(on {str(made.get('parent_commit', '?'))[:12]} + changes), but that commit's have {found[:16]}…: remake "
-            "it with `make reference` on a clean checkout and commit it alone")  # fmt: skip
+    return (
+        f"the reference committed in {holding[:12]} was made from tracked files with sha256 {recorded[:16]}… "
+        f"(on {str(made.get('parent_commit', '?'))[:12]} + changes), but that commit's have {found[:16]}…: remake "
+        "it with `make reference` on a clean checkout and commit it alone"
+    )
 
 
 @functools.cache

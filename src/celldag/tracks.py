@@ -243,8 +243,10 @@ def check_declaration(track: Track, where: str) -> None:
         if names.count(name) > 1:
             raise InputError(f"{where}: metric {name!r} declared twice")
         if name.startswith((DELTA_PREFIX, SCALED_PREFIX)):
-            raise InputError(f"{where}: metric {name!r}: the prefixes {DELTA_PREFIX!r} and {SCALED_PREFIX!r} are the "
-                             "leaderboard's Δ and control-scaled scores")  # fmt: skip
+            raise InputError(
+                f"{where}: metric {name!r}: the prefixes {DELTA_PREFIX!r} and {SCALED_PREFIX!r} are the "
+                "leaderboard's Δ and control-scaled scores"
+            )
     for metric in track.metrics.values():
         check_role(metric, f"{where}: metric {metric.name!r}")
 
@@ -261,8 +263,10 @@ def check_role(metric: Metric, where: str) -> None:
     if (metric.null is None) != (metric.oracle is None):
         raise InputError(f"{where}: names a null and an oracle, or neither")
     if metric.null is not None and metric.role not in ("efficiency", "ranking"):
-        raise InputError(f"{where}: a {metric.role} is not judged against controls; only efficiency and ranking "
-                         "metrics name a null and an oracle")  # fmt: skip
+        raise InputError(
+            f"{where}: a {metric.role} is not judged against controls; only efficiency and ranking "
+            "metrics name a null and an oracle"
+        )
 
 
 def tracks_of(entries: Mapping[str, dict]) -> dict[str, Track]:

@@ -126,8 +126,9 @@ def _restore_random_states(saved: dict, rng: np.random.Generator) -> None:
         else:  # other hardware than the first attempt: the run goes on, but is no longer bit-identical
             logging.getLogger(__name__).warning(
                 "checkpoint holds CUDA RNG states of %d devices, this job sees %d; not restoring them",
-                len(saved["cuda_rng"]), torch.cuda.device_count(),
-            )  # fmt: skip
+                len(saved["cuda_rng"]),
+                torch.cuda.device_count(),
+            )
     random.setstate(saved["python_random"])
     name, keys, *position = saved["numpy_global"]
     np.random.set_state((name, np.array(keys, dtype=np.uint32), *position))
@@ -388,9 +389,14 @@ def train(
             val = "" if progress.last_val is None else f" val {progress.last_val:.4f}"
             log.info(
                 "step %d/%d (%d%%) loss %.4f%s | %.1f steps/s | eta %s",
-                step, total_steps, 100 * step // total_steps, scalars["loss"], val, rate,
+                step,
+                total_steps,
+                100 * step // total_steps,
+                scalars["loss"],
+                val,
+                rate,
                 _format_seconds((total_steps - step) / rate),
-            )  # fmt: skip
+            )
 
         # The final checkpoint follows the loop; saving here too would only cost time.
         if step < total_steps and not progress.stopped_early and checkpoint_due(step):
@@ -409,8 +415,12 @@ def train(
         )
         log.info(
             "%s at step %d/%d after %s in this run%s",
-            ending, progress.step, total_steps, _format_seconds(time.perf_counter() - started), best,
-        )  # fmt: skip
+            ending,
+            progress.step,
+            total_steps,
+            _format_seconds(time.perf_counter() - started),
+            best,
+        )
 
     return TrainingResult(
         steps_run=progress.step,

@@ -34,8 +34,17 @@ def workflow_copy(tmp_path_factory):
     datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
     base = datasets["bm_default"]
     # noise-free Brownian motion with many features: distances are close to additive, NJ must be exact
-    datasets["bm_clean"] = base | {"params": {**base["params"], "depth": 3, "n_signal": 4000, "n_noise": 0,
-                                              "n_spurious": 0, "noise_std": 0.0, "measurement_std": 0.0}}  # fmt: skip
+    datasets["bm_clean"] = base | {
+        "params": {
+            **base["params"],
+            "depth": 3,
+            "n_signal": 4000,
+            "n_noise": 0,
+            "n_spurious": 0,
+            "noise_std": 0.0,
+            "measurement_std": 0.0,
+        }
+    }
     datasets["bm_small"] = base | {"params": {**base["params"], "depth": 4}}
     (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
     methods = yaml.safe_load((workdir / "config/methods.yaml").read_text())
@@ -175,15 +184,26 @@ def test_a_second_configuration_shares_identical_runs_and_keeps_its_own_tables(f
     directories; the first configuration's runs, scores and leaderboard stay as they are."""
     other = finished_run / "other.yaml"
     # compute settings say where a job runs, not what it computes: they rerun nothing
-    other.write_text(yaml.safe_dump({"name": "other", "method_params": {"nj_pca": {"n_components": 5}},
-                                     "compute": {"gpus": True, "cpu_fallback": True}}))  # fmt: skip
+    other.write_text(
+        yaml.safe_dump(
+            {
+                "name": "other",
+                "method_params": {"nj_pca": {"n_components": 5}},
+                "compute": {"gpus": True, "cpu_fallback": True},
+            }
+        )
+    )
     jobs = dry_run_jobs(finished_run, "--configfile", str(other))
     figures = {rule: 2 for rule in jobs if rule.startswith("figure_lineage_")}  # each figure of the two datasets
     assert len(figures) == len(TRACKS["lineage"].figures)
     assert jobs == {"run_method": 2, "evaluate": 2, "aggregate": 1, **figures, "report_html": 1, "all": 1}
     snakemake(finished_run, "--configfile", str(other))
-    scores = {name: pd.read_parquet(finished_run / f"results/{name}/scores.parquet").set_index(
-              ["dataset", "method", "seed", "metric"])["value"] for name in ("default", "other")}  # fmt: skip
+    scores = {
+        name: pd.read_parquet(finished_run / f"results/{name}/scores.parquet").set_index(
+            ["dataset", "method", "seed", "metric"]
+        )["value"]
+        for name in ("default", "other")
+    }
     assert scores["default"]["bm_small", "nj_raw"].equals(scores["other"]["bm_small", "nj_raw"])
     assert not scores["default"]["bm_small", "nj_pca"].equals(scores["other"]["bm_small", "nj_pca"])
     first = snakemake(finished_run, "-n")

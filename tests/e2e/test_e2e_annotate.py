@@ -29,14 +29,30 @@ def lab_query(path):
 def test_a_labs_query_is_annotated_by_the_workflow_and_bad_settings_stop_it_before_any_job(tmp_path):
     workdir = copy_workflow(tmp_path / "workflow")
     lab_query(workdir / "lab.h5ad")
-    config = {"name": "lab", "datasets": ["pbmc68k_batched"], "methods": ["pca"], "seeds": [0],
-              "annotate": {"pbmc_lab": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "batch_key": "sample",
-                                        "classifier": "knn"}}}  # fmt: skip
+    config = {
+        "name": "lab",
+        "datasets": ["pbmc68k_batched"],
+        "methods": ["pca"],
+        "seeds": [0],
+        "annotate": {
+            "pbmc_lab": {
+                "reference": "pbmc68k_batched",
+                "query": "lab.h5ad",
+                "batch_key": "sample",
+                "classifier": "knn",
+            }
+        },
+    }
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
     run_snakemake(workdir, "results/lab/annotate/pbmc_lab")
     out = workdir / "results/lab/annotate/pbmc_lab"
     assert sorted(p.name for p in out.iterdir() if p.name != ".snakemake_timestamp") == [
-        "annotated.h5ad", "batches.tsv", "cells.tsv", "report.md", "run.json"]  # fmt: skip
+        "annotated.h5ad",
+        "batches.tsv",
+        "cells.tsv",
+        "report.md",
+        "run.json",
+    ]
     batches = pd.read_csv(out / "batches.tsv", sep="\t").set_index("batch")
     assert batches.loc["noisy", "verdict"].startswith("shifted")
     assert batches.loc["clean", "verdict"].startswith("no shift detected")
@@ -68,16 +84,34 @@ def test_a_query_naming_a_registry_model_reads_its_verified_download_from_a_stri
     served = tmp_path / "mirror" / mirror_path(url)
     served.parent.mkdir(parents=True)
     values = np.asarray(source.raw.X.toarray() if hasattr(source.raw.X, "toarray") else source.raw.X)
-    ct.write_model(ct.train(values, source.obs["bulk_labels"].astype(str).to_numpy(), list(source.raw.var_names)),
-                   served)  # fmt: skip
-    models = {"lab_pbmc": {"classifier": "celltypist", "description": "the lab's PBMC model", "license": "CC0-1.0",
-                           "file": {"name": "lab_pbmc.pkl", "url": url, "sha256": sha256_file(served)}}}  # fmt: skip
+    ct.write_model(
+        ct.train(values, source.obs["bulk_labels"].astype(str).to_numpy(), list(source.raw.var_names)), served
+    )
+    models = {
+        "lab_pbmc": {
+            "classifier": "celltypist",
+            "description": "the lab's PBMC model",
+            "license": "CC0-1.0",
+            "file": {"name": "lab_pbmc.pkl", "url": url, "sha256": sha256_file(served)},
+        }
+    }
     (workdir / "lab_models.yaml").write_text(yaml.safe_dump(models))
-    config = {"name": "lab", "datasets": ["pbmc68k_batched"], "methods": ["pca"], "seeds": [0],
-              "registries": {"models": ["lab_models.yaml"]},
-              "downloads": {"mirror": str(tmp_path / "mirror"), "strict": True},
-              "annotate": {"pbmc_lab": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "batch_key": "sample",
-                                        "model": "lab_pbmc"}}}  # fmt: skip
+    config = {
+        "name": "lab",
+        "datasets": ["pbmc68k_batched"],
+        "methods": ["pca"],
+        "seeds": [0],
+        "registries": {"models": ["lab_models.yaml"]},
+        "downloads": {"mirror": str(tmp_path / "mirror"), "strict": True},
+        "annotate": {
+            "pbmc_lab": {
+                "reference": "pbmc68k_batched",
+                "query": "lab.h5ad",
+                "batch_key": "sample",
+                "model": "lab_pbmc",
+            }
+        },
+    }
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
     run_snakemake(workdir, "results/lab/annotate/pbmc_lab")
     assert sha256_file(workdir / "resources/models/lab_pbmc.pkl") == sha256_file(served)

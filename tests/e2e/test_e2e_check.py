@@ -21,10 +21,11 @@ TINY = {"name": "tiny", "datasets": ["bm_small"], "methods": ["nj_raw", "upgma_r
 REFERENCE_CONFIG = {
     "seeds": [0, 1, 2],
     "family_false_alarm": 0.01,
-    "perturbations": [{"name": "sandybridge_two_threads", "env": {"OPENBLAS_CORETYPE": "Sandybridge"},
-                       "threads": {"run_method": 2}}],
+    "perturbations": [
+        {"name": "sandybridge_two_threads", "env": {"OPENBLAS_CORETYPE": "Sandybridge"}, "threads": {"run_method": 2}}
+    ],
     "held_out": [{"name": "nehalem", "env": {"OPENBLAS_CORETYPE": "Nehalem"}}],
-}  # fmt: skip
+}
 
 
 def snapshot(workdir: Path) -> subprocess.CompletedProcess:
@@ -110,8 +111,19 @@ def test_compare_noise_calls_a_method_shifted_on_every_seed_changed_where_each_s
     scores.loc[upgma, "value"] += 0.8 * margin[upgma]
     scores.to_parquet(shifted / "scores.parquet")
     out = tmp_path / "compare"
-    status = main(["compare", str(workdir / "results/tiny"), str(shifted), "--noise", str(workdir / "reference/default"),
-                   "--workflow", str(workdir), "--out", str(out)])  # fmt: skip
+    status = main(
+        [
+            "compare",
+            str(workdir / "results/tiny"),
+            str(shifted),
+            "--noise",
+            str(workdir / "reference/default"),
+            "--workflow",
+            str(workdir),
+            "--out",
+            str(out),
+        ]
+    )
     assert status == 1
     text = (out / "check.md").read_text()
     assert "0 changed" in text and "1 of 2 methods changed" in text

@@ -112,8 +112,10 @@ def test_a_clone_runs_its_jobs_in_envs_that_carry_its_own_celldag(tmp_path, stan
     assert installed_from(env, f"celldag-{VERSION}.dist-info").endswith(
         f"/wheels/{digest[:16]}/celldag-{VERSION}-py3-none-any.whl"
     )
-    for log in [*folder.glob("results/logs/prepare_dataset/bm_default/*/seed0.log"),
-                *folder.glob("results/logs/run_method/bm_default/nj_raw/default/*/seed0.log")]:  # fmt: skip
+    for log in [
+        *folder.glob("results/logs/prepare_dataset/bm_default/*/seed0.log"),
+        *folder.glob("results/logs/run_method/bm_default/nj_raw/default/*/seed0.log"),
+    ]:
         assert (
             f"celldag {VERSION} from {site_packages(env).resolve()}/celldag, env {env.resolve()}" in log.read_text()
         ), log
@@ -143,9 +145,11 @@ def test_a_clone_runs_its_jobs_in_envs_that_carry_its_own_celldag(tmp_path, stan
     errors = {
         line for line in result.stderr.splitlines() if line.startswith("error: ")
     }  # the profile's retry says it again
-    assert errors == {f"error: this job runs under --sdm conda in {new_env.resolve()}, but imported celldag from "
-                      f"{REPO / 'src/celldag'}, outside that env: the env lacks celldag (its post-deploy script did not "
-                      "install it); remove the env and rerun"}, result.stderr[-3000:]  # fmt: skip
+    assert errors == {
+        f"error: this job runs under --sdm conda in {new_env.resolve()}, but imported celldag from "
+        f"{REPO / 'src/celldag'}, outside that env: the env lacks celldag (its post-deploy script did not "
+        "install it); remove the env and rerun"
+    }, result.stderr[-3000:]
 
 
 def test_a_pin_file_beside_a_family_is_used_and_celldag_still_comes_by_post_deploy(tmp_path, standin):
@@ -229,20 +233,26 @@ def test_a_lab_entry_naming_a_missing_env_file_or_package_folder_stops_the_parse
     command = [sys.executable, "-m", "snakemake", "-n"]
     result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
-    assert ("invalid configuration: lab/methods.yaml: lab_corr_nj.env: envs/lab_method.yaml: file not found "
-            "(paths are relative to the working directory)") in result.stdout + result.stderr, result.stdout[-2000:]  # fmt: skip
+    assert (
+        "invalid configuration: lab/methods.yaml: lab_corr_nj.env: envs/lab_method.yaml: file not found "
+        "(paths are relative to the working directory)"
+    ) in result.stdout + result.stderr, result.stdout[-2000:]
     shutil.rmtree(folder / "labpkg_root")
     (folder / "envs/lab_method.yaml").write_text("dependencies: [python=3.11]\n")
     result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300)
-    assert ("invalid configuration: lab/methods.yaml: lab_corr_nj.packages[0]: labpkg_root: no such folder "
-            "(paths are relative to the working directory)") in result.stdout + result.stderr, result.stdout[-2000:]  # fmt: skip
+    assert (
+        "invalid configuration: lab/methods.yaml: lab_corr_nj.packages[0]: labpkg_root: no such folder "
+        "(paths are relative to the working directory)"
+    ) in result.stdout + result.stderr, result.stdout[-2000:]
     folder = lab_with_packages(tmp_path / "other")
     methods = yaml.safe_load((folder / "lab/methods.yaml").read_text())
     methods["lab_corr_nj"]["env"] = "lineag"
     (folder / "lab/methods.yaml").write_text(yaml.safe_dump(methods, sort_keys=False))
     result = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=300)
-    assert ("invalid configuration: lab/methods.yaml: lab_corr_nj.env: no env family 'lineag' (envs/lineag.yaml of "
-            "the celldag workflow)") in result.stdout + result.stderr, result.stdout[-2000:]  # fmt: skip
+    assert (
+        "invalid configuration: lab/methods.yaml: lab_corr_nj.env: no env family 'lineag' (envs/lineag.yaml of "
+        "the celldag workflow)"
+    ) in result.stdout + result.stderr, result.stdout[-2000:]
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -253,8 +263,10 @@ def git(*args: str, cwd: Path) -> str:
 def outer_workflow(folder: Path, snakefile: str) -> Path:
     """A lab's folder whose Snakefile uses celldag as a module from ``snakefile`` (Python source of the marker)."""
     (folder / "config").mkdir(parents=True)
-    (folder / "Snakefile").write_text(f'configfile: "config/config.yaml"\n\n\nmodule celldag:\n    snakefile:\n        {snakefile}\n'
-                                      "    config:\n        config\n\n\nuse rule * from celldag as celldag_*\n")  # fmt: skip
+    (folder / "Snakefile").write_text(
+        f'configfile: "config/config.yaml"\n\n\nmodule celldag:\n    snakefile:\n        {snakefile}\n'
+        "    config:\n        config\n\n\nuse rule * from celldag as celldag_*\n"
+    )
     (folder / "config/config.yaml").write_text("datasets: [bm_default]\nmethods: [nj_raw]\nseeds: [0]\n")
     return folder
 

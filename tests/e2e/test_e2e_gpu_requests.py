@@ -77,43 +77,80 @@ def test_the_paper_presets_training_jobs_ask_for_a_gpu_as_shipped(workdir, monke
 def test_a_method_named_cuda_by_method_params_is_the_only_one_that_asks(workdir):
     """A small config: triplet `device: cuda` through method_params (all its variants), every other method
     `device: auto` (or no device: nj_raw, pca), kNN annotation chained on the representation runs."""
-    (workdir / "one_cuda.yaml").write_text(yaml.safe_dump({
-        "name": "one_cuda", "datasets": ["bm_default", "pbmc68k_batched"], "seeds": [0, 1],
-        "methods": ["nj_raw", "celltreeqm/supervised", "triplet", "quadruplet/supervised", "scilama/text", "scvi",
-                    "pca", "knn"],
-        "method_params": {"triplet": {"device": "cuda"}},
-    }))  # fmt: skip
+    (workdir / "one_cuda.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "one_cuda",
+                "datasets": ["bm_default", "pbmc68k_batched"],
+                "seeds": [0, 1],
+                "methods": [
+                    "nj_raw",
+                    "celltreeqm/supervised",
+                    "triplet",
+                    "quadruplet/supervised",
+                    "scilama/text",
+                    "scvi",
+                    "pca",
+                    "knn",
+                ],
+                "method_params": {"triplet": {"device": "cuda"}},
+            }
+        )
+    )
     jobs = dry_run(workdir, "--configfile", "one_cuda.yaml")
     assert Counter(rule for rule, _, _ in jobs)["run_annotation"] == 4  # scilama/text, scvi ×2, pca: no GPU
     asked = {(method, variant): gpu for method, variant, gpu in run_method_gpus(jobs)}
     assert asked == {
-        ("nj_raw", "default"): "0", ("celltreeqm", "supervised"): "0", ("quadruplet", "supervised"): "0",
-        ("triplet", "supervised"): "1", ("triplet", "high_level_partition"): "1",
+        ("nj_raw", "default"): "0",
+        ("celltreeqm", "supervised"): "0",
+        ("quadruplet", "supervised"): "0",
+        ("triplet", "supervised"): "1",
+        ("triplet", "high_level_partition"): "1",
         ("triplet", "partially_labelled"): "1",
-        ("scilama", "text"): "0", ("scvi", "batch"): "0", ("scvi", "no_batch"): "0", ("pca", "default"): "0",
-    }  # fmt: skip
+        ("scilama", "text"): "0",
+        ("scvi", "batch"): "0",
+        ("scvi", "no_batch"): "0",
+        ("pca", "default"): "0",
+    }
     # compute.gpus: true adds the device: auto jobs of methods marked gpu: true; a method set to the CPU never asks
-    (workdir / "gpus.yaml").write_text(yaml.safe_dump({
-        "compute": {"gpus": True}, "method_params": {"triplet": {"device": "cuda"}, "scilama": {"device": "cpu"}},
-    }))  # fmt: skip
-    with_gpus = {(m, v): gpu for m, v, gpu in run_method_gpus(dry_run(workdir, "--configfile", "one_cuda.yaml",
-                                                                      "gpus.yaml"))}  # fmt: skip
-    assert with_gpus == asked | {("celltreeqm", "supervised"): "1", ("quadruplet", "supervised"): "1",
-                                 ("scvi", "batch"): "1", ("scvi", "no_batch"): "1"}  # fmt: skip
+    (workdir / "gpus.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "compute": {"gpus": True},
+                "method_params": {"triplet": {"device": "cuda"}, "scilama": {"device": "cpu"}},
+            }
+        )
+    )
+    with_gpus = {
+        (m, v): gpu for m, v, gpu in run_method_gpus(dry_run(workdir, "--configfile", "one_cuda.yaml", "gpus.yaml"))
+    }
+    assert with_gpus == asked | {
+        ("celltreeqm", "supervised"): "1",
+        ("quadruplet", "supervised"): "1",
+        ("scvi", "batch"): "1",
+        ("scvi", "no_batch"): "1",
+    }
 
 
 def test_a_gpu_jobs_requests_follow_its_steps_and_leave_room_for_cuda_in_host_memory(workdir):
     """Once its data are prepared, a dry run shows what each run_method job asks: the `device: cuda` triplet
     (3,000 steps, selection auto: up to 6,000 a seed) config/resources.yaml's CPU memory plus 3,000 MB for CUDA
     and 10 min + 2 seeds × 6,000 steps × 50 ms; nj_raw on the same 64 leaves the CPU model's request."""
-    (workdir / "sized.yaml").write_text(yaml.safe_dump({
-        "name": "sized", "datasets": ["bm_default"], "seeds": [0, 1], "methods": ["nj_raw", "triplet/supervised"],
-        "method_params": {"triplet": {"device": "cuda", "steps": 3000}},
-    }))  # fmt: skip
+    (workdir / "sized.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "sized",
+                "datasets": ["bm_default"],
+                "seeds": [0, 1],
+                "methods": ["nj_raw", "triplet/supervised"],
+                "method_params": {"triplet": {"device": "cuda", "steps": 3000}},
+            }
+        )
+    )
     run_snakemake(workdir, "--configfile", "sized.yaml", "--until", "prepare_dataset")
     asked = {
         (wildcards["method"], resources["mem_mb"], resources["runtime"])
         for rule, wildcards, resources in dry_run(workdir, "--configfile", "sized.yaml")
         if rule == "run_method"
     }
-    assert asked == {("nj_raw", "1001", "11"), ("triplet", "4001", "20")}  # fmt: skip
+    assert asked == {("nj_raw", "1001", "11"), ("triplet", "4001", "20")}

@@ -37,8 +37,13 @@ PROBABILITIES = "lab/proba/{dataset}/{upstream}/seed{seed}.h5ad"
 
 
 def importing(track: str, function: str, path: str, **entry) -> dict:
-    return {"track": track, "run": f"celldag.methods.imported:{function}", "description": "made elsewhere",
-            "params": {"path": path}, **entry}  # fmt: skip
+    return {
+        "track": track,
+        "run": f"celldag.methods.imported:{function}",
+        "description": "made elsewhere",
+        "params": {"path": path},
+        **entry,
+    }
 
 
 LAB_METHODS = {
@@ -51,15 +56,23 @@ LAB_METHODS = {
     "our_short": importing("representation", "embedding", "lab/bad/short-{seed}.h5ad"),
     "our_missing": importing("representation", "embedding", "lab/bad/none-{seed}.h5ad"),
 }
-COMMON = {"seeds": [SEED], "datasets": ["pbmc68k_batched"], "registries": {"methods": ["lab/methods.yaml"]},
-          # the quadratic scIB metrics on 100 of the 700 cells, a sample of quartets: seconds, not minutes
-          "evaluation": {"paired": [], "notes": [], "qdist_quartets": 2000, "score_cells": {"max_cells": 100}}}  # fmt: skip
+COMMON = {
+    "seeds": [SEED],
+    "datasets": ["pbmc68k_batched"],
+    "registries": {"methods": ["lab/methods.yaml"]},
+    # the quadratic scIB metrics on 100 of the 700 cells, a sample of quartets: seconds, not minutes
+    "evaluation": {"paired": [], "notes": [], "qdist_quartets": 2000, "score_cells": {"max_cells": 100}},
+}
 CONFIGS = {
-    "imported": COMMON | {"name": "imported", "datasets": ["pbmc68k_batched", "bm_default"],
-                          "methods": ["pca", "our_pca", "nj_raw", "our_tree", "knn", "our_knn"]},
+    "imported": COMMON
+    | {
+        "name": "imported",
+        "datasets": ["pbmc68k_batched", "bm_default"],
+        "methods": ["pca", "our_pca", "nj_raw", "our_tree", "knn", "our_knn"],
+    },
     "bad": COMMON | {"name": "bad", "methods": ["our_nan", "our_short"]},
     "missing": COMMON | {"name": "missing", "methods": ["our_missing"]},
-}  # fmt: skip
+}
 
 
 @functools.cache
@@ -95,8 +108,10 @@ def knn_probabilities(workdir) -> anndata.AnnData:
         result = knn(inputs, plan_of(workdir)[1].methods["knn"]["params"], SEED)
     rows = np.random.default_rng(1).permutation(task.n_obs)
     columns = np.arange(len(inputs.classes))[::-1]
-    lab = anndata.AnnData(obs=pd.DataFrame(index=task.obs_names[rows]),
-                          obsm={key: values[np.ix_(rows, columns)] for key, values in result.obsm.items()})  # fmt: skip
+    lab = anndata.AnnData(
+        obs=pd.DataFrame(index=task.obs_names[rows]),
+        obsm={key: values[np.ix_(rows, columns)] for key, values in result.obsm.items()},
+    )
     lab.uns["classes"] = [inputs.classes[j] for j in columns]
     return lab
 
@@ -107,8 +122,11 @@ def save_as_lab_files(workdir) -> None:
     pca = anndata.read_h5ad(workdir / planned(workdir, "pbmc68k_batched", "pca").output)
     shuffled = np.random.default_rng(0).permutation(pca.n_obs)
     lab = anndata.AnnData(obs=pd.DataFrame(index=pca.obs_names[shuffled]), obsm={"X_emb": pca.obsm["X_emb"][shuffled]})
-    files = {EMBEDDING.format(dataset="pbmc68k_batched", seed=SEED): lab,
-             f"lab/bad/short-{SEED}.h5ad": lab[1:].copy(), f"lab/bad/nan-{SEED}.h5ad": lab.copy()}  # fmt: skip
+    files = {
+        EMBEDDING.format(dataset="pbmc68k_batched", seed=SEED): lab,
+        f"lab/bad/short-{SEED}.h5ad": lab[1:].copy(),
+        f"lab/bad/nan-{SEED}.h5ad": lab.copy(),
+    }
     files[f"lab/bad/nan-{SEED}.h5ad"].obsm["X_emb"][7, 3] = np.nan
     probabilities = knn_probabilities(workdir)
     for upstream in ("pca-default", "our_pca-default"):
@@ -128,8 +146,11 @@ def workdir(tmp_path_factory):
         (workdir / f"{name}.yaml").write_text(yaml.safe_dump(config))
     (workdir / "lab").mkdir()
     (workdir / "lab/methods.yaml").write_text(yaml.safe_dump(LAB_METHODS))
-    made_here = [planned(workdir, "pbmc68k_batched", "pca").output, planned(workdir, "bm_default", "nj_raw").output,
-                 chained_on(workdir, "knn", "pca").path(CHAIN_TASK)]  # fmt: skip
+    made_here = [
+        planned(workdir, "pbmc68k_batched", "pca").output,
+        planned(workdir, "bm_default", "nj_raw").output,
+        chained_on(workdir, "knn", "pca").path(CHAIN_TASK),
+    ]
     run_snakemake(workdir, *made_here, "--configfile=imported.yaml")  # what the lab's files come from
     save_as_lab_files(workdir)
     run_snakemake(workdir, LEADERBOARD.format(name="imported"), "--configfile=imported.yaml")
@@ -238,8 +259,12 @@ def test_an_audit_checks_the_labs_files_and_reruns_an_import_from_them(workdir, 
     finally:
         tree.write_text(original)
     lines = capsys.readouterr().out.splitlines()
-    assert status == 1 and f"input changed: {TREE.format(dataset='bm_default', seed=SEED)} (used by 1 run: " \
-        f"bm_default/our_tree/default/{SEED})" in lines  # fmt: skip
+    assert (
+        status == 1
+        and f"input changed: {TREE.format(dataset='bm_default', seed=SEED)} (used by 1 run: "
+        f"bm_default/our_tree/default/{SEED})"
+        in lines
+    )
 
 
 def test_bad_files_are_refused_in_one_line_before_anything_is_scored(workdir):
@@ -247,8 +272,10 @@ def test_bad_files_are_refused_in_one_line_before_anything_is_scored(workdir):
     console = done.stdout + done.stderr
     assert done.returncode != 0
     assert f"error: lab/bad/nan-{SEED}.h5ad: obsm['X_emb']: 1 non-finite values (first at row 7, column 3)" in console
-    assert (f"error: lab/bad/short-{SEED}.h5ad: obs_names: 699 cells in the file, 700 in the prepared dataset: "
-            "1 missing (first: [") in console  # fmt: skip
+    assert (
+        f"error: lab/bad/short-{SEED}.h5ad: obs_names: 699 cells in the file, 700 in the prepared dataset: "
+        "1 missing (first: ["
+    ) in console
     assert "rule evaluate" not in console and not (workdir / "results/bad/scores").exists()
     for method in ("our_nan", "our_short"):
         run_dir = workdir / planned(workdir, "pbmc68k_batched", method, "bad").output.rsplit("/", 1)[0]

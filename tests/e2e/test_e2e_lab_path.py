@@ -24,8 +24,10 @@ def test_an_input_error_shows_once_per_job_and_its_retry_redoes_nothing(tmp_path
     result = run_snakemake(workdir, check=False)
     assert result.returncode != 0
     console = result.stdout + result.stderr
-    line = (f"error: {workdir}/lab_lineage/cells.h5ad: X: negative counts (min {profiles.X.min():g}); "
-            "set values: transformed for log-transformed or z-scored input")  # fmt: skip
+    line = (
+        f"error: {workdir}/lab_lineage/cells.h5ad: X: negative counts (min {profiles.X.min():g}); "
+        "set values: transformed for log-transformed or z-scored input"
+    )
     assert console.count(line) == 1  # one validation job for the 3 seeds (was a line per seed's preparation)
     # Snakemake still retries the job, with twice the memory as for one killed for memory ...
     assert console.count("Trying to restart job") == 1

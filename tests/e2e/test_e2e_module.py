@@ -24,8 +24,14 @@ pytestmark = pytest.mark.e2e
 
 
 def run_lab(folder: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(snakemake_command("--cores", "2", *args), cwd=folder, env=lab_env(folder),
-                            capture_output=True, text=True, timeout=900)  # fmt: skip
+    result = subprocess.run(
+        snakemake_command("--cores", "2", *args),
+        cwd=folder,
+        env=lab_env(folder),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
@@ -59,9 +65,11 @@ def test_results_land_in_the_labs_folder_with_its_method_ranked_beside_celldags(
     assert not (REPO / "results/lab").exists()  # nothing written beside the module's files
     runs = pd.read_parquet(folder / "results/lab/runs.parquet")
     assert set(zip(runs["dataset"], runs["method"], runs["status"])) == {
-        ("lab_lineage", "nj_raw", "ok"), ("lab_lineage", "upgma_raw", "ok"), ("lab_lineage", "lab_corr_nj", "ok"),
+        ("lab_lineage", "nj_raw", "ok"),
+        ("lab_lineage", "upgma_raw", "ok"),
+        ("lab_lineage", "lab_corr_nj", "ok"),
         ("lab_rna", "pca", "ok"),
-    }  # fmt: skip
+    }
     leaderboard = (folder / "results/lab/leaderboard.md").read_text()
     lineage = leaderboard.split("## lab_lineage (lineage)")[1].split("##")[0]
     assert re.search(r"^\| [^|]+ \| lab_corr_nj \| default \| \d\.\d{3} \|", lineage, flags=re.M)  # after its rank
@@ -121,8 +129,11 @@ def test_an_installed_celldag_of_another_version_stops_the_parse_with_one_line(t
     result = run_lab(folder, "-n", check=False)
     assert result.returncode != 0
     console = result.stdout + result.stderr
-    assert re.search(rf"celldag {re.escape(VERSION)} is installed \(.+\), but this workflow \(.+/pyproject\.toml\) is "
-                     r"celldag 99\.0\.0: install that version", console), console[-2000:]  # fmt: skip
+    assert re.search(
+        rf"celldag {re.escape(VERSION)} is installed \(.+\), but this workflow \(.+/pyproject\.toml\) is "
+        r"celldag 99\.0\.0: install that version",
+        console,
+    ), console[-2000:]
     shutil.rmtree(module)
 
 
@@ -139,8 +150,10 @@ def test_an_installed_celldag_of_the_same_version_from_another_commit_stops_the_
         result = run_lab(folder, "-n", check=False)
         console = result.stdout + result.stderr
         assert result.returncode != 0
-        assert (f"celldag {VERSION} is installed ({release.PACKAGE_FOLDER}, source sha256 {installed[:16]}), but this "
-                f"workflow's celldag" in console), console[-2000:]  # fmt: skip
+        assert (
+            f"celldag {VERSION} is installed ({release.PACKAGE_FOLDER}, source sha256 {installed[:16]}), but this "
+            f"workflow's celldag" in console
+        ), console[-2000:]
         assert f"has source sha256 {workflow_digest[:16]}: the same version from another commit" in console
 
     refused(checkout)
@@ -203,22 +216,34 @@ def test_a_remote_module_reads_its_registries_envs_and_scripts_from_its_source(t
         folder = tmp_path / "pipeline"
         (folder / "config").mkdir(parents=True)
         url = f"http://127.0.0.1:{server.server_address[1]}/workflow/Snakefile"
-        (folder / "Snakefile").write_text(f'configfile: "config/config.yaml"\n\n\nmodule celldag:\n    snakefile:\n'
-                                          f'        "{url}"\n    config:\n        config\n\n\n'
-                                          "use rule * from celldag as celldag_*\n")  # fmt: skip
+        (folder / "Snakefile").write_text(
+            f'configfile: "config/config.yaml"\n\n\nmodule celldag:\n    snakefile:\n'
+            f'        "{url}"\n    config:\n        config\n\n\n'
+            "use rule * from celldag as celldag_*\n"
+        )
         (folder / "config/config.yaml").write_text("datasets: [bm_default]\nmethods: [nj_raw]\nseeds: [0]\n")
         run_lab(folder)
     finally:
         server.shutdown()
     assert (folder / "results/default/leaderboard.md").is_file()
     asked = set(WorkflowFiles.requested)
-    assert {"/pyproject.toml", "/config/datasets.yaml", "/config/methods.yaml", "/envs/lineage.yaml",
-            "/workflow/rules/common.smk", "/workflow/scripts/run_method.py"} <= asked  # fmt: skip
+    assert {
+        "/pyproject.toml",
+        "/config/datasets.yaml",
+        "/config/methods.yaml",
+        "/envs/lineage.yaml",
+        "/workflow/rules/common.smk",
+        "/workflow/scripts/run_method.py",
+    } <= asked
 
 
 def git(*args: str, cwd: Path) -> None:
-    subprocess.run(["git", "-c", "user.name=celldag", "-c", "user.email=celldag@localhost", *args], cwd=cwd,
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["git", "-c", "user.name=celldag", "-c", "user.email=celldag@localhost", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
 
 
 def test_snakedeploy_from_a_local_repository_and_tag_gives_a_working_folder(tmp_path):
@@ -239,8 +264,20 @@ def test_snakedeploy_from_a_local_repository_and_tag_gives_a_working_folder(tmp_
     git("clone", "-q", "--branch", f"v{version}", str(repository), str(checkout), cwd=tmp_path)
     deployed = tmp_path / "pipeline"
     snakedeploy = Path(sys.executable).parent / "snakedeploy"
-    subprocess.run([str(snakedeploy), "deploy-workflow", str(checkout), str(deployed), "--tag", f"v{version}", "--name", "celldag"],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            str(snakedeploy),
+            "deploy-workflow",
+            str(checkout),
+            str(deployed),
+            "--tag",
+            f"v{version}",
+            "--name",
+            "celldag",
+        ],
+        check=True,
+        capture_output=True,
+    )
     snakefile = deployed / "workflow/Snakefile"
     assert '"workflow/Snakefile"' in snakefile.read_text()  # the mis-written module path the docs correct
     snakefile.write_text(snakefile.read_text().replace('"workflow/Snakefile"', f'"{checkout}/workflow/Snakefile"'))

@@ -42,15 +42,24 @@ def finished_run(tmp_path_factory, realdata, org_db):
     vectors = np.random.default_rng(0).normal(size=(len(symbols), 8)).astype(np.float32)
     pd.DataFrame({"gene_id": symbols, "embedding": list(vectors)}).to_parquet(workdir / "static.parquet")
     embeddings = yaml.safe_load((workdir / "config/embeddings.yaml").read_text())
-    embeddings["go_text"] = {"provider": "celldag.embeddings.providers:from_file", "description": "test table",
-                             "license": "generated", "params": {"format": "parquet"},
-                             "files": [{"role": "table", "name": "static.parquet", "path": "static.parquet"}]}  # fmt: skip
+    embeddings["go_text"] = {
+        "provider": "celldag.embeddings.providers:from_file",
+        "description": "test table",
+        "license": "generated",
+        "params": {"format": "parquet"},
+        "files": [{"role": "table", "name": "static.parquet", "path": "static.parquet"}],
+    }
     (workdir / "config/embeddings.yaml").write_text(yaml.safe_dump(embeddings))
     (workdir / "resources/embeddings").mkdir(parents=True)
     shutil.copy(org_db, workdir / "resources/embeddings/org.Hs.eg.sqlite")  # where go_svd's download lands
-    config = {"name": "real", "datasets": [TUMOUR, CELLBENCH], "methods": [*LINEAGE, *REPRESENTATION, "knn"],
-              "seeds": [0], "method_params": {"celltreeqm": {"steps": 30, "validate_every": 10}},
-              "downloads": {"mirror": str(mirror), "strict": True}}  # fmt: skip
+    config = {
+        "name": "real",
+        "datasets": [TUMOUR, CELLBENCH],
+        "methods": [*LINEAGE, *REPRESENTATION, "knn"],
+        "seeds": [0],
+        "method_params": {"celltreeqm": {"steps": 30, "validate_every": 10}},
+        "downloads": {"mirror": str(mirror), "strict": True},
+    }
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
     run_snakemake(workdir)
     return workdir, pd.read_parquet(workdir / "results/real/scores.parquet")

@@ -25,10 +25,21 @@ CONFIG = {
     "datasets": ["pbmc68k_batched"],
     "methods": METHODS + CLASSIFIERS,
     "seeds": [0, 1],
-    "method_params": {"scilama": {"hidden_dims": [32, 16], "gene_hidden_dims": [32, 16], "latent_dim": 8,
-                                  "max_epochs": 8, "kl_warmup_epochs": 2, "kl_ramp_epochs": 2, "patience": 3}},
-    "evaluation": {"paired": [{"method": "scilama/text", "against": ["scilama/random"], "metrics": ["total", "marker_db"]}]},
-}  # fmt: skip
+    "method_params": {
+        "scilama": {
+            "hidden_dims": [32, 16],
+            "gene_hidden_dims": [32, 16],
+            "latent_dim": 8,
+            "max_epochs": 8,
+            "kl_warmup_epochs": 2,
+            "kl_ramp_epochs": 2,
+            "patience": 3,
+        }
+    },
+    "evaluation": {
+        "paired": [{"method": "scilama/text", "against": ["scilama/random"], "metrics": ["total", "marker_db"]}]
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +51,15 @@ def finished_run(tmp_path_factory):
     vectors = np.random.default_rng(0).normal(size=(len(genes), 16)).astype(np.float32)
     pd.DataFrame({"gene_id": genes, "embedding": list(vectors)}).to_parquet(workdir / "static.parquet")
     embeddings = yaml.safe_load((workdir / "config/embeddings.yaml").read_text())
-    embeddings |= {"go_text": {"provider": "celldag.embeddings.providers:from_file", "description": "test table", "license": "generated",
-                              "params": {"format": "parquet"},
-                              "files": [{"role": "table", "name": "static.parquet", "path": "static.parquet"}]}}  # fmt: skip
+    embeddings |= {
+        "go_text": {
+            "provider": "celldag.embeddings.providers:from_file",
+            "description": "test table",
+            "license": "generated",
+            "params": {"format": "parquet"},
+            "files": [{"role": "table", "name": "static.parquet", "path": "static.parquet"}],
+        }
+    }
     (workdir / "config/embeddings.yaml").write_text(yaml.safe_dump(embeddings))
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(CONFIG))
     listed = dry_run_jobs(workdir)
@@ -104,7 +121,8 @@ def test_annotation_runs_every_classifier_on_every_representation_run(finished_r
     accuracy = scores[(scores["track"] == "annotation") & (scores["metric"] == "accuracy")]
     upstream = {f"{m}/default" if "/" not in m else m for m in METHODS}
     assert set(zip(accuracy["method"], accuracy["variant"], accuracy["seed"])) == {
-        (classifier, run, seed) for classifier in CLASSIFIERS for run in upstream for seed in (0, 1)}  # fmt: skip
+        (classifier, run, seed) for classifier in CLASSIFIERS for run in upstream for seed in (0, 1)
+    }
     scvi = accuracy[accuracy["variant"] == "scvi/batch"]
     assert set(scvi["status"]) == {"not_applicable"}  # chains on a run that is not_applicable
     ok = accuracy[accuracy["status"] == "ok"]
@@ -134,9 +152,13 @@ def test_annotation_section_figures_and_records(finished_run):
         assert (workdir / f"results/default/figures/pbmc68k_batched/{figure}.png").stat().st_size > 10_000
     html = (workdir / "results/default/index.html").read_text()
     # the annotation figures under the annotation section, the representation ones under theirs
-    assert html.index('<h2 id="pbmc68k_batched">pbmc68k_batched (representation)') < html.index("figures/pbmc68k_batched/umap.png") \
-        < html.index('<h2 id="pbmc68k_batched-annotation">pbmc68k_batched (annotation)') \
-        < html.index("figures/pbmc68k_batched/coverage.png") < html.index('id="not-ok"')  # fmt: skip
+    assert (
+        html.index('<h2 id="pbmc68k_batched">pbmc68k_batched (representation)')
+        < html.index("figures/pbmc68k_batched/umap.png")
+        < html.index('<h2 id="pbmc68k_batched-annotation">pbmc68k_batched (annotation)')
+        < html.index("figures/pbmc68k_batched/coverage.png")
+        < html.index('id="not-ok"')
+    )
     assert html.count("figures/pbmc68k_batched/coverage.png") == 1
     config, registries = load_config(yaml.safe_load(yaml.safe_dump(CONFIG)), "config.yaml", root=workdir)
     run = next(

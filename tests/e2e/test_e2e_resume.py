@@ -44,9 +44,12 @@ def start_then_kill(workdir: Path, checkpoint: Path, *args: str, settle: float) 
     """Run Snakemake on one core; SIGKILL its process group ``settle`` s after ``checkpoint`` first appears."""
     with open(workdir / "killed-snakemake.log", "w") as output:  # outside results/: for diagnosing a failure
         process = subprocess.Popen(
-            [sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=workdir, start_new_session=True,
-            stdout=output, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [sys.executable, "-m", "snakemake", "--cores", "1", *args],
+            cwd=workdir,
+            start_new_session=True,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 300
         while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -117,16 +120,29 @@ def test_killed_training_resumes_to_identical_scores_and_only_the_killed_job_rer
     run_snakemake(killed, "--unlock")  # the killed Snakemake left its lock behind
     # the plan: the killed job and what depends on it, nothing that had finished
     figures = [figure.name for figure in TRACKS["lineage"].figures]  # never drawn: Snakemake was killed first
-    assert dry_run_jobs(killed) == {"run_method": 1, "evaluate": 1, "aggregate": 1, "report_html": 1, "all": 1,
-                                    **{f"figure_lineage_{name}": 1 for name in figures}}  # fmt: skip
+    assert dry_run_jobs(killed) == {
+        "run_method": 1,
+        "evaluate": 1,
+        "aggregate": 1,
+        "report_html": 1,
+        "all": 1,
+        **{f"figure_lineage_{name}": 1 for name in figures},
+    }
     plans = planned_outputs(killed)
     assert plans["update pending"] == {
-        celltreeqm.path(RUN_OUTPUT), celltreeqm.path(RUN_RECORD), "results/default/scores/bm_small.parquet",
-        "results/default/scores/bm_small.sha256.json", "results/default/scores.parquet", "results/default/runs.parquet",
-        "results/default/floor_cards.parquet", "results/default/qc.parquet", "results/default/leaderboard.md",
-        "results/default/index.html", "results/default/leaderboard.html",
+        celltreeqm.path(RUN_OUTPUT),
+        celltreeqm.path(RUN_RECORD),
+        "results/default/scores/bm_small.parquet",
+        "results/default/scores/bm_small.sha256.json",
+        "results/default/scores.parquet",
+        "results/default/runs.parquet",
+        "results/default/floor_cards.parquet",
+        "results/default/qc.parquet",
+        "results/default/leaderboard.md",
+        "results/default/index.html",
+        "results/default/leaderboard.html",
         *(f"results/default/figures/bm_small/{name}.png" for name in figures),
-    }  # fmt: skip
+    }
     assert {finished_first, prepared} <= plans["no update"]
 
     before = file_times(killed / "results")
@@ -147,23 +163,36 @@ def test_killed_training_resumes_to_identical_scores_and_only_the_killed_job_rer
 
 # 560 training cells / batch 64 = 9 steps per epoch; 2 KL warm-up epochs, then 58 validated epochs per phase
 SCILAMA = {
-    "hidden_dims": [32, 16], "gene_hidden_dims": [32, 16], "latent_dim": 8, "batch_size": 64,
-    "max_epochs": 60, "kl_warmup_epochs": 1, "kl_ramp_epochs": 1, "patience": 60, "checkpoint_every": 1,
+    "hidden_dims": [32, 16],
+    "gene_hidden_dims": [32, 16],
+    "latent_dim": 8,
+    "batch_size": 64,
+    "max_epochs": 60,
+    "kl_warmup_epochs": 1,
+    "kl_ramp_epochs": 1,
+    "patience": 60,
+    "checkpoint_every": 1,
     "device": "cpu",  # the resume is promised bit-identical on CPU (a GPU's kernels need not be)
-}  # fmt: skip
+}
 
 
 def representation_workflow(workdir: Path) -> Path:
     copy_workflow(workdir)
-    config = {"datasets": ["pbmc68k_batched"], "methods": ["scilama/self_informed"], "seeds": [0],
-              "method_params": {"scilama": SCILAMA}}  # fmt: skip
+    config = {
+        "datasets": ["pbmc68k_batched"],
+        "methods": ["scilama/self_informed"],
+        "seeds": [0],
+        "method_params": {"scilama": SCILAMA},
+    }
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
     return workdir
 
 
 def phase_facts(output) -> dict:
-    return {phase: {key: value for key, value in facts.items() if key != "seconds"}
-            for phase, facts in output.uns["training"]["phases"].items()}  # fmt: skip
+    return {
+        phase: {key: value for key, value in facts.items() if key != "seconds"}
+        for phase, facts in output.uns["training"]["phases"].items()
+    }
 
 
 def test_scilama_killed_in_phase_two_resumes_to_identical_embeddings(tmp_path):

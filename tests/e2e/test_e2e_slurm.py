@@ -33,10 +33,18 @@ CONFIG = {
     "methods": ["nj_raw", "celltreeqm/supervised"],
     "seeds": [0],
     "method_params": {
-        "celltreeqm": {"steps": 20, "quartets_per_step": 256, "validation_quartets": 256, "validate_every": 10,
-                       "checkpoint_every": 10, "proj_dim": 16, "hidden_dim": 32, "output_dim": 16},
+        "celltreeqm": {
+            "steps": 20,
+            "quartets_per_step": 256,
+            "validation_quartets": 256,
+            "validate_every": 10,
+            "checkpoint_every": 10,
+            "proj_dim": 16,
+            "hidden_dim": 32,
+            "output_dim": 16,
+        },
     },
-}  # fmt: skip
+}
 COMPUTE = ["--config", "compute={gpus: true, cpu_fallback: true}"]  # GPU methods ask SLURM for a GPU
 # short polling: the plugin waits 40 s before its first status check and backs off to 180 s
 FAST_POLLING = ["--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2"]
@@ -149,8 +157,10 @@ def test_every_job_but_the_local_rules_went_through_sbatch(slurm_run, capsys):
 def test_gpu_jobs_ask_for_a_gpu_and_see_one(slurm_run):
     calls, ids = submissions(slurm_run["log"])
     workdir = slurm_run["workdir"]
-    gpu_run, cpu_run = (planned_run(workdir, "bm_slurm", method, variant, 0)
-                        for method, variant in (("celltreeqm", "supervised"), ("nj_raw", "default")))  # fmt: skip
+    gpu_run, cpu_run = (
+        planned_run(workdir, "bm_slurm", method, variant, 0)
+        for method, variant in (("celltreeqm", "supervised"), ("nj_raw", "default"))
+    )
     gpu_job, cpu_job = slurm_job(gpu_run), slurm_job(cpu_run)
     assert re.search(r"--gpus=1(\s|$)", calls[gpu_job]) and "--cpus-per-gpu=" in calls[gpu_job]
     for key, call in calls.items():
@@ -187,12 +197,23 @@ def test_a_labs_outer_workflow_runs_through_the_slurm_profile(cluster_env, tmp_p
     from lab_workflow import REPO, lab_env, write_lab_workflow
 
     folder = write_lab_workflow(tmp_path / "pipeline")
-    (folder / "config/slurm.yaml").write_text(yaml.safe_dump({"celldag": {"datasets": ["lab_lineage"],
-                                                                          "methods": ["nj_raw", "lab_corr_nj"]}}))  # fmt: skip
+    (folder / "config/slurm.yaml").write_text(
+        yaml.safe_dump({"celldag": {"datasets": ["lab_lineage"], "methods": ["nj_raw", "lab_corr_nj"]}})
+    )
     env = {k: v for k, v in lab_env(folder).items() if not k.startswith(("SLURM_", "SBATCH_", "CELLDAG_SLURM_"))}
     env |= cluster_env | {"CELLDAG_SLURM_PARTITION": PARTITION, "no_proxy": "127.0.0.1,localhost"}
-    command = [sys.executable, "-m", "snakemake", "--profile", str(REPO / "profiles/slurm"), "--configfile",
-               "config/config.yaml", "config/slurm.yaml", "--verbose", *FAST_POLLING]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--profile",
+        str(REPO / "profiles/slurm"),
+        "--configfile",
+        "config/config.yaml",
+        "config/slurm.yaml",
+        "--verbose",
+        *FAST_POLLING,
+    ]
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     log = sorted((folder / ".snakemake/log").glob("*.snakemake.log"))[-1].read_text()

@@ -25,9 +25,19 @@ def add_entry(workdir, registry: str, entry_id: str, entry: dict) -> None:
 def finished_run(tmp_path_factory):
     workdir = copy_workflow(tmp_path_factory.mktemp("workflow"))
     add_entry(workdir, "tracks", "toy", {"definition": "toy_track:TRACK", "description": "toy annotation"})
-    add_entry(workdir, "datasets", "blobs", {
-        "track": "toy", "source": "builtin", "loader": "toy_track:load", "params": {"n": 60, "separation": 6.0},
-        "description": "two labelled blobs", "license": "generated"})  # fmt: skip
+    add_entry(
+        workdir,
+        "datasets",
+        "blobs",
+        {
+            "track": "toy",
+            "source": "builtin",
+            "loader": "toy_track:load",
+            "params": {"n": 60, "separation": 6.0},
+            "description": "two labelled blobs",
+            "license": "generated",
+        },
+    )
     add_entry(
         workdir, "methods", "centroid", {"track": "toy", "run": "toy_track:run", "description": "nearest centroid"}
     )

@@ -29,20 +29,22 @@ def test_shipped_datasets_validate_with_their_reports():
     result = validate(REPO, "pbmc68k_batched", "cengen_neurons")
     assert result.returncode == 0, result.stderr
     report = result.stdout
-    for line in ("dataset pbmc68k_batched (representation track)",
-                 "cells:                 700 (train 558, val 142)",
-                 "genes:                 765 (765 in the source)",
-                 "batches:               3: batch0 234, batch1 233, batch2 233",
-                 "input counts:          no (raw integer counts (layers['counts']))",
-                 "methods:               not_applicable: scvi/batch, scvi/no_batch",
-                 "marker genes:          14 of 17 in the data",
-                 "dataset cengen_neurons (lineage track)",
-                 "leaves:                101 (tree over the same leaves)",
-                 "features:              2000",
-                 "replicate pair:        no (one profile per leaf)",
-                 "input counts:          no (raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total']))",
-                 "methods:               not_applicable: bonsai/default, celltreeqm/supervised, quadruplet/supervised, "
-                 "triplet/supervised"):  # fmt: skip
+    for line in (
+        "dataset pbmc68k_batched (representation track)",
+        "cells:                 700 (train 558, val 142)",
+        "genes:                 765 (765 in the source)",
+        "batches:               3: batch0 234, batch1 233, batch2 233",
+        "input counts:          no (raw integer counts (layers['counts']))",
+        "methods:               not_applicable: scvi/batch, scvi/no_batch",
+        "marker genes:          14 of 17 in the data",
+        "dataset cengen_neurons (lineage track)",
+        "leaves:                101 (tree over the same leaves)",
+        "features:              2000",
+        "replicate pair:        no (one profile per leaf)",
+        "input counts:          no (raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total']))",
+        "methods:               not_applicable: bonsai/default, celltreeqm/supervised, quadruplet/supervised, "
+        "triplet/supervised",
+    ):
         assert line in report
     assert report.count("no problems found") == 2
 
@@ -64,11 +66,14 @@ def broken_workflow(tmp_path_factory) -> Path:
     adata.write_h5ad(workdir / "lab.h5ad")
     datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
     datasets["lab_pbmc"] = {
-        "track": "representation", "source": "local", "loader": "celldag.data.h5ad:prepare_h5ad",
-        "description": "a lab's PBMC, broken", "license": "test",
+        "track": "representation",
+        "source": "local",
+        "loader": "celldag.data.h5ad:prepare_h5ad",
+        "description": "a lab's PBMC, broken",
+        "license": "test",
         "files": [{"name": "lab.h5ad", "path": "lab.h5ad"}],
         "params": {"file": "lab.h5ad", "label_key": "bulk_labels", "batch_key": "donor"},
-    }  # fmt: skip
+    }
     (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
     config = {"datasets": ["lab_pbmc"], "methods": ["pca"], "seeds": [0]}
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
@@ -92,8 +97,10 @@ def test_pipeline_stops_at_the_validate_job_with_one_line(broken_workflow):
     result = run_snakemake(broken_workflow, check=False)
     assert result.returncode != 0
     console = result.stdout + result.stderr
-    assert ("error: lab.h5ad: obs_names: 1 duplicated cell ids (first: ['AAATTCGATGCACA-1']) "
-            "(and 3 more problems: `celldag validate lab_pbmc` lists them all)") in console  # fmt: skip
+    assert (
+        "error: lab.h5ad: obs_names: 1 duplicated cell ids (first: ['AAATTCGATGCACA-1']) "
+        "(and 3 more problems: `celldag validate lab_pbmc` lists them all)"
+    ) in console
     assert "Traceback" not in console
     assert "rule prepare_dataset" not in console and "rule run_method" not in console  # nothing after validation
     assert not any(path.is_file() for path in (broken_workflow / "results/data/lab_pbmc").rglob("*"))
@@ -120,19 +127,26 @@ def test_a_valid_lab_lineage_dataset_validates_and_runs(tmp_path):
     profile = {leaf: rng.normal(size=20) * 3 for leaf in leaves}
     clone = np.repeat(leaves, 5)
     x = np.stack([np.exp(profile[leaf] / 3) * 5 for leaf in clone])
-    cells = anndata.AnnData(X=rng.poisson(x).astype(np.float32), obs=pd.DataFrame({"clone": clone},
-                            index=[f"c{i}" for i in range(clone.size)]))  # fmt: skip
+    cells = anndata.AnnData(
+        X=rng.poisson(x).astype(np.float32),
+        obs=pd.DataFrame({"clone": clone}, index=[f"c{i}" for i in range(clone.size)]),
+    )
     cells.write_h5ad(workdir / "clones.h5ad")
     (workdir / "tree.nwk").write_text("(((L0,L1),(L2,L3)),((L4,L5),(L6,L7)));")
     datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
     datasets["lab_clones"] = {
-        "track": "lineage", "source": "local", "loader": "celldag.data.h5ad:prepare_lineage_h5ad", "description": "clones", "license": "test",
+        "track": "lineage",
+        "source": "local",
+        "loader": "celldag.data.h5ad:prepare_lineage_h5ad",
+        "description": "clones",
+        "license": "test",
         "files": [{"name": "clones.h5ad", "path": "clones.h5ad"}, {"name": "tree.nwk", "path": "tree.nwk"}],
         "params": {"file": "clones.h5ad", "leaf_key": "clone", "newick": "tree.nwk", "replicates": True},
-    }  # fmt: skip
+    }
     (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
-    (workdir / "config/config.yaml").write_text(yaml.safe_dump({"datasets": ["lab_clones"], "methods": ["nj_raw"],
-                                                                "seeds": [0]}))  # fmt: skip
+    (workdir / "config/config.yaml").write_text(
+        yaml.safe_dump({"datasets": ["lab_clones"], "methods": ["nj_raw"], "seeds": [0]})
+    )
     result = validate(workdir, "lab_clones")
     assert result.returncode == 0, result.stdout
     assert "leaves:                8 (tree over the same leaves)" in result.stdout

@@ -24,8 +24,16 @@ window.addEventListener("load", () => {
   document.body.appendChild(out);
 });
 </script>"""
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-         "--allow-file-access-from-files", "--virtual-time-budget=10000", "--dump-dom")  # fmt: skip
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--allow-file-access-from-files",
+    "--virtual-time-budget=10000",
+    "--dump-dom",
+)
 
 
 def texts(dom: str, path: str) -> list[str]:
@@ -48,8 +56,12 @@ def rendered_dom(page: Path) -> tuple[str, dict[str, int]]:
     probe.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
     try:
         with tempfile.TemporaryDirectory() as profile:
-            result = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", probe.resolve().as_uri()],
-                                    capture_output=True, text=True, timeout=120)  # fmt: skip
+            result = subprocess.run(
+                [chromium(), *FLAGS, f"--user-data-dir={profile}", probe.resolve().as_uri()],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
     finally:
         probe.unlink()
     dom = result.stdout

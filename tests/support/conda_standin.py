@@ -155,8 +155,17 @@ def main(args: list[str]) -> int:
     with open(BASE / "calls.log", "a") as log:
         print(json.dumps(args), file=log)
     if args == ["info", "--json"]:
-        print(json.dumps({"conda_prefix": str(BASE), "root_prefix": str(BASE), "platform": "linux-64",
-                          "conda_version": VERSION, "envs_dirs": [str(BASE / "envs")]}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "conda_prefix": str(BASE),
+                    "root_prefix": str(BASE),
+                    "platform": "linux-64",
+                    "conda_version": VERSION,
+                    "envs_dirs": [str(BASE / "envs")],
+                }
+            )
+        )
     elif args == ["--version"]:
         print(f"conda {VERSION}")
     elif args[:2] == ["config", "--get"] and "channel_priority" in args:

@@ -22,8 +22,11 @@ NEWICK = "((A,B),(C,D),(E,F));"
 
 def leaves(names=LEAVES, seed: int = 0) -> anndata.AnnData:
     rng = np.random.default_rng(seed)
-    return anndata.AnnData(X=rng.normal(size=(len(names), 5)), obs=pd.DataFrame(index=list(names)),
-                           var=pd.DataFrame(index=[f"f{i}" for i in range(5)]))  # fmt: skip
+    return anndata.AnnData(
+        X=rng.normal(size=(len(names), 5)),
+        obs=pd.DataFrame(index=list(names)),
+        var=pd.DataFrame(index=[f"f{i}" for i in range(5)]),
+    )
 
 
 def lineage_entry(tmp_path, adata, newick=None, **params):
@@ -33,8 +36,13 @@ def lineage_entry(tmp_path, adata, newick=None, **params):
         (tmp_path / "tree.nwk").write_text(newick)
         files.append({"name": "tree.nwk", "path": str(tmp_path / "tree.nwk")})
         params = {"newick": "tree.nwk"} | params
-    entry = {"track": "lineage", "loader": "celldag.data.h5ad:prepare_lineage_h5ad", "source": "local", "files": files,
-             "params": {"file": "cells.h5ad"} | params}  # fmt: skip
+    entry = {
+        "track": "lineage",
+        "loader": "celldag.data.h5ad:prepare_lineage_h5ad",
+        "source": "local",
+        "files": files,
+        "params": {"file": "cells.h5ad"} | params,
+    }
     return entry, {f["name"]: f["path"] for f in files}
 
 
@@ -48,9 +56,15 @@ def cells_by_leaf(leaves, cells_per_leaf=4, n_features=6, seed=0):
     return anndata.AnnData(X=x, obs=obs, var=pd.DataFrame(index=[f"g{i}" for i in range(n_features)]))
 
 
-LAB_LINEAGE = {"track": "lineage", "source": "local", "loader": "celldag.data.h5ad:prepare_lineage_h5ad",
-               "description": "x", "license": "x", "files": [{"name": "cells.h5ad", "path": "cells.h5ad"}],
-               "params": {"file": "cells.h5ad", "newick_key": "tree"}}  # fmt: skip
+LAB_LINEAGE = {
+    "track": "lineage",
+    "source": "local",
+    "loader": "celldag.data.h5ad:prepare_lineage_h5ad",
+    "description": "x",
+    "license": "x",
+    "files": [{"name": "cells.h5ad", "path": "cells.h5ad"}],
+    "params": {"file": "cells.h5ad", "newick_key": "tree"},
+}
 
 
 def overlay(tmp_path, monkeypatch, *, lab_datasets=None, lab_methods=None, **config) -> tuple[dict, object]:

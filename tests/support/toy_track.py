@@ -45,8 +45,10 @@ def load(dataset_id, params, seed, files):
     rng = np.random.default_rng(seed)
     labels = np.repeat(["a", "b"], params["n"] // 2)
     centres = np.where(labels[:, None] == "a", 0.0, params["separation"])
-    return anndata.AnnData(X=centres + rng.normal(size=(len(labels), 2)),
-                           obs=pd.DataFrame({"label": labels}, index=[f"cell{i}" for i in range(len(labels))]))  # fmt: skip
+    return anndata.AnnData(
+        X=centres + rng.normal(size=(len(labels), 2)),
+        obs=pd.DataFrame({"label": labels}, index=[f"cell{i}" for i in range(len(labels))]),
+    )
 
 
 def check_prepared(adata, path):
@@ -78,8 +80,12 @@ def score_seed(prepared, outputs, context):
     hidden = np.zeros(prepared.n_obs, bool)
     hidden[::3] = True  # scored on the cells whose label the method did not see
     truth = prepared.obs["label"].astype(str).to_numpy()[hidden]
-    return [{"accuracy": float(np.mean(np.asarray(output.uns["predicted"])[hidden] == truth))}
-            if output.uns["status"] == "ok" else {} for output in outputs]  # fmt: skip
+    return [
+        {"accuracy": float(np.mean(np.asarray(output.uns["predicted"])[hidden] == truth))}
+        if output.uns["status"] == "ok"
+        else {}
+        for output in outputs
+    ]
 
 
 def dataset_facts(prepared, entry):

@@ -269,14 +269,14 @@ def workflow_tree():
         pyproject.cache_path = workflow.sourcecache.cache_path
         pyproject.fetch_if_required()
         return celldag_envs.git_source_tree(pyproject.hosted_repo.repo_clone, root.ref, root.path,
-                                            f"https://{root.host}/{root.repo}")  # fmt: skip
+                                            f"https://{root.host}/{root.repo}")
     if isinstance(root, LocalSourceFile):
         return celldag_envs.directory_tree(Path(root.get_path_or_uri(secret_free=True)))
     return celldag_envs.url_tree(read_workflow_file, Path(celldag.__file__).parent, root.get_path_or_uri(secret_free=True))
 
 
 ENVS = celldag_envs.RuleEnvs(SDM_CONDA, workflow_tree, lambda family: workflow_file(f"../../envs/{family}.yaml"),
-                             workflow_has)  # fmt: skip
+                             workflow_has)
 
 
 def celldag_env(env, packages=()):

@@ -3,8 +3,14 @@ from celldag.jobs.runner import run_method
 from celldag.tracks import load_track
 
 track = load_track(snakemake.params.track["definition"])
-runs = zip(snakemake.params.seeds, snakemake.input.prepared, snakemake.output.outputs, snakemake.output.records,
-           snakemake.log, strict=True)  # fmt: skip
+runs = zip(
+    snakemake.params.seeds,
+    snakemake.input.prepared,
+    snakemake.output.outputs,
+    snakemake.output.records,
+    snakemake.log,
+    strict=True,
+)
 for seed, prepared, output, record, log in runs:  # the job's seeds in turn, each with its own log
     joblog.start(log)
     run_method(

@@ -80,8 +80,9 @@ def iteration_budget(n_cells: int) -> int:
     return 1000 if n_cells < 50_000 else 500 if n_cells < 500_000 else 200
 
 
-def train(lognorm, labels: np.ndarray, genes, C: float = 1.0, max_iter: int | None = None,
-          description: dict | None = None) -> Model:  # fmt: skip
+def train(
+    lognorm, labels: np.ndarray, genes, C: float = 1.0, max_iter: int | None = None, description: dict | None = None
+) -> Model:
     """The model of ``labels`` (≥ 2 types) on ``lognorm`` (cells × ``genes``, dense or sparse); ``uns``-ready facts go in
     ``description`` (CellTypist's field) with ``converged``: whether every type's fit stopped before ``max_iter``."""
     from sklearn.exceptions import ConvergenceWarning
@@ -108,14 +109,24 @@ def train(lognorm, labels: np.ndarray, genes, C: float = 1.0, max_iter: int | No
         fitted = OneVsRestClassifier(LogisticRegression(C=C, solver=solver, max_iter=budget)).fit(scaled, labels)
     binary = [(estimator.coef_[0], estimator.intercept_[0]) for estimator in fitted.estimators_]
     if types.size == 2:  # one estimator, for the second type; the first's decision is its negative
-        (weights, bias), = binary  # fmt: skip
+        ((weights, bias),) = binary
         binary = [(-weights, -bias), (weights, bias)]
     converged = all(int(np.max(estimator.n_iter_)) < budget for estimator in fitted.estimators_)
-    return Model(genes=kept, types=types, mean=scaler.mean_.copy(), scale=scaler.scale_.copy(),
-                 coef=np.vstack([weights for weights, _ in binary]),
-                 intercept=np.array([bias for _, bias in binary], dtype=np.float64),
-                 description={**(description or {}), "C": float(C), "max_iter": budget, "solver": solver,
-                              "converged": converged})  # fmt: skip
+    return Model(
+        genes=kept,
+        types=types,
+        mean=scaler.mean_.copy(),
+        scale=scaler.scale_.copy(),
+        coef=np.vstack([weights for weights, _ in binary]),
+        intercept=np.array([bias for _, bias in binary], dtype=np.float64),
+        description={
+            **(description or {}),
+            "C": float(C),
+            "max_iter": budget,
+            "solver": solver,
+            "converged": converged,
+        },
+    )
 
 
 def decision(model: Model, lognorm, genes) -> tuple[np.ndarray, int]:
@@ -192,9 +203,13 @@ def read_model(path: str | Path) -> Model:
     if missing:
         raise ValueError(f"{path}: not a CellTypist model file (no {missing[0]!r} entry)")
     classifier, scaler = content["Model"], content["Scaler_"]
-    for owner, name, attribute in ((classifier, "Model", "coef_"), (classifier, "Model", "intercept_"),
-                                   (classifier, "Model", "classes_"), (classifier, "Model", "features"),
-                                   (scaler, "Scaler_", "scale_")):  # fmt: skip
+    for owner, name, attribute in (
+        (classifier, "Model", "coef_"),
+        (classifier, "Model", "intercept_"),
+        (classifier, "Model", "classes_"),
+        (classifier, "Model", "features"),
+        (scaler, "Scaler_", "scale_"),
+    ):
         if not hasattr(owner, attribute):
             raise ValueError(f"{path}: {name} has no {attribute}")
     coef, intercept = np.asarray(classifier.coef_, dtype=np.float64), np.asarray(classifier.intercept_, np.float64)
@@ -206,8 +221,15 @@ def read_model(path: str | Path) -> Model:
         raise ValueError(f"{path}: coef_ of shape {coef.shape} for {types.size} types and {genes.size} genes")
     with_mean = bool(getattr(scaler, "with_mean", True)) and getattr(scaler, "mean_", None) is not None
     mean = np.asarray(scaler.mean_, dtype=np.float64) if with_mean else np.zeros(genes.size)
-    return Model(genes=genes, types=types, mean=mean, scale=np.asarray(scaler.scale_, dtype=np.float64), coef=coef,
-                 intercept=intercept, description=dict(content.get("description") or {}))  # fmt: skip
+    return Model(
+        genes=genes,
+        types=types,
+        mean=mean,
+        scale=np.asarray(scaler.scale_, dtype=np.float64),
+        coef=coef,
+        intercept=intercept,
+        description=dict(content.get("description") or {}),
+    )
 
 
 @dataclass(frozen=True)
@@ -239,9 +261,12 @@ def label_map(types, labels, mapping: dict[str, str] | None = None) -> LabelMap:
     labels = tuple(sorted({str(name) for name in labels}))
     target = {name: (mapping or {name: name for name in types}).get(name) for name in types}
     columns = tuple(tuple(j for j, name in enumerate(types) if target[name] == label) for label in labels)
-    return LabelMap(labels=labels, columns=columns,
-                    unmapped_types=tuple(name for name in types if target[name] not in labels),
-                    labels_without_type=tuple(label for label, taken in zip(labels, columns) if not taken))  # fmt: skip
+    return LabelMap(
+        labels=labels,
+        columns=columns,
+        unmapped_types=tuple(name for name in types if target[name] not in labels),
+        labels_without_type=tuple(label for label, taken in zip(labels, columns) if not taken),
+    )
 
 
 def mapped_sigmoids(sigmoid: np.ndarray, mapped: LabelMap) -> np.ndarray:

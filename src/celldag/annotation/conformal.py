@@ -203,8 +203,10 @@ def pooled_class_sets(
     cal_labels = np.asarray(cal_labels, dtype=int)
     n_classes = query_scores.shape[1]
     groups, _, pooled_enough = rare_pooled_groups(cal_labels, n_classes, alpha)
-    thresholds = np.array([conformal_quantile(cal_scores[groups[cal_labels] == group], alpha)
-                           for group in range(n_classes + 1)] + [conformal_quantile(cal_scores, alpha)])  # fmt: skip
+    thresholds = np.array(
+        [conformal_quantile(cal_scores[groups[cal_labels] == group], alpha) for group in range(n_classes + 1)]
+        + [conformal_quantile(cal_scores, alpha)]
+    )
     if not pooled_enough:
         thresholds[n_classes] = thresholds[n_classes + 1]
     return query_scores <= thresholds[groups][None, :]
@@ -364,8 +366,9 @@ def augmented_sets(
         cell_levels = uniforms - alpha
         undecided = np.argwhere(~plain | (cell_levels < 0)[:, None])
         levels = cell_levels[undecided[:, 0]]
-    thresholds = augmented_thresholds(cal_features, cal_scores, 1 - alpha, query_features[undecided[:, 0], undecided[:, 1]],
-                                      levels)  # fmt: skip
+    thresholds = augmented_thresholds(
+        cal_features, cal_scores, 1 - alpha, query_features[undecided[:, 0], undecided[:, 1]], levels
+    )
     sets = plain.copy()
     sets[undecided[:, 0], undecided[:, 1]] = (
         query_scores[undecided[:, 0], undecided[:, 1]] <= thresholds + SOLVER_TOLERANCE

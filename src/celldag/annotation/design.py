@@ -32,8 +32,12 @@ def kandinsky_design(batch: np.ndarray, soft: np.ndarray, n_classes: int, groups
     covariates = np.hstack(
         [one_hot if "batch" in groups else one_hot[:, :0], soft if "soft" in groups else soft[:, :0]]
     )
-    return conformal.kandinsky_features(covariates, n_classes, class_groups="type" in groups,
-                                        covariate_class_weights=one_hot if "batch_type" in groups else None)  # fmt: skip
+    return conformal.kandinsky_features(
+        covariates,
+        n_classes,
+        class_groups="type" in groups,
+        covariate_class_weights=one_hot if "batch_type" in groups else None,
+    )
 
 
 def design_names(batch_names: list[str], classes: list[str], n_soft: int, groups: tuple[str, ...]) -> list[str]:
@@ -41,12 +45,21 @@ def design_names(batch_names: list[str], classes: list[str], n_soft: int, groups
     covariates = (list(batch_names) if "batch" in groups else []) + (
         [f"soft group {j + 1}" for j in range(n_soft)] if "soft" in groups else []
     )
-    return conformal.kandinsky_feature_names(covariates, list(classes), class_groups="type" in groups,
-                                             covariate_class_names=list(batch_names) if "batch_type" in groups else None)  # fmt: skip
+    return conformal.kandinsky_feature_names(
+        covariates,
+        list(classes),
+        class_groups="type" in groups,
+        covariate_class_names=list(batch_names) if "batch_type" in groups else None,
+    )
 
 
-def sized_columns(cal_features: np.ndarray, candidate_rows: np.ndarray, min_weight: float,
-                  order: list[int] | None = None, always: int = 0) -> tuple[np.ndarray, dict[int, float]]:  # fmt: skip
+def sized_columns(
+    cal_features: np.ndarray,
+    candidate_rows: np.ndarray,
+    min_weight: float,
+    order: list[int] | None = None,
+    always: int = 0,
+) -> tuple[np.ndarray, dict[int, float]]:
     """(kept column indices, {dropped column: the calibration weight of its direction}) of the design.
 
     ``cal_features`` (n, G) are the calibration pairs' rows Phi(x_i, y_i), ``candidate_rows`` (M, G) the rows
@@ -83,8 +96,9 @@ def sized_columns(cal_features: np.ndarray, candidate_rows: np.ndarray, min_weig
     return np.sort(np.array(kept, dtype=int)), dropped
 
 
-def visiting_order(cal_features: np.ndarray, n_batches: int, n_soft: int, n_classes: int,
-                   groups: tuple[str, ...]) -> list[int]:  # fmt: skip
+def visiting_order(
+    cal_features: np.ndarray, n_batches: int, n_soft: int, n_classes: int, groups: tuple[str, ...]
+) -> list[int]:
     """Column indices of ``kandinsky_design`` (batch, soft, type, batch × type) in the order ``sized_columns``
     visits them: batch, type, batch × type, soft; within each block the heaviest on the calibration cells first.
 
@@ -92,9 +106,12 @@ def visiting_order(cal_features: np.ndarray, n_batches: int, n_soft: int, n_clas
     the span of the others, and the direction that separates the last columns visited is as light as the lightest
     of them. Visited in that order, a rare type is dropped together with the lightest of the common ones, whose
     union keeps its guarantee, and every heavier type keeps its own."""
-    sizes = {"batch": n_batches if "batch" in groups else 0, "soft": n_soft if "soft" in groups else 0,
-             "type": n_classes if "type" in groups else 0,
-             "batch_type": n_batches * n_classes if "batch_type" in groups else 0}  # fmt: skip
+    sizes = {
+        "batch": n_batches if "batch" in groups else 0,
+        "soft": n_soft if "soft" in groups else 0,
+        "type": n_classes if "type" in groups else 0,
+        "batch_type": n_batches * n_classes if "batch_type" in groups else 0,
+    }
     starts = dict(zip(sizes, np.cumsum([0, *sizes.values()])[:-1].tolist()))
     weights = np.asarray(cal_features, dtype=float).sum(axis=0)
     order = []

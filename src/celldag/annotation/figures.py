@@ -10,11 +10,17 @@ from celldag.tracks import FigureData
 
 NO_RUN = "no annotation run finished with status ok"  # the note a figure shows instead
 GROUP_STYLE = {"batch": ("tab:blue", "o", 28), "type": ("tab:orange", "s", 18), "batch_type": ("0.6", ".", 10)}
-PROCEDURE_STYLE = {"kandinsky": ("tab:red", "*"), "split_lac": ("0.3", "o"), "split_aps": ("0.6", "v"),
-                   "class_conditional": ("tab:green", "s"),
-                   "class_conditional_pooled": ("tab:olive", "p"), "mondrian_batch": ("tab:blue", "D"),
-                   "kandinsky_augmented": ("tab:purple", "P"), "kandinsky_augmented_unrandomised": ("tab:pink", "X"),
-                   "label_shift": ("tab:orange", "^")}  # fmt: skip
+PROCEDURE_STYLE = {
+    "kandinsky": ("tab:red", "*"),
+    "split_lac": ("0.3", "o"),
+    "split_aps": ("0.6", "v"),
+    "class_conditional": ("tab:green", "s"),
+    "class_conditional_pooled": ("tab:olive", "p"),
+    "mondrian_batch": ("tab:blue", "D"),
+    "kandinsky_augmented": ("tab:purple", "P"),
+    "kandinsky_augmented_unrandomised": ("tab:pink", "X"),
+    "label_shift": ("tab:orange", "^"),
+}
 
 
 def target(alpha: float) -> str:
@@ -55,8 +61,16 @@ def coverage_by_group(data: FigureData):
                 table = group_coverage(sets[procedure], truth, members)
                 table = table[table["n"] >= min_cells]
                 colour, marker, size = GROUP_STYLE[kind]
-                axes.scatter(table["coverage"], np.full(len(table), y), c=colour, marker=marker, s=size, alpha=0.8,
-                             label=kind.replace("_", " × ") if y == 0 else None, zorder=2)  # fmt: skip
+                axes.scatter(
+                    table["coverage"],
+                    np.full(len(table), y),
+                    c=colour,
+                    marker=marker,
+                    s=size,
+                    alpha=0.8,
+                    label=kind.replace("_", " × ") if y == 0 else None,
+                    zorder=2,
+                )
             marginal = sets[procedure][np.arange(len(truth)), truth].mean()
             axes.scatter(
                 [marginal], [y], marker="|", c="black", s=150, zorder=3, label="every query cell" if y == 0 else None
@@ -72,8 +86,10 @@ def coverage_by_group(data: FigureData):
         style_label(text, key, data.kinds)
     panels[0].invert_yaxis()
     panels[-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    figure.suptitle(f"{data.dataset}: coverage per group, seed {data.seed} (dashed: {target(alpha)}; rows: "
-                    "classifier/embedding)", fontsize=10)  # fmt: skip
+    figure.suptitle(
+        f"{data.dataset}: coverage per group, seed {data.seed} (dashed: {target(alpha)}; rows: classifier/embedding)",
+        fontsize=10,
+    )
     return figure
 
 
@@ -106,8 +122,10 @@ def set_size_vs_coverage(data: FigureData):
     axes.set_ylabel("worst coverage of a batch or a cell type")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, frameon=False, loc="lower right")
-    axes.set_title(f"{data.dataset}: one point per classifier/embedding and procedure, mean over seeds "
-                   f"(dashed: {target(alpha)})", fontsize=10)  # fmt: skip
+    axes.set_title(
+        f"{data.dataset}: one point per classifier/embedding and procedure, mean over seeds (dashed: {target(alpha)})",
+        fontsize=10,
+    )
     return figure
 
 
@@ -135,6 +153,7 @@ def risk_coverage(data: FigureData):
     axes.set_ylabel("error among them")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, frameon=False, loc="upper left")
-    axes.set_title(f"{data.dataset}: one point per classifier/embedding and procedure or tool rule, mean over seeds",
-                   fontsize=10)  # fmt: skip
+    axes.set_title(
+        f"{data.dataset}: one point per classifier/embedding and procedure or tool rule, mean over seeds", fontsize=10
+    )
     return figure

@@ -45,8 +45,9 @@ def query_proportions(cal_proba: np.ndarray, cal_labels: np.ndarray, query_proba
     return proportions / proportions.sum()
 
 
-def weighted_thresholds(cal_scores: np.ndarray, cal_weights: np.ndarray, candidate_weights: np.ndarray,
-                        alpha: float) -> np.ndarray:  # fmt: skip
+def weighted_thresholds(
+    cal_scores: np.ndarray, cal_weights: np.ndarray, candidate_weights: np.ndarray, alpha: float
+) -> np.ndarray:
     """(K,) per candidate label y: the (1 − α) quantile of Σ_i w_i δ(S_i) + w(y) δ(+∞), normalised; +∞ when the
     calibration weight below every finite score is short of 1 − α (the full label set)."""
     order = np.argsort(cal_scores, kind="stable")
@@ -61,8 +62,9 @@ def weighted_thresholds(cal_scores: np.ndarray, cal_weights: np.ndarray, candida
     return thresholds
 
 
-def label_shift_sets(cal_scores: np.ndarray, cal_labels: np.ndarray, query_scores: np.ndarray,
-                     proportions: np.ndarray, alpha: float) -> np.ndarray:  # fmt: skip
+def label_shift_sets(
+    cal_scores: np.ndarray, cal_labels: np.ndarray, query_scores: np.ndarray, proportions: np.ndarray, alpha: float
+) -> np.ndarray:
     """(m, K) sets {y : S(x, y) ≤ q(y)}, the calibration weighted by the query's type ``proportions`` over the
     calibration's own (``query_proportions`` estimates them; a type absent from calibration keeps weight 0)."""
     cal_labels = np.asarray(cal_labels)
@@ -91,8 +93,9 @@ def cross_fitted_halves(cal_labels: np.ndarray) -> np.ndarray:
     return halves
 
 
-def cross_fitted_weights(cal_proba: np.ndarray, cal_labels: np.ndarray, query_proba: np.ndarray,
-                         n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def cross_fitted_weights(
+    cal_proba: np.ndarray, cal_labels: np.ndarray, query_proba: np.ndarray, n_classes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(each calibration cell's weight, each candidate label's weight, the query's proportions averaged over halves).
 
     The weights are cross-fitted: a calibration cell's ratio π_q(y_i) / π_cal(y_i) comes from the proportions
@@ -104,21 +107,27 @@ def cross_fitted_weights(cal_proba: np.ndarray, cal_labels: np.ndarray, query_pr
 
     cal_labels = np.asarray(cal_labels)
     halves = cross_fitted_halves(cal_labels)
-    estimates = [query_proportions(cal_proba[halves == half], cal_labels[halves == half], query_proba)
-                 for half in (0, 1)]  # fmt: skip
+    estimates = [
+        query_proportions(cal_proba[halves == half], cal_labels[halves == half], query_proba) for half in (0, 1)
+    ]
     cal_share = np.bincount(cal_labels, minlength=n_classes) / cal_labels.size
     ratios = [np.divide(estimate, cal_share, out=np.zeros(n_classes), where=cal_share > 0) for estimate in estimates]
     cal_weights = np.where(halves == 0, ratios[1][cal_labels], ratios[0][cal_labels])
     mean = (estimates[0] + estimates[1]) / 2
     zeroed = np.flatnonzero((cal_share > 0) & (mean == 0))
     if zeroed.size:
-        warnings.warn(f"label_shift: the query's estimated proportion of type(s) {zeroed.tolist()} is 0: their "
-                      "calibration cells weigh nothing", ZeroedTypeWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"label_shift: the query's estimated proportion of type(s) {zeroed.tolist()} is 0: their "
+            "calibration cells weigh nothing",
+            ZeroedTypeWarning,
+            stacklevel=2,
+        )
     return cal_weights, np.divide(mean, cal_share, out=np.zeros(n_classes), where=cal_share > 0), mean
 
 
-def weighted_sets(proba: np.ndarray, lac: np.ndarray, truth: np.ndarray, calibration: np.ndarray, rows: np.ndarray,
-                  alpha: float) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def weighted_sets(
+    proba: np.ndarray, lac: np.ndarray, truth: np.ndarray, calibration: np.ndarray, rows: np.ndarray, alpha: float
+) -> tuple[np.ndarray, np.ndarray]:
     """(sets of ``rows``, their estimated type proportions): label-shift-weighted sets of one query, the weights
     cross-fitted (``cross_fitted_weights``)."""
     n_classes = proba.shape[1]
@@ -126,8 +135,9 @@ def weighted_sets(proba: np.ndarray, lac: np.ndarray, truth: np.ndarray, calibra
         return np.zeros((0, n_classes), dtype=bool), np.full(n_classes, np.nan)
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    cal_weights, candidate_weights, estimate = cross_fitted_weights(proba[calibration], truth[calibration], proba[rows],
-                                                                    n_classes)  # fmt: skip
+    cal_weights, candidate_weights, estimate = cross_fitted_weights(
+        proba[calibration], truth[calibration], proba[rows], n_classes
+    )
     cal_true = conformal.true_scores(lac[calibration], truth[calibration])
     thresholds = weighted_thresholds(cal_true, cal_weights, candidate_weights, alpha)
     return lac[rows] <= thresholds[None, :], estimate

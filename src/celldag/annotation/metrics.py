@@ -36,8 +36,13 @@ def rule_metrics(answers: np.ndarray, truth: np.ndarray) -> dict[str, float]:
     Unassigned): coverage, types answered (mean), the share Unassigned, the share answered with one type and the share
     answered with one wrong type."""
     measured = set_metrics(answers, truth)
-    return {"coverage": measured["coverage"], "set_size": measured["set_size"], "unassigned": measured["empty"],
-            "singletons": measured["singletons"], "singleton_errors": measured["singleton_errors"]}  # fmt: skip
+    return {
+        "coverage": measured["coverage"],
+        "set_size": measured["set_size"],
+        "unassigned": measured["empty"],
+        "singletons": measured["singletons"],
+        "singleton_errors": measured["singleton_errors"],
+    }
 
 
 def confident_answers(proba: np.ndarray, threshold: float = 0.5) -> np.ndarray:

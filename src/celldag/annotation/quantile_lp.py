@@ -194,8 +194,10 @@ class Program:
             if not isinstance(outcome, str):
                 return outcome
             outcomes.append(f"{attempt}: {outcome}")
-        raise QuantileRegressionError(f"no verified optimum of the quantile regression ({self.features.shape[0]} points, "
-                                      f"{self.features.shape[1]} features, level {self.level}): " + "; ".join(outcomes))  # fmt: skip
+        raise QuantileRegressionError(
+            f"no verified optimum of the quantile regression ({self.features.shape[0]} points, "
+            f"{self.features.shape[1]} features, level {self.level}): " + "; ".join(outcomes)
+        )
 
     def attempts(self, linear: np.ndarray | None = None):
         """(attempt, its verified ``Vertex`` / gamma / ``Ray``, or what failed as a str) of every attempt in turn,
@@ -223,12 +225,24 @@ class Program:
         """(name, (status as linprog's: 0 optimal, gamma, duals, message)) of each attempt in turn, lazily."""
         yield "highs (warm start)", self._warm_solve(linear)
         for method, presolve in ATTEMPTS:
-            result = linprog(np.concatenate([-linear, self._residual_costs]), A_eq=self._constraints, b_eq=self.targets,
-                             bounds=self._bounds, method=method, options={"presolve": presolve})  # fmt: skip
+            result = linprog(
+                np.concatenate([-linear, self._residual_costs]),
+                A_eq=self._constraints,
+                b_eq=self.targets,
+                bounds=self._bounds,
+                method=method,
+                options={"presolve": presolve},
+            )
             optimal = result.status == 0
-            yield (f"{method} (presolve {'on' if presolve else 'off'})",
-                   (result.status, result.x[: self.features.shape[1]] if optimal else None,
-                    result.eqlin.marginals if optimal else None, result.message))  # fmt: skip
+            yield (
+                f"{method} (presolve {'on' if presolve else 'off'})",
+                (
+                    result.status,
+                    result.x[: self.features.shape[1]] if optimal else None,
+                    result.eqlin.marginals if optimal else None,
+                    result.message,
+                ),
+            )
 
     def _warm_solve(self, linear: np.ndarray):
         import highspy
@@ -287,9 +301,13 @@ class Program:
         residuals = self.targets - self.features @ exact
         others = np.ones(len(residuals), dtype=bool)
         others[chosen] = False
-        other_duals = np.where(residuals > ZERO_RESIDUAL * self._scale, self.level,
-                               np.where(residuals < -ZERO_RESIDUAL * self._scale, self.level - 1,
-                                        np.clip(duals, self.level - 1, self.level)))  # fmt: skip
+        other_duals = np.where(
+            residuals > ZERO_RESIDUAL * self._scale,
+            self.level,
+            np.where(
+                residuals < -ZERO_RESIDUAL * self._scale, self.level - 1, np.clip(duals, self.level - 1, self.level)
+            ),
+        )
         vertex = Vertex(exact, inverse, other_duals[others] @ self.features[others], self.level)
         all_duals = other_duals.copy()
         all_duals[chosen] = -(linear + vertex.rest) @ vertex.inverse
@@ -356,8 +374,9 @@ def quantile_regression(features: np.ndarray, targets: np.ndarray, level: float)
     return coordinates.coefficients(solution.gamma if isinstance(solution, Vertex) else solution, features.shape[1])
 
 
-def augmented_thresholds(features: np.ndarray, targets: np.ndarray, level: float, candidates: np.ndarray,
-                         uniforms: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def augmented_thresholds(
+    features: np.ndarray, targets: np.ndarray, level: float, candidates: np.ndarray, uniforms: np.ndarray | None = None
+) -> np.ndarray:
     """(m,) conditional calibration's threshold at each candidate feature row phi (m, G): phi . gamma of the fit
     with the linear term u phi, for the level u = ``level`` (the unrandomised fit: the fit augmented with (phi, S)
     for an S above it, module docstring) or, randomised, u = ``uniforms`` (m,) drawn in (level - 1, level).

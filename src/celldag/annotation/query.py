@@ -34,8 +34,14 @@ from celldag.annotation.scoring import ProcedureFailed, no_empty_sets, procedure
 # the procedures a query can be annotated with: the others need labels of the query's own batches (Mondrian by
 # batch) or are the plain Kandinsky fit, which under-covers at a few hundred calibration cells (docs/annotation.md)
 LABEL_SHIFT = "label_shift"  # weighted by the query's estimated type proportions (celldag.annotation.label_shift)
-PROCEDURES = ("class_conditional", "class_conditional_pooled", "split_lac", "split_aps", "kandinsky_augmented",
-              LABEL_SHIFT)  # fmt: skip
+PROCEDURES = (
+    "class_conditional",
+    "class_conditional_pooled",
+    "split_lac",
+    "split_aps",
+    "kandinsky_augmented",
+    LABEL_SHIFT,
+)
 APS = "split_aps"  # its empty sets are its most confident cells: called by their top type (``cell_calls``)
 # chosen by measurement (issue 51; docs/annotation.md, "The default procedure", benchmarks/annotate_defaults.py): on
 # the default run's label-free new batch it covers 0.917 at 1.97 labels where class_conditional gives 6.6 (a rare
@@ -65,8 +71,9 @@ class QueryAnnotation:
     held_out_flagged: dict[str, float]  # test → share of held-out reference cells it flags (each ≤ level/2 by design)
 
 
-def cell_calls(sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...],
-               confident_empty: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def cell_calls(
+    sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...], confident_empty: np.ndarray | None = None
+) -> np.ndarray:
     """(m,) str: the type of a single-type set, AMBIGUOUS for a larger one, EMPTY for an empty one, and UNKNOWN,
     whatever the set, where ``unknown`` flags the cell (``novelty_tests``).
 
@@ -82,11 +89,21 @@ def cell_calls(sets: np.ndarray, unknown: np.ndarray, classes: tuple[str, ...],
     return calls.astype(str)
 
 
-def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_split: np.ndarray,
-                   query_batch: np.ndarray, query_labels: np.ndarray | None, classes: tuple[str, ...],
-                   alpha: float, procedure: str = DEFAULT_PROCEDURE, soft: np.ndarray | None = None,
-                   level: float = shift.LEVEL, unknown_level: float | None = None,
-                   distances: np.ndarray | None = None, no_empty: bool = False) -> QueryAnnotation:  # fmt: skip
+def annotate_query(
+    proba: np.ndarray,
+    reference_labels: np.ndarray,
+    reference_split: np.ndarray,
+    query_batch: np.ndarray,
+    query_labels: np.ndarray | None,
+    classes: tuple[str, ...],
+    alpha: float,
+    procedure: str = DEFAULT_PROCEDURE,
+    soft: np.ndarray | None = None,
+    level: float = shift.LEVEL,
+    unknown_level: float | None = None,
+    distances: np.ndarray | None = None,
+    no_empty: bool = False,
+) -> QueryAnnotation:
     """Sets, unknown-type flags, calls and shift tests of the query cells.
 
     ``proba`` (n_reference + m, K): the classifier's probabilities, reference cells first, columns in ``classes``;
@@ -106,13 +123,16 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
     m = proba.shape[0] - n_reference
     query_batch = np.asarray(query_batch).astype(str)
     if proba.shape[1] != n_classes or m < 1 or query_batch.shape != (m,):
-        raise ValueError(f"probabilities of shape {proba.shape} for {n_reference} reference cells, "
-                         f"{query_batch.size} query cells and {n_classes} classes")  # fmt: skip
+        raise ValueError(
+            f"probabilities of shape {proba.shape} for {n_reference} reference cells, "
+            f"{query_batch.size} query cells and {n_classes} classes"
+        )
     index = {label: i for i, label in enumerate(classes)}
     query_labels = np.full(m, "", dtype=object) if query_labels is None else np.asarray(query_labels).astype(str)
     known = np.array([label in index for label in query_labels])
-    truth = np.concatenate([[index[label] for label in reference_labels],
-                            [index.get(label, 0) for label in query_labels]]).astype(int)  # fmt: skip
+    truth = np.concatenate(
+        [[index[label] for label in reference_labels], [index.get(label, 0) for label in query_labels]]
+    ).astype(int)
     split = np.concatenate([np.asarray(reference_split).astype(str), np.full(m, "lab query")])
     calibration, held_out, lab = split == "calibration", split == "query", split == "lab query"
     if np.count_nonzero(calibration) < 2:
@@ -128,8 +148,18 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
     else:
         soft = np.zeros((n_reference + m, 1)) if soft is None else np.asarray(soft, dtype=np.float64)
         train = split == "train"
-        built = procedure_sets(proba, truth, np.zeros(n_reference + m, dtype=int), soft, calibration, queried, alpha,
-                               QUERY_KANDINSKY_GROUPS, (procedure,), sizing=train)  # fmt: skip
+        built = procedure_sets(
+            proba,
+            truth,
+            np.zeros(n_reference + m, dtype=int),
+            soft,
+            calibration,
+            queried,
+            alpha,
+            QUERY_KANDINSKY_GROUPS,
+            (procedure,),
+            sizing=train,
+        )
         if built.failed:  # no other procedure's sets stand in for the one asked for
             raise ProcedureFailed("; ".join(built.failed.values()))
         held_sets, lab_sets = built.sets[procedure][held_out[queried]], built.sets[procedure][lab[queried]]
@@ -137,26 +167,37 @@ def annotate_query(proba: np.ndarray, reference_labels: np.ndarray, reference_sp
     if no_empty:
         held_sets, lab_sets = no_empty_sets(held_sets, proba[held_out]), no_empty_sets(lab_sets, proba[lab])
     unknown_level = alpha if unknown_level is None else unknown_level
-    unknown_by = novelty_tests(np.full(n_reference + m, np.inf) if distances is None else np.asarray(distances),
-                               shift.top_scores(proba), calibration, unknown_level)  # fmt: skip
+    unknown_by = novelty_tests(
+        np.full(n_reference + m, np.inf) if distances is None else np.asarray(distances),
+        shift.top_scores(proba),
+        calibration,
+        unknown_level,
+    )
     unknown_all = unknown_by != ""
     query_true = np.where(known, lac[lab][np.arange(m), truth[lab]], np.nan)
-    tests = shift.batch_tests(shift.top_scores(proba[calibration]), cal_true, shift.top_scores(proba[lab]),
-                              query_true, query_batch, level)  # fmt: skip
+    tests = shift.batch_tests(
+        shift.top_scores(proba[calibration]), cal_true, shift.top_scores(proba[lab]), query_true, query_batch, level
+    )
     held_truth = truth[held_out]
     covered = held_sets[np.arange(held_truth.size), held_truth]
     unknown = unknown_all[lab]
     lab_covered = lab_sets[np.arange(m), truth[lab]] & known
-    labelled_coverage = {batch: float(lab_covered[(query_batch == batch) & known].mean())
-                         for batch in np.unique(query_batch[known])}  # fmt: skip
+    labelled_coverage = {
+        batch: float(lab_covered[(query_batch == batch) & known].mean()) for batch in np.unique(query_batch[known])
+    }
     return QueryAnnotation(
-        sets=lab_sets, unknown=unknown, tests=tests,
+        sets=lab_sets,
+        unknown=unknown,
+        tests=tests,
         calls=cell_calls(lab_sets, unknown, classes, proba[lab].argmax(axis=1) if procedure == APS else None),
         held_out_coverage=float(covered.mean()) if covered.size else float("nan"),
         held_out_set_size=float(held_sets.sum(axis=1).mean()) if covered.size else float("nan"),
         held_out_unknown=float(unknown_all[held_out].mean()) if covered.size else float("nan"),
-        query_labelled_coverage=labelled_coverage, unknown_by=unknown_by[lab],
-        held_out_flagged={test: float(np.isin(unknown_by[held_out], (test, "both")).mean()) if covered.size
-                          else float("nan") for test in ("distance", "doubt")},
+        query_labelled_coverage=labelled_coverage,
+        unknown_by=unknown_by[lab],
+        held_out_flagged={
+            test: float(np.isin(unknown_by[held_out], (test, "both")).mean()) if covered.size else float("nan")
+            for test in ("distance", "doubt")
+        },
         query_proportions=proportions,
-    )  # fmt: skip
+    )

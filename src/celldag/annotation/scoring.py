@@ -47,9 +47,18 @@ from celldag.annotation.metrics import (
 )
 from celldag.annotation.novelty import novelty_distances, novelty_tests
 from celldag.annotation.quantile_lp import QuantileRegressionError, UnverifiedPrograms
-from celldag.annotation.track import (HELD_OUT_TYPE_FIT, KANDINSKY_FITS, LABEL_FREE_METRICS, NEW_BATCH_METRICS,
-                                      NO_EMPTY_METRICS, NOT_LABEL_FREE, POOLED, PROCEDURES, SCORING_DEFAULTS,
-                                      SET_METRICS)  # fmt: skip
+from celldag.annotation.track import (
+    HELD_OUT_TYPE_FIT,
+    KANDINSKY_FITS,
+    LABEL_FREE_METRICS,
+    NEW_BATCH_METRICS,
+    NO_EMPTY_METRICS,
+    NOT_LABEL_FREE,
+    POOLED,
+    PROCEDURES,
+    SCORING_DEFAULTS,
+    SET_METRICS,
+)
 from celldag.contracts import SCORE_FAILED
 from celldag.tracks import ScoringContext
 
@@ -81,9 +90,14 @@ class Settings:
         settings = options(evaluation)
         alpha = float(settings["alpha"])
         weight = settings["kandinsky_min_weight"]
-        return cls(alpha, int(settings["min_group_cells"]), tuple(settings["kandinsky_groups"]),
-                   tuple(settings["procedures"]), design.default_min_weight(alpha) if weight is None else float(weight),
-                   bool(settings["kandinsky_randomised"]))  # fmt: skip
+        return cls(
+            alpha,
+            int(settings["min_group_cells"]),
+            tuple(settings["kandinsky_groups"]),
+            tuple(settings["procedures"]),
+            design.default_min_weight(alpha) if weight is None else float(weight),
+            bool(settings["kandinsky_randomised"]),
+        )
 
 
 def codes(values) -> np.ndarray:
@@ -106,11 +120,20 @@ class Scenario:
     dropped: dict[int, float]  # Kandinsky design column → the calibration weight of its direction (too light)
 
 
-def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft: np.ndarray,
-                   calibration: np.ndarray, query: np.ndarray, alpha: float,
-                   groups: tuple[str, ...] = KANDINSKY_GROUPS, procedures: tuple[str, ...] = tuple(PROCEDURES),
-                   min_weight: float | None = None, randomisation: Randomisation | None = None,
-                   sizing: np.ndarray | None = None) -> Scenario:  # fmt: skip
+def procedure_sets(
+    proba: np.ndarray,
+    truth: np.ndarray,
+    batch: np.ndarray,
+    soft: np.ndarray,
+    calibration: np.ndarray,
+    query: np.ndarray,
+    alpha: float,
+    groups: tuple[str, ...] = KANDINSKY_GROUPS,
+    procedures: tuple[str, ...] = tuple(PROCEDURES),
+    min_weight: float | None = None,
+    randomisation: Randomisation | None = None,
+    sizing: np.ndarray | None = None,
+) -> Scenario:
     """The sets of each of ``procedures`` (ids of ``PROCEDURES``); a procedure that fails is named in ``failed``
     with its reason, and the others are built all the same.
 
@@ -135,21 +158,30 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
     sizing_features = features[sizing][np.arange(sizing.sum()), truth[sizing]]
     scale = calibration.sum() / sizing.sum()  # a sizing cell stands for this many calibration cells
     order = design.visiting_order(sizing_features, batch.max() + 1, soft.shape[1], n_classes, groups)
-    kept, dropped = design.sized_columns(sizing_features, features[query].reshape(-1, features.shape[2]),
-                                         weight / scale, order, always=batch.max() + 1 if "batch" in groups else 0)  # fmt: skip
+    kept, dropped = design.sized_columns(
+        sizing_features,
+        features[query].reshape(-1, features.shape[2]),
+        weight / scale,
+        order,
+        always=batch.max() + 1 if "batch" in groups else 0,
+    )
     dropped = {column: light * scale for column, light in dropped.items()}
     cal_design, query_design = cal_features[:, kept], features[query][:, :, kept]
     build = {
         "kandinsky_augmented": lambda: augmented(cal_lac, cal_design, lac[query], query_design, alpha, randomisation),
-        "kandinsky_augmented_unrandomised": lambda: augmented(cal_lac, cal_design, lac[query], query_design, alpha, None),
+        "kandinsky_augmented_unrandomised": lambda: augmented(
+            cal_lac, cal_design, lac[query], query_design, alpha, None
+        ),
         "kandinsky": lambda: conformal.kandinsky_sets(cal_lac, cal_design, lac[query], query_design, alpha)[0],
         "split_lac": lambda: conformal.split_sets(cal_lac, lac[query], alpha),
-        "split_aps": lambda: conformal.split_sets(conformal.true_scores(aps[calibration], truth[calibration]), aps[query], alpha),
+        "split_aps": lambda: conformal.split_sets(
+            conformal.true_scores(aps[calibration], truth[calibration]), aps[query], alpha
+        ),
         "class_conditional": lambda: conformal.class_conditional_sets(cal_lac, truth[calibration], lac[query], alpha),
         "class_conditional_pooled": lambda: conformal.pooled_class_sets(cal_lac, truth[calibration], lac[query], alpha),
         "mondrian_batch": lambda: conformal.mondrian_sets(cal_lac, batch[calibration], lac[query], batch_of, alpha)[0],
         "label_shift": lambda: weighted_sets(proba, lac, truth, calibration, query, alpha)[0],
-    }  # fmt: skip
+    }
     sets, failed, unverified = {}, {}, {}
     for procedure in procedures:
         if procedure in KANDINSKY_FITS:
@@ -165,14 +197,25 @@ def procedure_sets(proba: np.ndarray, truth: np.ndarray, batch: np.ndarray, soft
     return Scenario(sets, failed, unverified, dropped)
 
 
-def augmented(cal_scores: np.ndarray, cal_design: np.ndarray, query_scores: np.ndarray, query_design: np.ndarray,
-              alpha: float, randomisation: Randomisation | None) -> np.ndarray:  # fmt: skip
+def augmented(
+    cal_scores: np.ndarray,
+    cal_design: np.ndarray,
+    query_scores: np.ndarray,
+    query_design: np.ndarray,
+    alpha: float,
+    randomisation: Randomisation | None,
+) -> np.ndarray:
     """The augmented fit's sets: unrandomised, or randomised with the scores' ties broken (``Randomisation``)."""
     if randomisation is None:
         return conformal.augmented_sets(cal_scores, cal_design, query_scores, query_design, alpha)
-    return conformal.augmented_sets(cal_scores + TIE_BREAK * randomisation.cal_ties, cal_design,
-                                    query_scores + TIE_BREAK * randomisation.query_ties, query_design, alpha,
-                                    randomisation.uniforms)  # fmt: skip
+    return conformal.augmented_sets(
+        cal_scores + TIE_BREAK * randomisation.cal_ties,
+        cal_design,
+        query_scores + TIE_BREAK * randomisation.query_ties,
+        query_design,
+        alpha,
+        randomisation.uniforms,
+    )
 
 
 def cell_uniforms(seed: int, keys: list[str]) -> np.ndarray:
@@ -217,8 +260,15 @@ class Randomisation:
 TIE_BREAK = 1e-3
 
 
-def scenario_randomisation(task, scenario: str, calibration: np.ndarray, query: np.ndarray, truth: np.ndarray,
-                           n_classes: int, settings: Settings) -> Randomisation | None:  # fmt: skip
+def scenario_randomisation(
+    task,
+    scenario: str,
+    calibration: np.ndarray,
+    query: np.ndarray,
+    truth: np.ndarray,
+    n_classes: int,
+    settings: Settings,
+) -> Randomisation | None:
     """The randomised fit's draws for the scenario's cells (None for the unrandomised fit)."""
     if not settings.randomised or "kandinsky_augmented" not in settings.procedures:
         return None
@@ -235,17 +285,23 @@ def scenario_randomisation(task, scenario: str, calibration: np.ndarray, query: 
     )
 
 
-def small_groups(task, output, calibration: np.ndarray, alpha: float,
-                 procedures: tuple[str, ...] = tuple(PROCEDURES)) -> dict[str, list[str]]:  # fmt: skip
+def small_groups(
+    task, output, calibration: np.ndarray, alpha: float, procedures: tuple[str, ...] = tuple(PROCEDURES)
+) -> dict[str, list[str]]:
     """{procedure: names of its groups too small to calibrate (``conformal.too_small``)} over the calibration
     cells, for Mondrian by batch (its batches) and class-conditional (its classes): they give those groups the
     full label set. (The Kandinsky fits drop such groups from their design: ``dropped_names``.)"""
     truth, batch, _ = task_arrays(task, output)
     classes, batch_names = list(output.uns["classes"]), sorted(set(task.obs["batch"].astype(str)))
-    weights = {"class_conditional": (np.eye(len(classes))[truth[calibration]], [f"type {name}" for name in classes]),
-               "mondrian_batch": (np.eye(len(batch_names))[batch[calibration]], batch_names)}  # fmt: skip
-    return {procedure: [name for name, small in zip(names, conformal.too_small(matrix, alpha)) if small]
-            for procedure, (matrix, names) in weights.items() if procedure in procedures}  # fmt: skip
+    weights = {
+        "class_conditional": (np.eye(len(classes))[truth[calibration]], [f"type {name}" for name in classes]),
+        "mondrian_batch": (np.eye(len(batch_names))[batch[calibration]], batch_names),
+    }
+    return {
+        procedure: [name for name, small in zip(names, conformal.too_small(matrix, alpha)) if small]
+        for procedure, (matrix, names) in weights.items()
+        if procedure in procedures
+    }
 
 
 def pooled_types(task, output, calibration: np.ndarray, alpha: float) -> tuple[list[str], bool]:
@@ -262,8 +318,10 @@ def pooled_note(names: list[str], pooled_enough: bool, settings: Settings) -> st
     if not names:
         return ""
     listed = ", ".join(names + ([] if pooled_enough else ["(calibrated marginally)"]))
-    return (f"types with fewer than ⌈(1 − α)/α⌉ = {conformal.min_calibration_cells(settings.alpha)} calibration cells, "
-            f"calibrated as one pooled group by {POOLED} (random split): {listed}")  # fmt: skip
+    return (
+        f"types with fewer than ⌈(1 − α)/α⌉ = {conformal.min_calibration_cells(settings.alpha)} calibration cells, "
+        f"calibrated as one pooled group by {POOLED} (random split): {listed}"
+    )
 
 
 def training_conditional_note(task, settings: Settings) -> str:
@@ -280,8 +338,12 @@ def training_conditional_note(task, settings: Settings) -> str:
 
 def dropped_names(task, output, dropped: dict[int, float], settings: Settings) -> list[str]:
     """'name (weight)' of each design column the Kandinsky fits dropped, in the design's order."""
-    names = design.design_names(sorted(set(task.obs["batch"].astype(str))), list(output.uns["classes"]),
-                                task.obsm["soft_groups"].shape[1], settings.groups)  # fmt: skip
+    names = design.design_names(
+        sorted(set(task.obs["batch"].astype(str))),
+        list(output.uns["classes"]),
+        task.obsm["soft_groups"].shape[1],
+        settings.groups,
+    )
     return [f"{names[column]} ({weight:.1f})" for column, weight in sorted(dropped.items())]
 
 
@@ -298,14 +360,20 @@ def groups_note(small: dict[str, dict[str, list[str]]], dropped: dict[str, list[
 
     parts = []
     if any(names for of_scenario in small.values() for names in of_scenario.values()):
-        parts.append(f"groups with less than 1/α − 1 = {1 / settings.alpha - 1:g} calibration cells' weight, too few "
-                     f"to calibrate at α = {settings.alpha:g}, in every set: " + " | ".join(
-                         f"{scenario} — {listed(of_scenario)}" for scenario, of_scenario in small.items() if listed(of_scenario)))  # fmt: skip
+        parts.append(
+            f"groups with less than 1/α − 1 = {1 / settings.alpha - 1:g} calibration cells' weight, too few "
+            f"to calibrate at α = {settings.alpha:g}, in every set: "
+            + " | ".join(
+                f"{scenario} — {listed(of_scenario)}" for scenario, of_scenario in small.items() if listed(of_scenario)
+            )
+        )
     kandinsky = [procedure for procedure in settings.procedures if procedure in KANDINSKY_FITS]
     if kandinsky and any(dropped.values()):
-        parts.append(f"dropped from the design of {', '.join(kandinsky)} (less than {settings.min_weight:g} "
-                     "calibration cells' weight, so no guarantee): " + " | ".join(
-                         f"{scenario} — {', '.join(names)}" for scenario, names in dropped.items() if names))  # fmt: skip
+        parts.append(
+            f"dropped from the design of {', '.join(kandinsky)} (less than {settings.min_weight:g} "
+            "calibration cells' weight, so no guarantee): "
+            + " | ".join(f"{scenario} — {', '.join(names)}" for scenario, names in dropped.items() if names)
+        )
     return ". ".join(parts)
 
 
@@ -333,8 +401,20 @@ def random_split(task, output, settings: Settings) -> tuple[Scenario, np.ndarray
     calibration, query = split_masks(task)
     proba = np.asarray(output.obsm["proba_random"], dtype=np.float64)
     draws = scenario_randomisation(task, RANDOM_SPLIT, calibration, query, truth, proba.shape[1], settings)
-    scenario = procedure_sets(proba, truth, batch, soft, calibration, query, settings.alpha, settings.groups,
-                              settings.procedures, settings.min_weight, draws, train_cells(task))  # fmt: skip
+    scenario = procedure_sets(
+        proba,
+        truth,
+        batch,
+        soft,
+        calibration,
+        query,
+        settings.alpha,
+        settings.groups,
+        settings.procedures,
+        settings.min_weight,
+        draws,
+        train_cells(task),
+    )
     return scenario, truth[query], query
 
 
@@ -356,8 +436,9 @@ def random_split_scores(task, output, settings: Settings) -> tuple[dict[str, flo
         scores |= {f"{procedure}_{name}": value for name, value in set_metrics(procedure_set, truth).items()}
         for name, members in groupings.items():
             scores[f"{procedure}_worst_{name}"] = worst_coverage(procedure_set, truth, members, settings.min_cells)
-        scores[f"{procedure}_max_shortfall"] = max_shortfall(procedure_set, truth, list(groupings.values()),
-                                                             settings.alpha, settings.min_cells)  # fmt: skip
+        scores[f"{procedure}_max_shortfall"] = max_shortfall(
+            procedure_set, truth, list(groupings.values()), settings.alpha, settings.min_cells
+        )
         filled = set_metrics(no_empty_sets(procedure_set, np.asarray(output.obsm["proba_random"])[query]), truth)
         scores |= {f"{procedure}_no_empty_{name}": filled[name] for name in ("coverage", "set_size")}
     return scores, scenario
@@ -379,8 +460,10 @@ def rule_scores(task, output) -> dict[str, float]:
     for rule, (kind, answer) in rules.items():
         random = answer(np.asarray(output.obsm[f"{kind}_random"], dtype=np.float64)[query])
         scores |= {f"{rule}_{name}": value for name, value in rule_metrics(random, truth[query]).items()}
-        left_out = [answer(np.asarray(output.obsm[f"{kind}_without_{b}"], dtype=np.float64)[batch == b])
-                    for b in range(batch.max() + 1)]  # fmt: skip
+        left_out = [
+            answer(np.asarray(output.obsm[f"{kind}_without_{b}"], dtype=np.float64)[batch == b])
+            for b in range(batch.max() + 1)
+        ]
         pooled = rule_metrics(np.vstack(left_out), np.concatenate([truth[batch == b] for b in range(len(left_out))]))
         scores |= {f"{rule}_label_free_{name}": value for name, value in pooled.items()}
     return scores
@@ -428,8 +511,9 @@ class LeftOut:
         return scores
 
 
-def leave_each_batch_out(task, output, settings: Settings, masks, batch: np.ndarray, procedures: tuple[str, ...],
-                         scenario: str) -> LeftOut:  # fmt: skip
+def leave_each_batch_out(
+    task, output, settings: Settings, masks, batch: np.ndarray, procedures: tuple[str, ...], scenario: str
+) -> LeftOut:
     """For each batch in turn, the classifier that never saw it (``proba_without_<i>``) and the sets of
     ``procedures`` on ``masks(task, i)`` = (calibration, query) cells; ``batch`` the codes Kandinsky's design and
     Mondrian see; ``scenario`` names it in the randomised fit's cell keys ('<scenario> <batch name>')."""
@@ -439,9 +523,20 @@ def leave_each_batch_out(task, output, settings: Settings, masks, batch: np.ndar
         proba = np.asarray(output.obsm[f"proba_without_{held_out}"], dtype=np.float64)
         calibration, query = masks(task, held_out)
         draws = scenario_randomisation(task, f"{scenario} {name}", calibration, query, truth, proba.shape[1], settings)
-        sets = procedure_sets(proba, truth, batch, soft, calibration, query, settings.alpha, settings.groups,
-                              procedures, settings.min_weight, draws,
-                              train_cells(task) & (codes(task.obs["batch"]) != held_out))  # fmt: skip
+        sets = procedure_sets(
+            proba,
+            truth,
+            batch,
+            soft,
+            calibration,
+            query,
+            settings.alpha,
+            settings.groups,
+            procedures,
+            settings.min_weight,
+            draws,
+            train_cells(task) & (codes(task.obs["batch"]) != held_out),
+        )
         left.scenarios[name] = sets
         for procedure, procedure_set in sets.sets.items():
             left.covered[procedure].append(procedure_set[np.arange(query.sum()), truth[query]])
@@ -455,8 +550,9 @@ def new_batch_scores(task, output, settings: Settings) -> tuple[dict[str, float]
     """Leave each batch out in turn: pooled coverage and set size on its unlabelled cells, worst batch; and each
     new batch's scenario by its name. A procedure that fails on any batch has no new-batch scores."""
 
-    left = leave_each_batch_out(task, output, settings, new_batch_calibration, codes(task.obs["batch"]),
-                                settings.procedures, "new batch")  # fmt: skip
+    left = leave_each_batch_out(
+        task, output, settings, new_batch_calibration, codes(task.obs["batch"]), settings.procedures, "new batch"
+    )
     point = point_metrics(np.vstack(left.probabilities), np.concatenate(left.truths), len(output.uns["classes"]))
     scores = {f"{name}_new_batch": value for name, value in point.items()}
     return scores | left.pooled(settings.procedures, "new_batch"), left.scenarios
@@ -472,8 +568,9 @@ def label_free_scores(task, output, settings: Settings) -> tuple[dict[str, float
     ``celldag annotate``): the new batch's own column would have no calibration weight. Mondrian by batch does not
     apply (``NOT_LABEL_FREE``)."""
     procedures = procedures_of(LABEL_FREE, settings.procedures)
-    left = leave_each_batch_out(task, output, settings, label_free_calibration, np.zeros(task.n_obs, dtype=int),
-                                procedures, LABEL_FREE)  # fmt: skip
+    left = leave_each_batch_out(
+        task, output, settings, label_free_calibration, np.zeros(task.n_obs, dtype=int), procedures, LABEL_FREE
+    )
     return left.pooled(procedures, "label_free"), left.scenarios
 
 
@@ -512,8 +609,14 @@ def shift_verdicts(task, output, level: float = shift.LEVEL) -> tuple[dict[str, 
             continue
         small = [name for name, value in zip(names, p) if np.isnan(value)]
         if small:
-            untested = ". ".join(part for part in (untested, f"{shift.TOO_SMALL} (fewer than {shift.MIN_CELLS} cells), "
-                                                   f"label-free: {', '.join(small)}") if part)  # fmt: skip
+            untested = ". ".join(
+                part
+                for part in (
+                    untested,
+                    f"{shift.TOO_SMALL} (fewer than {shift.MIN_CELLS} cells), label-free: {', '.join(small)}",
+                )
+                if part
+            )
         adjusted = shift.holm_tested(list(p))
         scores[metric] = float(np.count_nonzero(adjusted <= level))
         shifted = [f"{name} (p = {a:.2g})" for name, a in zip(names, adjusted) if a <= level]
@@ -526,8 +629,9 @@ def shift_verdicts(task, output, level: float = shift.LEVEL) -> tuple[dict[str, 
 SHIFT_LABELLED, SHIFT_LABEL_FREE = "new batch, its labelled share", "label-free new batch, all its cells"
 
 
-def held_out_type_scores(task, output, embedding, alpha: float,
-                         distances: dict[int, np.ndarray] | None = None) -> tuple[dict[str, float], str]:  # fmt: skip
+def held_out_type_scores(
+    task, output, embedding, alpha: float, distances: dict[int, np.ndarray] | None = None
+) -> tuple[dict[str, float], str]:
     """Unknown types: each held-out type's fit (``proba_without_type_<j>``, trained without type j) and the rule of
     ``celldag annotate`` (``novelty_tests`` at level α: the 10th-nearest-train-cell distance in ``embedding`` or the
     classifier's doubt, calibrated on the random split's calibration cells of the other types). Detection: the
@@ -536,8 +640,11 @@ def held_out_type_scores(task, output, embedding, alpha: float,
     distance without type j's train cells}, filled as computed — the classifiers of one embedding share them.
     Returns (scores, note)."""
     classes = list(output.uns["classes"])
-    held_out = {int(key.removeprefix(f"proba_{HELD_OUT_TYPE_FIT}")): key for key in output.obsm
-                if key.startswith(f"proba_{HELD_OUT_TYPE_FIT}")}  # fmt: skip
+    held_out = {
+        int(key.removeprefix(f"proba_{HELD_OUT_TYPE_FIT}")): key
+        for key in output.obsm
+        if key.startswith(f"proba_{HELD_OUT_TYPE_FIT}")
+    }
     if not held_out or embedding is None:
         why = "no held-out-type fit in the output" if not held_out else "no embedding given to the scorer"
         return {}, f"unknown types not scored: {why}"
@@ -550,12 +657,21 @@ def held_out_type_scores(task, output, embedding, alpha: float,
         known = labels != classes[j]
         if j not in distances:
             distances[j] = novelty_distances(np.asarray(embedding.X), (split == "train") & known)
-        flagged = novelty_tests(distances[j], shift.top_scores(np.asarray(output.obsm[key], dtype=np.float64)),
-                                (split == "calibration") & known, alpha) != ""  # fmt: skip
+        flagged = (
+            novelty_tests(
+                distances[j],
+                shift.top_scores(np.asarray(output.obsm[key], dtype=np.float64)),
+                (split == "calibration") & known,
+                alpha,
+            )
+            != ""
+        )
         detected.append(flagged[query & ~known])
         false_flags.append(flagged[query & known])
-    scores = {"unknown_type_detection": float(np.concatenate(detected).mean()),
-              "unknown_type_false_flags": float(np.concatenate(false_flags).mean())}  # fmt: skip
+    scores = {
+        "unknown_type_detection": float(np.concatenate(detected).mean()),
+        "unknown_type_false_flags": float(np.concatenate(false_flags).mean()),
+    }
     saw = "was fitted on every cell, theirs included" if embedding.uns.get("transductive", True) else "did not see them"
     note = f"unknown types held out in turn: {', '.join(classes[j] for j in sorted(held_out))} (the embedding {saw})"
     return scores, note
@@ -598,12 +714,27 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
         new_batch, new_scenarios = new_batch_scores(task, output, settings)
         label_free, free_scenarios = label_free_scores(task, output, settings)
         shifted, shift_note = shift_verdicts(task, output)
-        unknown, unknown_note = held_out_type_scores(task, output, embedding_of(context, output), settings.alpha,
-                                                     novelty_of.setdefault(output.uns["variant"], {}))  # fmt: skip
-        scenarios = ({RANDOM_SPLIT: random_scenario} | {f"new batch {name}": s for name, s in new_scenarios.items()}
-                     | {f"{LABEL_FREE} {name}": s for name, s in free_scenarios.items()})  # fmt: skip
-        scores[i] = (random | new_batch | label_free | shifted | unknown | rule_scores(task, output)
-                     | permuted_scores(task, output, settings.alpha, context.seed))  # fmt: skip
+        unknown, unknown_note = held_out_type_scores(
+            task,
+            output,
+            embedding_of(context, output),
+            settings.alpha,
+            novelty_of.setdefault(output.uns["variant"], {}),
+        )
+        scenarios = (
+            {RANDOM_SPLIT: random_scenario}
+            | {f"new batch {name}": s for name, s in new_scenarios.items()}
+            | {f"{LABEL_FREE} {name}": s for name, s in free_scenarios.items()}
+        )
+        scores[i] = (
+            random
+            | new_batch
+            | label_free
+            | shifted
+            | unknown
+            | rule_scores(task, output)
+            | permuted_scores(task, output, settings.alpha, context.seed)
+        )
         reasons: dict[str, str] = {}
         for scenario_name, scenario in scenarios.items():
             for procedure, reason in scenario.failed.items():
@@ -617,9 +748,12 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
             if procedure in KANDINSKY_FITS:
                 scores[i][f"{procedure}_unverified"] = float(sum(s.unverified[procedure] for s in scenarios.values()))
                 scores[i][f"{procedure}_dropped_groups"] = float(len(random_scenario.dropped))
-        small = {name: small_groups(task, output, calibration_of(task, name), settings.alpha,
-                                    procedures_of(name, settings.procedures))
-                 for name in scenarios}  # fmt: skip
+        small = {
+            name: small_groups(
+                task, output, calibration_of(task, name), settings.alpha, procedures_of(name, settings.procedures)
+            )
+            for name in scenarios
+        }
         scores[i] |= {
             f"{procedure}_small_groups": float(len(names)) for procedure, names in small[RANDOM_SPLIT].items()
         }
@@ -631,10 +765,18 @@ def score_seed(task, outputs: list, context: ScoringContext) -> list[dict]:
         dropped = {
             name: dropped_names(task, output, scenario.dropped, settings) for name, scenario in scenarios.items()
         }
-        note = ". ".join(part for part in (groups_note(small, dropped, settings), pooled_part,
-                                           training_conditional_note(task, settings), shift_note, unknown_note,
-                                           *(f"{procedure} failed: {reason}" for procedure, reason in reasons.items()))
-                         if part)  # fmt: skip
+        note = ". ".join(
+            part
+            for part in (
+                groups_note(small, dropped, settings),
+                pooled_part,
+                training_conditional_note(task, settings),
+                shift_note,
+                unknown_note,
+                *(f"{procedure} failed: {reason}" for procedure, reason in reasons.items()),
+            )
+            if part
+        )
         if note:
             scores[i]["note"] = note
     return scores

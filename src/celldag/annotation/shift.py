@@ -63,8 +63,10 @@ def larger_p(calibration: np.ndarray, query: np.ndarray) -> tuple[float, float]:
 
     calibration, query = np.asarray(calibration, dtype=np.float64), np.asarray(query, dtype=np.float64)
     if calibration.size < MIN_CELLS or query.size < MIN_CELLS:
-        raise ValueError(f"a shift test needs {MIN_CELLS}+ cells on each side, got {calibration.size} calibration "
-                         f"and {query.size} query cells")  # fmt: skip
+        raise ValueError(
+            f"a shift test needs {MIN_CELLS}+ cells on each side, got {calibration.size} calibration "
+            f"and {query.size} query cells"
+        )
     if not (np.isfinite(calibration).all() and np.isfinite(query).all()):
         raise ValueError("conformity scores must be finite")
     if np.ptp(np.concatenate([calibration, query])) == 0:  # every score tied: nothing tells the sides apart
@@ -101,8 +103,14 @@ def verdict(adjusted_p: float, level: float, cells: int | None = None) -> str:
     return f"shifted (p = {adjusted_p:.2g})" if adjusted_p <= level else f"no shift detected (p = {adjusted_p:.2g})"
 
 
-def batch_tests(cal_top: np.ndarray, cal_true: np.ndarray, query_top: np.ndarray, query_true: np.ndarray,
-                query_batch: np.ndarray, level: float = LEVEL) -> list[ShiftTest]:  # fmt: skip
+def batch_tests(
+    cal_top: np.ndarray,
+    cal_true: np.ndarray,
+    query_top: np.ndarray,
+    query_true: np.ndarray,
+    query_batch: np.ndarray,
+    level: float = LEVEL,
+) -> list[ShiftTest]:
     """One ``ShiftTest`` per query batch (sorted), Holm-adjusted over the tested ones; a batch of fewer than
     ``MIN_CELLS`` cells gets NaN p-values and the verdict ``TOO_SMALL``.
 
@@ -127,5 +135,7 @@ def batch_tests(cal_top: np.ndarray, cal_true: np.ndarray, query_top: np.ndarray
         else:  # one cell: no test can say anything of it
             raw.append((batch, LABEL_FREE, int(members.sum()), cal_top.size, np.nan, np.nan))
     adjusted = holm_tested([p for *_, p in raw])
-    return [ShiftTest(*fields, float(a), verdict(float(a), level, fields[2]))
-            for fields, a in zip(raw, adjusted, strict=True)]  # fmt: skip
+    return [
+        ShiftTest(*fields, float(a), verdict(float(a), level, fields[2]))
+        for fields, a in zip(raw, adjusted, strict=True)
+    ]

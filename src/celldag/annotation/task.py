@@ -152,8 +152,11 @@ def held_out_types(labels, split, min_query_cells: int) -> dict[int, str]:
     least ``min_query_cells`` query cells, so that its detection rate rests on that many cells."""
     labels, split = _cell_vectors(labels, split)
     query = split == "query"
-    return {j: name for j, name in enumerate(np.unique(labels))
-            if np.count_nonzero(query & (labels == name)) >= min_query_cells}  # fmt: skip
+    return {
+        j: name
+        for j, name in enumerate(np.unique(labels))
+        if np.count_nonzero(query & (labels == name)) >= min_query_cells
+    }
 
 
 def _cell_vectors(first, second) -> tuple[np.ndarray, np.ndarray]:
@@ -166,8 +169,12 @@ def _cell_vectors(first, second) -> tuple[np.ndarray, np.ndarray]:
 
 def _fractions(fractions) -> np.ndarray:
     shares = np.asarray(fractions, dtype=np.float64)
-    if shares.shape != (len(SPLITS),) or not np.isfinite(shares).all() or (shares <= 0).any() \
-            or abs(shares.sum() - 1.0) > 1e-6:  # fmt: skip
+    if (
+        shares.shape != (len(SPLITS),)
+        or not np.isfinite(shares).all()
+        or (shares <= 0).any()
+        or abs(shares.sum() - 1.0) > 1e-6
+    ):
         raise ValueError(
             f"fractions must be {len(SPLITS)} positive numbers ({', '.join(SPLITS)}) summing to 1, got {fractions!r}"
         )

@@ -17,8 +17,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from celldag.annotation.task import (fit_masks, held_out_types, labelled_in_new_batch, principal_components,
-                                     soft_groups, split_cells)  # fmt: skip
+from celldag.annotation.task import (
+    fit_masks,
+    held_out_types,
+    labelled_in_new_batch,
+    principal_components,
+    soft_groups,
+    split_cells,
+)
 from celldag.contracts import ContractError
 from celldag.tracks import Figure, Metric, MetricGroup, Track
 
@@ -39,14 +45,26 @@ PROCEDURES = {  # id → what the leaderboard calls it; every one scores LAC = 1
     "label_shift": "label-shift weighted (the query's type proportions estimated from its unlabelled cells)",
 }
 HEADLINE = "kandinsky_augmented"  # its metrics sit beside accuracy in the track's first metric group
-SET_METRICS = ("coverage", "worst_batch", "worst_type", "worst_batch_type", "max_shortfall", "set_size",
-               "singletons", "empty", "singleton_errors")  # fmt: skip
+SET_METRICS = (
+    "coverage",
+    "worst_batch",
+    "worst_type",
+    "worst_batch_type",
+    "max_shortfall",
+    "set_size",
+    "singletons",
+    "empty",
+    "singleton_errors",
+)
 # each classifier's own rule, scored on the same cells as the sets (scoring.rule_scores): the top type where its
 # probability reaches 0.5 (every classifier; a lab's rule for imported probabilities), and CellTypist's best match
 # with its confidence (the top sigmoid) at 0.5 and prob match (every type whose sigmoid exceeds 0.5) on the
 # classifiers that keep raw sigmoids; random split and label-free batch
-RULES = {"confident": "the top type at p ≥ 0.5", "best_match": "CellTypist's best match at σ ≥ 0.5",
-         "prob_match": "CellTypist's prob match (every type with σ > 0.5)"}  # fmt: skip
+RULES = {
+    "confident": "the top type at p ≥ 0.5",
+    "best_match": "CellTypist's best match at σ ≥ 0.5",
+    "prob_match": "CellTypist's prob match (every type with σ > 0.5)",
+}
 RULE_METRICS = ("coverage", "set_size", "unassigned", "singletons", "singleton_errors")
 KANDINSKY_FITS = (
     "kandinsky_augmented",
@@ -55,8 +73,19 @@ KANDINSKY_FITS = (
 )  # quantile-regression fits on a sized design (annotation.design)
 GROUPED = ("class_conditional", "mondrian_batch")  # procedures that give groups too small to calibrate full sets
 POOLED = "class_conditional_pooled"  # calibrates its rare types as one group (conformal.pooled_class_sets)
-LOWER_IS_BETTER = ("max_shortfall", "set_size", "empty", "small_groups", "dropped_groups", "unverified", "shifted",
-                   "false_flags", "pooled_types", "errors", "unassigned")  # name endings  # fmt: skip
+LOWER_IS_BETTER = (
+    "max_shortfall",
+    "set_size",
+    "empty",
+    "small_groups",
+    "dropped_groups",
+    "unverified",
+    "shifted",
+    "false_flags",
+    "pooled_types",
+    "errors",
+    "unassigned",
+)  # name endings
 NEW_BATCH_METRICS = ("new_batch_coverage", "new_batch_worst", "new_batch_set_size")
 # the label-free new batch: no cell of it labelled, calibrated on the other batches alone; Mondrian by batch has no
 # calibration cell of the new batch, so it does not apply
@@ -67,8 +96,14 @@ LOGNORM = "lognorm"  # the task's obsm of log-normalised expression (genes in un
 HELD_OUT_TYPE_MIN_QUERY = 20  # query cells a type needs to be held out in turn (issue 44: a rate on ≥ 20 cells)
 HELD_OUT_TYPE_FIT = "without_type_"  # + j: the fit that never saw type j (j its index among the sorted labels)
 TASK_DEFAULTS = {"split": [0.5, 0.25, 0.25], "labelled_fraction": 0.1, "soft_groups": 4}
-SCORING_DEFAULTS = {"alpha": 0.1, "min_group_cells": 10, "kandinsky_groups": ["batch", "type", "soft"],
-                    "kandinsky_min_weight": None, "kandinsky_randomised": True, "procedures": list(PROCEDURES)}  # fmt: skip
+SCORING_DEFAULTS = {
+    "alpha": 0.1,
+    "min_group_cells": 10,
+    "kandinsky_groups": ["batch", "type", "soft"],
+    "kandinsky_min_weight": None,
+    "kandinsky_randomised": True,
+    "procedures": list(PROCEDURES),
+}
 
 
 # Each metric's role (celldag.tracks.ROLES), read from its name: a procedure's coverage — overall, worst group,
@@ -112,8 +147,9 @@ def _metric(name: str, core: bool = False) -> Metric:
     role, target = role_of(name)
     null = RULE_NULL if role == "ranking" and is_rule_metric(name) else NULL
     controls = {"null": null, "oracle": ORACLE} if role in ("efficiency", "ranking") else {}
-    return Metric(name, higher_is_better=not name.endswith(LOWER_IS_BETTER), core=core, role=role, target=target,
-                  **controls)  # fmt: skip
+    return Metric(
+        name, higher_is_better=not name.endswith(LOWER_IS_BETTER), core=core, role=role, target=target, **controls
+    )
 
 
 def _procedure_metrics(procedure: str) -> tuple[Metric, ...]:
@@ -192,7 +228,7 @@ TRACK = Track(
                 for rule in RULES
                 for scenario in ("", "label_free_")
                 for name in RULE_METRICS
-            ),  # fmt: skip
+            ),
         ),
         MetricGroup(
             "no empty sets: the top label added to an empty set (random split)",
@@ -202,7 +238,7 @@ TRACK = Track(
             "control: split conformal (LAC) calibrated on permuted labels",
             (_metric("permuted_coverage"), _metric("permuted_set_size")),
         ),
-    ),  # fmt: skip
+    ),
     dataset_facts="celldag.annotation.track:dataset_facts",
     figures=(
         Figure("coverage", "celldag.annotation.figures:coverage_by_group", "captions/coverage.rst", needs=("outputs",)),
@@ -246,8 +282,10 @@ class AnnotationInput:
 
     def unmet(self, need: str) -> str | None:
         if need == "genes" and self.expression is None:
-            return ("reads genes (log-normalised expression), so it runs on an upstream whose embedding is the "
-                    "expression itself (`expression`), not on a learned embedding")  # fmt: skip
+            return (
+                "reads genes (log-normalised expression), so it runs on an upstream whose embedding is the "
+                "expression itself (`expression`), not on a learned embedding"
+            )
         return None
 
 
@@ -271,9 +309,16 @@ def method_input(prepared, work_dir: str | None, gene_table=None) -> AnnotationI
         for j, name in held_out_types(labels, split, HELD_OUT_TYPE_MIN_QUERY).items()
     }
     expression = prepared.obsm[LOGNORM] if LOGNORM in prepared.obsm else None  # sparse: the classifier densifies
-    return AnnotationInput(features=np.asarray(prepared.X, dtype=np.float32), labels=fit_labels(labels, fits),
-                           batch=batch, classes=tuple(sorted(set(labels))), fits=fits, names=tuple(prepared.obs_names),
-                           expression=expression, genes=tuple(prepared.uns.get("genes", ())))  # fmt: skip
+    return AnnotationInput(
+        features=np.asarray(prepared.X, dtype=np.float32),
+        labels=fit_labels(labels, fits),
+        batch=batch,
+        classes=tuple(sorted(set(labels))),
+        fits=fits,
+        names=tuple(prepared.obs_names),
+        expression=expression,
+        genes=tuple(prepared.uns.get("genes", ())),
+    )
 
 
 def chain_task(prepared, params: dict, seed: int):
@@ -290,15 +335,23 @@ def chain_task(prepared, params: dict, seed: int):
     batch = prepared.obs["batch"].astype(str).to_numpy()
     expression = np.asarray(prepared.X.toarray() if hasattr(prepared.X, "toarray") else prepared.X, dtype=np.float32)
     components = principal_components(expression, seed)
-    obs = pd.DataFrame({
-        "label": pd.Categorical(labels), "batch": pd.Categorical(batch),
-        "split": pd.Categorical(split_cells(labels, batch, tuple(params["split"]), seed)),
-        "new_batch_labelled": labelled_in_new_batch(labels, batch, params["labelled_fraction"], seed),
-    }, index=prepared.obs_names.copy())  # fmt: skip
+    obs = pd.DataFrame(
+        {
+            "label": pd.Categorical(labels),
+            "batch": pd.Categorical(batch),
+            "split": pd.Categorical(split_cells(labels, batch, tuple(params["split"]), seed)),
+            "new_batch_labelled": labelled_in_new_batch(labels, batch, params["labelled_fraction"], seed),
+        },
+        index=prepared.obs_names.copy(),
+    )
     task = anndata.AnnData(X=components.astype(np.float32), obs=obs)
     task.obsm["soft_groups"] = soft_groups(components, int(params["soft_groups"]), seed)
-    task.uns.update(dataset_id=prepared.uns["dataset_id"], track="annotation", seed=int(seed),
-                    task={key: params[key] for key in TASK_DEFAULTS})  # fmt: skip
+    task.uns.update(
+        dataset_id=prepared.uns["dataset_id"],
+        track="annotation",
+        seed=int(seed),
+        task={key: params[key] for key in TASK_DEFAULTS},
+    )
     if "lognorm" in prepared.layers:  # kept sparse: a dense copy would be cells × genes in every task file
         from scipy import sparse
 

@@ -95,8 +95,10 @@ def read_reference(request: Request):
     if not is_prepared(adata):
         adata = prepared_plain(request, adata)
     if "label" not in adata.obs or adata.obs["label"].isna().all():
-        raise InputError(f"{path}: obs['label'] is missing or empty: a reference must be labelled (a prepared dataset "
-                         "of the representation track, or a labelled h5ad with --reference-label-key)")  # fmt: skip
+        raise InputError(
+            f"{path}: obs['label'] is missing or empty: a reference must be labelled (a prepared dataset "
+            "of the representation track, or a labelled h5ad with --reference-label-key)"
+        )
     check_prepared(adata, path)
     if adata.obs["label"].nunique() < 2:
         raise InputError(f"{path}: obs['label'] holds one type; annotation needs two or more")
@@ -123,16 +125,26 @@ def prepared_plain(request: Request, adata):
     label_key, batch_key = request.reference_label_key, request.reference_batch_key
     for option, column in (("--reference-label-key", label_key), ("--reference-batch-key", batch_key)):
         if column not in adata.obs:
-            raise InputError(f"{path}: obs['{column}'] ({option}) is missing: a plain reference must be labelled, its "
-                             f"batches named; columns: {list(adata.obs.columns)}")  # fmt: skip
+            raise InputError(
+                f"{path}: obs['{column}'] ({option}) is missing: a plain reference must be labelled, its "
+                f"batches named; columns: {list(adata.obs.columns)}"
+            )
     digest = artifacts.sha256_file(path)
     try:
         values = preprocess.values_of(adata.X)
     except preprocess.AmbiguousValues as why:
-        raise InputError(f"{path}: X is neither clearly counts nor clearly log-normalised: {why}; a reference holds raw "
-                         "counts or log1p-normalised values in X") from None  # fmt: skip
-    settings = {"file": digest, "label_key": label_key, "batch_key": batch_key, "values": values,
-                "seed": request.seed, "celldag": package_digest()}  # fmt: skip
+        raise InputError(
+            f"{path}: X is neither clearly counts nor clearly log-normalised: {why}; a reference holds raw "
+            "counts or log1p-normalised values in X"
+        ) from None
+    settings = {
+        "file": digest,
+        "label_key": label_key,
+        "batch_key": batch_key,
+        "values": values,
+        "seed": request.seed,
+        "celldag": package_digest(),
+    }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     cached = cache_folder() / f"{key}.h5ad"
     if cached.is_file():
@@ -142,10 +154,18 @@ def prepared_plain(request: Request, adata):
     # batches (its batch named by the dataset id): the batch's own name is given as that id
     batches = adata.obs[batch_key].astype(str).unique()
     dataset_id = str(batches[0]) if len(batches) == 1 else f"reference-{key}"
-    entry = {"loader": PLAIN_LOADER, "track": "representation", "files": [{"name": name, "path": path}],
-             "params": {"file": name, "label_key": label_key, "batch_key": batch_key if len(batches) > 1 else None,
-                        "counts_layer": "X" if values == "counts" else None,
-                        "lognorm_layer": "X" if values == "lognorm" else None}}  # fmt: skip
+    entry = {
+        "loader": PLAIN_LOADER,
+        "track": "representation",
+        "files": [{"name": name, "path": path}],
+        "params": {
+            "file": name,
+            "label_key": label_key,
+            "batch_key": batch_key if len(batches) > 1 else None,
+            "counts_layer": "X" if values == "counts" else None,
+            "lognorm_layer": "X" if values == "lognorm" else None,
+        },
+    }
     prepared = prepare_dataset(dataset_id, entry, REPRESENTATION, request.seed, {name: path})
     contracts.check_prepared_dataset(prepared, str(cached), "representation", REPRESENTATION)
     cached.parent.mkdir(parents=True, exist_ok=True)
@@ -166,8 +186,10 @@ def reference_path(reference: str, datasets: dict[str, dict], seed: int) -> str:
         raise InputError(f"REFERENCE {reference!r}: neither an .h5ad file nor a dataset of the representation track")
     prepared = PREPARED.format(dataset=reference, data_key=data_key(entry), seed=seed)
     if not Path(prepared).is_file():
-        raise InputError(f"REFERENCE {reference!r}: its prepared file {prepared} is not made yet: `snakemake --cores "
-                         f"all {prepared}` makes it (or name the dataset in config annotate)")  # fmt: skip
+        raise InputError(
+            f"REFERENCE {reference!r}: its prepared file {prepared} is not made yet: `snakemake --cores "
+            f"all {prepared}` makes it (or name the dataset in config annotate)"
+        )
     return prepared
 
 
@@ -199,8 +221,9 @@ def read_query(request: Request, reference_genes: pd.Index):
     if adata.n_obs == 0:
         raise InputError(f"{path}: no cells")
     if request.batch_key not in adata.obs:
-        raise InputError(f"{path}: obs['{request.batch_key}'] (--batch-key) is missing; columns: "
-                         f"{list(adata.obs.columns)}")  # fmt: skip
+        raise InputError(
+            f"{path}: obs['{request.batch_key}'] (--batch-key) is missing; columns: {list(adata.obs.columns)}"
+        )
     batches = adata.obs[request.batch_key]
     if batches.isna().any():
         raise InputError(f"{path}: obs['{request.batch_key}'] is missing for {int(batches.isna().sum())} cells")
@@ -210,9 +233,11 @@ def read_query(request: Request, reference_genes: pd.Index):
         raise InputError(f"{path}: var_names are not unique ({int(adata.var_names.duplicated().sum())} repeated)")
     shared = reference_genes.intersection(adata.var_names, sort=False)
     if shared.empty:
-        raise InputError(f"{path}: var_names share no gene with the reference's {len(reference_genes):,} (first "
-                         f"query genes {list(adata.var_names[:3])}, reference {list(reference_genes[:3])}): "
-                         "name genes alike in both")  # fmt: skip
+        raise InputError(
+            f"{path}: var_names share no gene with the reference's {len(reference_genes):,} (first "
+            f"query genes {list(adata.var_names[:3])}, reference {list(reference_genes[:3])}): "
+            "name genes alike in both"
+        )
     return adata, shared
 
 
@@ -227,8 +252,10 @@ def check_request(request: Request, methods: dict[str, dict]) -> tuple[tuple[dic
     """((entry, variant) of the representation, of the classifier): methods of the registry named ``method`` or
     ``method/variant`` (default: its ``default`` variant, else its first); bad settings refused before any compute."""
     chosen = []
-    for role, selector, track in (("--representation", request.representation, "representation"),
-                                  ("--classifier", request.classifier, "annotation")):  # fmt: skip
+    for role, selector, track in (
+        ("--representation", request.representation, "representation"),
+        ("--classifier", request.classifier, "annotation"),
+    ):
         method_id, variant = split_method_selector(selector)
         entry = methods.get(method_id)
         if entry is None or entry["track"] != track:
@@ -236,13 +263,17 @@ def check_request(request: Request, methods: dict[str, dict]) -> tuple[tuple[dic
             raise InputError(f"{role} {selector!r}: not a method of the {track} track ({', '.join(choices)})")
         variant = variant or ("default" if "default" in entry["variants"] else next(iter(entry["variants"])))
         if variant not in entry["variants"]:
-            raise InputError(f"{role} {selector!r}: {method_id} has no variant {variant!r} "
-                             f"({', '.join(entry['variants'])})")  # fmt: skip
+            raise InputError(
+                f"{role} {selector!r}: {method_id} has no variant {variant!r} ({', '.join(entry['variants'])})"
+            )
         chosen.append((entry, variant))
     if request.procedure not in annotation_query.PROCEDURES:
         raise InputError(f"--procedure {request.procedure!r}: one of {', '.join(annotation_query.PROCEDURES)}")
-    for option, value in (("--alpha", request.alpha), ("--level", request.level),
-                          ("--unknown-level", request.alpha if request.unknown_level is None else request.unknown_level)):  # fmt: skip
+    for option, value in (
+        ("--alpha", request.alpha),
+        ("--level", request.level),
+        ("--unknown-level", request.alpha if request.unknown_level is None else request.unknown_level),
+    ):
         if not 0 < value < 1:
             raise InputError(f"{option} {value}: must be in (0, 1)")
     if request.values not in ("auto", *preprocess.VALUES):
@@ -261,8 +292,9 @@ HELD_OUT_PART = "held out"  # the reference's third part in a split file (the an
 IMPORTED_THRESHOLD = 0.5  # an imported tool's own rule: its top type where that type's probability reaches this
 
 
-def imported_proba(request: Request, reference, query, split: np.ndarray,
-                   classes: tuple[str, ...]) -> pd.DataFrame | None:  # fmt: skip
+def imported_proba(
+    request: Request, reference, query, split: np.ndarray, classes: tuple[str, ...]
+) -> pd.DataFrame | None:
     """The scores of ``--probabilities`` for every reference cell then every query cell (None without it). The
     reference's train cells — the tool trained on them, and no set reads their scores — get uniform rows where the
     file lacks them; ``attrs``: the labels the file lacks."""
@@ -271,15 +303,24 @@ def imported_proba(request: Request, reference, query, split: np.ndarray,
     reference_ids, query_ids = pd.Index(reference.obs_names.astype(str)), pd.Index(query.obs_names.astype(str))
     shared = reference_ids[split != "train"].intersection(query_ids)
     if len(shared):
-        raise InputError(f"{request.probabilities}: cell id {shared[0]!r} names a reference cell and a query cell; "
-                         "give the query's cells ids of their own")  # fmt: skip
-    scores = read_probabilities(request.probabilities, classes, {
-        "reference's calibration cells": reference_ids[split == "calibration"],
-        "reference's held-out cells": reference_ids[split == "query"], "query cells": query_ids})  # fmt: skip
+        raise InputError(
+            f"{request.probabilities}: cell id {shared[0]!r} names a reference cell and a query cell; "
+            "give the query's cells ids of their own"
+        )
+    scores = read_probabilities(
+        request.probabilities,
+        classes,
+        {
+            "reference's calibration cells": reference_ids[split == "calibration"],
+            "reference's held-out cells": reference_ids[split == "query"],
+            "query cells": query_ids,
+        },
+    )
     uniform = pd.DataFrame(1.0 / len(classes), index=reference_ids[split == "train"], columns=list(classes))
     rows = pd.concat([scores.drop(index=uniform.index, errors="ignore"), uniform])
-    ordered = pd.DataFrame(np.vstack([rows.loc[reference_ids].to_numpy(), scores.loc[query_ids].to_numpy()]),
-                           columns=list(classes))  # fmt: skip
+    ordered = pd.DataFrame(
+        np.vstack([rows.loc[reference_ids].to_numpy(), scores.loc[query_ids].to_numpy()]), columns=list(classes)
+    )
     ordered.attrs = scores.attrs
     return ordered
 
@@ -290,10 +331,14 @@ def split_table(request: Request) -> pd.DataFrame:
     through ``--probabilities`` (``celldag split``)."""
     reference = read_reference(request)
     part = reference_split(reference, request.seed)
-    return pd.DataFrame({"label": reference.obs["label"].astype(str).to_numpy(),
-                         "batch": reference.obs["batch"].astype(str).to_numpy(),
-                         "part": np.where(part == "query", HELD_OUT_PART, part)},
-                        index=pd.Index(reference.obs_names.astype(str), name="cell"))  # fmt: skip
+    return pd.DataFrame(
+        {
+            "label": reference.obs["label"].astype(str).to_numpy(),
+            "batch": reference.obs["batch"].astype(str).to_numpy(),
+            "part": np.where(part == "query", HELD_OUT_PART, part),
+        },
+        index=pd.Index(reference.obs_names.astype(str), name="cell"),
+    )
 
 
 def reference_split(reference, seed: int) -> np.ndarray:
@@ -320,9 +365,11 @@ def read_probabilities(path: str, classes: tuple[str, ...], needed: dict[str, pd
     for what, ids in needed.items():
         missing = ids[~ids.isin(table.index)]  # in the reference's (the query's) order
         if len(missing):
-            raise InputError(f"{path}: {len(missing):,} of the {len(ids):,} {what} are missing (first: {missing[0]}); "
-                             "the file holds the tool's scores on the reference's calibration and held-out cells "
-                             "(`celldag split` lists them) and on every query cell")  # fmt: skip
+            raise InputError(
+                f"{path}: {len(missing):,} of the {len(ids):,} {what} are missing (first: {missing[0]}); "
+                "the file holds the tool's scores on the reference's calibration and held-out cells "
+                "(`celldag split` lists them) and on every query cell"
+            )
     values = table.reindex(columns=list(classes), fill_value=0.0).to_numpy(dtype=np.float64)
     if not np.isfinite(values).all() or (values < 0).any() or (values.sum(axis=1) <= 0).any():
         raise InputError(f"{path}: scores must be finite and non-negative, with a positive sum in every row")
@@ -352,13 +399,16 @@ def read_pretrained(request: Request, classes: tuple[str, ...]) -> Pretrained | 
     mapped = celltypist_model.label_map(model.types, classes, mapping)
     if len(mapped.labels_without_type) == len(classes):
         how = f"through {request.label_map}" if mapping is not None else "by name (give --label-map)"
-        raise InputError(f"{request.model}: none of its {len(model.types)} types maps {how} onto a reference label "
-                         f"({', '.join(classes[:5])}{', …' if len(classes) > 5 else ''})")  # fmt: skip
+        raise InputError(
+            f"{request.model}: none of its {len(model.types)} types maps {how} onto a reference label "
+            f"({', '.join(classes[:5])}{', …' if len(classes) > 5 else ''})"
+        )
     return Pretrained(model=model, mapped=mapped)
 
 
-def joint_expression(reference, query, shared: pd.Index, values: str,
-                     where: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:  # fmt: skip
+def joint_expression(
+    reference, query, shared: pd.Index, values: str, where: str
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """(log-normalised, scaled, genes): expression of reference then query cells on the shared genes that vary — the
     log-normalised values sparse (CSR float32: a query of 10⁵ cells × every gene stays small), the scaled ones dense
     float32 (what an embedding fits)."""
@@ -366,8 +416,10 @@ def joint_expression(reference, query, shared: pd.Index, values: str,
         try:
             values = preprocess.values_of(query.X)
         except preprocess.AmbiguousValues as why:
-            raise InputError(f"{where}: X is neither clearly counts nor clearly log-normalised: {why}; say which with "
-                             "--values counts or --values lognorm") from None  # fmt: skip
+            raise InputError(
+                f"{where}: X is neither clearly counts nor clearly log-normalised: {why}; say which with "
+                "--values counts or --values lognorm"
+            ) from None
     query_lognorm = preprocess.lognorm_of(query.X, values, where)[:, query.var_names.get_indexer(shared)]
     reference_lognorm = sparse.csr_matrix(reference[:, shared].layers["lognorm"], dtype=np.float32)
     lognorm = sparse.vstack([reference_lognorm, sparse.csr_matrix(query_lognorm, dtype=np.float32)], format="csr")
@@ -412,24 +464,43 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     split = reference_split(reference, request.seed)
     imported = imported_proba(request, reference, query, split, classes)
     held_out_batch = np.char.add(HELD_OUT_BATCH_PREFIX, reference_batch)
-    batch = np.concatenate([np.where(split == "train", reference_batch, held_out_batch),
-                            np.char.add(QUERY_BATCH_PREFIX, query_batch)])  # fmt: skip
+    batch = np.concatenate(
+        [np.where(split == "train", reference_batch, held_out_batch), np.char.add(QUERY_BATCH_PREFIX, query_batch)]
+    )
     names = (*reference.obs_names.astype(str), *(f"query:{name}" for name in query.obs_names.astype(str)))
     # the embedding is fitted on the classifier's train cells alone: the calibration and held-out reference cells are
     # then out of its fit, as the lab's cells are, so the unknown-type distance is calibrated on cells like the query
     fit = np.concatenate([split == "train", np.zeros(query.n_obs, dtype=bool)])
-    inputs = RepresentationInput(names=tuple(names), features=scaled, gene_names=tuple(shared), batch=batch,
-                                 train_mask=fit, lognorm=lognorm, counts=None)  # fmt: skip
+    inputs = RepresentationInput(
+        names=tuple(names),
+        features=scaled,
+        gene_names=tuple(shared),
+        batch=batch,
+        train_mask=fit,
+        lognorm=lognorm,
+        counts=None,
+    )
     with clock.stage("embedding"):
-        embedding = np.asarray(ran(representation, inputs, request.seed, request.threads,
-                                   f"representation {request.representation}").embedding, dtype=np.float32)  # fmt: skip
+        embedding = np.asarray(
+            ran(
+                representation, inputs, request.seed, request.threads, f"representation {request.representation}"
+            ).embedding,
+            dtype=np.float32,
+        )
     with clock.stage("classifier"):
         if imported is not None:
             proba, sigmoid = imported.to_numpy(), None
         elif pretrained is None:
-            classified = AnnotationInput(features=embedding, labels={"reference": reference_labels[split == "train"]},
-                                         batch=batch, classes=classes, fits={"reference": fit}, names=tuple(names), expression=lognorm,
-                                         genes=genes)  # fmt: skip
+            classified = AnnotationInput(
+                features=embedding,
+                labels={"reference": reference_labels[split == "train"]},
+                batch=batch,
+                classes=classes,
+                fits={"reference": fit},
+                names=tuple(names),
+                expression=lognorm,
+                genes=genes,
+            )
             result = ran(classifier, classified, request.seed, request.threads, f"classifier {request.classifier}")
             proba, sigmoid = result.obsm["proba_reference"], result.obsm.get("sigmoid_reference")
         else:
@@ -446,14 +517,33 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     with clock.stage("novelty distances"):  # each cell's 10th-nearest reference train cell in the embedding
         distances = novelty.novelty_distances(embedding, fit)
     with clock.stage("sets and tests"):  # the conformal sets, the unknown-type tests and the shift tests
-        found = annotation_query.annotate_query(proba, reference_labels, split, query_batch, query_labels, classes,
-                                                request.alpha, request.procedure, soft, request.level,
-                                                request.unknown_level, distances, request.no_empty_sets)  # fmt: skip
+        found = annotation_query.annotate_query(
+            proba,
+            reference_labels,
+            split,
+            query_batch,
+            query_labels,
+            classes,
+            request.alpha,
+            request.procedure,
+            soft,
+            request.level,
+            request.unknown_level,
+            distances,
+            request.no_empty_sets,
+        )
     cells = cell_table(query, found, classes, proba[n_reference:], query_batch)
     native = None
     if sigmoid is not None or imported is not None:
-        native = native_rules(proba if sigmoid is None else sigmoid, classes, reference_labels[split == "query"],
-                              split == "query", query_batch, query_labels, imported=sigmoid is None)  # fmt: skip
+        native = native_rules(
+            proba if sigmoid is None else sigmoid,
+            classes,
+            reference_labels[split == "query"],
+            split == "query",
+            query_batch,
+            query_labels,
+            imported=sigmoid is None,
+        )
         cells = cells.assign(**native.cells)
     index = {name: i for i, name in enumerate(classes)}
     calibration_codes = np.array([index[label] for label in reference_labels[split == "calibration"]], dtype=int)
@@ -461,44 +551,71 @@ def annotate(request: Request, methods: dict[str, dict]) -> Path:
     rare = [name for name, is_rare in zip(classes, rare_mask) if is_rare]
     holds_rare = found.sets[:, rare_mask].any(axis=1)  # each query cell's set holds a rare type
     batches = batch_table(found, cells, rare, holds_rare, None if native is None else native.batches)
-    facts = {"genes_shared": len(shared), "genes_used": int(lognorm.shape[1]), "reference_genes": reference.n_vars,
-             "reference_cells": n_reference, "calibration_cells": int((split == "calibration").sum()),
-             "query_cells": query.n_obs, "classes": list(classes),
-             "held_out_coverage": found.held_out_coverage, "held_out_set_size": found.held_out_set_size,
-             "held_out_unknown": found.held_out_unknown, "held_out_flagged": found.held_out_flagged,
-             "rare_types": rare, "rare_in_set_share": float(holds_rare.mean()),
-             "training_conditional": conformal.training_conditional_risk(int((split == "calibration").sum()),
-                                                                         request.alpha),
-             "query_proportions": found.query_proportions,
-             "native_rule": None if native is None else {"tool": native.tool, **native.held_out}}  # fmt: skip
+    facts = {
+        "genes_shared": len(shared),
+        "genes_used": int(lognorm.shape[1]),
+        "reference_genes": reference.n_vars,
+        "reference_cells": n_reference,
+        "calibration_cells": int((split == "calibration").sum()),
+        "query_cells": query.n_obs,
+        "classes": list(classes),
+        "held_out_coverage": found.held_out_coverage,
+        "held_out_set_size": found.held_out_set_size,
+        "held_out_unknown": found.held_out_unknown,
+        "held_out_flagged": found.held_out_flagged,
+        "rare_types": rare,
+        "rare_in_set_share": float(holds_rare.mean()),
+        "training_conditional": conformal.training_conditional_risk(int((split == "calibration").sum()), request.alpha),
+        "query_proportions": found.query_proportions,
+        "native_rule": None if native is None else {"tool": native.tool, **native.held_out},
+    }
     if imported is not None:
         facts["labels_missing_from_probabilities"] = imported.attrs["labels_missing"]
     if pretrained is not None:
-        facts |= {"model_genes_used": int(np.isin(genes, pretrained.model.genes).sum()),
-                  "model_genes": int(pretrained.model.genes.size),
-                  "unmapped_model_types": list(pretrained.mapped.unmapped_types),
-                  "labels_without_model_type": list(pretrained.mapped.labels_without_type)}  # fmt: skip
-    inputs = [path for path in (request.reference, request.query, request.model, request.label_map,
-                                request.probabilities) if path]  # fmt: skip
+        facts |= {
+            "model_genes_used": int(np.isin(genes, pretrained.model.genes).sum()),
+            "model_genes": int(pretrained.model.genes.size),
+            "unmapped_model_types": list(pretrained.mapped.unmapped_types),
+            "labels_without_model_type": list(pretrained.mapped.labels_without_type),
+        }
+    inputs = [
+        path
+        for path in (request.reference, request.query, request.model, request.label_map, request.probabilities)
+        if path
+    ]
     with clock.stage("checksums"):
         checksums = {path: artifacts.sha256_file(path) for path in inputs}
-    record = clock.record(seed=request.seed, config=asdict(request), input_checksums=checksums,
-                          command="celldag annotate", facts=facts,
-                          stage_seconds={name: round(seconds, 3) for name, seconds in clock.stages.items()})  # fmt: skip
+    record = clock.record(
+        seed=request.seed,
+        config=asdict(request),
+        input_checksums=checksums,
+        command="celldag annotate",
+        facts=facts,
+        stage_seconds={name: round(seconds, 3) for name, seconds in clock.stages.items()},
+    )
     return write_outputs(request, query, cells, batches, record, report(request, facts, batches, cells))
 
 
-def cell_table(query, found: annotation_query.QueryAnnotation, classes: tuple[str, ...], proba: np.ndarray,
-               query_batch: np.ndarray) -> pd.DataFrame:  # fmt: skip
+def cell_table(
+    query, found: annotation_query.QueryAnnotation, classes: tuple[str, ...], proba: np.ndarray, query_batch: np.ndarray
+) -> pd.DataFrame:
     """One row per query cell: batch, call, set (types joined by '|'), set size, unknown, best type, its p."""
     names = np.asarray(classes, dtype=object)
     verdicts = {test.batch: test.verdict for test in found.tests}
-    return pd.DataFrame({
-        "batch": query_batch, "call": found.calls,
-        "set": ["|".join(names[row]) for row in found.sets], "set_size": found.sets.sum(axis=1),
-        "unknown_type": found.unknown, "unknown_by": found.unknown_by, "best_type": names[proba.argmax(axis=1)], "best_probability": proba.max(axis=1),
-        "batch_shift": [verdicts[b] for b in query_batch],
-    }, index=pd.Index(query.obs_names.astype(str), name="cell"))  # fmt: skip
+    return pd.DataFrame(
+        {
+            "batch": query_batch,
+            "call": found.calls,
+            "set": ["|".join(names[row]) for row in found.sets],
+            "set_size": found.sets.sum(axis=1),
+            "unknown_type": found.unknown,
+            "unknown_by": found.unknown_by,
+            "best_type": names[proba.argmax(axis=1)],
+            "best_probability": proba.max(axis=1),
+            "batch_shift": [verdicts[b] for b in query_batch],
+        },
+        index=pd.Index(query.obs_names.astype(str), name="cell"),
+    )
 
 
 @dataclass(frozen=True)
@@ -511,8 +628,15 @@ class NativeRules:
     held_out: dict[str, float]  # the same on the reference's held-out cells (labels known)
 
 
-def native_rules(scores: np.ndarray, classes: tuple[str, ...], held_out_labels: np.ndarray, held_out: np.ndarray,
-                 query_batch: np.ndarray, query_labels: np.ndarray | None, imported: bool = False) -> NativeRules:  # fmt: skip
+def native_rules(
+    scores: np.ndarray,
+    classes: tuple[str, ...],
+    held_out_labels: np.ndarray,
+    held_out: np.ndarray,
+    query_batch: np.ndarray,
+    query_labels: np.ndarray | None,
+    imported: bool = False,
+) -> NativeRules:
     """The tool's own rule on ``scores`` (reference cells then query cells), scored on the reference's ``held_out``
     cells and on the query's labelled cells of each batch: CellTypist's prob match on its sigmoids (every type over
     0.5; none: Unassigned) and best match (the top type); for imported probabilities (``imported``) the top type
@@ -530,24 +654,41 @@ def native_rules(scores: np.ndarray, classes: tuple[str, ...], held_out_labels: 
 
     def scored(rows: np.ndarray, truth: np.ndarray) -> dict[str, float]:
         labelled = truth != ""
-        hits = np.array([matched[row, index[label]] if label in index else False
-                         for row, label in zip(rows[labelled], truth[labelled])], dtype=bool)  # fmt: skip
-        return {"unassigned_share": float((~matched[rows].any(axis=1)).mean()),
-                "set_size": float(matched[rows].sum(axis=1).mean()),
-                "coverage": float(hits.mean()) if labelled.any() else np.nan,
-                "top_accuracy": float((names[top[rows]][labelled] == truth[labelled]).mean())
-                if labelled.any() else np.nan}  # fmt: skip
+        hits = np.array(
+            [
+                matched[row, index[label]] if label in index else False
+                for row, label in zip(rows[labelled], truth[labelled])
+            ],
+            dtype=bool,
+        )
+        return {
+            "unassigned_share": float((~matched[rows].any(axis=1)).mean()),
+            "set_size": float(matched[rows].sum(axis=1).mean()),
+            "coverage": float(hits.mean()) if labelled.any() else np.nan,
+            "top_accuracy": float((names[top[rows]][labelled] == truth[labelled]).mean()) if labelled.any() else np.nan,
+        }
 
     query_rows = np.arange(n_reference, scores.shape[0])
     truth = np.full(query_rows.size, "", dtype=object) if query_labels is None else np.asarray(query_labels, object)
-    batches = pd.DataFrame({batch: scored(query_rows[query_batch == batch], truth[query_batch == batch])
-                            for batch in np.unique(query_batch)}).T  # fmt: skip
+    batches = pd.DataFrame(
+        {
+            batch: scored(query_rows[query_batch == batch], truth[query_batch == batch])
+            for batch in np.unique(query_batch)
+        }
+    ).T
     calls = np.array(["|".join(names[row]) or celltypist_model.UNASSIGNED for row in matched[query_rows]])
     tool = "tool" if imported else CELLTYPIST
-    cells = {"tool_call": calls} if imported else {"celltypist_best_match": names[top[query_rows]],
-                                                   "celltypist_prob_match": calls}  # fmt: skip
-    return NativeRules(tool=tool, cells=cells, batches=batches.add_prefix(f"{tool}_"),
-                       held_out=scored(np.flatnonzero(held_out), np.asarray(held_out_labels, dtype=object)))  # fmt: skip
+    cells = (
+        {"tool_call": calls}
+        if imported
+        else {"celltypist_best_match": names[top[query_rows]], "celltypist_prob_match": calls}
+    )
+    return NativeRules(
+        tool=tool,
+        cells=cells,
+        batches=batches.add_prefix(f"{tool}_"),
+        held_out=scored(np.flatnonzero(held_out), np.asarray(held_out_labels, dtype=object)),
+    )
 
 
 # what each procedure of ``celldag annotate`` does with a type of too few calibration cells (docs/annotation.md)
@@ -561,8 +702,13 @@ RARE_TYPE_RULE = {
 }
 
 
-def batch_table(found: annotation_query.QueryAnnotation, cells: pd.DataFrame, rare: list[str],
-                holds_rare: np.ndarray, native: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+def batch_table(
+    found: annotation_query.QueryAnnotation,
+    cells: pd.DataFrame,
+    rare: list[str],
+    holds_rare: np.ndarray,
+    native: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per query batch: its shift test, mean set size, shares unknown and ambiguous, labelled coverage, the
     reference's rare types (fewer than ⌈(1 − α)/α⌉ calibration cells) and the share of its cells whose set holds one
     (``holds_rare``, per query cell); then CellTypist's own rules (``native``, per batch) for a CellTypist model."""
@@ -570,15 +716,25 @@ def batch_table(found: annotation_query.QueryAnnotation, cells: pd.DataFrame, ra
     for test in found.tests:
         in_batch = cells["batch"] == test.batch
         members = cells[in_batch]
-        rows.append({"batch": test.batch, "cells": len(members), "verdict": test.verdict, "test": test.test,
-                     "tested_cells": test.query_cells, "calibration_cells": test.calibration_cells,
-                     "effect": test.statistic, "p": test.p_value, "holm_p": test.adjusted_p,
-                     "mean_set_size": float(members["set_size"].mean()),
-                     "unknown_share": float(members["unknown_type"].mean()),
-                     "ambiguous_share": float((members["call"] == annotation_query.AMBIGUOUS).mean()),
-                     "labelled_coverage": found.query_labelled_coverage.get(test.batch, np.nan),
-                     "rare_types": "|".join(rare),
-                     "rare_in_set_share": float(holds_rare[in_batch.to_numpy()].mean())})  # fmt: skip
+        rows.append(
+            {
+                "batch": test.batch,
+                "cells": len(members),
+                "verdict": test.verdict,
+                "test": test.test,
+                "tested_cells": test.query_cells,
+                "calibration_cells": test.calibration_cells,
+                "effect": test.statistic,
+                "p": test.p_value,
+                "holm_p": test.adjusted_p,
+                "mean_set_size": float(members["set_size"].mean()),
+                "unknown_share": float(members["unknown_type"].mean()),
+                "ambiguous_share": float((members["call"] == annotation_query.AMBIGUOUS).mean()),
+                "labelled_coverage": found.query_labelled_coverage.get(test.batch, np.nan),
+                "rare_types": "|".join(rare),
+                "rare_in_set_share": float(holds_rare[in_batch.to_numpy()].mean()),
+            }
+        )
     table = pd.DataFrame(rows)
     return table if native is None else table.join(native, on="batch")
 
@@ -588,81 +744,141 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
     shifted = int(batches["verdict"].str.startswith("shifted").sum())
     blocks = [
         Heading(1, f"celldag annotate: {Path(request.query).name}"),
-        Paragraph((f"{facts['query_cells']:,} query cells in {len(batches)} batches annotated from "
-                  f"{Path(request.reference).name} ({facts['reference_cells']:,} cells, {len(facts['classes'])} types) "
-                  f"on {facts['genes_used']:,} shared genes: embedding {request.representation}, classifier "
-                  f"{classifier_name(request)}, sets by {request.procedure} at α = {request.alpha:g}, calibrated on "
-                  f"{facts['calibration_cells']:,} reference cells"
-                  + (", the top label added to an empty set (--no-empty-sets: coverage can only grow, the promise "
-                     "is kept)" if request.no_empty_sets else "") + f". Seed {request.seed}.",)),
-        Paragraph((f"Reference check (held-out reference cells, labels known): coverage "
-                  f"{facts['held_out_coverage']:.3f} (promised ≥ {1 - request.alpha:.2f}), mean set size "
-                  f"{facts['held_out_set_size']:.2f}, flagged unknown type {facts['held_out_unknown']:.3f} (all are of "
-                  f"known types, out of the embedding's fit as the query is: at most {unknown_level(request):g} plus "
-                  f"binomial noise by design; by distance {facts['held_out_flagged']['distance']:.3f}, by doubt "
-                  f"{facts['held_out_flagged']['doubt']:.3f}, each at most {unknown_level(request) / 2:g}).",)),
-        Paragraph((f"Shift test per batch (one-sided, Holm over batches at {request.level:g}): {shifted} of "
-                  f"{len(batches)} batches shifted. A shifted batch's cells conform less to the classifier than the "
-                  "calibration cells did: the sets' coverage promise is not supported there. 'No shift detected' is "
-                  "not a proof of exchangeability.",)),
-        Table(("batch", "cells", "verdict", "test", "mean set size", "unknown type", "ambiguous", "labelled coverage"),
-              tuple((row.batch, f"{row.cells:,}", row.verdict, row.test, f"{row.mean_set_size:.2f}",
-                f"{row.unknown_share:.3f}", f"{row.ambiguous_share:.3f}",
-                "–" if np.isnan(row.labelled_coverage) else f"{row.labelled_coverage:.3f}")
-                    for row in batches.itertuples())),
-        Paragraph(("Calls: " + ", ".join(f"{call} {count:,}" for call, count in cells["call"].value_counts().items())
-                  + f". '{annotation_query.UNKNOWN}': farther from the reference's cells in the embedding, or doubted by "
-                  f"the classifier more, than all but {unknown_level(request) / 2:g} of its calibration cells (a type "
-                  "the reference lacks, damaged cells; on a shifted batch, also the shift; `unknown_by` in cells.tsv "
-                  f"says which); '{annotation_query.AMBIGUOUS}': several types fit.",)),
-    ]  # fmt: skip
+        Paragraph(
+            (
+                f"{facts['query_cells']:,} query cells in {len(batches)} batches annotated from "
+                f"{Path(request.reference).name} ({facts['reference_cells']:,} cells, {len(facts['classes'])} types) "
+                f"on {facts['genes_used']:,} shared genes: embedding {request.representation}, classifier "
+                f"{classifier_name(request)}, sets by {request.procedure} at α = {request.alpha:g}, calibrated on "
+                f"{facts['calibration_cells']:,} reference cells"
+                + (
+                    ", the top label added to an empty set (--no-empty-sets: coverage can only grow, the promise "
+                    "is kept)"
+                    if request.no_empty_sets
+                    else ""
+                )
+                + f". Seed {request.seed}.",
+            )
+        ),
+        Paragraph(
+            (
+                f"Reference check (held-out reference cells, labels known): coverage "
+                f"{facts['held_out_coverage']:.3f} (promised ≥ {1 - request.alpha:.2f}), mean set size "
+                f"{facts['held_out_set_size']:.2f}, flagged unknown type {facts['held_out_unknown']:.3f} (all are of "
+                f"known types, out of the embedding's fit as the query is: at most {unknown_level(request):g} plus "
+                f"binomial noise by design; by distance {facts['held_out_flagged']['distance']:.3f}, by doubt "
+                f"{facts['held_out_flagged']['doubt']:.3f}, each at most {unknown_level(request) / 2:g}).",
+            )
+        ),
+        Paragraph(
+            (
+                f"Shift test per batch (one-sided, Holm over batches at {request.level:g}): {shifted} of "
+                f"{len(batches)} batches shifted. A shifted batch's cells conform less to the classifier than the "
+                "calibration cells did: the sets' coverage promise is not supported there. 'No shift detected' is "
+                "not a proof of exchangeability.",
+            )
+        ),
+        Table(
+            ("batch", "cells", "verdict", "test", "mean set size", "unknown type", "ambiguous", "labelled coverage"),
+            tuple(
+                (
+                    row.batch,
+                    f"{row.cells:,}",
+                    row.verdict,
+                    row.test,
+                    f"{row.mean_set_size:.2f}",
+                    f"{row.unknown_share:.3f}",
+                    f"{row.ambiguous_share:.3f}",
+                    "–" if np.isnan(row.labelled_coverage) else f"{row.labelled_coverage:.3f}",
+                )
+                for row in batches.itertuples()
+            ),
+        ),
+        Paragraph(
+            (
+                "Calls: "
+                + ", ".join(f"{call} {count:,}" for call, count in cells["call"].value_counts().items())
+                + f". '{annotation_query.UNKNOWN}': farther from the reference's cells in the embedding, or doubted by "
+                f"the classifier more, than all but {unknown_level(request) / 2:g} of its calibration cells (a type "
+                "the reference lacks, damaged cells; on a shifted batch, also the shift; `unknown_by` in cells.tsv "
+                f"says which); '{annotation_query.AMBIGUOUS}': several types fit.",
+            )
+        ),
+    ]
     rare = facts["rare_types"]
-    blocks.append(Paragraph((
-        (f"Rare types (fewer than ⌈(1 − α)/α⌉ = {conformal.min_calibration_cells(request.alpha)} calibration cells): "
-         f"{', '.join(rare)} — by {request.procedure}: {RARE_TYPE_RULE[request.procedure]}; in "
-         f"{facts['rare_in_set_share']:.1%} of the query's sets."
-         if rare else "Every type has enough calibration cells to be calibrated on its own.")
-        + f" Training-conditional coverage: the promise holds on average over calibration sets; with "
-        f"{facts['calibration_cells']:,} calibration cells, the chance that this calibration set gives split "
-        f"conformal a coverage below 1 − α − {conformal.TRAINING_CONDITIONAL_SLACK:g} is "
-        f"{facts['training_conditional']:.1%} (Beta law; a group of fewer cells is calibrated less tightly).",)))  # fmt: skip
+    blocks.append(
+        Paragraph(
+            (
+                (
+                    f"Rare types (fewer than ⌈(1 − α)/α⌉ = {conformal.min_calibration_cells(request.alpha)} calibration cells): "
+                    f"{', '.join(rare)} — by {request.procedure}: {RARE_TYPE_RULE[request.procedure]}; in "
+                    f"{facts['rare_in_set_share']:.1%} of the query's sets."
+                    if rare
+                    else "Every type has enough calibration cells to be calibrated on its own."
+                )
+                + f" Training-conditional coverage: the promise holds on average over calibration sets; with "
+                f"{facts['calibration_cells']:,} calibration cells, the chance that this calibration set gives split "
+                f"conformal a coverage below 1 − α − {conformal.TRAINING_CONDITIONAL_SLACK:g} is "
+                f"{facts['training_conditional']:.1%} (Beta law; a group of fewer cells is calibrated less tightly).",
+            )
+        )
+    )
     if facts["native_rule"] is not None:
         blocks.append(native_paragraph(facts, batches))
     if request.model is not None:
-        blocks.append(Paragraph((
-            f"Model {Path(request.model).name}: {facts['model_genes_used']:,} of its {facts['model_genes']:,} genes "
-            "are among the genes reference and query share (the others are left out of every decision, for the "
-            "calibration cells as for the query's). Its types that map onto no reference label, dropped: "
-            f"{', '.join(facts['unmapped_model_types']) or 'none'}. Reference labels no type maps to (never in a "
-            f"set unless the threshold takes every label): {', '.join(facts['labels_without_model_type']) or 'none'}."
-            " A label takes the largest sigmoid of its types.",)))  # fmt: skip
+        blocks.append(
+            Paragraph(
+                (
+                    f"Model {Path(request.model).name}: {facts['model_genes_used']:,} of its {facts['model_genes']:,} genes "
+                    "are among the genes reference and query share (the others are left out of every decision, for the "
+                    "calibration cells as for the query's). Its types that map onto no reference label, dropped: "
+                    f"{', '.join(facts['unmapped_model_types']) or 'none'}. Reference labels no type maps to (never in a "
+                    f"set unless the threshold takes every label): {', '.join(facts['labels_without_model_type']) or 'none'}."
+                    " A label takes the largest sigmoid of its types.",
+                )
+            )
+        )
     if facts["query_proportions"]:
-        blocks.append(Paragraph(("The query's type proportions, estimated from its unlabelled cells (label_shift; "
-                                 "P(X | Y) assumed unchanged): " + ", ".join(
-                                     f"{label} {share:.3f}" for label, share in facts["query_proportions"].items())
-                                 + ". With few calibration cells of a type its share is noisy, and the sets grow.",)))  # fmt: skip
+        blocks.append(
+            Paragraph(
+                (
+                    "The query's type proportions, estimated from its unlabelled cells (label_shift; "
+                    "P(X | Y) assumed unchanged): "
+                    + ", ".join(f"{label} {share:.3f}" for label, share in facts["query_proportions"].items())
+                    + ". With few calibration cells of a type its share is noisy, and the sets grow.",
+                )
+            )
+        )
     return markdown(blocks)
 
 
 def native_paragraph(facts: dict, batches: pd.DataFrame) -> Paragraph:
     """The tool's own rule beside the sets: on the held-out reference cells, and per batch with labelled cells."""
     held, tool = facts["native_rule"], facts["native_rule"]["tool"]
-    rule = ("CellTypist's own rules on the same sigmoids (cells.tsv: celltypist_best_match, celltypist_prob_match): "
-            "prob match (every type over 0.5)" if tool == CELLTYPIST else
-            f"The tool's own rule on its probabilities (cells.tsv: tool_call): its top type where that type's "
-            f"probability reaches {IMPORTED_THRESHOLD:g}")  # fmt: skip
+    rule = (
+        "CellTypist's own rules on the same sigmoids (cells.tsv: celltypist_best_match, celltypist_prob_match): "
+        "prob match (every type over 0.5)"
+        if tool == CELLTYPIST
+        else f"The tool's own rule on its probabilities (cells.tsv: tool_call): its top type where that type's "
+        f"probability reaches {IMPORTED_THRESHOLD:g}"
+    )
     top = "best match" if tool == CELLTYPIST else "its top type"
     labelled = batches.dropna(subset=[f"{tool}_coverage"])
-    per_batch = "; ".join(f"{row['batch']}: the rule covers {row[f'{tool}_coverage']:.3f} at {row[f'{tool}_set_size']:.2f} "
-                          f"types, {top} right on {row[f'{tool}_top_accuracy']:.3f}"
-                          for _, row in labelled.iterrows())  # fmt: skip
+    per_batch = "; ".join(
+        f"{row['batch']}: the rule covers {row[f'{tool}_coverage']:.3f} at {row[f'{tool}_set_size']:.2f} "
+        f"types, {top} right on {row[f'{tool}_top_accuracy']:.3f}"
+        for _, row in labelled.iterrows()
+    )
     missing = facts.get("labels_missing_from_probabilities") or []
-    return Paragraph((
-        f"{rule}: on the held-out reference cells it covers {held['coverage']:.3f} at {held['set_size']:.2f} types "
-        f"with {held['unassigned_share']:.1%} Unassigned, and {top} is right on {held['top_accuracy']:.3f} — "
-        "without a promise, where the sets above promise ≥ 1 − α."
-        + (f" Labelled query cells — {per_batch}." if per_batch else "")
-        + (f" Labels the probability file lacks (scored 0): {', '.join(missing)}." if missing else ""),))  # fmt: skip
+    return Paragraph(
+        (
+            f"{rule}: on the held-out reference cells it covers {held['coverage']:.3f} at {held['set_size']:.2f} types "
+            f"with {held['unassigned_share']:.1%} Unassigned, and {top} is right on {held['top_accuracy']:.3f} — "
+            "without a promise, where the sets above promise ≥ 1 − α."
+            + (f" Labelled query cells — {per_batch}." if per_batch else "")
+            + (f" Labels the probability file lacks (scored 0): {', '.join(missing)}." if missing else ""),
+        )
+    )
 
 
 def classifier_name(request: Request) -> str:
@@ -675,8 +891,7 @@ def unknown_level(request: Request) -> float:
     return request.alpha if request.unknown_level is None else request.unknown_level
 
 
-def write_outputs(request: Request, query, cells: pd.DataFrame, batches: pd.DataFrame, record: dict,
-                  text: str) -> Path:  # fmt: skip
+def write_outputs(request: Request, query, cells: pd.DataFrame, batches: pd.DataFrame, record: dict, text: str) -> Path:
     """Every output written into a fresh folder beside ``out``, which then takes its place: never half written."""
     out = Path(request.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -709,5 +924,6 @@ def write_into(folder: Path, query, cells: pd.DataFrame, batches: pd.DataFrame, 
 def check_out(out: Path) -> None:
     """``out`` may be new or a previous ``celldag annotate``'s folder, never a folder of other files."""
     if out.exists() and (not out.is_dir() or any(p.name not in (*OUTPUTS, SNAKEMAKE_MARK) for p in out.iterdir())):
-        raise InputError(f"{out}: exists and holds other files than celldag annotate's ({', '.join(OUTPUTS)}); "
-                         "choose another --out")  # fmt: skip
+        raise InputError(
+            f"{out}: exists and holds other files than celldag annotate's ({', '.join(OUTPUTS)}); choose another --out"
+        )

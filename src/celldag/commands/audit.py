@@ -46,8 +46,14 @@ from celldag.results.tolerance import CUDA_TOLERANCE, Tolerance, plural
 from celldag.tracks import load_track, tracks_of
 
 EVALUATE_THREADS = 1  # workflow/rules/evaluate.smk: the scoring job's threads
-SNAKEMAKE_THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")  # what Snakemake sets for a job  # fmt: skip
+SNAKEMAKE_THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)  # what Snakemake sets for a job
 SHOWN_RUNS = 4  # runs named per changed input before "…"
 
 
@@ -80,8 +86,10 @@ def named_runs(texts: list[str], runs: tuple[planning.Run, ...]) -> list[plannin
     by_id = {run.name: run for run in runs}
     unknown = [text for text in texts if text not in by_id]
     if unknown:
-        raise InputError(f"--run {unknown[0]}: not a run of this configuration "
-                         f"(DATASET/METHOD/VARIANT/SEED, e.g. {next(iter(by_id))})")  # fmt: skip
+        raise InputError(
+            f"--run {unknown[0]}: not a run of this configuration "
+            f"(DATASET/METHOD/VARIANT/SEED, e.g. {next(iter(by_id))})"
+        )
     return [by_id[text] for text in dict.fromkeys(texts)]
 
 
@@ -121,8 +129,11 @@ def recorded_files(records: dict[planning.Run, dict]) -> dict[tuple[str, str, st
     """(kind, path, recorded sha256) → the runs that recorded it; kind: input, source or output."""
     uses = defaultdict(list)
     for run, record in sorted(records.items(), key=lambda item: item[0].record):
-        for kind, checksums in (("input", record["input_sha256"]), ("source", record["source_sha256"]),
-                                ("output", {run.output: record["output_sha256"]})):  # fmt: skip
+        for kind, checksums in (
+            ("input", record["input_sha256"]),
+            ("source", record["source_sha256"]),
+            ("output", {run.output: record["output_sha256"]}),
+        ):
             for path, digest in checksums.items():
                 uses[(kind, path, digest)].append(run.name)
     return uses
@@ -158,12 +169,20 @@ def check_scores_table(path: str, digest: Digests, report: Report) -> None:
 
     table = pd.read_parquet(path)
     now = score_digests(table)
-    values = {(f"{d}/{m}/{v}/{s}", metric): value for d, m, v, s, metric, value
-              in table[["dataset", "method", "variant", "seed", "metric", "value"]].itertuples(index=False)}  # fmt: skip
+    values = {
+        (f"{d}/{m}/{v}/{s}", metric): value
+        for d, m, v, s, metric, value in table[["dataset", "method", "variant", "seed", "metric", "value"]].itertuples(
+            index=False
+        )
+    }
     for run, metric in edited_rows(recorded["rows"], now):
         value = f"now {values[run, metric]!r}" if (run, metric) in values else "row removed"
-        report.say(f"score changed: {run} {metric} in {path} ({value}; not the row its evaluate job wrote, "
-                   f"whose digest is in {sidecar})", problem=True, kind="changed")  # fmt: skip
+        report.say(
+            f"score changed: {run} {metric} in {path} ({value}; not the row its evaluate job wrote, "
+            f"whose digest is in {sidecar})",
+            problem=True,
+            kind="changed",
+        )
     if now == recorded["rows"]:  # same rows, other bytes (e.g. rewritten by another parquet writer)
         report.say(f"scores file changed: {path} (its rows are those evaluate wrote)", problem=True, kind="changed")
 
@@ -203,14 +222,25 @@ def check_aggregate(plan, config, registries, readable: int, report: Report) -> 
     evaluation = config["evaluation"]
     with tempfile.TemporaryDirectory(prefix="celldag-audit-") as scratch:
         rebuilt = {kind: str(Path(scratch) / Path(path).name) for kind, path in shown.items()}
-        aggregate(score_paths=score_paths, record_paths=records, scores_path=rebuilt["scores"],
-                  runs_path=rebuilt["runs"], leaderboard_path=rebuilt["leaderboard"], baseline=evaluation["delta_baseline"],
-                  paired=evaluation["paired"], notes=evaluation["notes"], tracks=tracks_of(registries.tracks),
-                  kinds=planning.method_kinds(registries) | planning.chained_kinds(plan.chained, registries),
-                  alpha=annotation_options(evaluation)["alpha"], floor_cards_path=rebuilt["floor_cards"],
-                  qc_path=rebuilt["qc"], missing=qc.missing_citations(registries, plan),
-                  recorded={kind: pd.read_parquet(shown[kind]) for kind in ("floor_cards", "qc")
-                            if Path(shown[kind]).is_file()})  # fmt: skip
+        aggregate(
+            score_paths=score_paths,
+            record_paths=records,
+            scores_path=rebuilt["scores"],
+            runs_path=rebuilt["runs"],
+            leaderboard_path=rebuilt["leaderboard"],
+            baseline=evaluation["delta_baseline"],
+            paired=evaluation["paired"],
+            notes=evaluation["notes"],
+            tracks=tracks_of(registries.tracks),
+            kinds=planning.method_kinds(registries) | planning.chained_kinds(plan.chained, registries),
+            alpha=annotation_options(evaluation)["alpha"],
+            floor_cards_path=rebuilt["floor_cards"],
+            qc_path=rebuilt["qc"],
+            missing=qc.missing_citations(registries, plan),
+            recorded={
+                kind: pd.read_parquet(shown[kind]) for kind in ("floor_cards", "qc") if Path(shown[kind]).is_file()
+            },
+        )
         for kind, path in shown.items():
             report.counts["aggregate files"] += 1
             if not Path(path).is_file():
@@ -246,8 +276,12 @@ def compare_rows(path: str, rebuilt_path: str, keys: list[str], report: Report) 
             ]
             if changed:
                 column = changed[0]
-                report.say(f"aggregate row changed: {name} in {path} ({column} now {now[key].get(column)!r}; the tables it "
-                           f"is built from give {expected[key][column]!r})", problem=True, kind="changed")  # fmt: skip
+                report.say(
+                    f"aggregate row changed: {name} in {path} ({column} now {now[key].get(column)!r}; the tables it "
+                    f"is built from give {expected[key][column]!r})",
+                    problem=True,
+                    kind="changed",
+                )
 
 
 def same_value(a, b) -> bool:
@@ -267,8 +301,12 @@ def compare_lines(path: str, rebuilt_path: str, report: Report) -> None:
     first = differing[0]
     shown = now[first] if first < len(now) else "(no line)"
     wanted = expected[first] if first < len(expected) else "(no line)"
-    report.say(f"leaderboard changed: {path} line {first + 1}: {shown!r}; the scores give {wanted!r} "
-               f"({plural(len(differing), 'differing line')})", problem=True, kind="changed")  # fmt: skip
+    report.say(
+        f"leaderboard changed: {path} line {first + 1}: {shown!r}; the scores give {wanted!r} "
+        f"({plural(len(differing), 'differing line')})",
+        problem=True,
+        kind="changed",
+    )
 
 
 def edited_rows(recorded: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> list[tuple[str, str]]:
@@ -293,8 +331,9 @@ def tolerance_of(record: dict) -> Tolerance | None:
 def sample_runs(records: dict[planning.Run, dict], size: int, seed: int) -> list[planning.Run]:
     """A seeded sample of the ``ok`` runs: the same results and seed give the same sample. Chained runs
     (annotation) are checked by their files and scores, not re-run: their inputs are checked outputs."""
-    finished = sorted(run for run, record in records.items()
-                      if record["status"] == "ok" and isinstance(run, planning.Run))  # fmt: skip
+    finished = sorted(
+        run for run, record in records.items() if record["status"] == "ok" and isinstance(run, planning.Run)
+    )
     return sorted(random.Random(seed).sample(finished, min(size, len(finished))))
 
 
@@ -308,12 +347,20 @@ def rerun_kwargs(run: planning.Run, record: dict, scratch: Path) -> dict:
     method = config["method"] | {"params": config["params"], "variants": {config["variant"]: {}}}
     run_dir = scratch / run.path(planning.RUN_DIR)
     return dict(
-        prepared_path=record["inputs"]["prepared"], gene_table_path=record["inputs"].get("gene_table"),
-        output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
-        dataset_id=run.dataset, dataset_entry=config["dataset"], method_id=run.method, method_entry=method,
-        variant=config["variant"], seed=int(record["seed"]), threads=int(record["threads"]),
-        gpu_requested=tolerance_of(record) is not None, cpu_fallback=True,
-    )  # fmt: skip
+        prepared_path=record["inputs"]["prepared"],
+        gene_table_path=record["inputs"].get("gene_table"),
+        output_path=str(run_dir / "output.h5ad"),
+        record_path=str(run_dir / "run.json"),
+        dataset_id=run.dataset,
+        dataset_entry=config["dataset"],
+        method_id=run.method,
+        method_entry=method,
+        variant=config["variant"],
+        seed=int(record["seed"]),
+        threads=int(record["threads"]),
+        gpu_requested=tolerance_of(record) is not None,
+        cpu_fallback=True,
+    )
 
 
 def child_env(threads: int, cuda: bool) -> dict[str, str]:
@@ -330,8 +377,13 @@ def run_job(kind: str, track: str, kwargs: dict, env: dict, log: Path) -> str | 
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps({"kind": kind, "track": track, "kwargs": kwargs}, default=str))
     with open(log, "w") as handle:
-        done = subprocess.run([sys.executable, "-m", "celldag.commands.audit", str(spec)], stdout=handle,
-                              stderr=subprocess.STDOUT, env=env, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "celldag.commands.audit", str(spec)],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            check=False,
+        )
     if done.returncode == 0:
         return None
     lines = [line for line in log.read_text().splitlines() if line.strip()]
@@ -382,15 +434,21 @@ def rescore(dataset: str, reruns: list[Rerun], plan, config, registries, scratch
     seeds = {item.run.seed for item in reruns}
     replaced = {item.run: item.output for item in reruns}
     runs = [run for run in plan.runs_on(dataset) if run.seed in seeds]  # the evaluate job's order
-    tables = {run.path(planning.GENE_TABLE, embedding=e) for run in plan.runs_on(dataset)
-              if (e := planning.run_embedding(run, registries))}  # fmt: skip
+    tables = {
+        run.path(planning.GENE_TABLE, embedding=e)
+        for run in plan.runs_on(dataset)
+        if (e := planning.run_embedding(run, registries))
+    }
     scores_path = scratch / "scores" / f"{dataset}.parquet"
     kwargs = dict(
         prepared_paths=sorted({run.path(planning.PREPARED) for run in runs}),
         output_paths=[replaced.get(run, run.path(planning.RUN_OUTPUT)) for run in runs],
-        table_paths=sorted(tables), scores_path=str(scores_path), track_id=entry["track"], dataset=entry,
+        table_paths=sorted(tables),
+        scores_path=str(scores_path),
+        track_id=entry["track"],
+        dataset=entry,
         evaluation=config["evaluation"],
-    )  # fmt: skip
+    )
     env = child_env(EVALUATE_THREADS, cuda=False)  # evaluate jobs request no GPU (a cluster shows them none)
     definition = registries.tracks[entry["track"]]["definition"]
     failure = run_job("score", definition, kwargs, env, scores_path.with_suffix(".log"))
@@ -404,8 +462,10 @@ def compare_scores(item: Rerun, recorded_table, now_table) -> list[str]:
     tolerance = tolerance_of(item.record)
     recorded = run_scores(recorded_table, item.run) if recorded_table is not None else {}
     differences = score_differences(recorded, run_scores(now_table, item.run), tolerance)
-    return [f"{metric} recorded {'none' if old is None else repr(old)} now {'none' if new is None else repr(new)}"
-            for metric, old, new in differences]  # fmt: skip
+    return [
+        f"{metric} recorded {'none' if old is None else repr(old)} now {'none' if new is None else repr(new)}"
+        for metric, old, new in differences
+    ]
 
 
 def verdict(item: Rerun, n_scores: int | None, report: Report) -> None:
@@ -516,17 +576,22 @@ def note_other_records(plan, report: Report) -> None:
     mine = {run.record for run in (*plan.runs, *plan.chained)}
     others = {str(path) for path in Path("results/runs").glob("**/run.json")} - mine
     if others:
-        report.say(f"note: {plural(len(others), 'other run record')} under results/runs/, of other configurations: "
-                   "not checked")  # fmt: skip
+        report.say(
+            f"note: {plural(len(others), 'other run record')} under results/runs/, of other configurations: not checked"
+        )
 
 
 def summary(report: Report, n_records: int, n_chosen: int) -> str:
     counts = report.counts
-    checked = (f"{plural(n_records, 'run record')}, {plural(counts['files'], 'file')}, "
-               f"{plural(counts['scores tables'], 'scores table')}, {plural(counts['aggregate files'], 'aggregate file')} checked "
-               f"({counts['changed']} changed, {counts['missing']} missing, {plural(counts['error'], 'error')})")  # fmt: skip
-    reran = (f"{plural(n_chosen, 're-run')}: {counts['reproduced']} reproduced, {counts['differ']} differ, "
-             f"{counts['not re-run']} not re-run")  # fmt: skip
+    checked = (
+        f"{plural(n_records, 'run record')}, {plural(counts['files'], 'file')}, "
+        f"{plural(counts['scores tables'], 'scores table')}, {plural(counts['aggregate files'], 'aggregate file')} checked "
+        f"({counts['changed']} changed, {counts['missing']} missing, {plural(counts['error'], 'error')})"
+    )
+    reran = (
+        f"{plural(n_chosen, 're-run')}: {counts['reproduced']} reproduced, {counts['differ']} differ, "
+        f"{counts['not re-run']} not re-run"
+    )
     return f"summary: {checked}; {reran} — {'FAILED' if report.problems else 'OK'}"
 
 

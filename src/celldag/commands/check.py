@@ -52,9 +52,14 @@ def judged(reference: ref.Reference, side: Side, workflow: Path, reference_means
     ratios = ref.cost_ratios(reference, ref.cost_table(side, measured_jobs(side, workflow)))
     if reference_means is None:
         reference_means = reference.noise[[*ref.GROUP, "mean", "seeds"]].rename(columns={"seeds": "n"})
-    methods = method_verdicts.judge_methods(reference.noise, reference_means, side.scores,
-                                            declared_tracks(str(workflow), (side, side)),
-                                            reference.meta["noise"]["family_false_alarm"], reference.regimes)  # fmt: skip
+    methods = method_verdicts.judge_methods(
+        reference.noise,
+        reference_means,
+        side.scores,
+        declared_tracks(str(workflow), (side, side)),
+        reference.meta["noise"]["family_false_alarm"],
+        reference.regimes,
+    )
     return found, rule, differences, ratios, methods
 
 
@@ -68,9 +73,12 @@ def check(reference_folder: str, results: str, workflow: str, out: str, baseline
     if baseline is not None:
         base = read_side(baseline)
         environment = ref.environment_of(base.records, workflow_path)
-        reference = replace(reference, scores=base.scores[[*ref.KEY, "status", "value"]],
-                            cost=ref.cost_table(base, measured_jobs(base, workflow_path)),
-                            meta=reference.meta | {"environment": environment})  # fmt: skip
+        reference = replace(
+            reference,
+            scores=base.scores[[*ref.KEY, "status", "value"]],
+            cost=ref.cost_table(base, measured_jobs(base, workflow_path)),
+            meta=reference.meta | {"environment": environment},
+        )
         reference_means = method_verdicts.means_over_seeds(base.scores)
     found, rule, differences, ratios, methods = judged(reference, side, workflow_path, reference_means)
     blocks = check_blocks(reference, found, rule, differences, ratios, methods, side.folder, Path(reference_folder))
@@ -105,8 +113,11 @@ def make_reference(workflow: str, out: str, cores: str, run: bool = True) -> int
     reruns = {
         item["name"]: pd.read_parquet(folders[item["name"]] / "scores.parquet") for item in config["perturbations"]
     }
-    made = {"commit": commit_of(workflow_path), "made_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "made_by": "make reference (celldag reference)"} | reference_origin(workflow_path)  # fmt: skip
+    made = {
+        "commit": commit_of(workflow_path),
+        "made_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "made_by": "make reference (celldag reference)",
+    } | reference_origin(workflow_path)
     measured = measured_jobs(default, workflow_path)
 
     def built(names: list[str]) -> ref.Reference:
@@ -115,29 +126,44 @@ def make_reference(workflow: str, out: str, cores: str, run: bool = True) -> int
 
     def verdict(reference: ref.Reference, name: str) -> dict:
         found, rule, differences, _, methods = judged(reference, read_side(str(folders[name])), workflow_path)
-        return {"rule": rule, "verdict": ref.summary_line(found), "methods": method_verdicts.summary_line(methods),
-                "environment": [f"{field}: {a} → {b}" for field, (a, b) in differences.items()]}  # fmt: skip
+        return {
+            "rule": rule,
+            "verdict": ref.summary_line(found),
+            "methods": method_verdicts.summary_line(methods),
+            "environment": [f"{field}: {a} → {b}" for field, (a, b) in differences.items()],
+        }
 
     reference = built(list(reruns))
     held_out = {item["name"]: verdict(reference, item["name"]) for item in config["held_out"]}
     left_out = {}
     if len(reruns) > 1:  # each perturbation judged by the model built from the others
         for name in reruns:
-            left_out[name] = {key: value for key, value in verdict(built([n for n in reruns if n != name]), name).items()
-                              if key in ("verdict", "methods")}  # fmt: skip
+            left_out[name] = {
+                key: value
+                for key, value in verdict(built([n for n in reruns if n != name]), name).items()
+                if key in ("verdict", "methods")
+            }
     reference.meta["held_out"] = held_out
     reference.meta["left_out"] = left_out
     ref.write(reference, Path(out))
-    print(f"reference written to {out}: {len(reference.scores):,} scores, {len(reference.noise):,} score groups "
-          f"({reference.noise['kind'].value_counts().to_dict()}), numerical tolerance {reference.tolerance}")  # fmt: skip
+    print(
+        f"reference written to {out}: {len(reference.scores):,} scores, {len(reference.noise):,} score groups "
+        f"({reference.noise['kind'].value_counts().to_dict()}), numerical tolerance {reference.tolerance}"
+    )
     for role, results in (("held-out rerun", held_out), ("left-out perturbation", left_out)):
         for name, result in results.items():
             print(f"{role} {name}: {result['verdict']}")
             print(f"{role} {name}, per method: {result['methods']}")
     # a left-out perturbation that fails shows a move the others never made (recorded, docs/check.md); the held-out
     # reruns are the reference's test
-    return 0 if all(result["verdict"].startswith("reproduces") and result["methods"].startswith("0 of")
-                    for result in held_out.values()) else 1  # fmt: skip
+    return (
+        0
+        if all(
+            result["verdict"].startswith("reproduces") and result["methods"].startswith("0 of")
+            for result in held_out.values()
+        )
+        else 1
+    )
 
 
 def existing_runs(workflow: Path, config: dict) -> dict[str, Path]:
@@ -147,6 +173,8 @@ def existing_runs(workflow: Path, config: dict) -> dict[str, Path]:
         folders[rerun] = rerun_folder(workflow, rerun) / "results" / name
     for role, folder in folders.items():
         if not (folder / "scores.parquet").is_file():
-            raise InputError(f"{folder / 'scores.parquet'}: not found — the {role} run of the reference is not made "
-                             "(celldag reference without --no-run makes it)")  # fmt: skip
+            raise InputError(
+                f"{folder / 'scores.parquet'}: not found — the {role} run of the reference is not made "
+                "(celldag reference without --no-run makes it)"
+            )
     return folders

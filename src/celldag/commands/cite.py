@@ -45,8 +45,11 @@ def used_embeddings(method: str, variant: str, registries: Registries) -> list[s
 def cited_entries(triples: set[tuple[str, str, str]], registries: Registries) -> dict[str, list[str]]:
     """Registry kind → the ids the (dataset, method, variant) runs use."""
     embeddings = {name for _, method, variant in triples for name in used_embeddings(method, variant, registries)}
-    return {"methods": sorted({method for _, method, _ in triples}),
-            "datasets": sorted({dataset for dataset, _, _ in triples}), "embeddings": sorted(embeddings)}  # fmt: skip
+    return {
+        "methods": sorted({method for _, method, _ in triples}),
+        "datasets": sorted({dataset for dataset, _, _ in triples}),
+        "embeddings": sorted(embeddings),
+    }
 
 
 def cited_by_results(results: str, registries: Registries) -> Cited:
@@ -108,10 +111,17 @@ def markdown_citations(cited: Cited, registries: Registries) -> str:
     works, gaps, licenses = works_and_gaps(cited, registries)
     counts = ", ".join(f"{len(ids)} {KINDS[kind]}{'s' if len(ids) != 1 else ''}" for kind, ids in cited.entries.items())
     what = "selected by" if cited.planned else "with at least one ok run in"
-    lines = [f"# Citations: {cited.source}", "", f"Entries {what} {cited.source}: {counts}. Cite celldag and these works:",
-             "", f"1. {celldag_line()}"]  # fmt: skip
-    lines += [f"{number}. {format_reference(work.reference)} — for {', '.join(work.cited_for)}"
-              for number, work in enumerate(works, start=2)]  # fmt: skip
+    lines = [
+        f"# Citations: {cited.source}",
+        "",
+        f"Entries {what} {cited.source}: {counts}. Cite celldag and these works:",
+        "",
+        f"1. {celldag_line()}",
+    ]
+    lines += [
+        f"{number}. {format_reference(work.reference)} — for {', '.join(work.cited_for)}"
+        for number, work in enumerate(works, start=2)
+    ]
     lines += ["", "## Licenses", "", "| entry | license |", "|---|---|"]
     lines += [f"| {name} | {license} |" for name, license in licenses]
     if gaps:
@@ -122,11 +132,15 @@ def markdown_citations(cited: Cited, registries: Registries) -> str:
 def bibtex_citations(cited: Cited, registries: Registries) -> str:
     works, gaps, _ = works_and_gaps(cited, registries)
     keys: set[str] = {"celldag"}
-    entries = [f"% {cited.source}: celldag and the works behind its entries\n"
-               f"@software{{celldag,\n  author = {{{{The celldag developers}}}},\n  title = {{celldag}},\n"
-               f"  version = {{{celldag.__version__}}}\n}}"]  # fmt: skip
-    entries += [f"% for: {', '.join(work.cited_for)}\n{bibtex(work.reference, bibtex_key(work.reference, keys))}"
-                for work in works]  # fmt: skip
+    entries = [
+        f"% {cited.source}: celldag and the works behind its entries\n"
+        f"@software{{celldag,\n  author = {{{{The celldag developers}}}},\n  title = {{celldag}},\n"
+        f"  version = {{{celldag.__version__}}}\n}}"
+    ]
+    entries += [
+        f"% for: {', '.join(work.cited_for)}\n{bibtex(work.reference, bibtex_key(work.reference, keys))}"
+        for work in works
+    ]
     entries += [f"% without a reference: {gap}" for gap in gaps]
     return "\n\n".join(entries) + "\n"
 

@@ -34,8 +34,10 @@ def snakemake(workflow: Path, cores: str, *arguments: str, env: dict[str, str] |
     print(f"[reference] in {workflow}: {' '.join(command[2:])}", flush=True)
     done = subprocess.run(command, cwd=workflow, env={**os.environ, **(env or {})}, check=False)
     if done.returncode != 0:
-        raise InputError(f"{workflow}: snakemake {' '.join(arguments)} failed (exit {done.returncode}); its log is "
-                         f"in {workflow / '.snakemake' / 'log'}")  # fmt: skip
+        raise InputError(
+            f"{workflow}: snakemake {' '.join(arguments)} failed (exit {done.returncode}); its log is "
+            f"in {workflow / '.snakemake' / 'log'}"
+        )
 
 
 NOT_COPIED = {"results", "resources", ".snakemake", ".venv", ".git", "__pycache__", ".pytest_cache"}
@@ -44,8 +46,12 @@ NOT_COPIED = {"results", "resources", ".snakemake", ".venv", ".git", "__pycache_
 def workflow_copy(workflow: Path, dest: Path) -> None:
     """The workflow folder copied to ``dest`` without its outputs, caches and environments; its downloads
     (``resources/``) linked, not fetched again."""
-    shutil.copytree(workflow, dest, dirs_exist_ok=True,
-                    ignore=lambda folder, names: [n for n in names if n in NOT_COPIED and Path(folder) == workflow])  # fmt: skip
+    shutil.copytree(
+        workflow,
+        dest,
+        dirs_exist_ok=True,
+        ignore=lambda folder, names: [n for n in names if n in NOT_COPIED and Path(folder) == workflow],
+    )
     downloads = workflow / "resources"
     if downloads.is_dir() and not (dest / "resources").exists():
         (dest / "resources").symlink_to(downloads.resolve())
@@ -55,8 +61,9 @@ def rerun_folder(workflow: Path, name: str) -> Path:
     return workflow / RERUNS / name
 
 
-def rerun(workflow: Path, name: str, cores: str, env: dict[str, str], threads: dict[str, int],
-          config: tuple[str, ...] = ()) -> Path:  # fmt: skip
+def rerun(
+    workflow: Path, name: str, cores: str, env: dict[str, str], threads: dict[str, int], config: tuple[str, ...] = ()
+) -> Path:
     """The workflow's run in a fresh copy of it, with ``env``, ``threads`` (rule → threads) and ``config``
     (``--config`` items); its results folder. A copy left by an earlier call is reused: Snakemake reruns only what is
     missing or out of date."""

@@ -42,8 +42,9 @@ def validate_dataset(dataset_id: str, registries: Registries) -> Report:
     """The report of one registry dataset; paths are relative to the working directory (the workflow's)."""
     id_pattern = read_yaml(SCHEMA_DIR / "datasets.schema.yaml")["propertyNames"]["pattern"]  # the registry's own rule
     if not re.match(id_pattern, dataset_id):
-        raise InputError(f"{dataset_id!r} is not a dataset id: ids are lower-case letters, digits and '_', "
-                         "never a path")  # fmt: skip
+        raise InputError(
+            f"{dataset_id!r} is not a dataset id: ids are lower-case letters, digits and '_', never a path"
+        )
     if dataset_id not in registries.datasets:
         raise InputError(f"unknown dataset id {dataset_id!r}; known ids: {', '.join(sorted(registries.datasets))}")
     entry = registries.datasets[dataset_id]

@@ -59,10 +59,13 @@ def singlets(files: Mapping[str, str]):
             os.fspath(files[experiment + COUNT]), os.fspath(files[experiment + METADATA])
         )
         record[experiment] = {"cells_in_file": in_file, "singlets_kept": counts.shape[1]}
-        parts.append(anndata.AnnData(
-            X=sparse.csr_matrix(counts.to_numpy().T),
-            obs=pd.DataFrame({LABEL_KEY: labels, BATCH_KEY: experiment}, index=experiment + ":" + counts.columns),
-            var=pd.DataFrame(index=counts.index)))  # fmt: skip
+        parts.append(
+            anndata.AnnData(
+                X=sparse.csr_matrix(counts.to_numpy().T),
+                obs=pd.DataFrame({LABEL_KEY: labels, BATCH_KEY: experiment}, index=experiment + ":" + counts.columns),
+                var=pd.DataFrame(index=counts.index),
+            )
+        )
     return anndata.concat(parts, join="outer", fill_value=0), record
 
 
@@ -71,8 +74,10 @@ def experiments(files: Mapping[str, str]) -> list[str]:
     stems = {name.removesuffix(suffix) for name in files for suffix in (COUNT, METADATA) if name.endswith(suffix)}
     unpaired = sorted(name for stem in stems for name in (stem + COUNT, stem + METADATA) if name not in files)
     if unpaired or not stems:
-        raise InputError(f"cellbench needs <experiment>{COUNT} and <experiment>{METADATA} for each experiment; "
-                         f"missing {unpaired or ['any']} (got {sorted(files)})")  # fmt: skip
+        raise InputError(
+            f"cellbench needs <experiment>{COUNT} and <experiment>{METADATA} for each experiment; "
+            f"missing {unpaired or ['any']} (got {sorted(files)})"
+        )
     return sorted(stems)
 
 
@@ -87,8 +92,11 @@ def read_experiment(count_path: str, metadata_path: str) -> tuple[pd.DataFrame, 
             raise ContractError(metadata_path, f"column {column!r}", f"missing (columns: {list(metadata.columns)})")
     counts = pd.read_csv(count_path, index_col=0)  # R's write.csv header names the cells only: pandas reads it so
     if not counts.columns.sort_values().equals(metadata.index.sort_values()):
-        raise ContractError(count_path, "header", f"its {counts.shape[1]} cell ids are not the {len(metadata)} rows of "
-                                                  f"{os.path.basename(metadata_path)}")  # fmt: skip
+        raise ContractError(
+            count_path,
+            "header",
+            f"its {counts.shape[1]} cell ids are not the {len(metadata)} rows of {os.path.basename(metadata_path)}",
+        )
     values = counts.to_numpy()  # one dtype: int64 only when every column parsed as integers
     if not np.issubdtype(values.dtype, np.integer) or values.min() < 0:
         raise ContractError(count_path, "values", "raw UMI counts must be non-negative integers")

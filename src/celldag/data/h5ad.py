@@ -75,11 +75,15 @@ class Values(NamedTuple):
 
 
 VALUES = {  # h5ad: the role of each matrix it reads; lineage_h5ad: its `values` setting
-    "h5ad": {"counts": Values("counts", True, True, "raw count"),
-             "lognorm": Values("log-normalised values", True, False, "log-normalised")},
-    "lineage_h5ad": {"counts": Values("counts", True, False, "count or TPM"),
-                     "transformed": Values("transformed values", False, False, "log-transformed or z-scored")},
-}  # fmt: skip
+    "h5ad": {
+        "counts": Values("counts", True, True, "raw count"),
+        "lognorm": Values("log-normalised values", True, False, "log-normalised"),
+    },
+    "lineage_h5ad": {
+        "counts": Values("counts", True, False, "count or TPM"),
+        "transformed": Values("transformed values", False, False, "log-transformed or z-scored"),
+    },
+}
 HINT = {
     "h5ad": "; name it in {name}_layer instead for {meant_for} input",  # how a hint names another setting
     "lineage_h5ad": "; set values: {name} for {meant_for} input",
@@ -118,11 +122,15 @@ def source_params(loader: str, params: Mapping, files: Mapping[str, str]) -> tup
 def _check_matrix_params(own: Mapping) -> None:
     names = [own[f"{role}_layer"] for role in VALUES["h5ad"] if own[f"{role}_layer"] is not None]
     if not names:
-        raise InputError("h5ad params: counts_layer and lognorm_layer are both null; name the matrix of either or both "
-                         "(X or a layer name)")  # fmt: skip
+        raise InputError(
+            "h5ad params: counts_layer and lognorm_layer are both null; name the matrix of either or both "
+            "(X or a layer name)"
+        )
     if len(set(names)) < len(names):
-        raise InputError(f"h5ad params: counts_layer and lognorm_layer both name {names[0]!r}, but one matrix cannot "
-                         "hold both (counts_layer: null if the file has no counts)")  # fmt: skip
+        raise InputError(
+            f"h5ad params: counts_layer and lognorm_layer both name {names[0]!r}, but one matrix cannot "
+            "hold both (counts_layer: null if the file has no counts)"
+        )
 
 
 def _check_lineage_params(own: Mapping) -> None:
@@ -134,18 +142,25 @@ def _check_lineage_params(own: Mapping) -> None:
         if not isinstance(own[key], bool):
             raise InputError(f"lineage_h5ad params: {key} must be true or false, got {own[key]!r}")
     if own["replicates"] and own["replicate_key"] is not None:
-        raise InputError("lineage_h5ad params: replicates: true (seeded cell halves) and replicate_key (the file's own "
-                         "pairs) exclude each other; give one")  # fmt: skip
+        raise InputError(
+            "lineage_h5ad params: replicates: true (seeded cell halves) and replicate_key (the file's own "
+            "pairs) exclude each other; give one"
+        )
     has_pair = own["replicates"] or own["replicate_key"] is not None
     if validation_fraction(own["validation_cells"], "lineage_h5ad", auto=True) not in (AUTO, 0.0) and not has_pair:
-        raise InputError("lineage_h5ad params: validation_cells takes a share of each leaf's train cells, so it needs "
-                         "a replicate pair: replicates: true or replicate_key")  # fmt: skip
+        raise InputError(
+            "lineage_h5ad params: validation_cells takes a share of each leaf's train cells, so it needs "
+            "a replicate pair: replicates: true or replicate_key"
+        )
 
 
 def read_matrices(own: Mapping) -> dict[str, str | None]:
     """{role: layer (None: X)} of the matrices a representation entry reads, for its roles counts / lognorm."""
-    return {role: None if own[f"{role}_layer"] == "X" else own[f"{role}_layer"]
-            for role in VALUES["h5ad"] if own[f"{role}_layer"] is not None}  # fmt: skip
+    return {
+        role: None if own[f"{role}_layer"] == "X" else own[f"{role}_layer"]
+        for role in VALUES["h5ad"]
+        if own[f"{role}_layer"] is not None
+    }
 
 
 def raise_first(problems: list[ContractError]) -> None:
@@ -222,16 +237,24 @@ def representation_problems(adata, path: str, own: Mapping, preprocess_params: M
         return [ContractError(path, "X", f"empty matrix ({adata.n_obs} cells × {adata.n_vars} genes)")]
     problems += duplicate_names(adata.obs_names, path, "obs_names", "cell ids")
     if preprocess_params.get("duplicate_genes", "error") == "error":
-        problems += duplicate_names(adata.var_names, path, "var_names", "gene names",
-                                     hint="; set duplicate_genes: make_unique to suffix them")  # fmt: skip
+        problems += duplicate_names(
+            adata.var_names, path, "var_names", "gene names", hint="; set duplicate_genes: make_unique to suffix them"
+        )
     problems += _column_problems(adata.obs, path, own["label_key"], "label")
     if own["batch_key"] is not None:
         problems += _column_problems(adata.obs, path, own["batch_key"], "batch")
         if own["batch_key"] in adata.obs and adata.obs[own["batch_key"]].nunique() == 1:
             only = adata.obs[own["batch_key"]].iloc[0]
-            problems.append(ContractError(path, f"obs['{own['batch_key']}']", (
-                f"a single batch ({only!r}): batch-correction metrics need 2 or more; "
-                "set batch_key: null to score bio-conservation only")))  # fmt: skip
+            problems.append(
+                ContractError(
+                    path,
+                    f"obs['{own['batch_key']}']",
+                    (
+                        f"a single batch ({only!r}): batch-correction metrics need 2 or more; "
+                        "set batch_key: null to score bio-conservation only"
+                    ),
+                )
+            )
     if own["split_key"] is not None:
         problems += _split_problems(adata.obs, path, own["split_key"], preprocess_params)
     matrices = read_matrices(own)
@@ -248,11 +271,20 @@ def _split_problems(obs: pd.DataFrame, path: str, key: str, preprocess_params: M
     if not problems:
         found = sorted(set(obs[key].astype(str)))
         if not set(found) <= {"train", "val"} or "train" not in found:
-            problems.append(ContractError(path, f"obs['{key}']", f"split values must be 'train' or 'val', some "
-                                                                 f"'train'; found {found[:5]}"))  # fmt: skip
+            problems.append(
+                ContractError(
+                    path, f"obs['{key}']", f"split values must be 'train' or 'val', some 'train'; found {found[:5]}"
+                )
+            )
     if "val_fraction" in preprocess_params:
-        problems.append(ContractError(path, "params", f"split_key ({key!r}) and val_fraction both given: the file's "
-                                                      "split is used as it is; drop val_fraction"))  # fmt: skip
+        problems.append(
+            ContractError(
+                path,
+                "params",
+                f"split_key ({key!r}) and val_fraction both given: the file's "
+                "split is used as it is; drop val_fraction",
+            )
+        )
     return problems
 
 
@@ -279,8 +311,11 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
     features_by_cell = sparse.csc_array(_source_matrix(adata, own["layer"]), dtype=np.float64).T
     pair = None
     if own["replicates"] or own["replicate_key"] is not None:
-        pair = (split_halves(leaf_of_row, leaves, seed) if own["replicates"]
-                else given_halves(leaf_of_row, adata.obs[own["replicate_key"]].astype(str).to_numpy(), leaves))  # fmt: skip
+        pair = (
+            split_halves(leaf_of_row, leaves, seed)
+            if own["replicates"]
+            else given_halves(leaf_of_row, adata.obs[own["replicate_key"]].astype(str).to_numpy(), leaves)
+        )
     share, no_validation = validation_share(own["validation_cells"], None if pair is None else pair[0], leaves)
     replicates = {"X": rows_by_leaf(leaf_of_row, leaves)} if pair is None else replicate_cells(*pair, share, seed)
     # the feature filter and z-scores take the statistics of the training half as drawn, its validation cells
@@ -297,8 +332,10 @@ def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Map
         zip(profiles, scaled if own["standardize"] else [values[:, varies] for values in profiles.values()])
     )
     matrices.pop("half", None)
-    obs = pd.DataFrame({"n_cells": pd.Series(leaf_of_row).value_counts().reindex(leaves).to_numpy()},
-                       index=pd.Index(leaves, name="leaf"))  # fmt: skip
+    obs = pd.DataFrame(
+        {"n_cells": pd.Series(leaf_of_row).value_counts().reindex(leaves).to_numpy()},
+        index=pd.Index(leaves, name="leaf"),
+    )
     if "validation" in replicates:
         obs["n_cells_validation"] = [members.size for members in replicates["validation"]]
     layers = {name: values for name, values in matrices.items() if name != "X"}
@@ -338,8 +375,13 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
             leaf_of_row = adata.obs[own["leaf_key"]].astype(str).to_numpy()
 
     if sum(own[key] is not None for key in ("newick", "newick_key", "lineage_key")) != 1:
-        problems.append(ContractError(path, "params", "give exactly one of newick (a tree file), newick_key "
-                                      "(a Newick string in uns) and lineage_key"))  # fmt: skip
+        problems.append(
+            ContractError(
+                path,
+                "params",
+                "give exactly one of newick (a tree file), newick_key (a Newick string in uns) and lineage_key",
+            )
+        )
         return problems, None, None
     if own["newick"] is not None:
         tree, tree_problems = _newick_tree(own["newick"], files)
@@ -357,18 +399,35 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
     tree_leaves, data_leaves = set(tree.leaf_names), set(leaf_of_row)
     if tree_leaves != data_leaves:
         only_tree, only_data = sorted(tree_leaves - data_leaves), sorted(data_leaves - tree_leaves)
-        problems.append(ContractError(where, "tree leaves", (
-            f"differ from {leaf_field} of {path}: {len(only_tree)} tree leaves have no data (first: {only_tree[:3]}), "
-            f"{len(only_data)} data leaves are not in the tree (first: {only_data[:3]})")))  # fmt: skip
+        problems.append(
+            ContractError(
+                where,
+                "tree leaves",
+                (
+                    f"differ from {leaf_field} of {path}: {len(only_tree)} tree leaves have no data (first: {only_tree[:3]}), "
+                    f"{len(only_data)} data leaves are not in the tree (first: {only_data[:3]})"
+                ),
+            )
+        )
     elif len(tree_leaves) < MIN_LEAVES:
-        problems.append(ContractError(where, "tree leaves", (
-            f"{len(tree_leaves)} leaves; lineage metrics compare quartets of leaves: {MIN_LEAVES} or more needed")))  # fmt: skip
+        problems.append(
+            ContractError(
+                where,
+                "tree leaves",
+                (f"{len(tree_leaves)} leaves; lineage metrics compare quartets of leaves: {MIN_LEAVES} or more needed"),
+            )
+        )
     if own["replicates"] and not problems:
         sizes = pd.Series(leaf_of_row).value_counts()
         small = sorted(sizes.index[sizes < 2])
         if small:
-            problems.append(ContractError(path, leaf_field, (
-                f"{len(small)} leaves have a single cell (first: {small[:3]}); replicates need 2 per leaf")))  # fmt: skip
+            problems.append(
+                ContractError(
+                    path,
+                    leaf_field,
+                    (f"{len(small)} leaves have a single cell (first: {small[:3]}); replicates need 2 per leaf"),
+                )
+            )
     if own["replicate_key"] is not None and not problems:
         problems += _replicate_problems(adata.obs, path, own["replicate_key"], leaf_of_row)
     return problems, (leaf_of_row if not problems else None), (tree if not problems else None)
@@ -382,13 +441,24 @@ def _replicate_problems(obs: pd.DataFrame, path: str, key: str, leaf_of_row: np.
     replicate = obs[key].astype(str).to_numpy()
     values = np.unique(replicate)
     if values.size != 2:
-        return [ContractError(path, f"obs['{key}']", f"{values.size} replicate values (first: {values[:3].tolist()}); "
-                                                     "a replicate pair needs exactly 2")]  # fmt: skip
+        return [
+            ContractError(
+                path,
+                f"obs['{key}']",
+                f"{values.size} replicate values (first: {values[:3].tolist()}); a replicate pair needs exactly 2",
+            )
+        ]
     pairs = pd.crosstab(leaf_of_row, replicate)
     unpaired = sorted(pairs.index[(pairs == 0).any(axis=1)])
     if unpaired:
-        return [ContractError(path, f"obs['{key}']", f"{len(unpaired)} leaves lack rows of one replicate "
-                                                     f"(first: {unpaired[:3]}); each needs both {values.tolist()}")]  # fmt: skip
+        return [
+            ContractError(
+                path,
+                f"obs['{key}']",
+                f"{len(unpaired)} leaves lack rows of one replicate "
+                f"(first: {unpaired[:3]}); each needs both {values.tolist()}",
+            )
+        ]
     return []
 
 
@@ -438,9 +508,20 @@ def _sulston_tree(obs: pd.DataFrame, path: str, key: str):
         except ValueError:
             unmatched.append(name)
     if unmatched:
-        return None, [ContractError(path, f"obs['{key}']", (
-            f"{len(unmatched)} of {len(paths) + len(unmatched)} lineage names match no leaf of the C. elegans "
-            f"embryonic lineage (not Sulston names; first: {unmatched[:3]})"))], None  # fmt: skip
+        return (
+            None,
+            [
+                ContractError(
+                    path,
+                    f"obs['{key}']",
+                    (
+                        f"{len(unmatched)} of {len(paths) + len(unmatched)} lineage names match no leaf of the C. elegans "
+                        f"embryonic lineage (not Sulston names; first: {unmatched[:3]})"
+                    ),
+                )
+            ],
+            None,
+        )
     try:
         return tree_from_paths(paths), [], names
     except ValueError as err:  # two names for one cell, or an ancestor observed with its descendant
@@ -505,8 +586,13 @@ def _column_problems(obs: pd.DataFrame, path: str, key: str | None, role: str) -
         return [ContractError(path, f"obs['{key}']", f"missing {role} column (obs columns: {list(obs.columns)})")]
     missing = obs[key].isna().to_numpy()
     if missing.any():
-        return [ContractError(path, f"obs['{key}']", (
-            f"{role} missing for {int(missing.sum())} of {missing.size} rows (first: {obs.index[missing][0]!r})"))]  # fmt: skip
+        return [
+            ContractError(
+                path,
+                f"obs['{key}']",
+                (f"{role} missing for {int(missing.sum())} of {missing.size} rows (first: {obs.index[missing][0]!r})"),
+            )
+        ]
     return []
 
 
@@ -524,9 +610,16 @@ def _value_problems(values: np.ndarray, path: str, field: str, loader: str, sett
     if expected.integer and not np.issubdtype(values.dtype, np.integer):
         fractional = values != np.round(values)
         if fractional.any():
-            problems.append(ContractError(path, field, (
-                f"{int(fractional.sum())} non-integer values (e.g. {values[fractional][0]:g}): raw counts expected"
-                + _values_hint(loader, setting, "integer"))))  # fmt: skip
+            problems.append(
+                ContractError(
+                    path,
+                    field,
+                    (
+                        f"{int(fractional.sum())} non-integer values (e.g. {values[fractional][0]:g}): raw counts expected"
+                        + _values_hint(loader, setting, "integer")
+                    ),
+                )
+            )
     return problems
 
 
@@ -565,9 +658,11 @@ def check_source(loader: str, params: Mapping, files: Mapping[str, str]) -> Sour
     not_read = f" (not read: {', '.join(unread)})" if unread else ""
     # A warning, not a problem: the loader never reads these matrices, so the dataset runs as it is. Yet
     # NaN there often means the entry points at the wrong matrix (layer) or the file was written badly.
-    return SourceReport([str(problem) for problem in problems],
-                        [f"{problem} (not read by this entry)" for problem in nonfinite],
-                        [("matrix checked", ", ".join(map(matrix_field, read)) + not_read)])  # fmt: skip
+    return SourceReport(
+        [str(problem) for problem in problems],
+        [f"{problem} (not read by this entry)" for problem in nonfinite],
+        [("matrix checked", ", ".join(map(matrix_field, read)) + not_read)],
+    )
 
 
 # `celldag validate` calls a loader's check_source(params, files), when it has one, before preparing

@@ -49,15 +49,21 @@ def prepare_kptracer(dataset_id: str, params: Mapping, seed: int, files: Mapping
     cells = _lines(cells_path)
     cell_types = _lines(types_path)
     if len(cell_types) != len(cells):
-        raise ContractError(types_path, "lines", f"{len(cell_types)} states for the {len(cells)} cells of "
-                                                 f"{os.path.basename(cells_path)}")  # fmt: skip
+        raise ContractError(
+            types_path,
+            "lines",
+            f"{len(cell_types)} states for the {len(cells)} cells of {os.path.basename(cells_path)}",
+        )
     if len(set(cells)) != len(cells):
         raise ContractError(cells_path, "cell ids", f"{len(cells) - len(set(cells))} repeated")
     expression = pd.read_csv(expression_path)
     values = expression.to_numpy(dtype=np.float64)
     if values.shape[0] != len(cells):
-        raise ContractError(expression_path, "rows", f"{values.shape[0]} rows for the {len(cells)} cells of "
-                                                     f"{os.path.basename(cells_path)}")  # fmt: skip
+        raise ContractError(
+            expression_path,
+            "rows",
+            f"{values.shape[0]} rows for the {len(cells)} cells of {os.path.basename(cells_path)}",
+        )
     if not np.isfinite(values).all():
         raise ContractError(expression_path, "values", "NaN or infinite values")
     try:
@@ -66,9 +72,14 @@ def prepare_kptracer(dataset_id: str, params: Mapping, seed: int, files: Mapping
         raise ContractError(tree_path, "tree", f"not a valid Newick tree ({err})") from None
     if set(tree.leaf_names) != set(cells):
         only_tree, only_cells = sorted(set(tree.leaf_names) - set(cells)), sorted(set(cells) - set(tree.leaf_names))
-        raise ContractError(tree_path, "tree leaves", (
-            f"differ from the cells of {os.path.basename(cells_path)}: {len(only_tree)} only in the tree (first: "
-            f"{only_tree[:3]}), {len(only_cells)} only in the cells (first: {only_cells[:3]})"))  # fmt: skip
+        raise ContractError(
+            tree_path,
+            "tree leaves",
+            (
+                f"differ from the cells of {os.path.basename(cells_path)}: {len(only_tree)} only in the tree (first: "
+                f"{only_tree[:3]}), {len(only_cells)} only in the cells (first: {only_cells[:3]})"
+            ),
+        )
 
     # genes constant over the cells carry nothing and have no z-score: dropped either way, as lineage_h5ad does
     scaled, varies = standardise(values)

@@ -61,8 +61,10 @@ def validation_share(
         return 0.0, "no replicate pair to draw validation cells from (replicates: true or replicate_key)"
     short = [leaf for leaf, cells in zip(leaves, train) if cells.size < 2]
     if short:
-        return 0.0, (f"validation_cells: auto needs 2+ training cells in every leaf; {len(short)} of {len(leaves)} "
-                     f"have fewer (first: {short[:3]}); a fraction such as {AUTO_FRACTION} draws from the others")  # fmt: skip
+        return 0.0, (
+            f"validation_cells: auto needs 2+ training cells in every leaf; {len(short)} of {len(leaves)} "
+            f"have fewer (first: {short[:3]}); a fraction such as {AUTO_FRACTION} draws from the others"
+        )
     return AUTO_FRACTION, None
 
 
@@ -105,8 +107,9 @@ def given_halves(leaf_of_cell, replicate_of_cell, leaves: list[str]) -> tuple[li
     """
     replicate_of_cell = np.asarray(replicate_of_cell)
     per_leaf = rows_by_leaf(leaf_of_cell, leaves)
-    return tuple([cells[replicate_of_cell[cells] == value] for cells in per_leaf]
-                 for value in np.unique(replicate_of_cell))  # fmt: skip
+    return tuple(
+        [cells[replicate_of_cell[cells] == value] for cells in per_leaf] for value in np.unique(replicate_of_cell)
+    )
 
 
 def pseudo_bulk(counts: sparse.sparray, groups: list[np.ndarray], summed: bool = False) -> np.ndarray:
@@ -118,10 +121,12 @@ def pseudo_bulk(counts: sparse.sparray, groups: list[np.ndarray], summed: bool =
     """
     sizes = np.array([g.size for g in groups])
     weights = sparse.csr_array(
-        (np.repeat(np.ones(len(groups)) if summed else 1.0 / np.maximum(sizes, 1), sizes),
-         (np.concatenate(groups), np.repeat(np.arange(len(groups)), sizes))),
+        (
+            np.repeat(np.ones(len(groups)) if summed else 1.0 / np.maximum(sizes, 1), sizes),
+            (np.concatenate(groups), np.repeat(np.arange(len(groups)), sizes)),
+        ),
         shape=(counts.shape[1], len(groups)),
-    )  # fmt: skip
+    )
     return (counts @ weights).toarray().T
 
 

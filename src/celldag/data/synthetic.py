@@ -42,18 +42,18 @@ SYNTHETIC_DEFAULTS = {
     "n_genes": 2000,
     "n_types": 12,
     "n_batches": 4,
-    "type_alpha": 1.0,           # Dirichlet concentration of the type proportions: smaller = more unequal
+    "type_alpha": 1.0,  # Dirichlet concentration of the type proportions: smaller = more unequal
     "min_type_fraction": 0.002,  # every type's share is at least this (before rounding to cells)
-    "batch_mixing": 2.0,         # Dirichlet concentration of each type's spread over batches: smaller = more uneven
-    "de_fraction": 0.1,          # share of the genes in each type's program
-    "de_lfc_sd": 1.0,            # sd of a program gene's log-fold change (natural log)
-    "batch_lfc_sd": 0.3,         # sd of each batch's gene-wise log-fold change
-    "batch_depth_sd": 0.2,       # sd of each batch's log sequencing-depth factor
-    "library_size": 1500,        # median expected UMIs of a cell over the simulated genes
-    "library_sd": 0.4,           # log-scale sd of the library sizes
-    "baseline_sd": 1.5,          # log-scale sd of the genes' baseline expression
-    "dispersion": 0.2,           # negative-binomial dispersion: variance = mean + dispersion · mean²
-}  # fmt: skip
+    "batch_mixing": 2.0,  # Dirichlet concentration of each type's spread over batches: smaller = more uneven
+    "de_fraction": 0.1,  # share of the genes in each type's program
+    "de_lfc_sd": 1.0,  # sd of a program gene's log-fold change (natural log)
+    "batch_lfc_sd": 0.3,  # sd of each batch's gene-wise log-fold change
+    "batch_depth_sd": 0.2,  # sd of each batch's log sequencing-depth factor
+    "library_size": 1500,  # median expected UMIs of a cell over the simulated genes
+    "library_sd": 0.4,  # log-scale sd of the library sizes
+    "baseline_sd": 1.5,  # log-scale sd of the genes' baseline expression
+    "dispersion": 0.2,  # negative-binomial dispersion: variance = mean + dispersion · mean²
+}
 CHUNK_CELLS = 2000  # cells drawn at once: 2,000 × 2,000 genes of float64 means ≈ 32 MB per array
 BASELINE_CLIP = 2.5  # baseline log-shares are clipped at ± this many sd
 # random streams of one seed: the design (types, batches, programs, libraries) and the counts
@@ -110,8 +110,9 @@ def largest_remainder(total: int, weights: np.ndarray, minimum: int = 0) -> np.n
     return counts + base
 
 
-def simulate_counts(n_cells: int, n_genes: int, n_types: int, n_batches: int, seed: int, *,
-                    chunk_cells: int = CHUNK_CELLS, **params) -> Simulation:  # fmt: skip
+def simulate_counts(
+    n_cells: int, n_genes: int, n_types: int, n_batches: int, seed: int, *, chunk_cells: int = CHUNK_CELLS, **params
+) -> Simulation:
     """The simulated dataset of ``seed`` (the module docstring has the model; ``params`` as ``SYNTHETIC_DEFAULTS``)."""
     p = check_design({"n_cells": n_cells, "n_genes": n_genes, "n_types": n_types, "n_batches": n_batches, **params})
     if isinstance(chunk_cells, bool) or not isinstance(chunk_cells, int) or chunk_cells < 1:
@@ -170,11 +171,15 @@ def prepare_synthetic_counts(dataset_id: str, params: Mapping, seed: int, files:
     width = len(str(shape["n_cells"] - 1))
     adata = anndata.AnnData(
         X=simulation.counts,
-        obs=pd.DataFrame({"cell_type": pd.Categorical.from_codes(simulation.cell_type, types),
-                          "batch": pd.Categorical.from_codes(simulation.batch, batches)},
-                         index=[f"cell{c:0{width}d}" for c in range(shape["n_cells"])]),
+        obs=pd.DataFrame(
+            {
+                "cell_type": pd.Categorical.from_codes(simulation.cell_type, types),
+                "batch": pd.Categorical.from_codes(simulation.batch, batches),
+            },
+            index=[f"cell{c:0{width}d}" for c in range(shape["n_cells"])],
+        ),
         var=pd.DataFrame(index=[f"gene{g:04d}" for g in range(shape["n_genes"])]),
-    )  # fmt: skip
+    )
     prepared = preprocess(adata, label_key="cell_type", batch_key="batch", seed=seed, params=preprocess_params)
     prepared.uns["simulation"] = {
         **shape,

@@ -110,8 +110,11 @@ def read_samples(path: str, label_key: str, batch_key: str) -> pd.DataFrame:
             raise ContractError(path, f"column {key!r}", f"not found (columns: {list(table.columns)})")
         empty = table[key].str.strip().isin(["", "NA"]).to_numpy()
         if empty.any():
-            raise ContractError(path, f"column {key!r}", f"empty or NA for {int(empty.sum())} of {empty.size} cells "
-                                                         f"(first: {table.index[empty][0]!r})")  # fmt: skip
+            raise ContractError(
+                path,
+                f"column {key!r}",
+                f"empty or NA for {int(empty.sum())} of {empty.size} cells (first: {table.index[empty][0]!r})",
+            )
     duplicated = duplicate_names(table.index, path, "cell ids (first column)", "cell ids")
     if duplicated:
         raise duplicated[0]
@@ -157,8 +160,12 @@ def header_cells(header: str, first: str, path: str) -> pd.Index:
     names = [_unquoted(name) for name in header.rstrip("\r\n").split("\t")]
     row_fields = first.count("\t") + 1 if first.strip() else len(names) + 1
     if row_fields not in (len(names), len(names) + 1):
-        raise ContractError(path, "header", f"{len(names)} fields, but line 2 has {row_fields}: the header must name "
-                                            "every cell, with or without a name for the gene column first")  # fmt: skip
+        raise ContractError(
+            path,
+            "header",
+            f"{len(names)} fields, but line 2 has {row_fields}: the header must name "
+            "every cell, with or without a name for the gene column first",
+        )
     cells = pd.Index(names if row_fields == len(names) + 1 else names[1:], name="cell")
     duplicated = duplicate_names(cells, path, "header", "cell ids")
     if duplicated:
@@ -171,9 +178,14 @@ def cell_order(sample_cells: pd.Index, matrix_cells: pd.Index, samples_path: str
     the two files must name the same cells."""
     only_samples, only_matrix = sample_cells.difference(matrix_cells), matrix_cells.difference(sample_cells)
     if len(only_samples) or len(only_matrix):
-        raise ContractError(samples_path, "cell ids (first column)", (
-            f"differ from the header of {os.path.basename(matrix_path)}: {len(only_samples)} only here (first: "
-            f"{only_samples[:3].tolist()}), {len(only_matrix)} only there (first: {only_matrix[:3].tolist()})"))  # fmt: skip
+        raise ContractError(
+            samples_path,
+            "cell ids (first column)",
+            (
+                f"differ from the header of {os.path.basename(matrix_path)}: {len(only_samples)} only here (first: "
+                f"{only_samples[:3].tolist()}), {len(only_matrix)} only there (first: {only_matrix[:3].tolist()})"
+            ),
+        )
     return matrix_cells.get_indexer(sample_cells)
 
 
@@ -183,16 +195,27 @@ def filter_record(batch_in_file: pd.Series, batch_kept: pd.Series, values: str, 
     def per_batch(batch) -> dict[str, int]:
         return {str(name): int(n) for name, n in pd.Series(batch).value_counts().sort_index().items()}
 
-    return {"cells_in_file": int(batch_in_file.size), "cells_in_file_per_batch": per_batch(batch_in_file),
-            "cells": int(batch_kept.size), "cells_per_batch": per_batch(batch_kept),
-            "values": values, "non_integer_values": fractional}  # fmt: skip
+    return {
+        "cells_in_file": int(batch_in_file.size),
+        "cells_in_file_per_batch": per_batch(batch_in_file),
+        "cells": int(batch_kept.size),
+        "cells_per_batch": per_batch(batch_kept),
+        "values": values,
+        "non_integer_values": fractional,
+    }
 
 
 def _check_cell_count(dataset_id: str, cells: int, expected: int | None, record: Mapping) -> None:
     if expected is not None and cells != expected:  # a different release or reading of the files: worth a look
-        log.warning("%s: %d cells after filtering (min_genes %d, min_cells %d), but the paper reports %d; "
-                    "uns['tran2020'] has the cells per batch", dataset_id, cells, record["min_genes"],
-                    record["min_cells"], expected)  # fmt: skip
+        log.warning(
+            "%s: %d cells after filtering (min_genes %d, min_cells %d), but the paper reports %d; "
+            "uns['tran2020'] has the cells per batch",
+            dataset_id,
+            cells,
+            record["min_genes"],
+            record["min_cells"],
+            expected,
+        )
 
 
 def _parse_block(block: list[tuple[int, str, str]], cells: pd.Index, path: str) -> sparse.csr_matrix:

@@ -6,8 +6,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
-def write_gene_table(*, embedding_id: str, entry: dict, inputs: dict[str, str], table_path: str, facts_path: str,
-                     threads: int = 1, dataset_entry: Mapping | None = None) -> None:  # fmt: skip
+def write_gene_table(
+    *,
+    embedding_id: str,
+    entry: dict,
+    inputs: dict[str, str],
+    table_path: str,
+    facts_path: str,
+    threads: int = 1,
+    dataset_entry: Mapping | None = None,
+) -> None:
     """Embed the genes listed in ``inputs["genes"]``; the facts (how many genes got a vector) go beside.
 
     ``dataset_entry``: the dataset's registry entry, whose ``gene_ids`` and ``species`` say how its genes

@@ -251,8 +251,12 @@ def fetch_registry_file(
         mark_verified(target)
     if pinned is None:
         record_pin(target, digest, pin_file)
-        log.warning("%s: the registry gives no sha256; pinned %s in %s (add it to the registry entry to share it)",
-                    entry["url"], digest, pin_file)  # fmt: skip
+        log.warning(
+            "%s: the registry gives no sha256; pinned %s in %s (add it to the registry entry to share it)",
+            entry["url"],
+            digest,
+            pin_file,
+        )
     return digest
 
 

@@ -166,8 +166,10 @@ def celldag_package(tree: Tree) -> Package:
     """celldag from a workflow folder: src/celldag/** and the name, version and scripts of pyproject.toml."""
     names = tree.listing("src/celldag")
     if "__init__.py" not in names:
-        raise EnvError(f"{tree.origin}: no src/celldag/__init__.py: under --sdm conda every env gets celldag from the "
-                       "workflow's own source (a checkout, or a module from github(...), a URL or gitfile(...))")  # fmt: skip
+        raise EnvError(
+            f"{tree.origin}: no src/celldag/__init__.py: under --sdm conda every env gets celldag from the "
+            "workflow's own source (a checkout, or a module from github(...), a URL or gitfile(...))"
+        )
     pyproject = tree.read("pyproject.toml")
     project = tomllib.loads(pyproject.decode())["project"]
     files = {f"celldag/{name}": tree.read(f"src/celldag/{name}") for name in names}
@@ -209,9 +211,14 @@ def path_package(path: str | Path) -> Package:
             f"{path}: holds no Python package or module (a packages: entry is the folder your package is in)"
         )
     digest = content_digest(files)
-    return Package(name="celldag-path-" + "-".join(t.replace("_", "-") for t in tops), version=f"0+{digest[:12]}",
-                   files=files, origin=f"path {root.resolve()}", digest=digest,
-                   summary=f"{', '.join(tops)} from {root.resolve()}, installed by celldag")  # fmt: skip
+    return Package(
+        name="celldag-path-" + "-".join(t.replace("_", "-") for t in tops),
+        version=f"0+{digest[:12]}",
+        files=files,
+        origin=f"path {root.resolve()}",
+        digest=digest,
+        summary=f"{', '.join(tops)} from {root.resolve()}, installed by celldag",
+    )
 
 
 def _record_hash(content: bytes) -> str:
@@ -303,11 +310,12 @@ def post_deploy_text(name: str, wheels: Sequence[tuple[Package, Path]], requirem
         "set -eu",
     ]
     if requirements:
-        lines += ["# the env file's pip section again: a pin file lists conda packages only (already installed: no-op)",
-                  f"{pip} {' '.join(shlex.quote(r) for r in requirements)}"]  # fmt: skip
+        lines += [
+            "# the env file's pip section again: a pin file lists conda packages only (already installed: no-op)",
+            f"{pip} {' '.join(shlex.quote(r) for r in requirements)}",
+        ]
     for package, wheel in wheels:
-        lines += [f"# {package.describe()}",
-                  f"{pip} --no-deps --no-index --force-reinstall {shlex.quote(str(wheel))}"]  # fmt: skip
+        lines += [f"# {package.describe()}", f"{pip} --no-deps --no-index --force-reinstall {shlex.quote(str(wheel))}"]
     return "\n".join(lines) + "\n"
 
 
@@ -335,8 +343,14 @@ class Generated:
     wheels: tuple[Path, ...]
 
 
-def write_env(directory: Path, name: str, base_text: str, base_path: str, packages: Sequence[Package],
-              pins: Mapping[str, bytes] = {}) -> Generated:  # fmt: skip
+def write_env(
+    directory: Path,
+    name: str,
+    base_text: str,
+    base_path: str,
+    packages: Sequence[Package],
+    pins: Mapping[str, bytes] = {},
+) -> Generated:
     """Write (when changed) a generated env, its post-deploy script, pin-file copies (platform -> content)
     and wheels into ``directory``; the returned paths are absolute."""
     directory = Path(directory).resolve()
@@ -425,8 +439,10 @@ def entry_env_problem(registries, exists: Callable[[str], bool]) -> str | None:
                 if env not in families:
                     families[env] = exists(f"envs/{env}.yaml")
                 if not families[env]:
-                    return (f"{registries.origin(kind, entry_id)}: {entry_id}.env: no env family {env!r} "
-                            f"(envs/{env}.yaml of the celldag workflow)")  # fmt: skip
+                    return (
+                        f"{registries.origin(kind, entry_id)}: {entry_id}.env: no env family {env!r} "
+                        f"(envs/{env}.yaml of the celldag workflow)"
+                    )
     return None
 
 
@@ -440,8 +456,14 @@ class RuleEnvs:
     working directory.
     """
 
-    def __init__(self, sdm_conda: bool, tree: Callable[[], Tree], shipped: Callable[[str], str],
-                 exists: Callable[[str], bool], directory: str | Path = GENERATED_DIR) -> None:  # fmt: skip
+    def __init__(
+        self,
+        sdm_conda: bool,
+        tree: Callable[[], Tree],
+        shipped: Callable[[str], str],
+        exists: Callable[[str], bool],
+        directory: str | Path = GENERATED_DIR,
+    ) -> None:
         self.sdm_conda = sdm_conda
         self.read_tree = tree
         self.shipped = shipped
@@ -494,8 +516,9 @@ def put_on_pythonpath(folders: Sequence[str], environ: dict[str, str] | None = N
 
 
 # ---------------------------------------------------------------- a job checks where it runs
-def job_environment_problem(version: str, module_file: str, environ: Mapping[str, str] | None = None,
-                            prefix: str | None = None) -> str | None:  # fmt: skip
+def job_environment_problem(
+    version: str, module_file: str, environ: Mapping[str, str] | None = None, prefix: str | None = None
+) -> str | None:
     """Why this job must not run (one line), or None: the imported celldag (``version``, ``module_file``)
     is not the workflow's version (``$CELLDAG_WORKFLOW_VERSION``, set by the Snakefile), or, under
     ``--sdm conda`` (``$CELLDAG_SDM_CONDA``), it or the job's Python (``prefix``: sys.prefix) is outside
@@ -504,8 +527,10 @@ def job_environment_problem(version: str, module_file: str, environ: Mapping[str
     prefix = sys.prefix if prefix is None else prefix
     expected = environ.get(VERSION_VARIABLE)
     if expected and expected != version:
-        return (f"this job imported celldag {version} ({Path(module_file).parent}), but the workflow is celldag {expected}: "
-                "the job's environment holds another celldag than the workflow's")  # fmt: skip
+        return (
+            f"this job imported celldag {version} ({Path(module_file).parent}), but the workflow is celldag {expected}: "
+            "the job's environment holds another celldag than the workflow's"
+        )
     if environ.get(SDM_CONDA_VARIABLE) != "1":
         return None
     env = environ.get("CONDA_PREFIX")
@@ -515,6 +540,8 @@ def job_environment_problem(version: str, module_file: str, environ: Mapping[str
     if not Path(prefix).resolve().is_relative_to(env_path):
         return f"this job runs under --sdm conda in {env}, but with the Python of {prefix}: the env has no Python of its own"
     if not Path(module_file).resolve().is_relative_to(env_path):
-        return (f"this job runs under --sdm conda in {env}, but imported celldag from {Path(module_file).parent}, outside "
-                "that env: the env lacks celldag (its post-deploy script did not install it); remove the env and rerun")  # fmt: skip
+        return (
+            f"this job runs under --sdm conda in {env}, but imported celldag from {Path(module_file).parent}, outside "
+            "that env: the env lacks celldag (its post-deploy script did not install it); remove the env and rerun"
+        )
     return None

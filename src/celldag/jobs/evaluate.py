@@ -20,9 +20,18 @@ from celldag.plan import checksums_path
 from celldag.tracks import ScoringContext, Track
 
 
-def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_paths: list[str], scores_path: str,
-                  track_id: str, track: Track, dataset: dict, evaluation: dict,
-                  chained_input_paths: list[str] = ()) -> None:  # fmt: skip
+def score_dataset(
+    *,
+    prepared_paths: list[str],
+    output_paths: list[str],
+    table_paths: list[str],
+    scores_path: str,
+    track_id: str,
+    track: Track,
+    dataset: dict,
+    evaluation: dict,
+    chained_input_paths: list[str] = (),
+) -> None:
     """``chained_input_paths``: a chained track's inputs, every seed's (each scorer call gets those of its seed, by
     their ``uns['seed']``: ``ScoringContext.chained_inputs``)."""
     import pandas as pd
@@ -60,8 +69,11 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
             if contracts.SCORE_NOTE in scores:
                 facts[i][contracts.SCORE_NOTE] = str(scores[contracts.SCORE_NOTE])
             failed[i] = dict(scores.get(contracts.SCORE_FAILED) or {})
-            scores = {metric: value for metric, value in scores.items()
-                      if metric not in contracts.SCORE_FACTS and metric not in (contracts.SCORE_NOTE, contracts.SCORE_FAILED)}  # fmt: skip
+            scores = {
+                metric: value
+                for metric, value in scores.items()
+                if metric not in contracts.SCORE_FACTS and metric not in (contracts.SCORE_NOTE, contracts.SCORE_FAILED)
+            }
             undeclared = sorted((set(scores) | set(failed[i])) - set(track.metrics))
             if undeclared:  # a bug of the track, caught by tests/unit/workflow/test_tracks.py before it reaches a job
                 raise RuntimeError(f"{track.scorer} returned metrics its track does not declare: {undeclared}")
@@ -71,13 +83,20 @@ def score_dataset(*, prepared_paths: list[str], output_paths: list[str], table_p
     for output, scores, run_facts, run_failed in zip(outputs, values, facts, failed):
         uns = output.uns
         scores = (scores or dict.fromkeys(track.core_metrics, math.nan)) if not run_failed else scores
-        frame = pd.DataFrame({
-            "dataset": uns["dataset_id"], "track": track_id, "method": uns["method_id"], "variant": uns["variant"],
-            "seed": int(uns["seed"]), "metric": list(scores) + list(run_failed),
-            "value": [float(v) for v in scores.values()] + [math.nan] * len(run_failed),
-            "higher_is_better": [track.higher_is_better(m) for m in [*scores, *run_failed]],
-            "status": [uns["status"]] * len(scores) + ["failed"] * len(run_failed), **run_facts,
-        })  # fmt: skip
+        frame = pd.DataFrame(
+            {
+                "dataset": uns["dataset_id"],
+                "track": track_id,
+                "method": uns["method_id"],
+                "variant": uns["variant"],
+                "seed": int(uns["seed"]),
+                "metric": list(scores) + list(run_failed),
+                "value": [float(v) for v in scores.values()] + [math.nan] * len(run_failed),
+                "higher_is_better": [track.higher_is_better(m) for m in [*scores, *run_failed]],
+                "status": [uns["status"]] * len(scores) + ["failed"] * len(run_failed),
+                **run_facts,
+            }
+        )
         if run_failed:
             frame[contracts.SCORE_REASON] = [None] * len(scores) + list(run_failed.values())
         frames.append(frame)
@@ -95,8 +114,9 @@ def write_scores(table, scores_path: str) -> None:
     """
     with artifacts.atomic_path(scores_path) as tmp:
         table.to_parquet(tmp, index=False)
-        artifacts.write_json({"sha256": artifacts.sha256_file(tmp), "rows": score_digests(table)},
-                             checksums_path(scores_path))  # fmt: skip
+        artifacts.write_json(
+            {"sha256": artifacts.sha256_file(tmp), "rows": score_digests(table)}, checksums_path(scores_path)
+        )
 
 
 def score_digests(table) -> dict[str, dict[str, str]]:

@@ -77,8 +77,9 @@ def source_files(files: Mapping[str, str], digests: Mapping[str, str]) -> dict[s
     return {name: {"path": str(path), "sha256": digests[str(path)]} for name, path in sorted(files.items())}
 
 
-def write_prepared_dataset(dataset_id: str, entry: dict, track: Track, seed: int, path: str,
-                           files: Mapping[str, str] | None = None) -> None:  # fmt: skip
+def write_prepared_dataset(
+    dataset_id: str, entry: dict, track: Track, seed: int, path: str, files: Mapping[str, str] | None = None
+) -> None:
     """Prepare, hold to the dataset contract, and write atomically (no partial file on failure)."""
     adata = prepare_dataset(dataset_id, entry, track, seed, files)
     contracts.check_prepared_dataset(adata, path, entry["track"], track)

@@ -155,7 +155,17 @@ def measured(results: str, models: Mapping) -> list[dict]:
             except OSError:
                 peak = None
             seed = parts[-1].removesuffix(".benchmark.tsv") if rule == "prepare_dataset" else None  # one job per seed
-            found.append({"rule": rule, "dataset": dataset, "job": "/".join(parts[:-1]), "seed": seed, "rows": rows,
-                          "wall_s": float(row["s"]), "max_rss_mb": float(row["max_rss"]) if peak is None else peak,
-                          "exact_peak": peak is not None, "requested_mb": asked})  # fmt: skip
+            found.append(
+                {
+                    "rule": rule,
+                    "dataset": dataset,
+                    "job": "/".join(parts[:-1]),
+                    "seed": seed,
+                    "rows": rows,
+                    "wall_s": float(row["s"]),
+                    "max_rss_mb": float(row["max_rss"]) if peak is None else peak,
+                    "exact_peak": peak is not None,
+                    "requested_mb": asked,
+                }
+            )
     return found

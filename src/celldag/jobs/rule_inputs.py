@@ -28,8 +28,10 @@ def current_key(found: str, key: str | None, what: str) -> str:
     """The key of a requested path must be the one the current settings give: made here, a path of another key
     would hold a result of settings other than those its key names."""
     if found != key:
-        raise NotPlanned(f"{what}: key {found} is of other settings than this configuration's ({key}); "
-                         "make it with the configuration that gives it")  # fmt: skip
+        raise NotPlanned(
+            f"{what}: key {found} is of other settings than this configuration's ({key}); "
+            "make it with the configuration that gives it"
+        )
     return key
 
 
@@ -116,8 +118,10 @@ class RuleInputs:
         runs = [plan.make_run(dataset, method, variant, each, self.registries) for each in self.run_seeds(seed)]
         run = runs[0]
         current_key(key, run.key, f"run {run.dataset}/{run.method}/{run.variant}")
-        inputs: dict = {"prepared": [each.path(plan.PREPARED) for each in runs],
-                        "files": [path for each in runs for path in plan.run_files(each, self.registries)]}  # fmt: skip
+        inputs: dict = {
+            "prepared": [each.path(plan.PREPARED) for each in runs],
+            "files": [path for each in runs for path in plan.run_files(each, self.registries)],
+        }
         table = self.gene_table(run)
         if table is not None:
             inputs["embedding"] = table
@@ -184,8 +188,11 @@ class RuleInputs:
 
     def chained_run(self, track_id: str, dataset: str, chain_key: str, method: str, variant: str, key: str) -> dict:
         """Inputs of one run job of a chained track: the task of every seed and the upstream run's output and record."""
-        runs = [run for run in self.chained_runs(track_id, dataset, chain_key)
-                if (run.upstream.method, run.upstream.variant, run.upstream.key) == (method, variant, key)]  # fmt: skip
+        runs = [
+            run
+            for run in self.chained_runs(track_id, dataset, chain_key)
+            if (run.upstream.method, run.upstream.variant, run.upstream.key) == (method, variant, key)
+        ]
         if not runs:
             raise NotPlanned(f"no planned run {dataset}/{method}/{variant} with key {key} for {track_id} to chain on")
         by_seed = {run.seed: run for run in runs}
@@ -201,5 +208,9 @@ class RuleInputs:
         """Inputs of a chained track's scoring on one dataset: its task of every seed, every chained output and every
         chained input (the task with an upstream run's embedding)."""
         runs = self.plan.chained_on(dataset, track_id)
-        return {"prepared": sorted({run.path(plan.CHAIN_TASK) for run in runs}), "outputs": [run.output for run in runs],
-                "inputs": sorted({run.path(plan.CHAINED_INPUT) for run in runs}), "tables": []}  # fmt: skip
+        return {
+            "prepared": sorted({run.path(plan.CHAIN_TASK) for run in runs}),
+            "outputs": [run.output for run in runs],
+            "inputs": sorted({run.path(plan.CHAINED_INPUT) for run in runs}),
+            "tables": [],
+        }

@@ -42,8 +42,10 @@ def cuda_available(cpu_fallback: bool) -> bool:
 
     if torch.cuda.is_available():
         return True
-    message = (f"this job requested a GPU but torch {torch.__version__} sees no CUDA device "
-               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")  # fmt: skip
+    message = (
+        f"this job requested a GPU but torch {torch.__version__} sees no CUDA device "
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+    )
     if not cpu_fallback:
         raise NoGPUError(message + "; install a CUDA build of torch on GPU nodes, or set compute.cpu_fallback: true")
     log.warning("%s; training on the CPU (compute.cpu_fallback is true)", message)
@@ -134,8 +136,9 @@ def output_anndata(prepared, result: MethodResult, ids: dict, status: str, reaso
 def _rows(values, expected: int, path: str, field: str, per: str) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     if array.ndim != 2 or array.shape[0] != expected:
-        raise contracts.ContractError(path, field, f"the method returned shape {array.shape}; "
-                                      f"expected {expected} rows, one per {per}")  # fmt: skip
+        raise contracts.ContractError(
+            path, field, f"the method returned shape {array.shape}; expected {expected} rows, one per {per}"
+        )
     return array
 
 
@@ -144,8 +147,9 @@ def existing_files(files: dict[str, str], method_id: str) -> dict[str, str]:
     an audit's re-run nothing else."""
     for name, path in files.items():
         if not Path(path).is_file():
-            raise contracts.ContractError(path, "file", f"missing (the file {method_id}'s params.{name} names, "
-                                                        "relative to the working directory)")  # fmt: skip
+            raise contracts.ContractError(
+                path, "file", f"missing (the file {method_id}'s params.{name} names, relative to the working directory)"
+            )
     return files
 
 
@@ -158,8 +162,9 @@ def keep_only_matching_checkpoints(directory: Path, run: dict) -> None:
     stamp = directory / "run-fingerprint.txt"
     fingerprint = config_hash(run)
     if directory.exists() and (not stamp.exists() or stamp.read_text() != fingerprint):
-        log.warning("%s holds checkpoints of a run with other params or inputs: removed, training starts afresh",
-                    directory)  # fmt: skip
+        log.warning(
+            "%s holds checkpoints of a run with other params or inputs: removed, training starts afresh", directory
+        )
         shutil.rmtree(directory)
     directory.mkdir(parents=True, exist_ok=True)
     stamp.write_text(fingerprint)
@@ -168,15 +173,21 @@ def keep_only_matching_checkpoints(directory: Path, run: dict) -> None:
 def scalar_facts(uns) -> dict:
     """The prepared dataset's one-value facts (e.g. ``standardized``, ``seed``) for the run record; trees
     (long strings), tables and mappings stay in the file, whose sha256 the record holds."""
-    scalars = {key: value.item() if isinstance(value, np.generic) else value for key, value in uns.items()
-               if isinstance(value, bool | int | float | str | np.generic)}  # fmt: skip
+    scalars = {
+        key: value.item() if isinstance(value, np.generic) else value
+        for key, value in uns.items()
+        if isinstance(value, bool | int | float | str | np.generic)
+    }
     return {key: value for key, value in scalars.items() if not (isinstance(value, str) and len(value) > 200)}
 
 
 def without_none(facts: dict) -> dict:
     """h5ad cannot store None: drop such entries (run.json keeps the complete facts)."""
-    return {key: without_none(value) if isinstance(value, dict) else value
-            for key, value in facts.items() if value is not None}  # fmt: skip
+    return {
+        key: without_none(value) if isinstance(value, dict) else value
+        for key, value in facts.items()
+        if value is not None
+    }
 
 
 def audit_facts(prepared, prepared_path: str, gene_table_path: str | None, output_path: str, threads: int) -> dict:
@@ -188,15 +199,31 @@ def audit_facts(prepared, prepared_path: str, gene_table_path: str | None, outpu
     """
     inputs = {"prepared": prepared_path} | ({"gene_table": gene_table_path} if gene_table_path else {})
     sources = {file["path"]: file["sha256"] for file in dict(prepared.uns.get(SOURCE_FILES, {})).values()}
-    return {"inputs": inputs, "output_sha256": artifacts.sha256_file(output_path), "source_sha256": sources,
-            "threads": threads}  # fmt: skip
+    return {
+        "inputs": inputs,
+        "output_sha256": artifacts.sha256_file(output_path),
+        "source_sha256": sources,
+        "threads": threads,
+    }
 
 
 def run_method(
-    *, prepared_path: str, gene_table_path: str | None = None, output_path: str, record_path: str,
-    dataset_id: str, dataset_entry: dict, method_id: str, method_entry: dict, variant: str, seed: int, track: Track,
-    threads: int = 1, gpu_requested: bool = False, cpu_fallback: bool = False,
-) -> str:  # fmt: skip
+    *,
+    prepared_path: str,
+    gene_table_path: str | None = None,
+    output_path: str,
+    record_path: str,
+    dataset_id: str,
+    dataset_entry: dict,
+    method_id: str,
+    method_entry: dict,
+    variant: str,
+    seed: int,
+    track: Track,
+    threads: int = 1,
+    gpu_requested: bool = False,
+    cpu_fallback: bool = False,
+) -> str:
     """Run one (dataset, method, variant, seed); returns the run status."""
     if not logging.getLogger().handlers:  # called outside a Snakemake job (celldag.jobs.joblog): progress to stderr
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -218,8 +245,9 @@ def run_method(
     files = existing_files(
         method_files(method_entry, params, dataset_id, seed, prepared.uns.get("upstream")), method_id
     )
-    input_checksums = {path: artifacts.sha256_file(path) for path in (prepared_path, gene_table_path, *files.values())
-                       if path}  # fmt: skip
+    input_checksums = {
+        path: artifacts.sha256_file(path) for path in (prepared_path, gene_table_path, *files.values()) if path
+    }
     keep_only_matching_checkpoints(
         work_dir / CHECKPOINT_DIR, {"params": params, "seed": seed, "inputs": input_checksums}
     )
@@ -243,15 +271,25 @@ def run_method(
     artifacts.write_h5ad(output, output_path)
     config = {"dataset": dataset_entry, "method": method_entry, "variant": variant, "params": params, "seed": seed}
     record = clock.record(
-        seed=seed, config=config,
+        seed=seed,
+        config=config,
         input_checksums=input_checksums,
-        **ids, track=method_entry["track"], status=status, status_reason=reason, method_facts=result.uns,
+        **ids,
+        track=method_entry["track"],
+        status=status,
+        status_reason=reason,
+        method_facts=result.uns,
         dataset_facts=scalar_facts(prepared.uns),
         **audit_facts(prepared, prepared_path, gene_table_path, output_path, threads),
-    )  # fmt: skip
+    )
     records.write_record(record, record_path)
     # a finished run needs no checkpoint; paper-sized models would leave hundreds of MB per run
     shutil.rmtree(work_dir / CHECKPOINT_DIR, ignore_errors=True)
-    log.info("status %s%s; wall %.2f s, peak RSS %.0f MB", status, f" ({reason})" if reason else "",
-             record["wall_time_s"], record["peak_rss_mb"])  # fmt: skip
+    log.info(
+        "status %s%s; wall %.2f s, peak RSS %.0f MB",
+        status,
+        f" ({reason})" if reason else "",
+        record["wall_time_s"],
+        record["peak_rss_mb"],
+    )
     return status

@@ -337,8 +337,11 @@ def _tree_panels(data: FigureData) -> list[tuple[str, str]]:
     """(run, role) per estimated-tree panel: the best run by mean RF, then nj_raw's runs (once each)."""
     best = best_by_rf(data.scores)
     panels = [] if best is None else [(best, f"best: mean RF {mean_by_run(data.scores, 'rf')[best]:.3f}")]
-    panels += [(run, "raw-feature reference") for run in sorted(data.outputs)
-               if run.split("/", 1)[0] == RAW_BASELINE and run != best]  # fmt: skip
+    panels += [
+        (run, "raw-feature reference")
+        for run in sorted(data.outputs)
+        if run.split("/", 1)[0] == RAW_BASELINE and run != best
+    ]
     return panels
 
 
@@ -401,8 +404,9 @@ def raw_reference(scores: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run", "seed", "metric", "value"])
 
 
-def _dot_figure(scores: pd.DataFrame, metrics: Sequence[str], kinds: Mapping[str, str],
-                reference: pd.DataFrame | None = None) -> Figure:  # fmt: skip
+def _dot_figure(
+    scores: pd.DataFrame, metrics: Sequence[str], kinds: Mapping[str, str], reference: pd.DataFrame | None = None
+) -> Figure:
     import pandas as pd
 
     values = ok_values(scores, metrics)[["run", "seed", "metric", "value"]]
@@ -454,10 +458,24 @@ def _dot_panel(ax: Axes, values: pd.DataFrame, runs: list[str], seeds: list[int]
         control = run in controls
         for seed, value in zip(mine["seed"].astype(int), mine["value"]):
             colour = SEED_COLOURS[seeds.index(seed) % len(SEED_COLOURS)]
-            ax.scatter([value], [row + offset[seed]], s=22, zorder=3, linewidths=1.2,
-                       facecolors="none" if control else colour, edgecolors=colour)  # fmt: skip
-        ax.scatter([mine["value"].mean()], [row], marker="|", s=260, linewidths=2, zorder=2,  # under the dots
-                   color=CONTROL_COLOUR if control else "black")  # fmt: skip
+            ax.scatter(
+                [value],
+                [row + offset[seed]],
+                s=22,
+                zorder=3,
+                linewidths=1.2,
+                facecolors="none" if control else colour,
+                edgecolors=colour,
+            )
+        ax.scatter(
+            [mine["value"].mean()],
+            [row],
+            marker="|",
+            s=260,
+            linewidths=2,
+            zorder=2,  # under the dots
+            color=CONTROL_COLOUR if control else "black",
+        )
     ax.grid(axis="x", color="0.9", linewidth=0.6)
     ax.set_axisbelow(True)
     ax.tick_params(axis="x", labelsize=7)
@@ -474,10 +492,14 @@ def _seed_offsets(seeds: list[int]) -> dict[int, float]:
 def _seed_legend(ax: Axes, seeds: list[int]) -> None:
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], marker="o", linestyle="", color=SEED_COLOURS[i % len(SEED_COLOURS)], label=f"seed {seed}")
-               for i, seed in enumerate(seeds)]  # fmt: skip
-    handles.append(Line2D([], [], marker="|", linestyle="", color="black", markersize=12, markeredgewidth=2,
-                          label="mean"))  # fmt: skip
-    handles.append(Line2D([], [], marker="o", linestyle="", markerfacecolor="none", color=CONTROL_COLOUR,
-                          label="control"))  # fmt: skip
+    handles = [
+        Line2D([], [], marker="o", linestyle="", color=SEED_COLOURS[i % len(SEED_COLOURS)], label=f"seed {seed}")
+        for i, seed in enumerate(seeds)
+    ]
+    handles.append(
+        Line2D([], [], marker="|", linestyle="", color="black", markersize=12, markeredgewidth=2, label="mean")
+    )
+    handles.append(
+        Line2D([], [], marker="o", linestyle="", markerfacecolor="none", color=CONTROL_COLOUR, label="control")
+    )
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)

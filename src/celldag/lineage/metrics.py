@@ -117,10 +117,14 @@ def _ranges_without_zero(tree: Tree, numbers: np.ndarray) -> set[tuple[int, int]
     prefix_min, prefix_max = _running_extremes(numbers)
     suffix_min, suffix_max = (extreme[::-1] for extreme in _running_extremes(numbers[::-1]))
     outside = stop[flip] < n  # suffix extremes at stop; none past the end
-    low[flip] = np.minimum(np.where(start[flip] > 0, prefix_min[start[flip] - 1], n),
-                           np.where(outside, suffix_min[np.minimum(stop[flip], n - 1)], n))  # fmt: skip
-    high[flip] = np.maximum(np.where(start[flip] > 0, prefix_max[start[flip] - 1], -1),
-                            np.where(outside, suffix_max[np.minimum(stop[flip], n - 1)], -1))  # fmt: skip
+    low[flip] = np.minimum(
+        np.where(start[flip] > 0, prefix_min[start[flip] - 1], n),
+        np.where(outside, suffix_min[np.minimum(stop[flip], n - 1)], n),
+    )
+    high[flip] = np.maximum(
+        np.where(start[flip] > 0, prefix_max[start[flip] - 1], -1),
+        np.where(outside, suffix_max[np.minimum(stop[flip], n - 1)], -1),
+    )
     side = np.where(flip, n - size[edges], size[edges])
     is_range = high - low + 1 == side
     return set(zip(low[is_range].tolist(), high[is_range].tolist()))

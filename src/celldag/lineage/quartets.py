@@ -88,8 +88,14 @@ def shared_quartets(a: Tree, b: Tree) -> int:
         m13, m23 = a1 - m11 - m12, a2 - m21 - m22
         m31, m32 = b1 - m11 - m21, b2 - m12 - m22
         m33 = (n - a1 - a2) - m31 - m32
-        for p, q, s in ((m11, m22, m33), (m12, m21, m33), (m11, m23, m32),
-                        (m13, m22, m31), (m12, m23, m31), (m13, m21, m32)):  # fmt: skip
+        for p, q, s in (
+            (m11, m22, m33),
+            (m12, m21, m33),
+            (m11, m23, m32),
+            (m13, m22, m31),
+            (m12, m23, m31),
+            (m13, m21, m32),
+        ):
             # int64 is exact: every term is ≥ 0 and ≤ the total, 4·(shared quartets) ≤ 4·C(n, 4), which
             # fits below ~80,000 leaves (an overlap matrix of 100 GB)
             four_times += int((p * q * s * (p + q + s - 3)).sum())
@@ -261,8 +267,12 @@ def _agree(x: _Branches, y: _Branches, overlap: np.ndarray, n: int) -> int:
         rows_out = np.add.reduceat(row_rests, local, axis=0)[row_vertex] - row_rests
         columns_out = np.add.reduceat(column_rests, groups, axis=1)[:, column_vertex] - column_rests
         all_squares = np.add.reduceat(row_squares, local, axis=0)  # per vertex pair (u, w)
-        cells_out = (all_squares[row_vertex][:, column_vertex] - row_squares[:, column_vertex]
-                     - np.add.reduceat(squares, local, axis=0)[row_vertex] + squares)  # fmt: skip
+        cells_out = (
+            all_squares[row_vertex][:, column_vertex]
+            - row_squares[:, column_vertex]
+            - np.add.reduceat(squares, local, axis=0)[row_vertex]
+            + squares
+        )
         # ordered pairs in different rows and columns: all, less same row, less same column, plus same cell
         separated_twice = outside * outside - rows_out - columns_out + cells_out
         eight_times += _exact_sum(cells * (cells - 1) * separated_twice)
@@ -281,8 +291,9 @@ def _resolved_in_both(x: _Branches, y: _Branches, overlap: np.ndarray, n: int) -
         both = clades[:, y.edges]
         only_x, only_y = size - both, y.clade[y.edges] - both
         neither = n - size - y.clade[y.edges] + both
-        total += _exact_sum(_pairs(both) * _pairs(neither) + _pairs(only_x) * _pairs(only_y)
-                            + both * only_x * only_y * neither)  # fmt: skip
+        total += _exact_sum(
+            _pairs(both) * _pairs(neither) + _pairs(only_x) * _pairs(only_y) + both * only_x * only_y * neither
+        )
         # EV: split 2|2 by the edge of x and held 2 + 2 by two branches of a vertex of y
         cells = clades[:, y.node]
         cells[:, y.outside] = size - cells[:, y.outside]
@@ -300,8 +311,15 @@ def _resolved_in_both(x: _Branches, y: _Branches, overlap: np.ndarray, n: int) -
         per_row = np.add.reduceat(two, groups, axis=1)
         per_column = np.add.reduceat(two, local, axis=0)
         squares = np.add.reduceat(np.add.reduceat(two * two, local, axis=0), groups, axis=1)
-        total += _exact_sum((np.add.reduceat(per_row, local, axis=0) ** 2 - np.add.reduceat(per_row**2, local, axis=0)
-                             - np.add.reduceat(per_column**2, groups, axis=1) + squares) // 2)  # fmt: skip
+        total += _exact_sum(
+            (
+                np.add.reduceat(per_row, local, axis=0) ** 2
+                - np.add.reduceat(per_row**2, local, axis=0)
+                - np.add.reduceat(per_column**2, groups, axis=1)
+                + squares
+            )
+            // 2
+        )
         # ... then one leaf in each of four cells: Σ over i < i' and j < j' of M_ij M_ij' M_i'j M_i'j'
         for p0 in range(x.pairs_start[v0], x.pairs_start[v1], rows):
             p1 = min(p0 + rows, x.pairs_start[v1])
@@ -322,8 +340,11 @@ def _two_and_two(inside: np.ndarray, outside: np.ndarray, groups: np.ndarray, ax
         return np.add.reduceat(values, groups, axis=axis)
 
     two_in, two_out, one_each = _pairs(inside), _pairs(outside), inside * outside
-    return (total(two_in) * total(two_out) - total(two_in * two_out)
-            + (total(one_each) ** 2 - total(one_each * one_each)) // 2)  # fmt: skip
+    return (
+        total(two_in) * total(two_out)
+        - total(two_in * two_out)
+        + (total(one_each) ** 2 - total(one_each * one_each)) // 2
+    )
 
 
 def _pairs(count: np.ndarray) -> np.ndarray:

@@ -33,8 +33,10 @@ from celldag.tracks import ScoringContext, relative_reduction
 def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[str, float]]:
     """One {metric: value} per output of one seed (empty for runs that are not ``ok``)."""
     n_quartets = context.evaluation["qdist_quartets"]
-    return [run_scores(prepared, output, context.seed, n_quartets) if output.uns["status"] == "ok" else {}
-            for output in outputs]  # fmt: skip
+    return [
+        run_scores(prepared, output, context.seed, n_quartets) if output.uns["status"] == "ok" else {}
+        for output in outputs
+    ]
 
 
 def run_scores(prepared, output, seed: int, n_quartets: int) -> dict[str, float | str]:

@@ -158,8 +158,9 @@ def sample_known_quartets(
     return _rejection_sample(eligible, count, rng, lambda q: known_topology(q, labels, clade_dist), acceptance, rank)
 
 
-def random_quartets(allowed_leaves: np.ndarray, count: int, rng: np.random.Generator,
-                    rank: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def random_quartets(
+    allowed_leaves: np.ndarray, count: int, rng: np.random.Generator, rank: np.ndarray | None = None
+) -> np.ndarray:
     """``count`` uniform quartets of allowed leaves, with no topology (the label-free setting)."""
 
     def no_topology(quartets: np.ndarray) -> np.ndarray:

@@ -81,7 +81,7 @@ TRACK = Track(
                 ranked("rf_unknown", higher_is_better=False),
             ),
         ),
-    ),  # fmt: skip
+    ),
     dataset_facts="celldag.lineage.track:dataset_facts",
     figures=(
         *COMMON_FIGURES,

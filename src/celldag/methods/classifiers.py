@@ -181,8 +181,10 @@ def celltypist(inputs: AnnotationInput, params: dict, seed: int) -> MethodResult
         return celltypist_model.normalised(raw), types
 
     obsm = predict_each(dataclasses.replace(inputs, features=inputs.expression), fit_predict)
-    return MethodResult(obsm=obsm | sigmoid, uns=_facts(inputs, C=C, max_iter=max_iter, genes=len(genes),
-                                                         converged=dict(zip(fits, converged))))  # fmt: skip
+    return MethodResult(
+        obsm=obsm | sigmoid,
+        uns=_facts(inputs, C=C, max_iter=max_iter, genes=len(genes), converged=dict(zip(fits, converged))),
+    )
 
 
 celltypist.accepted_params = ("C", "max_iter")

@@ -48,9 +48,12 @@ def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:
     embedding, n_empty = weighted_average(inputs.lognorm[:, columns], vectors)
     return MethodResult(
         embedding=embedding.astype(np.float32),
-        uns={"genes": {"n_modelled": len(columns), "n_without_embedding": n_missing},
-             "n_cells_without_expression": n_empty, **table.mapping_facts()},
-    )  # fmt: skip
+        uns={
+            "genes": {"n_modelled": len(columns), "n_without_embedding": n_missing},
+            "n_cells_without_expression": n_empty,
+            **table.mapping_facts(),
+        },
+    )
 
 
 # the registry params this function reads: any other key is refused when the workflow is parsed

@@ -67,8 +67,11 @@ def row_order(
     if missing or extra:
         problems = [f"{len(missing)} missing (first: {missing[:SHOWN_IDS]})"] if missing else []
         problems += [f"{len(extra)} not in {source} (first: {extra[:SHOWN_IDS]})"] if extra else []
-        raise ContractError(path, field, f"{len(ids)} {noun[len(ids) != 1]} in the file, {len(expected)} in {source}: "
-                                         + "; ".join(problems))  # fmt: skip
+        raise ContractError(
+            path,
+            field,
+            f"{len(ids)} {noun[len(ids) != 1]} in the file, {len(expected)} in {source}: " + "; ".join(problems),
+        )
     return ids.get_indexer(list(expected))
 
 
@@ -129,9 +132,13 @@ def tree_format(path: str, given: str | None) -> str:
         return "newick"
     if suffix in MATRIX_SEPARATORS:
         return "matrix"
-    raise ContractError(path, "file", f"suffix {suffix!r} is neither a Newick tree's ({', '.join(NEWICK_SUFFIXES)}) nor "
-                                      f"a distance matrix's ({', '.join(MATRIX_SEPARATORS)}); give params.format: "
-                                      f"{' or '.join(TREE_FORMATS)}")  # fmt: skip
+    raise ContractError(
+        path,
+        "file",
+        f"suffix {suffix!r} is neither a Newick tree's ({', '.join(NEWICK_SUFFIXES)}) nor "
+        f"a distance matrix's ({', '.join(MATRIX_SEPARATORS)}); give params.format: "
+        f"{' or '.join(TREE_FORMATS)}",
+    )
 
 
 def read_newick(path: str, leaves: Sequence[str]) -> str:
@@ -150,8 +157,13 @@ def read_distances(path: str, leaves: Sequence[str]) -> np.ndarray:
     import pandas as pd
 
     try:  # as text: leaf names stay as written ("007"), numbers are parsed exactly (Python's float)
-        table = pd.read_csv(path, sep=MATRIX_SEPARATORS.get(Path(path).suffix.lower(), "\t"), index_col=0, dtype=str,
-                            keep_default_na=False)  # fmt: skip
+        table = pd.read_csv(
+            path,
+            sep=MATRIX_SEPARATORS.get(Path(path).suffix.lower(), "\t"),
+            index_col=0,
+            dtype=str,
+            keep_default_na=False,
+        )
     except (ValueError, pd.errors.ParserError) as err:
         raise ContractError(path, "file", f"not a readable table ({err})") from None
     rows = row_order(table.index, leaves, path, "index (first column)", ("leaf", "leaves"))
@@ -170,16 +182,28 @@ def read_distances(path: str, leaves: Sequence[str]) -> np.ndarray:
     tolerance = SYMMETRY_RTOL * max(float(np.abs(distances).max()), np.finfo(float).tiny)
     if (negative := np.argwhere(distances < 0)).size:
         i, j = negative[0]
-        raise ContractError(path, "values", f"{len(negative)} negative distances (first: row {names[i]!r}, "
-                                            f"column {names[j]!r}: {float(distances[i, j])!r})")  # fmt: skip
+        raise ContractError(
+            path,
+            "values",
+            f"{len(negative)} negative distances (first: row {names[i]!r}, "
+            f"column {names[j]!r}: {float(distances[i, j])!r})",
+        )
     if (off := np.flatnonzero(np.abs(np.diag(distances)) > tolerance)).size:
-        raise ContractError(path, "diagonal", f"{off.size} non-zero distances of a leaf to itself (first: "
-                                              f"{names[off[0]]!r}: {float(distances[off[0], off[0]])!r})")  # fmt: skip
+        raise ContractError(
+            path,
+            "diagonal",
+            f"{off.size} non-zero distances of a leaf to itself (first: "
+            f"{names[off[0]]!r}: {float(distances[off[0], off[0]])!r})",
+        )
     if (asymmetric := np.argwhere(np.abs(distances - distances.T) > tolerance)).size:
         i, j = asymmetric[0]
-        raise ContractError(path, "values", f"not symmetric: row {names[i]!r}, column {names[j]!r} holds "
-                                            f"{float(distances[i, j])!r}, row {names[j]!r}, column {names[i]!r} "
-                                            f"{float(distances[j, i])!r}")  # fmt: skip
+        raise ContractError(
+            path,
+            "values",
+            f"not symmetric: row {names[i]!r}, column {names[j]!r} holds "
+            f"{float(distances[i, j])!r}, row {names[j]!r}, column {names[i]!r} "
+            f"{float(distances[j, i])!r}",
+        )
     distances = (distances + distances.T) / 2
     np.fill_diagonal(distances, 0.0)
     return distances

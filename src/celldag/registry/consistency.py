@@ -37,23 +37,32 @@ def check_consistency(registries: Registries) -> None:
             if chained not in registries.tracks:
                 raise ConfigError(f"{where}: unknown track; known: {known_tracks}")
             if registries.track(chained).upstream != entry["track"]:
-                raise ConfigError(f"{where}: the {chained} track chains on {registries.track(chained).upstream or 'no track'}"
-                                  f", not on this dataset's track {entry['track']}")  # fmt: skip
+                raise ConfigError(
+                    f"{where}: the {chained} track chains on {registries.track(chained).upstream or 'no track'}"
+                    f", not on this dataset's track {entry['track']}"
+                )
     for method, entry in registries.methods.items():
         methods_file = registries.origin("methods", method)
         if registries.track(entry["track"]).upstream and list(entry["variants"]) != ["default"]:
-            raise ConfigError(f"{methods_file}: {method}.variants: a method of the chained track {entry['track']} has "
-                              "one variant, default (its runs are named by the run they chain on); make another "
-                              "method id for other params")  # fmt: skip
+            raise ConfigError(
+                f"{methods_file}: {method}.variants: a method of the chained track {entry['track']} has "
+                "one variant, default (its runs are named by the run they chain on); make another "
+                "method id for other params"
+            )
         upstream_track = registries.track(entry["track"]).upstream
         if "upstreams" in entry:
             upstream_methods = sorted(m for m, e in registries.methods.items() if e["track"] == upstream_track)
             unknown = sorted(set(entry["upstreams"]) - set(upstream_methods)) if upstream_track else entry["upstreams"]
             if unknown:
-                raise ConfigError(f"{methods_file}: {method}.upstreams: {unknown[0]!r} is no method of the track "
-                                  f"{entry['track']} chains on" + (f" ({upstream_track}); known: "
-                                  f"{', '.join(upstream_methods)}" if upstream_track else " (none: it is no chained "
-                                  "track)"))  # fmt: skip
+                raise ConfigError(
+                    f"{methods_file}: {method}.upstreams: {unknown[0]!r} is no method of the track "
+                    f"{entry['track']} chains on"
+                    + (
+                        f" ({upstream_track}); known: {', '.join(upstream_methods)}"
+                        if upstream_track
+                        else " (none: it is no chained track)"
+                    )
+                )
         unknown = sorted(set(entry["kind_by_variant"]) - set(entry["variants"]))
         if unknown:
             raise ConfigError(f"{methods_file}: {method}.kind_by_variant: {method!r} has no variant {unknown[0]!r}")
@@ -64,8 +73,10 @@ def check_consistency(registries: Registries) -> None:
                 raise ConfigError(f"{where}: {method!r} has no variant {variant!r}")
             for need in needs:
                 if need not in inputs:
-                    raise ConfigError(f"{where}: the {entry['track']} track provides no optional input {need!r}; "
-                                      f"known: {', '.join(sorted(inputs)) or 'none'}")  # fmt: skip
+                    raise ConfigError(
+                        f"{where}: the {entry['track']} track provides no optional input {need!r}; "
+                        f"known: {', '.join(sorted(inputs)) or 'none'}"
+                    )
 
 
 PIN_ON_FIRST_FETCH = "pin-on-first-fetch"  # a url's sha256 when the publisher gives none
@@ -80,11 +91,14 @@ def check_stand_in(dataset: str, entry: dict, registries: Registries) -> None:
     if shipped not in registries.datasets:
         raise ConfigError(f"{where}: unknown dataset id {shipped!r}; known: {', '.join(sorted(registries.datasets))}")
     if "stands_for" in registries.datasets[shipped]:
-        raise ConfigError(f"{where}: {shipped} stands for {registries.datasets[shipped]['stands_for']['dataset']} "
-                          "itself: name that one")  # fmt: skip
+        raise ConfigError(
+            f"{where}: {shipped} stands for {registries.datasets[shipped]['stands_for']['dataset']} "
+            "itself: name that one"
+        )
     if registries.datasets[shipped]["track"] != entry["track"]:
-        raise ConfigError(f"{where}: {shipped} is a {registries.datasets[shipped]['track']} dataset, this one a "
-                          f"{entry['track']} one")  # fmt: skip
+        raise ConfigError(
+            f"{where}: {shipped} is a {registries.datasets[shipped]['track']} dataset, this one a {entry['track']} one"
+        )
 
 
 def check_source_files(registries: Registries, kind: str) -> None:
@@ -98,8 +112,10 @@ def check_source_files(registries: Registries, kind: str) -> None:
                 raise ConfigError(f"{where}: file name {file['name']!r} given twice")
             names.add(file["name"])
             if "url" in file and "sha256" not in file:
-                raise ConfigError(f"{where}: the url {file['url']} has no sha256; give the file's digest, or "
-                                  f"'{PIN_ON_FIRST_FETCH}' to trust the first download and pin it")  # fmt: skip
+                raise ConfigError(
+                    f"{where}: the url {file['url']} has no sha256; give the file's digest, or "
+                    f"'{PIN_ON_FIRST_FETCH}' to trust the first download and pin it"
+                )
             source = entry.get("source")
             if source in ("url", "local") and ("url" in file) != (source == "url"):
                 wanted = "a url" if source == "url" else "a path"
@@ -113,8 +129,10 @@ def check_embedding_names(registries: Registries) -> None:
         for variant, overrides in entry["variants"].items():
             name = {**entry["params"], **overrides}.get("embedding")
             if name is not None and name not in known:
-                raise ConfigError(f"{registries.origin('methods', method)}: {method}.variants.{variant}: unknown embedding "
-                                  f"{name!r}; known: {', '.join(sorted(known)) or 'none'}")  # fmt: skip
+                raise ConfigError(
+                    f"{registries.origin('methods', method)}: {method}.variants.{variant}: unknown embedding "
+                    f"{name!r}; known: {', '.join(sorted(known)) or 'none'}"
+                )
     for embedding, entry in known.items():
         if "of" in entry and entry["of"] not in known:
             raise ConfigError(

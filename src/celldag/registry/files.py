@@ -132,8 +132,10 @@ def shipped_registries(workflow: str | Path) -> dict[str, str]:
     """The shipped registries of the celldag workflow folder the CLI is pointed at (``--workflow``)."""
     files = shipped_registry_files(workflow)
     if not Path(files["tracks"]).is_file():
-        raise ConfigError(f"{files['tracks']}: not found: {Path(workflow).resolve()} is not a celldag workflow folder; "
-                          "run in one (a checkout, or a snakedeploy folder) or name it with --workflow")  # fmt: skip
+        raise ConfigError(
+            f"{files['tracks']}: not found: {Path(workflow).resolve()} is not a celldag workflow folder; "
+            "run in one (a checkout, or a snakedeploy folder) or name it with --workflow"
+        )
     return files
 
 
@@ -148,8 +150,10 @@ def check_env_paths(registries: Registries) -> None:
                 raise ConfigError(f"{where}.env: {env}: file not found (paths are relative to the working directory)")
             for index, path in enumerate(entry.get("packages", ())):
                 if not Path(path).is_dir():
-                    raise ConfigError(f"{where}.packages[{index}]: {path}: no such folder "
-                                      "(paths are relative to the working directory)")  # fmt: skip
+                    raise ConfigError(
+                        f"{where}.packages[{index}]: {path}: no such folder "
+                        "(paths are relative to the working directory)"
+                    )
 
 
 def package_folders(registries: Registries) -> list[str]:
@@ -192,14 +196,18 @@ def read_registries(shipped: dict[str, str], overlays: dict[str, list[str]], sou
         files = [shown_path(shipped[kind])]
         for index, path in enumerate(overlays[kind]):
             if not Path(path).is_file():
-                raise ConfigError(f"{source_of(source, 'registries')}: registries.{kind}[{index}]: {path}: file not found "
-                                  "(paths are relative to the working directory)")  # fmt: skip
+                raise ConfigError(
+                    f"{source_of(source, 'registries')}: registries.{kind}[{index}]: {path}: file not found "
+                    "(paths are relative to the working directory)"
+                )
             if Path(path).resolve() != Path(files[0]).resolve():  # the shipped file named again: nothing to add
                 files.append(path)
         for path in files:
             for entry_id, entry in apply_schema(read_yaml(path), kind, path).items():
                 if entry_id in entries[kind]:
-                    raise ConfigError(f"{path}: {entry_id}: {kind} id {entry_id!r} is defined twice, in "
-                                      f"{origins[kind][entry_id]} and in {path}")  # fmt: skip
+                    raise ConfigError(
+                        f"{path}: {entry_id}: {kind} id {entry_id!r} is defined twice, in "
+                        f"{origins[kind][entry_id]} and in {path}"
+                    )
                 entries[kind][entry_id], origins[kind][entry_id] = entry, path
     return Registries(**entries, origins=origins)

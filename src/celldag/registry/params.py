@@ -30,8 +30,10 @@ def undo_command_line_strings(config: dict) -> None:
     switches = {"true": True, "false": False}
     for section in SWITCH_SECTIONS:
         if isinstance(config.get(section), dict):
-            config[section] = {key: switches.get(value, value) if isinstance(value, str) else value
-                               for key, value in config[section].items()}  # fmt: skip
+            config[section] = {
+                key: switches.get(value, value) if isinstance(value, str) else value
+                for key, value in config[section].items()
+            }
 
 
 CODE_FIELDS = {"datasets": "loader", "methods": "run", "embeddings": "provider"}
@@ -52,8 +54,10 @@ def refuse_unknown(keys, accepted, renamed: dict[str, str], where: str) -> None:
     if not unknown:
         return
     hints = "".join(f"; {key} became {renamed[key]}" for key in unknown if key in renamed)
-    raise ConfigError(f"{where}: unknown {plural_keys(unknown)} {', '.join(map(repr, unknown))}{hints}; "
-                      f"accepted: {', '.join(sorted(accepted)) or 'none'}")  # fmt: skip
+    raise ConfigError(
+        f"{where}: unknown {plural_keys(unknown)} {', '.join(map(repr, unknown))}{hints}; "
+        f"accepted: {', '.join(sorted(accepted)) or 'none'}"
+    )
 
 
 def plural_keys(keys: list[str]) -> str:
@@ -143,8 +147,15 @@ def check_method_params(registries: Registries, overrides: dict[str, dict], sour
             raise ConfigError(f"{where}: {error.message}")
 
 
-def param_origin(methods_file: str, method: str, variant: str, name: str, variant_params: dict,
-                 overrides: dict[str, dict], source: Source) -> str:  # fmt: skip
+def param_origin(
+    methods_file: str,
+    method: str,
+    variant: str,
+    name: str,
+    variant_params: dict,
+    overrides: dict[str, dict],
+    source: Source,
+) -> str:
     """Where a method param's value was set: the variant, the config's method_params, or the entry's params."""
     if name in variant_params:
         return f"{methods_file}: {method}.variants.{variant}.{name}"
@@ -173,13 +184,16 @@ def check_file_params(registries: Registries, overrides: dict[str, dict], source
         variants = {DEFAULT_VARIANT: {}} if chained else entry["variants"]  # run_chained: its params alone
         for variant, variant_params in variants.items():
             for name in names:
-                where = param_origin(registries.origin("methods", method), method, variant, name, variant_params,
-                                     overrides, source)  # fmt: skip
+                where = param_origin(
+                    registries.origin("methods", method), method, variant, name, variant_params, overrides, source
+                )
                 pattern = {**entry["params"], **variant_params}.get(name)
                 shown = ", ".join("{" + field + "}" for field in fields)
                 if not isinstance(pattern, str) or not pattern:
-                    raise ConfigError(f"{where}: the path of a file the method reads, relative to the working "
-                                      f"directory, with placeholders {shown}; got {pattern!r}")  # fmt: skip
+                    raise ConfigError(
+                        f"{where}: the path of a file the method reads, relative to the working "
+                        f"directory, with placeholders {shown}; got {pattern!r}"
+                    )
                 try:
                     used = {field for _, field, _, _ in string.Formatter().parse(pattern) if field is not None}
                 except ValueError as err:

@@ -17,8 +17,21 @@ from celldag.results.record_differences import shown
 from celldag.report.html import document_page
 from celldag.results.tolerance import plural
 
-SCORE_HEADER = ("verdict", "dataset", "track", "method", "variant", "seed", "metric", "A", "B", "Δ", "relative Δ", "rule",
-                "what differs in the run")  # fmt: skip
+SCORE_HEADER = (
+    "verdict",
+    "dataset",
+    "track",
+    "method",
+    "variant",
+    "seed",
+    "metric",
+    "A",
+    "B",
+    "Δ",
+    "relative Δ",
+    "rule",
+    "what differs in the run",
+)
 SHOWN_IN_TERMINAL = 3  # moved scores, environment fields and swapped pairs named in the summary
 SHOWN_IN_TABLE = 10  # values of a record field per side (a cluster's hosts: one per node)
 
@@ -43,8 +56,10 @@ def tolerance_line(comparison: Comparison) -> str:
     bound = f"|Δ| ≤ {tolerance.abs:g} + {tolerance.rel:g}·|A|"
     if comparison.overridden:
         return f"Tolerance (--rtol/--atol): {bound} for every continuous metric; counts Δ = 0."
-    return (f"Tolerance: the same bits where both runs ran on CPU (the same seed on a CPU gives the same scores); "
-            f"else {bound} for continuous metrics (celldag audit's CUDA bound) and Δ = 0 for counts.")  # fmt: skip
+    return (
+        f"Tolerance: the same bits where both runs ran on CPU (the same seed on a CPU gives the same scores); "
+        f"else {bound} for continuous metrics (celldag audit's CUDA bound) and Δ = 0 for counts."
+    )
 
 
 def differences_of(comparison: Comparison, item: Judged) -> str:
@@ -54,9 +69,21 @@ def differences_of(comparison: Comparison, item: Judged) -> str:
 
 def score_row(comparison: Comparison, item: Judged) -> tuple[str, ...]:
     dataset, track, method, variant, seed, metric = item.key
-    return (item.verdict, dataset, track, method, variant, str(seed), metric, number(item.a, item.statuses[0]),
-            number(item.b, item.statuses[1]), signed(item.delta), signed(item.relative), str(item.rule or "–"),
-            differences_of(comparison, item))  # fmt: skip
+    return (
+        item.verdict,
+        dataset,
+        track,
+        method,
+        variant,
+        str(seed),
+        metric,
+        number(item.a, item.statuses[0]),
+        number(item.b, item.statuses[1]),
+        signed(item.delta),
+        signed(item.relative),
+        str(item.rule or "–"),
+        differences_of(comparison, item),
+    )
 
 
 def ranking_blocks(rankings: list[Ranking]) -> list[Block]:
@@ -68,7 +95,7 @@ def ranking_blocks(rankings: list[Ranking]) -> list[Block]:
                 "metric group, mean over ok seeds; controls are not ranked), and per track on several datasets the "
                 "order by mean rank.",
             )
-        ),  # fmt: skip
+        ),
     ]
     unchanged = [ranking.scope for ranking in rankings if not ranking.changed]
     if unchanged:
@@ -81,8 +108,11 @@ def ranking_blocks(rankings: list[Ranking]) -> list[Block]:
             (str(i + 1), *(order[i] if i < len(order) else "–" for order in (ranking.a, ranking.b))) for i in places
         )
         only = [f"Only in {side}: {', '.join(entries)}." for side in ("A", "B") if (entries := ranking.only_in(side))]
-        blocks += [Heading(3, f"{ranking.scope}: order changed (by {ranking.metric})"), Table(("rank", "A", "B"), rows),
-                   Paragraph((f"Swapped pairs: {swapped_pairs(ranking) or 'none'}.", *only))]  # fmt: skip
+        blocks += [
+            Heading(3, f"{ranking.scope}: order changed (by {ranking.metric})"),
+            Table(("rank", "A", "B"), rows),
+            Paragraph((f"Swapped pairs: {swapped_pairs(ranking) or 'none'}.", *only)),
+        ]
     return blocks
 
 
@@ -92,8 +122,10 @@ def swapped_pairs(ranking: Ranking, most: int | None = None) -> str:
 
 def environment_blocks(comparison: Comparison) -> list[Block]:
     matched = len(set(comparison.a.records) & set(comparison.b.records))
-    only = [f"{len(set(mine.records) - set(theirs.records))} only in {name}"
-            for name, mine, theirs in (("A", comparison.a, comparison.b), ("B", comparison.b, comparison.a))]  # fmt: skip
+    only = [
+        f"{len(set(mine.records) - set(theirs.records))} only in {name}"
+        for name, mine, theirs in (("A", comparison.a, comparison.b), ("B", comparison.b, comparison.a))
+    ]
     blocks: list[Block] = [
         Heading(2, "Environment differences"),
         Paragraph(
@@ -102,16 +134,24 @@ def environment_blocks(comparison: Comparison) -> list[Block]:
                 "device, host, threads, settings (config_hash, params), the machine (CPU model, ISA flags, BLAS/OpenMP "
                 "libraries, thread settings, GPU) and CUDA_VISIBLE_DEVICES / SLURM.",
             )
-        ),  # fmt: skip
+        ),
     ]
     if comparison.different_inputs:
         runs = max(item.runs for item in comparison.different_inputs)
-        blocks.append(Paragraph((f"Different inputs: {runs} matched runs did not read the same data (an input's sha256 "
-                                 "differs), which explains any difference of their scores.",)))  # fmt: skip
+        blocks.append(
+            Paragraph(
+                (
+                    f"Different inputs: {runs} matched runs did not read the same data (an input's sha256 "
+                    "differs), which explains any difference of their scores.",
+                )
+            )
+        )
     if not comparison.environment:
         return blocks + [Paragraph(("The records of the matched runs agree on every field compared.",))]
-    rows = tuple((item.field, f"{item.runs} of {item.of}", shown(item.a, SHOWN_IN_TABLE), shown(item.b, SHOWN_IN_TABLE))
-                 for item in comparison.environment)  # fmt: skip
+    rows = tuple(
+        (item.field, f"{item.runs} of {item.of}", shown(item.a, SHOWN_IN_TABLE), shown(item.b, SHOWN_IN_TABLE))
+        for item in comparison.environment
+    )
     return blocks + [Table(("field", "runs that differ", "A", "B"), rows)]
 
 
@@ -120,12 +160,17 @@ def comparison_blocks(comparison: Comparison, show_all: bool = False) -> list[Bl
     listed = [item for item in comparison.scores if show_all or item.verdict != IDENTICAL]
     blocks: list[Block] = [
         Heading(1, "celldag compare"),
-        Paragraph((f"A: `{comparison.a.folder}`; B: `{comparison.b.folder}`. Score rows are matched by dataset, track, "
-                   "method, variant, seed and metric; Δ = B − A, relative Δ = Δ / |A|.", tolerance_line(comparison))),
+        Paragraph(
+            (
+                f"A: `{comparison.a.folder}`; B: `{comparison.b.folder}`. Score rows are matched by dataset, track, "
+                "method, variant, seed and metric; Δ = B − A, relative Δ = Δ / |A|.",
+                tolerance_line(comparison),
+            )
+        ),
         Paragraph(tuple(f"{verdict}: {counts[verdict]}" for verdict in VERDICTS), bullets=True),
         Paragraph((verdict_line(comparison),)),
         Heading(2, "Scores" if show_all else "Scores that differ"),
-    ]  # fmt: skip
+    ]
     if listed:
         blocks.append(Table(SCORE_HEADER, tuple(score_row(comparison, item) for item in listed)))
     if not show_all and counts[IDENTICAL]:
@@ -154,11 +199,16 @@ def write_comparison(comparison: Comparison, out: Path, show_all: bool = False) 
 def summary_lines(comparison: Comparison, files: tuple[Path, Path]) -> list[str]:
     """The terminal's few lines: verdict counts, moved scores, orders, top environment differences, the files."""
     counts = comparison.counts
-    lines = [f"compared {len(comparison.scores)} scores of A {comparison.a.folder} and B {comparison.b.folder}: "
-             + ", ".join(f"{counts[verdict]} {verdict}" for verdict in VERDICTS), tolerance_line(comparison)]  # fmt: skip
+    lines = [
+        f"compared {len(comparison.scores)} scores of A {comparison.a.folder} and B {comparison.b.folder}: "
+        + ", ".join(f"{counts[verdict]} {verdict}" for verdict in VERDICTS),
+        tolerance_line(comparison),
+    ]
     moved = [item for item in comparison.scores if item.verdict == MOVED]
-    lines += [f"moved: {run_name(item)} {item.key[-1]} {number(item.a)} → {number(item.b)} (Δ {signed(item.delta)})"
-              for item in moved[:SHOWN_IN_TERMINAL]]  # fmt: skip
+    lines += [
+        f"moved: {run_name(item)} {item.key[-1]} {number(item.a)} → {number(item.b)} (Δ {signed(item.delta)})"
+        for item in moved[:SHOWN_IN_TERMINAL]
+    ]
     if len(moved) > SHOWN_IN_TERMINAL:
         lines.append(f"moved: … and {len(moved) - SHOWN_IN_TERMINAL} more")
     return lines + [

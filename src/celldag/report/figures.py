@@ -93,12 +93,20 @@ def scores_heatmap(data: FigureData):
                 text = f"{value:.1f}" if column == len(columns) - 1 else f"{value:.3f}"
                 if column < len(table.columns) and f"{table.index[row]}/{table.columns[column]}" in clipped:
                     text += "‡"  # a seed's raw value was clipped (the leaderboard says in how many)
-                axes.text(column, row, text,
-                          ha="center", va="center", fontsize=7, color="white" if shade[row, column] > 0.6 else "black")  # fmt: skip
+                axes.text(
+                    column,
+                    row,
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if shade[row, column] > 0.6 else "black",
+                )
     axes.set_xticks(range(len(columns)), headings, rotation=45, ha="right", fontsize=7)
     rank_labels = {key: f"  [{interval_text(interval)}]" for key, interval in intervals.items() if interval}
-    axes.set_yticks(range(n_rows), [label(key, data.kinds) + rank_labels.get(key, "") for key in table.index],
-                    fontsize=7)  # fmt: skip
+    axes.set_yticks(
+        range(n_rows), [label(key, data.kinds) + rank_labels.get(key, "") for key in table.index], fontsize=7
+    )
     for text, key in zip(axes.get_yticklabels(), table.index):
         style_label(text, key, data.kinds)
     axes.axvline(len(columns) - 1.5, color="black", linewidth=1)
@@ -180,10 +188,21 @@ def draw_figure(*, figure: Figure, data: FigureData, path: str) -> None:
     save_png(extensions.load(figure.draw)(data), path)
 
 
-def figure_data(*, dataset: str, dataset_entry: dict, track_id: str, track: Track, seed: int, evaluation: dict,
-                kinds: Mapping[str, str], scores_path: str | None = None, record_paths: Sequence[str] = (),
-                prepared_path: str | None = None, output_paths: Sequence[str] = (),
-                table_paths: Sequence[str] = ()) -> FigureData:  # fmt: skip
+def figure_data(
+    *,
+    dataset: str,
+    dataset_entry: dict,
+    track_id: str,
+    track: Track,
+    seed: int,
+    evaluation: dict,
+    kinds: Mapping[str, str],
+    scores_path: str | None = None,
+    record_paths: Sequence[str] = (),
+    prepared_path: str | None = None,
+    output_paths: Sequence[str] = (),
+    table_paths: Sequence[str] = (),
+) -> FigureData:
     """Read what a figure job was given (paths it was not given stay empty)."""
     from celldag import artifacts, contracts
 
@@ -200,5 +219,17 @@ def figure_data(*, dataset: str, dataset_entry: dict, track_id: str, track: Trac
     for path in output_paths:
         output = artifacts.read_h5ad(path, contracts.check_method_output, track=track)
         outputs[f"{output.uns['method_id']}/{output.uns['variant']}"] = output
-    return FigureData(dataset, dataset_entry, track_id, track, seed, evaluation, dict(kinds), scores, runs, prepared,
-                      outputs, tuple(table_paths))  # fmt: skip
+    return FigureData(
+        dataset,
+        dataset_entry,
+        track_id,
+        track,
+        seed,
+        evaluation,
+        dict(kinds),
+        scores,
+        runs,
+        prepared,
+        outputs,
+        tuple(table_paths),
+    )

@@ -111,11 +111,19 @@ def caption_html(source: str, id_prefix: str = "") -> Markup:
 @cache
 def environment() -> jinja2.Environment:
     """The templates (package data: ``celldag/report/templates``), HTML-escaping every value they print."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("celldag.report", "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)  # fmt: skip
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("celldag.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["inline"] = inline
-    env.tests |= {"heading": lambda item: isinstance(item, Heading), "paragraph": lambda item: isinstance(item, Paragraph),
-                  "table": lambda item: isinstance(item, Table)}  # fmt: skip
+    env.tests |= {
+        "heading": lambda item: isinstance(item, Heading),
+        "paragraph": lambda item: isinstance(item, Paragraph),
+        "table": lambda item: isinstance(item, Table),
+    }
     return env
 
 
@@ -132,8 +140,11 @@ def document_page(title: str, blocks: Sequence[Block], kinds: Mapping[str, str] 
 
 def page(title: str, body: Sequence[str]) -> str:
     """A page of HTML parts, each already HTML (``render``'s), as ``document_page`` lays out blocks."""
-    return environment().get_template("page.html").render(title=title, blocks=(), kinds={},
-                                                          parts=[Markup(part) for part in body])  # fmt: skip
+    return (
+        environment()
+        .get_template("page.html")
+        .render(title=title, blocks=(), kinds={}, parts=[Markup(part) for part in body])
+    )
 
 
 @dataclass(frozen=True)
@@ -172,8 +183,12 @@ def runs_not_ok(runs: pd.DataFrame, index_dir: str) -> list[RunNotOk]:
     found = []
     for run in shown.itertuples(index=False):
         files = (("record", run.record), ("log", plan.log_of_record(run.record)))
-        found.append(RunNotOk((run.status, run.dataset, f"{run.method}/{run.variant}", str(run.seed), run.status_reason or ""),
-                              tuple(Link(name, os.path.relpath(path, index_dir)) for name, path in files if path is not None)))  # fmt: skip
+        found.append(
+            RunNotOk(
+                (run.status, run.dataset, f"{run.method}/{run.variant}", str(run.seed), run.status_reason or ""),
+                tuple(Link(name, os.path.relpath(path, index_dir)) for name, path in files if path is not None),
+            )
+        )
     return found
 
 
@@ -183,11 +198,23 @@ class Part:
     figures: tuple[FigureView, ...]  # shown after the blocks
 
 
-def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Track], figures: Sequence[ShownFigure],
-               index_path: str, kinds: dict[str, str], baseline: str | None = None, paired: Sequence[dict] = (),
-               notes: Sequence[str] = (), links: Sequence[str] = (), published: Sequence[Block] = (),
-               alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None,
-               findings: pd.DataFrame | None = None) -> str:  # fmt: skip
+def index_page(
+    *,
+    scores: pd.DataFrame,
+    runs: pd.DataFrame,
+    tracks: dict[str, Track],
+    figures: Sequence[ShownFigure],
+    index_path: str,
+    kinds: dict[str, str],
+    baseline: str | None = None,
+    paired: Sequence[dict] = (),
+    notes: Sequence[str] = (),
+    links: Sequence[str] = (),
+    published: Sequence[Block] = (),
+    alpha: float = DEFAULT_ALPHA,
+    cards: pd.DataFrame | None = None,
+    findings: pd.DataFrame | None = None,
+) -> str:
     """The index (``templates/index.html``): each dataset's leaderboard tables and floor card followed by its
     figures, the published numbers (``published``: ``celldag.results.published.report_blocks``), then the runs not ok.
     ``alpha``: the annotation scores'; ``cards``: the floor cards (``leaderboard_blocks``)."""
@@ -201,20 +228,43 @@ def index_page(*, scores: pd.DataFrame, runs: pd.DataFrame, tracks: dict[str, Tr
             shown = [f for f in figures if f.dataset == block.dataset and (f.track or first[f.dataset]) == block.track]
             parts.append(([], tuple(figure_view(f, index_dir) for f in shown)))
         parts[-1][0].append(block)
-    return environment().get_template("index.html").render(
-        title="celldag results", kinds=dict(kinds), sections=sections, published=published,
-        parts=[Part(tuple(part), shown) for part, shown in parts],
-        links=[Link(os.path.basename(path), os.path.relpath(path, index_dir)) for path in links],
-        not_ok=runs_not_ok(runs, index_dir), n_runs=len(runs),
-    )  # fmt: skip
+    return (
+        environment()
+        .get_template("index.html")
+        .render(
+            title="celldag results",
+            kinds=dict(kinds),
+            sections=sections,
+            published=published,
+            parts=[Part(tuple(part), shown) for part, shown in parts],
+            links=[Link(os.path.basename(path), os.path.relpath(path, index_dir)) for path in links],
+            not_ok=runs_not_ok(runs, index_dir),
+            n_runs=len(runs),
+        )
+    )
 
 
-def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str], figure_captions: Sequence[str],
-                figure_tracks: Sequence[str], index_path: str, leaderboard_path: str, tracks: dict[str, Track], kinds: dict[str, str],
-                baseline: str | None = None, paired: Sequence[dict] = (), notes: Sequence[str] = (),
-                links: Sequence[str] = (), published: Sequence[PublishedTable] = (),
-                published_context: Context | None = None, alpha: float = DEFAULT_ALPHA,
-                floor_cards_path: str | None = None, qc_path: str | None = None) -> None:  # fmt: skip
+def write_index(
+    *,
+    scores_path: str,
+    runs_path: str,
+    figure_paths: Sequence[str],
+    figure_captions: Sequence[str],
+    figure_tracks: Sequence[str],
+    index_path: str,
+    leaderboard_path: str,
+    tracks: dict[str, Track],
+    kinds: dict[str, str],
+    baseline: str | None = None,
+    paired: Sequence[dict] = (),
+    notes: Sequence[str] = (),
+    links: Sequence[str] = (),
+    published: Sequence[PublishedTable] = (),
+    published_context: Context | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    floor_cards_path: str | None = None,
+    qc_path: str | None = None,
+) -> None:
     """Write index.html and leaderboard.html. Figure paths are results/{name}/figures/{dataset}/{figure}.png;
     ``published``: the tables of the config's datasets, held against the scores in ``published_context``;
     ``floor_cards_path``: floor_cards.parquet (``celldag.results.floor_cards``); ``qc_path``: qc.parquet (``celldag.results.qc``)."""
@@ -227,10 +277,24 @@ def write_index(*, scores_path: str, runs_path: str, figure_paths: Sequence[str]
         with open(caption) as handle:
             figures.append(ShownFigure(dataset, name, path, handle.read(), track))
     with artifacts.atomic_path(index_path) as tmp:
-        tmp.write_text(index_page(scores=scores, runs=runs, tracks=tracks, figures=figures, index_path=index_path,
-                                  kinds=kinds, baseline=baseline, paired=paired, notes=notes, links=links, alpha=alpha,
-                                  cards=cards, findings=findings,
-                                  published=report_blocks(published, scores, published_context) if published else ()))  # fmt: skip
+        tmp.write_text(
+            index_page(
+                scores=scores,
+                runs=runs,
+                tracks=tracks,
+                figures=figures,
+                index_path=index_path,
+                kinds=kinds,
+                baseline=baseline,
+                paired=paired,
+                notes=notes,
+                links=links,
+                alpha=alpha,
+                cards=cards,
+                findings=findings,
+                published=report_blocks(published, scores, published_context) if published else (),
+            )
+        )
     with artifacts.atomic_path(leaderboard_path) as tmp:
         blocks = leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards, findings)
         tmp.write_text(document_page("celldag leaderboard", blocks, kinds))

@@ -42,10 +42,24 @@ from celldag.results.tolerance import plural
 from celldag.tracks import DELTA_PREFIX, Track
 
 __all__ = [  # the model's names, for code that imported them from here
-    "RUN_COLUMNS", "add_deltas", "aggregate", "clipped_runs", "collect_runs", "collect_scores", "leaderboard_blocks",
-    "leaderboard_markdown", "markdown", "metric_groups", "metric_heading", "metric_is_count", "paired_difference",
-    "paired_rows", "rank_key", "score_text", "t_interval",
-]  # fmt: skip
+    "RUN_COLUMNS",
+    "add_deltas",
+    "aggregate",
+    "clipped_runs",
+    "collect_runs",
+    "collect_scores",
+    "leaderboard_blocks",
+    "leaderboard_markdown",
+    "markdown",
+    "metric_groups",
+    "metric_heading",
+    "metric_is_count",
+    "paired_difference",
+    "paired_rows",
+    "rank_key",
+    "score_text",
+    "t_interval",
+]
 
 
 def _cell(values: pd.Series, statuses: pd.Series, count: bool = False) -> str:
@@ -71,11 +85,18 @@ CONTROLS_NOTE = (
 )
 
 
-def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
-                       paired: Sequence[dict] = (), notes: Sequence[str | Mapping] = (),
-                       kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None,
-                       alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None,
-                       findings: pd.DataFrame | None = None) -> list[Block]:  # fmt: skip
+def leaderboard_blocks(
+    scores: pd.DataFrame,
+    tracks: dict[str, Track],
+    baseline: str | None = None,
+    paired: Sequence[dict] = (),
+    notes: Sequence[str | Mapping] = (),
+    kinds: Mapping[str, str] | None = None,
+    runs: pd.DataFrame | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    cards: pd.DataFrame | None = None,
+    findings: pd.DataFrame | None = None,
+) -> list[Block]:
     """Per dataset and metric group: methods × metrics, mean ± sd over seeds, best first (rendered as
     Markdown here and as HTML by ``celldag.report.html``: one content, two formats). ``kinds``
     ("method/variant" → method, baseline or control): controls go to a table of their own under the
@@ -93,15 +114,21 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
                 "Mean ± sample sd over seeds (runs with status `ok`). ↓ lower is better, ↑ higher is better.",
                 "Per-seed values: `scores.parquet` beside this file; run records: `runs.parquet`.",
             )
-        ),  # fmt: skip
+        ),
     ]
     shown_notes = notes_for(scores, notes)
     if shown_notes:
         blocks.append(Paragraph(shown_notes, bullets=True))
     paired_sections = {dataset: _paired_blocks(table, paired) for dataset, table in scores.groupby("dataset")}
     if baseline and scores["metric"].str.startswith(DELTA_PREFIX).any():
-        blocks.append(Paragraph((f"Δ = relative reduction against `{baseline}` on the same dataset and seed: "
-                                 "(baseline − method) / baseline.",)))  # fmt: skip
+        blocks.append(
+            Paragraph(
+                (
+                    f"Δ = relative reduction against `{baseline}` on the same dataset and seed: "
+                    "(baseline − method) / baseline.",
+                )
+            )
+        )
     if findings is not None:
         blocks += qc_blocks(findings)
     opened = set()
@@ -128,11 +155,14 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
             if index == 0 and track == REPRESENTATION_TRACK:  # the held-out-batch columns, after the track's own
                 rows = pd.concat([rows, efficiency[efficiency["dataset"] == dataset]], ignore_index=True)
                 shown = [*metrics, *EFFICIENCY_METRICS]
-            blocks += [_table(rows, ranked_keys, shown, tracks[track], clipped, ranking),
-                       *ranks_note(ranking, metrics[0])]  # fmt: skip
+            blocks += [
+                _table(rows, ranked_keys, shown, tracks[track], clipped, ranking),
+                *ranks_note(ranking, metrics[0]),
+            ]
             if shown != metrics:
-                blocks += efficiency_notes(rows, ranking, list(ranked_keys.itertuples(index=False, name=None)),
-                                           metrics[0], alpha)  # fmt: skip
+                blocks += efficiency_notes(
+                    rows, ranking, list(ranked_keys.itertuples(index=False, name=None)), metrics[0], alpha
+                )
             if any(control):
                 blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], shown, tracks[track], clipped)]
             if clipped:
@@ -140,8 +170,7 @@ def leaderboard_blocks(scores: pd.DataFrame, tracks: dict[str, Track], baseline:
             if index == 0:  # the notes under the main table, before the sub-sections: they say how to read it
                 blocks += (run_notes(runs, dataset) if first else []) + subsample_notes(table) + scoring_notes(table)
         if cards is not None:
-            blocks += floor_card_blocks(cards[(cards["dataset"] == dataset) & (cards["track"] == track)],
-                                        tracks[track])  # fmt: skip
+            blocks += floor_card_blocks(cards[(cards["dataset"] == dataset) & (cards["track"] == track)], tracks[track])
         if first:  # a dataset's paired differences once, under its first section
             blocks += paired_sections.get(dataset, [])
     return blocks
@@ -153,31 +182,48 @@ QC_SHOWN = 20  # findings listed per severity; every one is in qc.parquet
 def qc_blocks(findings: pd.DataFrame) -> list[Block]:
     """The quality checks (``celldag.results.qc``): their count per severity, then the errors and warnings listed."""
     counts = findings["severity"].value_counts()
-    line = ", ".join(f"{counts.get(severity, 0)} {severity}" + ("s" if counts.get(severity, 0) != 1 else "")
-                     for severity in qc.SEVERITIES)  # fmt: skip
-    blocks: list[Block] = [Heading(2, "Quality checks"),
-                           Paragraph((f"{line} (`qc.parquet` beside this file lists every finding; docs/report.md says "
-                                      "what each check means). Info: runs not applicable by design.",))]  # fmt: skip
+    line = ", ".join(
+        f"{counts.get(severity, 0)} {severity}" + ("s" if counts.get(severity, 0) != 1 else "")
+        for severity in qc.SEVERITIES
+    )
+    blocks: list[Block] = [
+        Heading(2, "Quality checks"),
+        Paragraph(
+            (
+                f"{line} (`qc.parquet` beside this file lists every finding; docs/report.md says "
+                "what each check means). Info: runs not applicable by design.",
+            )
+        ),
+    ]
     for severity in ("error", "warning"):
         shown = findings[findings["severity"] == severity]
         if shown.empty:
             continue
-        rows = tuple((row.check, row.dataset or "–", "/".join(part for part in (row.method, row.variant) if part) or "–",
-                      f"`{row.metric}`" if row.metric else "–", row.detail)
-                     for row in shown.head(QC_SHOWN).itertuples())  # fmt: skip
+        rows = tuple(
+            (
+                row.check,
+                row.dataset or "–",
+                "/".join(part for part in (row.method, row.variant) if part) or "–",
+                f"`{row.metric}`" if row.metric else "–",
+                row.detail,
+            )
+            for row in shown.head(QC_SHOWN).itertuples()
+        )
         blocks.append(Table((f"{severity}: check", "dataset", "run", "metric", "detail"), rows))
         if len(shown) > QC_SHOWN:
             blocks.append(Paragraph((f"… and {len(shown) - QC_SHOWN} more {severity}s in `qc.parquet`.",)))
     return blocks
 
 
-FLOOR_NOTE = ("Where each metric's floor and ceiling lie on this dataset: its null and oracle controls (named once in "
-              "the track's declaration), mean ± sd over seeds; range = oracle − null, positive where the oracle is "
-              "better; margin: the reference's seed-noise margin (`floor_cards.parquet` says which). ⚑ flagged: the "
-              "range is within the margin, or the null beats the oracle — the metric cannot separate a method from "
-              "noise or from nothing here. Scaled scores, (score − null) / (oracle − null) per seed, are the "
-              "`scaled_<metric>` rows of `scores.parquet`. The main table's metrics and every flagged one are "
-              "shown; every card is in `floor_cards.parquet`.")  # fmt: skip
+FLOOR_NOTE = (
+    "Where each metric's floor and ceiling lie on this dataset: its null and oracle controls (named once in "
+    "the track's declaration), mean ± sd over seeds; range = oracle − null, positive where the oracle is "
+    "better; margin: the reference's seed-noise margin (`floor_cards.parquet` says which). ⚑ flagged: the "
+    "range is within the margin, or the null beats the oracle — the metric cannot separate a method from "
+    "noise or from nothing here. Scaled scores, (score − null) / (oracle − null) per seed, are the "
+    "`scaled_<metric>` rows of `scores.parquet`. The main table's metrics and every flagged one are "
+    "shown; every card is in `floor_cards.parquet`."
+)
 
 
 def _mean_sd(mean: float, sd: float) -> str:
@@ -194,10 +240,18 @@ def floor_card_blocks(cards: pd.DataFrame, track: Track) -> list[Block]:
     main = {metric.name for metric in track.metric_groups[0].metrics}
     judged = cards["null_mean"].notna() & cards["oracle_mean"].notna()
     controlled = cards[judged & (cards["metric"].isin(main) | cards["flagged"])]
-    rows = tuple((f"`{card.metric}`", card.role, _mean_sd(card.null_mean, card.null_sd),
-                  _mean_sd(card.oracle_mean, card.oracle_sd), "–" if pd.isna(card.range) else score_text(card.range),
-                  "–" if pd.isna(card.margin) else f"{card.margin:.3g}", "⚑" if card.flagged else "")
-                 for card in controlled.itertuples())  # fmt: skip
+    rows = tuple(
+        (
+            f"`{card.metric}`",
+            card.role,
+            _mean_sd(card.null_mean, card.null_sd),
+            _mean_sd(card.oracle_mean, card.oracle_sd),
+            "–" if pd.isna(card.range) else score_text(card.range),
+            "–" if pd.isna(card.margin) else f"{card.margin:.3g}",
+            "⚑" if card.flagged else "",
+        )
+        for card in controlled.itertuples()
+    )
     null, oracle = (
         cards[column].dropna().iloc[0] if cards[column].notna().any() else "–" for column in ("null", "oracle")
     )
@@ -209,16 +263,34 @@ def floor_card_blocks(cards: pd.DataFrame, track: Track) -> list[Block]:
     flagged = cards[cards["flagged"]]
     if judged.any():
         listed = "; ".join(f"`{card.metric}` ({card.why})" for card in flagged.itertuples())
-        blocks.append(Paragraph((f"Flagged: {len(flagged)} of {int(judged.sum())} metrics judged against controls"
-                                 + (f": {listed}." if listed else "."),)))  # fmt: skip
+        blocks.append(
+            Paragraph(
+                (
+                    f"Flagged: {len(flagged)} of {int(judged.sum())} metrics judged against controls"
+                    + (f": {listed}." if listed else "."),
+                )
+            )
+        )
     elif cards["null"].notna().any():
-        blocks.append(Paragraph((f"Not judged: the null `{null}` and the oracle `{oracle}` have no ok scores here (the "
-                                 "config's `methods` selects them: docs/report.md).",)))  # fmt: skip
+        blocks.append(
+            Paragraph(
+                (
+                    f"Not judged: the null `{null}` and the oracle `{oracle}` have no ok scores here (the "
+                    "config's `methods` selects them: docs/report.md).",
+                )
+            )
+        )
     guarantees = cards[cards["target"].notna() & cards["metric"].isin(main)]
     if not guarantees.empty:
-        blocks.append(Table(("guarantee", "target", "rows meeting it (mean over seeds)"),
-                            tuple((f"`{card.metric}`", card.target, f"{card.rows_meeting_target:g} of {card.rows:g}")
-                                  for card in guarantees.itertuples())))  # fmt: skip
+        blocks.append(
+            Table(
+                ("guarantee", "target", "rows meeting it (mean over seeds)"),
+                tuple(
+                    (f"`{card.metric}`", card.target, f"{card.rows_meeting_target:g} of {card.rows:g}")
+                    for card in guarantees.itertuples()
+                ),
+            )
+        )
     return blocks
 
 
@@ -231,11 +303,13 @@ def subsample_notes(scores: pd.DataFrame) -> list[Block]:
     lines = []
     for (cells, seed), group in rows.groupby(["scored_cells", "subsample_seed"], sort=True):
         seeds = ", ".join(map(str, sorted(set(group["seed"]))))
-        lines.append(f"Silhouettes, isolated labels, PCR comparison, Leiden and batch ASW from a stratified subsample "
-                     f"of {int(cells):,} cells (by label × batch; `evaluation.score_cells` seed {int(seed)} with the "
-                     f"dataset seed: seeds {seeds}), the same cells for every method of a seed; LISI, kBET, graph "
-                     "connectivity and k-means NMI/ARI on every cell. Aggregates scored this way stayed within 0.003 "
-                     "of every cell's at half of 20,000 cells (docs/representation.md).")  # fmt: skip
+        lines.append(
+            f"Silhouettes, isolated labels, PCR comparison, Leiden and batch ASW from a stratified subsample "
+            f"of {int(cells):,} cells (by label × batch; `evaluation.score_cells` seed {int(seed)} with the "
+            f"dataset seed: seeds {seeds}), the same cells for every method of a seed; LISI, kBET, graph "
+            "connectivity and k-means NMI/ARI on every cell. Aggregates scored this way stayed within 0.003 "
+            "of every cell's at half of 20,000 cells (docs/representation.md)."
+        )
     return [Paragraph(tuple(lines))] if lines else []
 
 
@@ -256,8 +330,9 @@ def scoring_notes(scores: pd.DataFrame) -> list[Block]:
                 listed.setdefault(part[0], []).extend((seed, scenario, groups) for scenario, groups in part[1])
     blocks: list[Block] = []
     if lines:
-        blocks.append(Paragraph(tuple(f"Seeds {_seeds(seeds)}: {line}" for line, seeds in sorted(lines.items())),
-                                bullets=True))  # fmt: skip
+        blocks.append(
+            Paragraph(tuple(f"Seeds {_seeds(seeds)}: {line}" for line, seeds in sorted(lines.items())), bullets=True)
+        )
     for lead, entries in listed.items():
         blocks += scenario_table(lead, entries)
     return blocks
@@ -286,15 +361,25 @@ def scenario_table(lead: str, entries: Sequence[tuple[int, str, str]]) -> list[B
             found = [numbers.get((scenario, seed), {}).get(name) for seed in seeds]
             return ", ".join(number or "–" for number in found) if any(found) else ""
 
-        return [Paragraph((f"{title}. Each cell gives the group's number in seeds {_seeds(seeds)} in turn (–: not in "
-                           "that seed's list):",)),
-                Table(("group", *scenarios), tuple((name, *(cell(name, s) for s in scenarios)) for name in names))]  # fmt: skip
+        return [
+            Paragraph(
+                (
+                    f"{title}. Each cell gives the group's number in seeds {_seeds(seeds)} in turn (–: not in "
+                    "that seed's list):",
+                )
+            ),
+            Table(("group", *scenarios), tuple((name, *(cell(name, s) for s in scenarios)) for name in names)),
+        ]
     rows: dict[tuple[str, str], set] = {}
     for seed, scenario, groups in entries:
         rows.setdefault((scenario, groups), set()).add(seed)
     shown = sorted(rows.items(), key=lambda item: (scenarios.index(item[0][0]), sorted(item[1]), item[0][1]))
-    return [Paragraph((f"{title}:",)),
-            Table(("scenario", "seeds", "groups"), tuple((scenario, _seeds(of), groups) for (scenario, groups), of in shown))]  # fmt: skip
+    return [
+        Paragraph((f"{title}:",)),
+        Table(
+            ("scenario", "seeds", "groups"), tuple((scenario, _seeds(of), groups) for (scenario, groups), of in shown)
+        ),
+    ]
 
 
 def merged_order(lists: Sequence[Sequence[str]]) -> list[str]:
@@ -354,23 +439,35 @@ def run_notes(runs: pd.DataFrame | None, dataset: str) -> list[Block]:
     if runs is None or "note" not in runs:
         return []
     noted = runs[(runs["dataset"] == dataset) & runs["note"].fillna("").ne("")]
-    lines = tuple(f"`{method}/{variant}` (seeds {', '.join(map(str, sorted(group['seed'])))}): {note}"
-                  for (method, variant, note), group in noted.groupby(["method", "variant", "note"], sort=True))  # fmt: skip
+    lines = tuple(
+        f"`{method}/{variant}` (seeds {', '.join(map(str, sorted(group['seed'])))}): {note}"
+        for (method, variant, note), group in noted.groupby(["method", "variant", "note"], sort=True)
+    )
     return [Paragraph(lines, bullets=True)] if lines else []
 
 
 def notes_for(scores: pd.DataFrame, notes: Sequence[str | Mapping]) -> tuple[str, ...]:
     """The config's notes that apply: plain ones always, ``{text, methods}`` ones when a method has scores."""
     present = set(scores["method"])
-    return tuple(note if isinstance(note, str) else note["text"]
-                 for note in notes if isinstance(note, str) or present & set(note["methods"]))  # fmt: skip
+    return tuple(
+        note if isinstance(note, str) else note["text"]
+        for note in notes
+        if isinstance(note, str) or present & set(note["methods"])
+    )
 
 
-def leaderboard_markdown(scores: pd.DataFrame, tracks: dict[str, Track], baseline: str | None = None,
-                         paired: Sequence[dict] = (), notes: Sequence[str] = (),
-                         kinds: Mapping[str, str] | None = None, runs: pd.DataFrame | None = None,
-                         alpha: float = DEFAULT_ALPHA, cards: pd.DataFrame | None = None,
-                         findings: pd.DataFrame | None = None) -> str:  # fmt: skip
+def leaderboard_markdown(
+    scores: pd.DataFrame,
+    tracks: dict[str, Track],
+    baseline: str | None = None,
+    paired: Sequence[dict] = (),
+    notes: Sequence[str] = (),
+    kinds: Mapping[str, str] | None = None,
+    runs: pd.DataFrame | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    cards: pd.DataFrame | None = None,
+    findings: pd.DataFrame | None = None,
+) -> str:
     return markdown(leaderboard_blocks(scores, tracks, baseline, paired, notes, kinds, runs, alpha, cards, findings))
 
 
@@ -378,15 +475,29 @@ def _paired_blocks(scores: pd.DataFrame, paired: Sequence[dict]) -> list[Block]:
     rows = []
     for row in paired_rows(scores, paired):
         interval = "–" if row["n"] < 2 else f"[{score_text(row['low'])}, {score_text(row['high'])}]"
-        rows.append((f"{row['method']} − {row['other']}", row["metric"], score_text(row["mean"]), interval, str(row["n"]),
-                     _arrow(scores, row["metric"])))  # fmt: skip
+        rows.append(
+            (
+                f"{row['method']} − {row['other']}",
+                row["metric"],
+                score_text(row["mean"]),
+                interval,
+                str(row["n"]),
+                _arrow(scores, row["metric"]),
+            )
+        )
     if not rows:
         return []
-    return [Heading(3, "paired differences over seeds"),
-            Paragraph(("Mean of per-seed differences (first method − second) with a 95 % Student-t interval; an interval",
-                       "that covers 0 shows no difference at this number of seeds. ↑: higher is better, so a positive",
-                       "difference favours the first method; ↓: lower is better (e.g. marker_db), so a negative one does.")),
-            Table(("comparison", "metric", "mean difference", "95 % interval", "seeds", "better"), tuple(rows))]  # fmt: skip
+    return [
+        Heading(3, "paired differences over seeds"),
+        Paragraph(
+            (
+                "Mean of per-seed differences (first method − second) with a 95 % Student-t interval; an interval",
+                "that covers 0 shows no difference at this number of seeds. ↑: higher is better, so a positive",
+                "difference favours the first method; ↓: lower is better (e.g. marker_db), so a negative one does.",
+            )
+        ),
+        Table(("comparison", "metric", "mean difference", "95 % interval", "seeds", "better"), tuple(rows)),
+    ]
 
 
 def _arrow(scores: pd.DataFrame, metric: str) -> str:
@@ -399,8 +510,14 @@ def metric_heading(metric: str, arrow: str, track: Track) -> str:
     return f"{metric} (count)" if metric_is_count(metric, track) else f"{metric} {arrow}"
 
 
-def _table(rows: pd.DataFrame, keys: pd.DataFrame, metrics: list[str], track: Track,
-           clipped: Mapping[tuple[str, str, str], tuple[int, int]], ranking: Ranking | None = None) -> Table:  # fmt: skip
+def _table(
+    rows: pd.DataFrame,
+    keys: pd.DataFrame,
+    metrics: list[str],
+    track: Track,
+    clipped: Mapping[tuple[str, str, str], tuple[int, int]],
+    ranking: Ranking | None = None,
+) -> Table:
     """``clipped``: ``clipped_runs`` of ``rows``, marked in their cells. ``ranking`` (``table_ranking`` by the first
     metric): a rank column and the rows by rank interval, then mean; without it (controls) the rows by mean."""
     arrows = {metric: _arrow(rows, metric) for metric in metrics}
@@ -442,9 +559,11 @@ def ranks_note(ranking: Ranking, metric: str) -> list[Block]:
     ranked, pairs = len(ranking.intervals), len(ranking.pairs)
     lines = []
     if pairs:
-        lines.append(f"Rank: the ranks compatible with paired t tests of {metric} over the seeds ok for both methods, "
-                     f"Holm over the table's {pairs} pairs (simultaneous 95 %; celldag.results.leaderboard): "
-                     f"{ranking.separable} of {pairs} pairs separable.")  # fmt: skip
+        lines.append(
+            f"Rank: the ranks compatible with paired t tests of {metric} over the seeds ok for both methods, "
+            f"Holm over the table's {pairs} pairs (simultaneous 95 %; celldag.results.leaderboard): "
+            f"{ranking.separable} of {pairs} pairs separable."
+        )
     if pairs and not ranking.separable:
         lines.append(f"The seeds order none of these {ranked} methods: every rank is 1–{ranked}, the rows are by mean.")
     elif pairs:
@@ -453,25 +572,30 @@ def ranks_note(ranking: Ranking, metric: str) -> list[Block]:
             tied = ", ".join(f"`{method}/{variant}`" for method, variant in sorted(ranking.tied_with_best))
             lines.append(f"Not separable from the best: {tied}.")
         if shared:
-            lines.append(f"{shared} of {ranked} methods share ranks (an interval like 2–5): the seeds cannot order "
-                         "them, read their order by mean as a tie.")  # fmt: skip
+            lines.append(
+                f"{shared} of {ranked} methods share ranks (an interval like 2–5): the seeds cannot order "
+                "them, read their order by mean as a tie."
+            )
     if ranking.unranked:
         lines.append(f"Unranked (fewer than two ok seeds): {', '.join(f'`{m}/{v}`' for m, v in ranking.unranked)}.")
     return [Paragraph(tuple(lines))] if lines else []
 
 
-def efficiency_notes(rows: pd.DataFrame, ranking: Ranking, keys: Sequence[tuple[str, str]], metric: str,
-                     alpha: float) -> list[Block]:  # fmt: skip
+def efficiency_notes(
+    rows: pd.DataFrame, ranking: Ranking, keys: Sequence[tuple[str, str]], metric: str, alpha: float
+) -> list[Block]:
     """What the held-out-batch columns of a representation table are, and whether their orders agree with the
     table's own (``ranking``, by ``metric``: scIB's ``total``), stated on tie groups (``celldag.results.leaderboard.agreement``
     of the two rankings, each by paired t tests with Holm as the rank column), never as one ordering."""
-    lines = [f"Held-out-batch columns (from the annotation scores; no scores of their own): the `{EFFICIENCY_CLASSIFIER}` "
-             f"classifier on the run's embedding in the annotation track's new-batch scenario (each batch left out in "
-             f"turn), sets by Kandinsky's augmented fit (`{EFFICIENCY_PROCEDURE}`, the track's headline). Shortfall = "
-             f"max(0, 1 − α − the worst left-out batch's coverage), α = {alpha:g} (0: every batch covered at 1 − α); "
-             f"set size: the mean over the new batches' cells. Lower is better for both; mean ± sd over seeds. "
-             f"`not_applicable`: no chained annotation on this dataset (a dataset of one batch has none) or no "
-             f"`{EFFICIENCY_CLASSIFIER}` run on the embedding."]  # fmt: skip
+    lines = [
+        f"Held-out-batch columns (from the annotation scores; no scores of their own): the `{EFFICIENCY_CLASSIFIER}` "
+        f"classifier on the run's embedding in the annotation track's new-batch scenario (each batch left out in "
+        f"turn), sets by Kandinsky's augmented fit (`{EFFICIENCY_PROCEDURE}`, the track's headline). Shortfall = "
+        f"max(0, 1 − α − the worst left-out batch's coverage), α = {alpha:g} (0: every batch covered at 1 − α); "
+        f"set size: the mean over the new batches' cells. Lower is better for both; mean ± sd over seeds. "
+        f"`not_applicable`: no chained annotation on this dataset (a dataset of one batch has none) or no "
+        f"`{EFFICIENCY_CLASSIFIER}` run on the embedding."
+    ]
     for column in EFFICIENCY_METRICS:
         other = table_ranking(rows, keys, column)
         found = agreement(ranking, other)
@@ -482,26 +606,45 @@ def efficiency_notes(rows: pd.DataFrame, ranking: Ranking, keys: Sequence[tuple[
         if not both:
             verdict = "no pair is separated by both, so the seeds cannot say whether the orders agree"
         elif found.opposite:
-            listed = "; ".join(f"`{a[0]}/{a[1]}` ahead by {metric}, `{b[0]}/{b[1]}` by the {name}"
-                               for a, b in found.opposite)  # fmt: skip
+            listed = "; ".join(
+                f"`{a[0]}/{a[1]}` ahead by {metric}, `{b[0]}/{b[1]}` by the {name}" for a, b in found.opposite
+            )
             verdict = f"they disagree on {len(found.opposite)} of the {plural(both, 'pair')} both separate ({listed})"
         else:
             verdict = f"they agree on {'the' if both == 1 else 'all'} {plural(both, 'pair')} both separate"
-        tied = (f"all {len(other.intervals)} ranked rows" if len(other.tied_with_best) == len(other.intervals) else
-                ", ".join(f"`{method}/{variant}`" for method, variant in sorted(other.tied_with_best)))  # fmt: skip
-        lines.append(f"{name[0].upper()}{name[1:]} against {metric}, pair by pair ({plural(found.pairs, 'pair')} both "
-                     f"rank): {metric} separates {found.first}, the {name} {found.second}; {verdict}. Not separable from the "
-                     f"best by the {name}: {tied}.")  # fmt: skip
+        tied = (
+            f"all {len(other.intervals)} ranked rows"
+            if len(other.tied_with_best) == len(other.intervals)
+            else ", ".join(f"`{method}/{variant}`" for method, variant in sorted(other.tied_with_best))
+        )
+        lines.append(
+            f"{name[0].upper()}{name[1:]} against {metric}, pair by pair ({plural(found.pairs, 'pair')} both "
+            f"rank): {metric} separates {found.first}, the {name} {found.second}; {verdict}. Not separable from the "
+            f"best by the {name}: {tied}."
+        )
     return [Paragraph(tuple(lines))]
 
 
-def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
-              leaderboard_path: str, baseline: str, tracks: dict[str, Track], paired: Sequence[dict] = (),
-              notes: Sequence[str] = (), kinds: Mapping[str, str] | None = None,
-              alpha: float = DEFAULT_ALPHA, floor_cards_path: str | None = None, noise_path: str | None = None,
-              qc_path: str | None = None, cost_path: str | None = None,
-              missing: Mapping[str, Mapping[str, list[str]]] | None = None,
-              recorded: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:  # fmt: skip
+def aggregate(
+    *,
+    score_paths: Sequence[str],
+    record_paths: Sequence[str],
+    scores_path: str,
+    runs_path: str,
+    leaderboard_path: str,
+    baseline: str,
+    tracks: dict[str, Track],
+    paired: Sequence[dict] = (),
+    notes: Sequence[str] = (),
+    kinds: Mapping[str, str] | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    floor_cards_path: str | None = None,
+    noise_path: str | None = None,
+    qc_path: str | None = None,
+    cost_path: str | None = None,
+    missing: Mapping[str, Mapping[str, list[str]]] | None = None,
+    recorded: Mapping[str, pd.DataFrame] | None = None,
+) -> pd.DataFrame:
     """scores.parquet and runs.parquet (``celldag.results.leaderboard.aggregate_tables``), floor_cards.parquet
     (``celldag.results.floor_cards``, against the reference's noise at ``noise_path``), qc.parquet (``celldag.results.qc``: runs
     against the reference's cost at ``cost_path``, ``missing`` citation fields), then leaderboard.md from them.
@@ -510,8 +653,9 @@ def aggregate(*, score_paths: Sequence[str], record_paths: Sequence[str], scores
     are taken as read then (the reference may have been remade since) instead of from the two paths."""
     recorded = recorded or {}
     scores, runs = aggregate_tables(score_paths, record_paths, scores_path, runs_path, baseline, tracks)
-    cards = floor_cards.floor_cards(scores, tracks, floor_cards.read_noise(noise_path), alpha,
-                                    recorded.get("floor_cards"))  # fmt: skip
+    cards = floor_cards.floor_cards(
+        scores, tracks, floor_cards.read_noise(noise_path), alpha, recorded.get("floor_cards")
+    )
     flagged = set(zip(cards.loc[cards["flagged"], "dataset"], cards.loc[cards["flagged"], "metric"]))
     findings = qc.qc_table(scores, runs, missing or {}, qc.read_cost(cost_path), recorded.get("qc"), flagged)
     for table, path in ((cards, floor_cards_path), (findings, qc_path)):

@@ -32,8 +32,9 @@ POINT_SIZE = 3.0  # UMAP points (700 to a few thousand cells per panel)
 UMAP_MAX_CELLS = 20_000  # larger datasets: the UMAPs show a seeded stratified subsample of this many cells
 
 
-def palette(categories: list[str], qualitative: tuple[str, ...] = ("tab10", "tab20"),
-            avoid: Collection[tuple] = ()) -> dict[str, tuple]:  # fmt: skip
+def palette(
+    categories: list[str], qualitative: tuple[str, ...] = ("tab10", "tab20"), avoid: Collection[tuple] = ()
+) -> dict[str, tuple]:
     """A colour per category, in the order given: the first qualitative colour map with enough colours
     not in ``avoid`` (another colouring's, in the same figure), else evenly spaced hues that avoid them."""
     import matplotlib
@@ -68,8 +69,9 @@ def categories_of(values: pd.Series) -> list[str]:
     return sorted(set(values.astype(str)))
 
 
-def add_legends(figure: Figure, colourings: dict[str, dict[str, tuple]], where: str = "right upper",
-                ncols: int = 1) -> None:  # fmt: skip
+def add_legends(
+    figure: Figure, colourings: dict[str, dict[str, tuple]], where: str = "right upper", ncols: int = 1
+) -> None:
     """One legend outside the panels (they share it) holding every colouring, each under its own heading,
     so that the batches' colours sit right under the cell types'; constrained layout makes room."""
     from matplotlib.lines import Line2D
@@ -82,8 +84,16 @@ def add_legends(figure: Figure, colourings: dict[str, dict[str, tuple]], where: 
         handles += [Line2D([], [], marker="o", linestyle="", color=colour, markersize=5) for colour in colours.values()]
         names += list(colours)
     title = next(iter(colourings)) if len(colourings) == 1 else None
-    figure.legend(handles, names, title=title, loc=f"outside {where}", ncols=ncols, frameon=False,
-                  fontsize="small", title_fontsize="small")  # fmt: skip
+    figure.legend(
+        handles,
+        names,
+        title=title,
+        loc=f"outside {where}",
+        ncols=ncols,
+        frameon=False,
+        fontsize="small",
+        title_fontsize="small",
+    )
 
 
 # ── UMAP grid ──────────────────────────────────────────────────────────────────────────────────────────
@@ -188,8 +198,10 @@ def umap(data: FigureData) -> Figure:
     if rows is None:
         figure.suptitle(f"{data.dataset}: UMAP of each cell embedding (seed {data.seed}, {len(obs)} cells)")
     else:
-        figure.suptitle(f"{data.dataset}: UMAP of each cell embedding (seed {data.seed}; a stratified subsample of "
-                        f"{len(rows):,} of its {len(every):,} cells, by label × batch)")  # fmt: skip
+        figure.suptitle(
+            f"{data.dataset}: UMAP of each cell embedding (seed {data.seed}; a stratified subsample of "
+            f"{len(rows):,} of its {len(every):,} cells, by label × batch)"
+        )
     return figure
 
 
@@ -217,8 +229,15 @@ def principal_plane(vectors: np.ndarray) -> np.ndarray:
     return plane if plane.shape[1] == 2 else np.column_stack([plane, np.zeros(len(plane))])
 
 
-def marker_panel(axes, title: str, genes: list[str], vectors: np.ndarray, types: dict[str, str],
-                 colours: dict[str, tuple], markers: dict) -> None:  # fmt: skip
+def marker_panel(
+    axes,
+    title: str,
+    genes: list[str],
+    vectors: np.ndarray,
+    types: dict[str, str],
+    colours: dict[str, tuple],
+    markers: dict,
+) -> None:
     """Marker genes of one gene space on its marker genes' principal plane, labelled and coloured by type."""
     row_of = {gene: i for i, gene in enumerate(genes)}
     shown = [gene for gene in types if gene in row_of]
@@ -237,8 +256,9 @@ def marker_panel(axes, title: str, genes: list[str], vectors: np.ndarray, types:
     axes.set_ylabel("PC 2", fontsize="x-small")
 
 
-def named_as_labels(types: dict[str, str], marker_lists: dict, marker_labels: dict[str, str],
-                    labels: pd.Series) -> tuple[dict[str, str], dict[str, tuple]]:  # fmt: skip
+def named_as_labels(
+    types: dict[str, str], marker_lists: dict, marker_labels: dict[str, str], labels: pd.Series
+) -> tuple[dict[str, str], dict[str, tuple]]:
     """Marker gene → the name its cell type has in the figures, and name → colour: a marker type the
     registry maps to a label of the dataset (``marker_labels``) takes that label's name and UMAP colour;
     the others keep their marker name and get colours no label has."""
@@ -277,8 +297,14 @@ def markers(data: FigureData) -> Figure:
         static = static_gene_space(output, list(data.tables), read_table_cached)
         if static is None:
             grid[row, 0].set_title(f"{key}\nstatic", fontsize="small")
-            grid[row, 0].text(0.5, 0.5, "no static table\n(the run read none)", ha="center", va="center",
-                              transform=grid[row, 0].transAxes)  # fmt: skip
+            grid[row, 0].text(
+                0.5,
+                0.5,
+                "no static table\n(the run read none)",
+                ha="center",
+                va="center",
+                transform=grid[row, 0].transAxes,
+            )
             grid[row, 0].set_axis_off()
         else:
             name = f"{key}\nstatic {output.uns['embedding']}"
@@ -286,8 +312,9 @@ def markers(data: FigureData) -> Figure:
                 name += f" ({output.uns['gene_input']})"
             marker_panel(grid[row, 0], name, *static, types, colours, marker_lists)
         contextual = np.asarray(output.varm["X_gene_emb"])
-        marker_panel(grid[row, 1], f"{key}\ncontextual", list(output.var_names), contextual, types, colours,
-                     marker_lists)  # fmt: skip
+        marker_panel(
+            grid[row, 1], f"{key}\ncontextual", list(output.var_names), contextual, types, colours, marker_lists
+        )
     if colours:
         add_legends(figure, {"marked cell type": colours}, "lower center", ncols=min(4, len(colours)))
     figure.suptitle(f"{data.dataset}: marker genes in gene-embedding space\n(seed {data.seed})", fontsize="medium")

@@ -27,24 +27,24 @@ import numpy as np
 
 # snake_case name → higher_is_better (every scIB score is higher-better); order = bio, batch, aggregate
 SCIB_METRICS = {
-    "nmi_kmeans": True,          # NMI of k-means (k = number of labels) clusters vs labels
-    "ari_kmeans": True,          # ARI of the same clustering
-    "nmi_leiden": True,          # NMI of Leiden clusters on the 15-NN graph, resolution maximising NMI
-    "ari_leiden": True,          # ARI at that resolution
-    "silhouette_label": True,    # cell-type ASW, rescaled (s + 1) / 2
-    "clisi": True,               # cell-type LISI on the 90-NN graph, scaled so 1 = neighbourhoods pure
-    "isolated_labels": True,     # ASW of the labels present in the fewest batches
-    "bras": True,                # batch-removal-adapted silhouette (cosine, mean over other batches) per label
-    "silhouette_batch": True,    # classic batch ASW: 1 − |s| per label (the paper's "batchASW")
-    "ilisi": True,               # batch LISI on the 90-NN graph, scaled to [0, 1]
-    "kbet": True,                # kBET acceptance rate per label on diffusion neighbours
+    "nmi_kmeans": True,  # NMI of k-means (k = number of labels) clusters vs labels
+    "ari_kmeans": True,  # ARI of the same clustering
+    "nmi_leiden": True,  # NMI of Leiden clusters on the 15-NN graph, resolution maximising NMI
+    "ari_leiden": True,  # ARI at that resolution
+    "silhouette_label": True,  # cell-type ASW, rescaled (s + 1) / 2
+    "clisi": True,  # cell-type LISI on the 90-NN graph, scaled so 1 = neighbourhoods pure
+    "isolated_labels": True,  # ASW of the labels present in the fewest batches
+    "bras": True,  # batch-removal-adapted silhouette (cosine, mean over other batches) per label
+    "silhouette_batch": True,  # classic batch ASW: 1 − |s| per label (the paper's "batchASW")
+    "ilisi": True,  # batch LISI on the 90-NN graph, scaled to [0, 1]
+    "kbet": True,  # kBET acceptance rate per label on diffusion neighbours
     "graph_connectivity": True,  # per label: largest connected component of its 15-NN subgraph
-    "pcr_comparison": True,      # drop in batch variance explained (PC regression) vs pre_integration
-    "bio_conservation": True,    # Benchmarker aggregate: mean of its bio metrics (kmeans NMI/ARI,
-                                 # silhouette_label, clisi, isolated_labels)
-    "batch_correction": True,    # mean of bras, ilisi, kbet, graph_connectivity, pcr_comparison
-    "total": True,               # 0.6 · bio_conservation + 0.4 · batch_correction
-}  # fmt: skip
+    "pcr_comparison": True,  # drop in batch variance explained (PC regression) vs pre_integration
+    "bio_conservation": True,  # Benchmarker aggregate: mean of its bio metrics (kmeans NMI/ARI,
+    # silhouette_label, clisi, isolated_labels)
+    "batch_correction": True,  # mean of bras, ilisi, kbet, graph_connectivity, pcr_comparison
+    "total": True,  # 0.6 · bio_conservation + 0.4 · batch_correction
+}
 
 # Benchmarker result rows (clean_names=False) → our names
 _BENCHMARKER_NAMES = {
@@ -96,14 +96,39 @@ def scib_scores(
 
     scib_metrics.settings.verbosity = logging.WARNING
     if subsample is None:
-        scores = benchmarker_scores(embeddings, labels, batch, pre_integration, BIO_METRICS, BATCH_METRICS,
-                                    batch_metrics, n_jobs, with_aggregates=True)  # fmt: skip
+        scores = benchmarker_scores(
+            embeddings,
+            labels,
+            batch,
+            pre_integration,
+            BIO_METRICS,
+            BATCH_METRICS,
+            batch_metrics,
+            n_jobs,
+            with_aggregates=True,
+        )
     else:
-        graph = benchmarker_scores(embeddings, labels, batch, None, GRAPH_METRICS & BIO_METRICS,
-                                   GRAPH_METRICS & BATCH_METRICS, batch_metrics, n_jobs)  # fmt: skip
+        graph = benchmarker_scores(
+            embeddings,
+            labels,
+            batch,
+            None,
+            GRAPH_METRICS & BIO_METRICS,
+            GRAPH_METRICS & BATCH_METRICS,
+            batch_metrics,
+            n_jobs,
+        )
         sampled = {key: np.asarray(x)[rows] for key, x in embeddings.items()}
-        scores = benchmarker_scores(sampled, labels[rows], batch[rows], pre_integration, BIO_METRICS - GRAPH_METRICS,
-                                    BATCH_METRICS - GRAPH_METRICS, batch_metrics, n_jobs)  # fmt: skip
+        scores = benchmarker_scores(
+            sampled,
+            labels[rows],
+            batch[rows],
+            pre_integration,
+            BIO_METRICS - GRAPH_METRICS,
+            BATCH_METRICS - GRAPH_METRICS,
+            batch_metrics,
+            n_jobs,
+        )
         scores = {key: aggregates(graph[key] | scores[key], batch_metrics) for key in embeddings}
     for key, x in embeddings.items():
         x = np.asarray(x, dtype=np.float32)[rows]
@@ -138,9 +163,17 @@ def aggregates(scores: dict[str, float], batch_metrics: bool) -> dict[str, float
     return scores
 
 
-def benchmarker_scores(embeddings: Mapping[str, np.ndarray], labels: np.ndarray, batch: np.ndarray,
-                       pre_integration: np.ndarray | None, bio: frozenset, batch_set: frozenset, batch_metrics: bool,
-                       n_jobs: int, with_aggregates: bool = False) -> dict[str, dict[str, float]]:  # fmt: skip
+def benchmarker_scores(
+    embeddings: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    batch: np.ndarray,
+    pre_integration: np.ndarray | None,
+    bio: frozenset,
+    batch_set: frozenset,
+    batch_metrics: bool,
+    n_jobs: int,
+    with_aggregates: bool = False,
+) -> dict[str, dict[str, float]]:
     """scib-metrics' Benchmarker on the metrics named in ``bio`` and ``batch_set``: {key: {our name: value}},
     with its aggregates when asked (only meaningful when every metric of both sets ran)."""
     import anndata
@@ -165,10 +198,17 @@ def benchmarker_scores(embeddings: Mapping[str, np.ndarray], labels: np.ndarray,
     # scib-metrics' k-means fails with jax_enable_x64 on (its loop mixes float32 and float64), and other
     # libraries in the same process (scvi-tools' dependencies) may turn it on globally
     with jax.enable_x64(False):
-        benchmarker = Benchmarker(data, batch_key="batch", label_key="label", embedding_obsm_keys=list(embeddings),
-                                  bio_conservation_metrics=bio_spec, batch_correction_metrics=batch_spec,
-                                  pre_integrated_embedding_obsm_key="_pre_integration", n_jobs=n_jobs,
-                                  progress_bar=False)  # fmt: skip
+        benchmarker = Benchmarker(
+            data,
+            batch_key="batch",
+            label_key="label",
+            embedding_obsm_keys=list(embeddings),
+            bio_conservation_metrics=bio_spec,
+            batch_correction_metrics=batch_spec,
+            pre_integrated_embedding_obsm_key="_pre_integration",
+            n_jobs=n_jobs,
+            progress_bar=False,
+        )
         benchmarker.prepare(neighbor_computer=lambda x, k: exact_neighbors(x, k, n_jobs))
         # The Benchmarker calls gc.collect() after every metric; each full collection walks every object of
         # JAX, anndata & co. (60 % of the scoring time of one 700-cell embedding). Freezing the objects that
@@ -182,10 +222,15 @@ def benchmarker_scores(embeddings: Mapping[str, np.ndarray], labels: np.ndarray,
         # min_max_scale=False: scaling each metric to [0, 1] across the embeddings of this call would make a
         # method's score depend on which other methods were compared with it
         table = benchmarker.get_results(min_max_scale=False, clean_names=False).drop(index="Metric Type")
-    kept = {column: name for column, name in _BENCHMARKER_NAMES.items()
-            if with_aggregates or name not in ("bio_conservation", "batch_correction", "total")}  # fmt: skip
-    return {key: {kept[column]: float(value) for column, value in table.loc[key].items() if column in kept}
-            for key in embeddings}  # fmt: skip
+    kept = {
+        column: name
+        for column, name in _BENCHMARKER_NAMES.items()
+        if with_aggregates or name not in ("bio_conservation", "batch_correction", "total")
+    }
+    return {
+        key: {kept[column]: float(value) for column, value in table.loc[key].items() if column in kept}
+        for key in embeddings
+    }
 
 
 def seeded_eigsh():
@@ -245,14 +290,17 @@ def _check_inputs(embeddings, n_cells, batch, pre_integration, batch_metrics: bo
     if len(batch) != n_cells:
         raise ValueError(f"{len(batch)} batch values for {n_cells} labels")
     if n_scored <= _MAX_NEIGHBOURS:
-        raise ValueError(f"scIB metrics need more than {_MAX_NEIGHBOURS} cells (their largest neighbourhood); "
-                         f"got {n_scored}")  # fmt: skip
+        raise ValueError(
+            f"scIB metrics need more than {_MAX_NEIGHBOURS} cells (their largest neighbourhood); got {n_scored}"
+        )
     if not batch_metrics:
         return
     n_batches = len(np.unique(batch))
     if n_batches < 2:
-        raise ValueError(f"batch-correction metrics need ≥ 2 batches; {n_batches} found "
-                         "(pass batch_metrics=False to score bio conservation only)")  # fmt: skip
+        raise ValueError(
+            f"batch-correction metrics need ≥ 2 batches; {n_batches} found "
+            "(pass batch_metrics=False to score bio conservation only)"
+        )
     if pre_integration is None or np.shape(pre_integration)[0] != n_scored:
         raise ValueError(f"batch metrics need pre_integration with {n_scored} rows (the PCR comparison's reference)")
 
@@ -285,9 +333,11 @@ def marker_clustering(
     n_ambiguous = sum(gene in row_of and len(types) > 1 for gene, types in types_of.items())
     n_types = len({cell_type for _, cell_type in found})
     if n_types < 2 or len(found) <= n_types:
-        raise ValueError(f"marker clustering needs ≥ 2 cell types and more marker genes than types; found "
-                         f"{len(found)} genes of {n_types} types ({n_missing} listed markers not in the gene "
-                         f"table, {n_ambiguous} under several types)")  # fmt: skip
+        raise ValueError(
+            f"marker clustering needs ≥ 2 cell types and more marker genes than types; found "
+            f"{len(found)} genes of {n_types} types ({n_missing} listed markers not in the gene "
+            f"table, {n_ambiguous} under several types)"
+        )
     vectors = np.asarray(gene_vectors, dtype=np.float64)[[row_of[gene] for gene, _ in found]]
     types = [cell_type for _, cell_type in found]
     return {

@@ -238,8 +238,10 @@ def lognorm_of(matrix, values: str, where: str) -> sparse.csr_matrix:
         counts = integer_counts(matrix, where)
         totals = np.asarray(counts.sum(axis=1)).ravel()
         if (totals == 0).any():
-            raise InputError(f"{where}: {int((totals == 0).sum())} cells have no counts (first: row "
-                             f"{int(np.flatnonzero(totals == 0)[0])}); remove empty barcodes first")  # fmt: skip
+            raise InputError(
+                f"{where}: {int((totals == 0).sum())} cells have no counts (first: row "
+                f"{int(np.flatnonzero(totals == 0)[0])}); remove empty barcodes first"
+            )
         return sparse.csr_matrix(log_normalised(counts))
     if values == "lognorm":
         try:
@@ -308,14 +310,17 @@ def values_of(matrix) -> str:
         return "counts"
     largest = stored[fraction].max()
     if largest > LOGNORM_MAX:
-        raise AmbiguousValues(f"it holds fractions up to {largest:.4g}, beyond a log scale (normalised but not "
-                              "log-transformed?)")  # fmt: skip
+        raise AmbiguousValues(
+            f"it holds fractions up to {largest:.4g}, beyond a log scale (normalised but not log-transformed?)"
+        )
     per_cell = np.diff(csr.indptr)
     fractions = np.add.reduceat(fraction, csr.indptr[:-1][per_cell > 0]) if (per_cell > 0).any() else np.zeros(0)
     whole = int(np.count_nonzero(fractions == 0))
     if whole:
-        raise AmbiguousValues(f"{whole} of its {fractions.size} cells hold whole numbers only beside cells of fractions "
-                              "(counts and log-normalised cells mixed?)")  # fmt: skip
+        raise AmbiguousValues(
+            f"{whole} of its {fractions.size} cells hold whole numbers only beside cells of fractions "
+            "(counts and log-normalised cells mixed?)"
+        )
     return "lognorm"
 
 

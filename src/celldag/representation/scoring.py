@@ -67,8 +67,11 @@ def marker_scores(output, markers: dict[str, list[str]], table_paths: list[str])
     """
     genes = list(output.var_names)
     contextual = marker_clustering(np.asarray(output.varm["X_gene_emb"]), genes, markers)
-    scores = {"marker_db": contextual["davies_bouldin"], "marker_ch": contextual["calinski_harabasz"],
-              "n_marker_genes": float(contextual["n_genes"])}  # fmt: skip
+    scores = {
+        "marker_db": contextual["davies_bouldin"],
+        "marker_ch": contextual["calinski_harabasz"],
+        "n_marker_genes": float(contextual["n_genes"]),
+    }
     static_space = static_gene_space(output, table_paths)
     if static_space is not None:
         static = marker_clustering(static_space[1], static_space[0], markers)
@@ -228,8 +231,9 @@ def score_subsample(prepared, context: ScoringContext) -> np.ndarray | None:
     option = context.evaluation.get("score_cells")
     if not option or prepared.n_obs <= int(option["max_cells"]):
         return None
-    return stratified_subsample(prepared.obs["label"], prepared.obs["batch"], int(option["max_cells"]),
-                                int(option.get("seed", 0)), context.seed)  # fmt: skip
+    return stratified_subsample(
+        prepared.obs["label"], prepared.obs["batch"], int(option["max_cells"]), int(option.get("seed", 0)), context.seed
+    )
 
 
 def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[str, float]]:
@@ -258,8 +262,14 @@ def score_seed(prepared, outputs: list, context: ScoringContext) -> list[dict[st
     embeddings = {str(i): np.asarray(outputs[i].obsm["X_emb"], dtype=np.float32) for i in ok}
     enable_jax_cache()
     cache_umap_graph_kernels()  # scib-metrics' connectivities run umap-learn's graph kernels
-    scib = scib_scores(embeddings, obs["label"].astype(str).to_numpy(), batch, pre_integration,
-                       batch_metrics=batch_metrics, subsample=rows)  # fmt: skip
+    scib = scib_scores(
+        embeddings,
+        obs["label"].astype(str).to_numpy(),
+        batch,
+        pre_integration,
+        batch_metrics=batch_metrics,
+        subsample=rows,
+    )
     for i in ok:
         scores[i] |= {metric: value for metric, value in scib[str(i)].items() if np.isfinite(value)}
         if markers and "X_gene_emb" in outputs[i].varm:

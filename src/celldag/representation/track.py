@@ -77,7 +77,7 @@ TRACK = Track(
                 ),  # how many markers the gene table holds
             ),
         ),
-    ),  # fmt: skip
+    ),
     dataset_facts="celldag.representation.track:dataset_facts",
     figures=(
         *COMMON_FIGURES,

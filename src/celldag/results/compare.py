@@ -64,13 +64,17 @@ def results_folder(text: str) -> Path:
         if len(names) == 1:
             return path / names[0]
         if names:
-            raise InputError(f"{text}: holds the results of {len(names)} configs ({', '.join(names)}): name one, "
-                             f"e.g. {path / names[0]}")  # fmt: skip
+            raise InputError(
+                f"{text}: holds the results of {len(names)} configs ({', '.join(names)}): name one, "
+                f"e.g. {path / names[0]}"
+            )
         raise InputError(f"{text}: no scores.parquet in it or in a folder of it: not a celldag results folder")
     if (Path("results") / text / "scores.parquet").is_file():
         return Path("results") / text
-    raise InputError(f"{text}: not a results folder (…/results/NAME holding scores.parquet), nor a config name "
-                     f"with results/{text}/scores.parquet here")  # fmt: skip
+    raise InputError(
+        f"{text}: not a results folder (…/results/NAME holding scores.parquet), nor a config name "
+        f"with results/{text}/scores.parquet here"
+    )
 
 
 def run_key(dataset: str, method: str, variant: str, seed) -> RunKey:
@@ -89,8 +93,10 @@ def read_side(text: str) -> Side:
     if not runs_path.is_file():
         raise InputError(f"{runs_path}: not found (the aggregate job writes it beside scores.parquet)")
     workflow = folder.resolve().parent.parent  # record paths are relative to the folder above results/
-    runs = {run_key(row["dataset"], row["method"], row["variant"], row["seed"]): row
-            for row in pd.read_parquet(runs_path).to_dict("records")}  # fmt: skip
+    runs = {
+        run_key(row["dataset"], row["method"], row["variant"], row["seed"]): row
+        for row in pd.read_parquet(runs_path).to_dict("records")
+    }
     records = {}
     for key, row in runs.items():
         path = workflow / row["record"]
@@ -105,8 +111,10 @@ def declared_tracks(workflow: str, sides: tuple[Side, Side]) -> dict[str, Track]
     for side in sides:
         unknown = sorted(set(side.scores["track"]) - set(tracks))
         if unknown:
-            raise InputError(f"{side.folder / 'scores.parquet'}: track {unknown[0]!r} is not declared in {path} "
-                             "(--workflow names the celldag workflow folder that declares it)")  # fmt: skip
+            raise InputError(
+                f"{side.folder / 'scores.parquet'}: track {unknown[0]!r} is not declared in {path} "
+                "(--workflow names the celldag workflow folder that declares it)"
+            )
     return tracks
 
 
@@ -191,8 +199,16 @@ def judge_scores(a: Side, b: Side, tracks: dict[str, Track], tolerance: Toleranc
         if row["side"] != "both":
             only_a = row["side"] == "left_only"
             value = row["value_a"] if only_a else row["value_b"]
-            judged.append(Judged(key, ONLY_A if only_a else ONLY_B, value if only_a else None,
-                                 None if only_a else value, statuses, None))  # fmt: skip
+            judged.append(
+                Judged(
+                    key,
+                    ONLY_A if only_a else ONLY_B,
+                    value if only_a else None,
+                    None if only_a else value,
+                    statuses,
+                    None,
+                )
+            )
             continue
         count = metric_is_count(row["metric"], tracks[row["track"]])
         rule = rule_of(
@@ -248,8 +264,11 @@ class Ranking:
 def controls(side: Side) -> set[str]:
     """method/variant of the runs its records call controls (not ranked: ``leaderboard_blocks``); a
     chained run on a control is one (``plan.chained_kinds``)."""
-    kinds = {key: method_kind(record["config"]["method"], record["config"]["variant"])
-             for key, record in side.records.items() if record}  # fmt: skip
+    kinds = {
+        key: method_kind(record["config"]["method"], record["config"]["variant"])
+        for key, record in side.records.items()
+        if record
+    }
     return {f"{key[1]}/{key[2]}" for key in kinds if "control" in (kinds[key], kinds.get(upstream_key(key)))}
 
 
@@ -259,8 +278,9 @@ def leaderboard_order(scores: pd.DataFrame, metric: str, higher_is_better: bool,
     entries = {f"{m}/{v}" for m, v in zip(rows["method"], rows["variant"])} - excluded
     ok = rows[rows["status"] == "ok"]
     means = ok.groupby(ok["method"] + "/" + ok["variant"])["value"].mean().to_dict()
-    return tuple(sorted(entries, key=lambda entry: rank_key(means.get(entry, math.nan), higher_is_better,
-                                                            *entry.split("/", 1))))  # fmt: skip
+    return tuple(
+        sorted(entries, key=lambda entry: rank_key(means.get(entry, math.nan), higher_is_better, *entry.split("/", 1)))
+    )
 
 
 def separable_pairs(scores: pd.DataFrame, metric: str, excluded: set[str]) -> frozenset:
@@ -302,10 +322,16 @@ def rankings(a: Side, b: Side, tracks: dict[str, Track]) -> list[Ranking]:
     for track_id, ranked in sorted(per_track.items()):
         if len(ranked) > 1:
             metrics = ", ".join(sorted({r.metric for r in ranked}))
-            found.append(Ranking(f"{track_id}: mean rank over {len(ranked)} datasets", metrics,
-                                 mean_rank_order([r.a for r in ranked]), mean_rank_order([r.b for r in ranked]),
-                                 frozenset().union(*(r.separable_a for r in ranked)),
-                                 frozenset().union(*(r.separable_b for r in ranked))))  # fmt: skip
+            found.append(
+                Ranking(
+                    f"{track_id}: mean rank over {len(ranked)} datasets",
+                    metrics,
+                    mean_rank_order([r.a for r in ranked]),
+                    mean_rank_order([r.b for r in ranked]),
+                    frozenset().union(*(r.separable_a for r in ranked)),
+                    frozenset().union(*(r.separable_b for r in ranked)),
+                )
+            )
     return found
 
 
@@ -336,8 +362,9 @@ class Comparison:
         return [item for item in self.environment if item.field.startswith(INPUT)]
 
 
-def compare_sides(a: Side, b: Side, tracks: dict[str, Track], rtol: float | None = None,
-                  atol: float | None = None) -> Comparison:  # fmt: skip
+def compare_sides(
+    a: Side, b: Side, tracks: dict[str, Track], rtol: float | None = None, atol: float | None = None
+) -> Comparison:
     if any(value is not None and not value >= 0 for value in (rtol, atol)):
         raise InputError(f"--rtol {rtol} --atol {atol}: a tolerance is a number ≥ 0")
     overridden = rtol is not None or atol is not None
@@ -345,5 +372,13 @@ def compare_sides(a: Side, b: Side, tracks: dict[str, Track], rtol: float | None
         rel=CUDA_TOLERANCE.rel if rtol is None else rtol, abs=CUDA_TOLERANCE.abs if atol is None else atol
     )
     per_run, summary = record_differences(a.records, b.records)
-    return Comparison(a, b, judge_scores(a, b, tracks, tolerance, overridden), rankings(a, b, tracks), per_run, summary,
-                      tolerance, overridden)  # fmt: skip
+    return Comparison(
+        a,
+        b,
+        judge_scores(a, b, tracks, tolerance, overridden),
+        rankings(a, b, tracks),
+        per_run,
+        summary,
+        tolerance,
+        overridden,
+    )

@@ -30,9 +30,28 @@ import pandas as pd
 
 from celldag.tracks import SCALED_PREFIX, TARGETS, Metric, Track, target_met
 
-CARD_COLUMNS = ["dataset", "track", "metric", "role", "null", "oracle", "null_mean", "null_sd", "null_seeds",
-                "oracle_mean", "oracle_sd", "oracle_seeds", "range", "margin", "margin_source", "flagged", "why",
-                "target", "rows_meeting_target", "rows"]  # fmt: skip
+CARD_COLUMNS = [
+    "dataset",
+    "track",
+    "metric",
+    "role",
+    "null",
+    "oracle",
+    "null_mean",
+    "null_sd",
+    "null_seeds",
+    "oracle_mean",
+    "oracle_sd",
+    "oracle_seeds",
+    "range",
+    "margin",
+    "margin_source",
+    "flagged",
+    "why",
+    "target",
+    "rows_meeting_target",
+    "rows",
+]
 NUMBERS = [
     "null_mean",
     "null_sd",
@@ -56,10 +75,15 @@ def control_key(name: str) -> tuple[str, str]:
 
 def controlled_metrics(tracks: Mapping[str, Track]) -> pd.DataFrame:
     """One row per metric judged against controls: track, metric, and the null's and oracle's method and variant."""
-    rows = [(track_id, metric.name, *control_key(metric.null), *control_key(metric.oracle))
-            for track_id, track in tracks.items() for metric in track.metrics.values() if metric.null]  # fmt: skip
-    return pd.DataFrame(rows, columns=["track", "metric", "null_method", "null_variant", "oracle_method",
-                                       "oracle_variant"])  # fmt: skip
+    rows = [
+        (track_id, metric.name, *control_key(metric.null), *control_key(metric.oracle))
+        for track_id, track in tracks.items()
+        for metric in track.metrics.values()
+        if metric.null
+    ]
+    return pd.DataFrame(
+        rows, columns=["track", "metric", "null_method", "null_variant", "oracle_method", "oracle_variant"]
+    )
 
 
 def _control_values(ok: pd.DataFrame, which: str) -> pd.Series:
@@ -76,31 +100,39 @@ def scaled_scores(scores: pd.DataFrame, tracks: Mapping[str, Track]) -> pd.DataF
     span = rows["oracle"] - rows["null"]
     rows = rows[span.notna() & (span != 0)]
     scaled = rows[scores.columns].assign(
-        metric=SCALED_PREFIX + rows["metric"], value=(rows["value"] - rows["null"]) / span[span.index.isin(rows.index)],
-        higher_is_better=True)  # fmt: skip
+        metric=SCALED_PREFIX + rows["metric"],
+        value=(rows["value"] - rows["null"]) / span[span.index.isin(rows.index)],
+        higher_is_better=True,
+    )
     return scaled.reset_index(drop=True)
 
 
 def noise_margins(noise: pd.DataFrame | None, cards: pd.DataFrame) -> pd.DataFrame:
     """Per card row: ``margin`` and where it comes from (``margin_source``), from reference/default's noise table."""
-    margins = pd.DataFrame({"margin": np.nan, "margin_source": "none: no reference noise for this metric"},
-                           index=cards.index)  # fmt: skip
+    margins = pd.DataFrame(
+        {"margin": np.nan, "margin_source": "none: no reference noise for this metric"}, index=cards.index
+    )
     if noise is None or noise.empty:
         return margins
     by_dataset = noise.groupby(["dataset", "track", "metric"])["margin"].median()
     by_metric = noise.groupby(["track", "metric"])["margin"].median()
     for index, card in cards.iterrows():
         if (card["dataset"], card["track"], card["metric"]) in by_dataset.index:
-            margins.loc[index] = (float(by_dataset[(card["dataset"], card["track"], card["metric"])]),
-                                  "the metric's median on this dataset")  # fmt: skip
+            margins.loc[index] = (
+                float(by_dataset[(card["dataset"], card["track"], card["metric"])]),
+                "the metric's median on this dataset",
+            )
         elif (card["track"], card["metric"]) in by_metric.index:
             margins.loc[index] = (float(by_metric[(card["track"], card["metric"])]), "the metric's median")
     return margins
 
 
 def _stats(values: pd.Series) -> tuple[float, float, int]:
-    return (float(values.mean()) if len(values) else np.nan, float(values.std(ddof=1)) if len(values) > 1 else np.nan,
-            int(len(values)))  # fmt: skip
+    return (
+        float(values.mean()) if len(values) else np.nan,
+        float(values.std(ddof=1)) if len(values) > 1 else np.nan,
+        int(len(values)),
+    )
 
 
 def _control_card(rows: pd.DataFrame, metric: Metric) -> dict:
@@ -130,8 +162,13 @@ def flag(card: Mapping) -> tuple[bool, str]:
     return False, ""
 
 
-def floor_cards(scores: pd.DataFrame, tracks: Mapping[str, Track], noise: pd.DataFrame | None, alpha: float,
-                recorded: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+def floor_cards(
+    scores: pd.DataFrame,
+    tracks: Mapping[str, Track],
+    noise: pd.DataFrame | None,
+    alpha: float,
+    recorded: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One card per dataset × metric scored there (``CARD_COLUMNS``): efficiency and ranking metrics against their
     controls, guarantees against their target (how many method/variant rows meet it by their mean over seeds).
     ``recorded``: earlier cards whose margins are taken as they were read (``celldag audit`` rebuilds cards with the
@@ -145,8 +182,11 @@ def floor_cards(scores: pd.DataFrame, tracks: Mapping[str, Track], noise: pd.Dat
         card = {"dataset": dataset, "track": track_id, "metric": name, "role": metric.role}
         if metric.target is not None:
             means = rows.groupby(["method", "variant"])["value"].mean()
-            card |= {"target": TARGETS[metric.target], "rows": int(len(means)),
-                     "rows_meeting_target": int(sum(target_met(metric.target, m, alpha) for m in means))}  # fmt: skip
+            card |= {
+                "target": TARGETS[metric.target],
+                "rows": int(len(means)),
+                "rows_meeting_target": int(sum(target_met(metric.target, m, alpha) for m in means)),
+            }
         elif metric.null is not None:
             card |= _control_card(rows, metric)
         cards.append(card)
@@ -159,8 +199,9 @@ def floor_cards(scores: pd.DataFrame, tracks: Mapping[str, Track], noise: pd.Dat
         margins = known[["margin", "margin_source"]].set_axis(margins.index)
     table["margin"] = margins["margin"].reindex(table.index)
     table["margin_source"] = margins["margin_source"].reindex(table.index)
-    verdicts = [flag(card) if has_controls else (False, "") for has_controls, (_, card) in
-                zip(controlled, table.iterrows())]  # fmt: skip
+    verdicts = [
+        flag(card) if has_controls else (False, "") for has_controls, (_, card) in zip(controlled, table.iterrows())
+    ]
     table["flagged"] = [flagged for flagged, _ in verdicts]
     table["why"] = [why for _, why in verdicts]
     return table.astype({"flagged": bool})
@@ -171,5 +212,6 @@ def read_noise(path: str | None) -> pd.DataFrame | None:
     at ``path``)."""
     if not path or not os.path.isfile(path):
         return None
-    return pd.read_csv(path, sep="\t", usecols=[*NOISE_KEY, "margin"], keep_default_na=False,
-                       dtype={"variant": str, "method": str})  # fmt: skip
+    return pd.read_csv(
+        path, sep="\t", usecols=[*NOISE_KEY, "margin"], keep_default_na=False, dtype={"variant": str, "method": str}
+    )

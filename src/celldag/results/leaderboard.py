@@ -40,8 +40,20 @@ NO_SPREAD = 1e-12
 
 # ------------------------------------------------------------------------------------------ the tables
 
-RUN_COLUMNS = ["dataset", "method", "variant", "seed", "status", "status_reason", "wall_time_s", "peak_rss_mb",
-               "device", "config_hash", "note", "record"]  # fmt: skip
+RUN_COLUMNS = [
+    "dataset",
+    "method",
+    "variant",
+    "seed",
+    "status",
+    "status_reason",
+    "wall_time_s",
+    "peak_rss_mb",
+    "device",
+    "config_hash",
+    "note",
+    "record",
+]
 
 
 def collect_scores(paths: Sequence[str]) -> pd.DataFrame:
@@ -54,8 +66,15 @@ def collect_runs(paths: Sequence[str]) -> pd.DataFrame:
         record = read_record(path)
         # a method's note for readers (uns["note"]: e.g. CellTreeQM's selection fallback) reaches the leaderboard
         note = (record.get("method_facts") or {}).get("note", "")
-        records.append({"dataset": record["dataset_id"], "method": record["method_id"], **record, "note": note,
-                        "record": str(path)})  # fmt: skip
+        records.append(
+            {
+                "dataset": record["dataset_id"],
+                "method": record["method_id"],
+                **record,
+                "note": note,
+                "record": str(path),
+            }
+        )
     return pd.DataFrame(records)[RUN_COLUMNS].sort_values(["dataset", "method", "variant", "seed"])
 
 
@@ -65,8 +84,9 @@ def add_deltas(scores: pd.DataFrame, baseline: str, tracks: dict[str, Track]) ->
     with_delta = {
         (track_id, name) for track_id, track in tracks.items() for name, m in track.metrics.items() if m.delta
     }
-    declared = pd.Series([(track, metric) in with_delta for track, metric in zip(scores["track"], scores["metric"])],
-                         index=scores.index)  # fmt: skip
+    declared = pd.Series(
+        [(track, metric) in with_delta for track, metric in zip(scores["track"], scores["metric"])], index=scores.index
+    )
     ok = scores[(scores["status"] == "ok") & declared]
     reference = ok[ok["method"] == baseline].groupby(["dataset", "seed", "metric"])["value"].first()
     others = ok[ok["method"] != baseline].join(
@@ -106,8 +126,12 @@ def paired_difference(scores: pd.DataFrame, method: str, other: str, metric: str
 
     def per_seed(selector: str) -> pd.Series:
         name, _, variant = selector.partition("/")
-        rows = scores[(scores["method"] == name) & (scores["variant"] == variant) & (scores["metric"] == metric)
-                      & (scores["status"] == "ok")]  # fmt: skip
+        rows = scores[
+            (scores["method"] == name)
+            & (scores["variant"] == variant)
+            & (scores["metric"] == metric)
+            & (scores["status"] == "ok")
+        ]
         return rows.set_index("seed")["value"]
 
     differences = (per_seed(method) - per_seed(other)).dropna()
@@ -131,8 +155,15 @@ def paired_rows(scores: pd.DataFrame, paired: Sequence[dict]) -> list[dict]:
             for metric in comparison["metrics"]:
                 result = paired_difference(scores, comparison["method"], other, metric)
                 if result is not None:
-                    rows.append({"method": comparison["method"], "other": other, "metric": metric, **result,
-                                 "higher_is_better": higher_is_better(scores, metric)})  # fmt: skip
+                    rows.append(
+                        {
+                            "method": comparison["method"],
+                            "other": other,
+                            "metric": metric,
+                            **result,
+                            "higher_is_better": higher_is_better(scores, metric),
+                        }
+                    )
     return rows
 
 
@@ -173,8 +204,14 @@ def higher_is_better(scores: pd.DataFrame, metric: str) -> bool:
     return bool(scores.loc[scores["metric"] == metric, "higher_is_better"].iloc[0])
 
 
-def aggregate_tables(score_paths: Sequence[str], record_paths: Sequence[str], scores_path: str, runs_path: str,
-                     baseline: str, tracks: dict[str, Track]) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+def aggregate_tables(
+    score_paths: Sequence[str],
+    record_paths: Sequence[str],
+    scores_path: str,
+    runs_path: str,
+    baseline: str,
+    tracks: dict[str, Track],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every run's scores (with the Δ rows against ``baseline`` and the control-scaled rows, ``celldag.results.floor_cards``)
     and run records, checked and written to ``scores_path`` and ``runs_path`` (scores.parquet, runs.parquet);
     returned for the views."""
@@ -259,8 +296,11 @@ def rank(per_seed: Mapping[Hashable, Mapping[int, float]], higher_is_better: boo
     intervals = {row: (1 + beaten_by[row], len(ranked) - beats[row]) for row in ranked}
     means = {row: math.fsum(finite[row].values()) / len(finite[row]) for row in ranked}
     best = max(ranked, key=lambda row: (sign * means[row], str(row)), default=None)
-    tied = frozenset(row for row in ranked if row == best or not any(
-        set(test.rows) == {row, best} and test.better is not None for test in pairs))  # fmt: skip
+    tied = frozenset(
+        row
+        for row in ranked
+        if row == best or not any(set(test.rows) == {row, best} and test.better is not None for test in pairs)
+    )
     return Ranking(intervals, tied, pairs, unranked)
 
 
@@ -318,19 +358,36 @@ def held_out_batch_rows(scores: pd.DataFrame, alpha: float) -> pd.DataFrame:
     columns = ["dataset", "track", "method", "variant", "seed", "metric", "value", "higher_is_better", "status"]
     runs = scores.loc[scores["track"] == REPRESENTATION_TRACK, ["dataset", "method", "variant", "seed"]]
     runs = runs.drop_duplicates().sort_values(["dataset", "method", "variant", "seed"])
-    chained = scores[(scores["track"] == ANNOTATION_TRACK) & (scores["method"] == EFFICIENCY_CLASSIFIER)
-                     & scores["metric"].isin(list(EFFICIENCY_METRICS.values()))]  # fmt: skip
-    found = {(row.dataset, row.variant, int(row.seed), row.metric): (float(row.value), str(row.status))
-             for row in chained.itertuples(index=False)}  # fmt: skip
+    chained = scores[
+        (scores["track"] == ANNOTATION_TRACK)
+        & (scores["method"] == EFFICIENCY_CLASSIFIER)
+        & scores["metric"].isin(list(EFFICIENCY_METRICS.values()))
+    ]
+    found = {
+        (row.dataset, row.variant, int(row.seed), row.metric): (float(row.value), str(row.status))
+        for row in chained.itertuples(index=False)
+    }
     rows = []
     for run in runs.itertuples(index=False):
         for column, metric in EFFICIENCY_METRICS.items():
-            value, status = found.get((run.dataset, f"{run.method}/{run.variant}", int(run.seed), metric),
-                                      (math.nan, "not_applicable"))  # fmt: skip
+            value, status = found.get(
+                (run.dataset, f"{run.method}/{run.variant}", int(run.seed), metric), (math.nan, "not_applicable")
+            )
             if column == SHORTFALL and status == "ok":
                 value = shortfall(value, alpha)
-            rows.append((run.dataset, REPRESENTATION_TRACK, run.method, run.variant, int(run.seed), column,
-                         value if status == "ok" else math.nan, False, status))  # fmt: skip
+            rows.append(
+                (
+                    run.dataset,
+                    REPRESENTATION_TRACK,
+                    run.method,
+                    run.variant,
+                    int(run.seed),
+                    column,
+                    value if status == "ok" else math.nan,
+                    False,
+                    status,
+                )
+            )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -352,5 +409,10 @@ def agreement(first: Ranking, second: Ranking) -> Agreement:
     better = [{frozenset(test.rows): test.better for test in ranking.pairs} for ranking in (first, second)]
     separated = [(better[0][pair], better[1][pair]) for pair in set(better[0]) & set(better[1])]
     both = [(a, b) for a, b in separated if a is not None and b is not None]
-    return Agreement(len(separated), sum(a is not None for a, _ in separated), sum(b is not None for _, b in separated),
-                     sum(a == b for a, b in both), tuple(sorted(((a, b) for a, b in both if a != b), key=str)))  # fmt: skip
+    return Agreement(
+        len(separated),
+        sum(a is not None for a, _ in separated),
+        sum(b is not None for _, b in separated),
+        sum(a == b for a, b in both),
+        tuple(sorted(((a, b) for a, b in both if a != b), key=str)),
+    )

@@ -47,8 +47,19 @@ SIMULATED_DRAWS = 4000
 SIMULATION_SEED = 43  # the simulations draw from a fixed stream: the same reference gives the same numbers
 CHANGED, NOT_DETECTED = "changed", "no change detected"
 REFERENCE_COLUMNS = ["kind", "sd", "df", "offset"]
-VERDICT_COLUMNS = [*FAMILY, "metrics", "seeds_here", "seeds_reference", "p", "level", "verdict", "worst_metric",
-                   "worst_z", "worst_delta", "detectable_sd"]  # fmt: skip
+VERDICT_COLUMNS = [
+    *FAMILY,
+    "metrics",
+    "seeds_here",
+    "seeds_reference",
+    "p",
+    "level",
+    "verdict",
+    "worst_metric",
+    "worst_z",
+    "worst_delta",
+    "detectable_sd",
+]
 
 
 def means_over_seeds(scores: pd.DataFrame) -> pd.DataFrame:
@@ -67,16 +78,22 @@ def two_regime_p(mean_here: float, n_here: int, regime: Mapping, offset: float) 
     above, values = float(regime["above"]), float(regime["values"])
     low, high, within = float(regime["low"]), float(regime["high"]), float(regime["within"])
     weight = np.arange(n_here + 1) / n_here
-    scale = float(np.sqrt(within**2 * (1 / n_here + (1 - weight) ** 2 / (values - above) + weight**2 / above)
-                          + offset**2).max())  # fmt: skip
+    scale = float(
+        np.sqrt(within**2 * (1 / n_here + (1 - weight) ** 2 / (values - above) + weight**2 / above) + offset**2).max()
+    )
     outside = max(0.0, low - mean_here, mean_here - high)
     if outside == 0:
         return 1.0
     return 0.0 if scale == 0 else float(min(1.0, 2 * stats.t.sf(outside / scale, max(values - 2, 1))))
 
 
-def metric_evidence(noise: pd.DataFrame, reference_means: pd.DataFrame, here: pd.DataFrame,
-                    tracks: Mapping[str, Track], regimes: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+def metric_evidence(
+    noise: pd.DataFrame,
+    reference_means: pd.DataFrame,
+    here: pd.DataFrame,
+    tracks: Mapping[str, Track],
+    regimes: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Per metric judged: the reference's noise (``REFERENCE_COLUMNS``), both sides' means over seeds and counts,
     the standard error of their difference, z and p. A two-regime group (``regimes``: regimes.tsv) has two valid
     p's, the normal one (its sd holds the regimes' spread) and ``two_regime_p`` (far narrower, outside the regimes'
@@ -119,19 +136,33 @@ def verdicts(evidence: pd.DataFrame, false_alarm: float) -> pd.DataFrame:
         worst = group.loc[group["z"].abs().idxmax()]
         k = len(group)
         shift = detectable_shift(group, false_alarm / families / k)
-        rows.append({**dict(zip(FAMILY, key)), "metrics": k, "seeds_here": int(group["n_here"].max()),
-                     "seeds_reference": int(group["n_reference"].max()), "p": min(1.0, k * float(group["p"].min())),
-                     "worst_metric": worst["metric"], "worst_z": float(worst["z"]),
-                     "worst_delta": float(worst["mean_here"] - worst["mean_reference"]),
-                     "detectable_sd": float(shift.min())})  # fmt: skip
+        rows.append(
+            {
+                **dict(zip(FAMILY, key)),
+                "metrics": k,
+                "seeds_here": int(group["n_here"].max()),
+                "seeds_reference": int(group["n_reference"].max()),
+                "p": min(1.0, k * float(group["p"].min())),
+                "worst_metric": worst["metric"],
+                "worst_z": float(worst["z"]),
+                "worst_delta": float(worst["mean_here"] - worst["mean_reference"]),
+                "detectable_sd": float(shift.min()),
+            }
+        )
     table = pd.DataFrame(rows)
     table["level"], rejected = holm(table["p"], false_alarm)
     table["verdict"] = np.where(rejected, CHANGED, NOT_DETECTED)
     return table[VERDICT_COLUMNS]
 
 
-def judge_methods(noise: pd.DataFrame, reference_means: pd.DataFrame, here: pd.DataFrame,
-                  tracks: Mapping[str, Track], false_alarm: float, regimes: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+def judge_methods(
+    noise: pd.DataFrame,
+    reference_means: pd.DataFrame,
+    here: pd.DataFrame,
+    tracks: Mapping[str, Track],
+    false_alarm: float,
+    regimes: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     return verdicts(metric_evidence(noise, reference_means, here, tracks, regimes), false_alarm)
 
 
@@ -145,8 +176,14 @@ def summary_line(methods: pd.DataFrame) -> str:
         return "0 of 0 methods changed (no method has scores with noise on both sides)"
     changed = int((methods["verdict"] == CHANGED).sum())
     finite = methods.loc[np.isfinite(methods["detectable_sd"]), "detectable_sd"]
-    power = (f"; each detects one metric shifted by a median {finite.median():.2g} sd of its most sensitive metric "
-             f"(range {finite.min():.2g}–{finite.max():.2g}) with probability {POWER:g}") if len(finite) else ""  # fmt: skip
+    power = (
+        (
+            f"; each detects one metric shifted by a median {finite.median():.2g} sd of its most sensitive metric "
+            f"(range {finite.min():.2g}–{finite.max():.2g}) with probability {POWER:g}"
+        )
+        if len(finite)
+        else ""
+    )
     return f"{changed} of {len(methods)} methods changed, their seeds and metrics pooled{power}"
 
 
@@ -162,8 +199,9 @@ def _draws(df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return normal, np.sqrt(chi / np.clip(df, 1, None)[:, None])
 
 
-def detectable_shift(metrics: pd.DataFrame, level: float | np.ndarray, n_here: float | None = None,
-                     n_reference: float | None = None) -> np.ndarray:  # fmt: skip
+def detectable_shift(
+    metrics: pd.DataFrame, level: float | np.ndarray, n_here: float | None = None, n_reference: float | None = None
+) -> np.ndarray:
     """Per metric (rows with sd, df, offset, n_here, n_reference), the shift of its mean in units of its sd that a
     test at ``level`` on it alone rejects with probability ``POWER``: simulated with the sd re-estimated on its df
     each draw (``level``: one, or one per metric); ``inf`` where the metric has no spread of its own (sd 0) to measure a shift in."""
@@ -193,15 +231,17 @@ def detectable_shift(metrics: pd.DataFrame, level: float | np.ndarray, n_here: f
     return np.where(grow, high, np.inf)
 
 
-def _power(shift: np.ndarray, scale: np.ndarray, critical: np.ndarray, normal: np.ndarray,
-           estimate: np.ndarray) -> np.ndarray:  # fmt: skip
+def _power(
+    shift: np.ndarray, scale: np.ndarray, critical: np.ndarray, normal: np.ndarray, estimate: np.ndarray
+) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         z = (shift[:, None] / scale[:, None] + normal[None, :]) / estimate
     return (np.abs(z) >= critical[:, None]).mean(axis=1)
 
 
-def null_false_alarm(noise: pd.DataFrame, n_here: int, false_alarm: float, correlation: float,
-                     draws: int = 2000) -> float:  # fmt: skip
+def null_false_alarm(
+    noise: pd.DataFrame, n_here: int, false_alarm: float, correlation: float, draws: int = 2000
+) -> float:
     """The simulated chance that an unchanged installation has any method called changed: every metric of ``noise``
     (GROUP, sd, df, offset, seeds) drawn under the noise model — the lab's and the reference's means, sd re-estimated
     on its df — with the metrics of a method correlated at ``correlation`` (0: independent; 1: one move shared), and
@@ -228,13 +268,20 @@ def null_false_alarm(noise: pd.DataFrame, n_here: int, false_alarm: float, corre
 
 def judged_metrics(noise: pd.DataFrame, tracks: Mapping[str, Track]) -> pd.DataFrame:
     """The rows of ``noise`` a per-method verdict judges: not derived, with noise above 0."""
-    derived = np.array([metric_is_derived(metric, tracks[track]) for track, metric in zip(noise["track"], noise["metric"])],
-                       dtype=bool)  # fmt: skip
+    derived = np.array(
+        [metric_is_derived(metric, tracks[track]) for track, metric in zip(noise["track"], noise["metric"])], dtype=bool
+    )
     return noise[~derived & ((noise["sd"] > 0) | (noise["offset"] > 0))].reset_index(drop=True)
 
 
-def power_table(noise: pd.DataFrame, kinds: Mapping[tuple, str], tracks: Mapping[str, Track], false_alarm: float,
-                lab_seeds: tuple[int, ...], reference_seeds: tuple[int, ...]) -> pd.DataFrame:  # fmt: skip
+def power_table(
+    noise: pd.DataFrame,
+    kinds: Mapping[tuple, str],
+    tracks: Mapping[str, Track],
+    false_alarm: float,
+    lab_seeds: tuple[int, ...],
+    reference_seeds: tuple[int, ...],
+) -> pd.DataFrame:
     """Per method kind (``kinds``: FAMILY tuple → label), lab seeds and reference seeds: the median, over the kind's
     metrics, of the shift of one metric (in its sd) a check detects with probability ``POWER`` at the strictest Holm
     step (level ``false_alarm`` / methods / the method's metrics), and the share of the kind's metrics for which a
@@ -251,7 +298,14 @@ def power_table(noise: pd.DataFrame, kinds: Mapping[tuple, str], tracks: Mapping
             shift = detectable_shift(table, level, n_here, n_reference)
             for label, where in kind.groupby(kind).groups.items():
                 chosen = shift[np.asarray(where)]
-                rows.append({"kind": label, "lab seeds": n_here, "reference seeds": n_reference,
-                             "metrics": len(chosen), "median shift detected (sd)": float(np.median(chosen)),
-                             "share with 1 sd detected": float((chosen <= 1).mean())})  # fmt: skip
+                rows.append(
+                    {
+                        "kind": label,
+                        "lab seeds": n_here,
+                        "reference seeds": n_reference,
+                        "metrics": len(chosen),
+                        "median shift detected (sd)": float(np.median(chosen)),
+                        "share with 1 sd detected": float((chosen <= 1).mean()),
+                    }
+                )
     return pd.DataFrame(rows)

@@ -119,8 +119,9 @@ def load_published(folder: str | Path, registries: Registries) -> tuple[Publishe
         for label, entry in data["tables"].items():
             key = (data["paper"], label)
             if key in defined:
-                raise InputError(f"{path}: tables.{label}: {data['paper']} {label} is defined twice, in "
-                                 f"{defined[key]} and here")  # fmt: skip
+                raise InputError(
+                    f"{path}: tables.{label}: {data['paper']} {label} is defined twice, in {defined[key]} and here"
+                )
             defined[key] = path
             tables.append(read_table(path, data, label, entry, registries))
     return tuple(tables)
@@ -158,13 +159,23 @@ def read_table(path: str, data: dict, label: str, entry: dict, registries: Regis
         seen.add(key)
         for column, cell in row["values"].items():
             if column not in columns:
-                raise InputError(f"{where}.rows.{index}.values.{column}: not a column of the table "
-                                 f"(columns: {', '.join(columns)})")  # fmt: skip
+                raise InputError(
+                    f"{where}.rows.{index}.values.{column}: not a column of the table (columns: {', '.join(columns)})"
+                )
             value, spread = (cell["value"], cell["spread"]) if isinstance(cell, dict) else (cell, None)
-            numbers.append(Number(
-                method=row["method"], setting=row.get("setting", entry["setting"]), metric=column, value=float(value),
-                spread=None if spread is None else float(spread), higher_is_better=columns[column] == "higher_is_better",
-                run=runs[row["method"]], score=scores[column], in_setting=settings.get(row.get("setting"))))  # fmt: skip
+            numbers.append(
+                Number(
+                    method=row["method"],
+                    setting=row.get("setting", entry["setting"]),
+                    metric=column,
+                    value=float(value),
+                    spread=None if spread is None else float(spread),
+                    higher_is_better=columns[column] == "higher_is_better",
+                    run=runs[row["method"]],
+                    score=scores[column],
+                    in_setting=settings.get(row.get("setting")),
+                )
+            )
     return PublishedTable(
         file=path,
         paper=data["paper"],
@@ -190,8 +201,10 @@ def check_names(where: str, mapped: dict, names: list[str], what: str) -> None:
     """The mapping lists each of the table's names once, and nothing else (a typo is caught, not skipped)."""
     missing = [name for name in dict.fromkeys(names) if name not in mapped]
     if missing:
-        raise InputError(f"{where}: no mapping for the {what} {missing[0]!r} (give celldag: null and a reason where "
-                         "celldag has none)")  # fmt: skip
+        raise InputError(
+            f"{where}: no mapping for the {what} {missing[0]!r} (give celldag: null and a reason where "
+            "celldag has none)"
+        )
     extra = sorted(set(mapped) - set(names))
     if extra:
         raise InputError(f"{where}.{extra[0]}: no {what} of the table is called {extra[0]!r}")
@@ -215,8 +228,10 @@ def check_run(where: str, selector: str | None, track: str | None, registries: R
         raise InputError(f"{where}: unknown method id {method!r}; known: {', '.join(sorted(registries.methods))}")
     variants = registries.methods[method]["variants"]
     if variant not in variants:
-        raise InputError(f"{where}: {selector!r}: name a variant of {method} as method/variant; known variants: "
-                         f"{', '.join(sorted(variants))}")  # fmt: skip
+        raise InputError(
+            f"{where}: {selector!r}: name a variant of {method} as method/variant; known variants: "
+            f"{', '.join(sorted(variants))}"
+        )
     if track is not None and registries.methods[method]["track"] != track:
         own = registries.methods[method]["track"]
         raise InputError(f"{where}: {method} is a {own} method, the dataset a {track} one")
@@ -230,11 +245,14 @@ def check_metric(where: str, score: Link, higher_is_better: bool, track: str | N
     tracks = {track: registries.track(track)} if track else {name: registries.track(name) for name in registries.tracks}
     owners = [definition for definition in tracks.values() if declares(definition, score.celldag)]
     if not owners:
-        raise InputError(f"{where}: unknown metric {score.celldag!r} of the {' or '.join(tracks)} track "
-                         "(docs/metrics.md; a Δ is delta_<metric> of a metric with a Δ)")  # fmt: skip
+        raise InputError(
+            f"{where}: unknown metric {score.celldag!r} of the {' or '.join(tracks)} track "
+            "(docs/metrics.md; a Δ is delta_<metric> of a metric with a Δ)"
+        )
     if owners[0].higher_is_better(score.celldag) != higher_is_better:
-        raise InputError(f"{where}: {score.celldag} is {direction(not higher_is_better)}, the column "
-                         f"{direction(higher_is_better)}")  # fmt: skip
+        raise InputError(
+            f"{where}: {score.celldag} is {direction(not higher_is_better)}, the column {direction(higher_is_better)}"
+        )
     is_delta = score.celldag.startswith(DELTA_PREFIX)
     if is_delta and score.baseline is None:
         raise InputError(f"{where}: {score.celldag} is a Δ: name the method the paper's Δ is against (baseline)")
@@ -285,8 +303,10 @@ def context_of(config: dict, plan: planning.Plan, registries: Registries, check_
         if declared is None:
             continue
         if declared["dataset"] in stand_ins:
-            raise InputError(f"datasets {stand_ins[declared['dataset']][0]} and {dataset} of the config both stand for "
-                             f"{declared['dataset']}: its published tables can be held against one of them only")  # fmt: skip
+            raise InputError(
+                f"datasets {stand_ins[declared['dataset']][0]} and {dataset} of the config both stand for "
+                f"{declared['dataset']}: its published tables can be held against one of them only"
+            )
         stand_ins[declared["dataset"]] = (dataset, declared["differs"])
     missing = []
     for dataset in config["datasets"] if check_downloads else ():
@@ -295,8 +315,13 @@ def context_of(config: dict, plan: planning.Plan, registries: Registries, check_
         if entry["source"] == "url" and files:
             missing.append((dataset, files[0]))
     runs = sorted({f"{run.dataset} {run.method}/{run.variant}" for run in plan.runs})
-    return Context(tuple(config["datasets"]), tuple(runs), config["evaluation"]["delta_baseline"], tuple(missing),
-                   tuple((shipped, copy, differs) for shipped, (copy, differs) in stand_ins.items()))  # fmt: skip
+    return Context(
+        tuple(config["datasets"]),
+        tuple(runs),
+        config["evaluation"]["delta_baseline"],
+        tuple(missing),
+        tuple((shipped, copy, differs) for shipped, (copy, differs) in stand_ins.items()),
+    )
 
 
 @dataclass(frozen=True)
@@ -387,18 +412,27 @@ def provenance(table: PublishedTable) -> Paragraph:
     mapped = f"celldag `{dataset.celldag}`" if dataset.celldag else "no celldag dataset"
     remark = dataset.why_not or dataset.note
     if table.reading == FIGURE_APPROX:
-        reading = (f"read off a figure, ±{table.precision:g} on each value and each spread: the published spread is "
-                   f"widened by {2 * table.precision:g} (by {table.precision:g} where there is none)")  # fmt: skip
+        reading = (
+            f"read off a figure, ±{table.precision:g} on each value and each spread: the published spread is "
+            f"widened by {2 * table.precision:g} (by {table.precision:g} where there is none)"
+        )
     else:
         reading = "copied from the text"
     spread = f"± = {table.spread_kind}" if table.spread_kind else "no spread given"
     named = {(number.method, number.run) for number in table.numbers} | {(n.metric, n.score) for n in table.numbers}
     remarks = sorted(f"{name} → `{mapped.celldag}`: {mapped.note}" for name, mapped in named if mapped.note)
-    return Paragraph((f"Paper: {table.citation} {table.url}",
-                      f"Source: {table.source}; {reading} (`{Path(table.file).name}`)",
-                      f"Dataset: {table.dataset} → {mapped}" + (f": {remark}" if remark else ""),
-                      f"Setting: {table.setting}; {spread}; runs: {table.n_runs or 'not stated'}",
-                      *table.notes, *filter(None, [table.mapping_note]), *remarks), bullets=True)  # fmt: skip
+    return Paragraph(
+        (
+            f"Paper: {table.citation} {table.url}",
+            f"Source: {table.source}; {reading} (`{Path(table.file).name}`)",
+            f"Dataset: {table.dataset} → {mapped}" + (f": {remark}" if remark else ""),
+            f"Setting: {table.setting}; {spread}; runs: {table.n_runs or 'not stated'}",
+            *table.notes,
+            *filter(None, [table.mapping_note]),
+            *remarks,
+        ),
+        bullets=True,
+    )
 
 
 def table_blocks(found: Sequence[Verdict], level: int) -> list[Block]:
@@ -413,10 +447,28 @@ def table_blocks(found: Sequence[Verdict], level: int) -> list[Block]:
             mapped = f"{number.run.celldag or '–'} · {number.score.celldag or '–'}"
             delta = f"{verdict.mean - number.value:+.3f}" if verdict.n else "–"
             metric = f"{number.metric} {'↑' if number.higher_is_better else '↓'}"
-            rows.append((number.method, *([number.setting] if settings else []), metric, published_cell(number), mapped,
-                         celldag_cell(verdict), delta, verdict.text))  # fmt: skip
-        header = ("paper's method", *(("setting",) if settings else ()), "metric", "published", "celldag run · metric",
-                  "celldag mean [95 % interval]", "Δ celldag − published", "verdict")  # fmt: skip
+            rows.append(
+                (
+                    number.method,
+                    *([number.setting] if settings else []),
+                    metric,
+                    published_cell(number),
+                    mapped,
+                    celldag_cell(verdict),
+                    delta,
+                    verdict.text,
+                )
+            )
+        header = (
+            "paper's method",
+            *(("setting",) if settings else ()),
+            "metric",
+            "published",
+            "celldag run · metric",
+            "celldag mean [95 % interval]",
+            "Δ celldag − published",
+            "verdict",
+        )
         blocks += [Heading(level, f"{table.paper} {table.table}"), provenance(table), Table(header, tuple(rows))]
     return blocks
 
@@ -440,8 +492,12 @@ def summary(found: Sequence[Verdict]) -> list[str]:
 
 
 def section(title: str, found: Sequence[Verdict], level: int, anchor: str = "") -> list[Block]:
-    return [Heading(level, title, anchor=anchor), Paragraph(EXPLANATION), Paragraph(tuple(summary(found)), bullets=True),
-            *table_blocks(found, level + 1)]  # fmt: skip
+    return [
+        Heading(level, title, anchor=anchor),
+        Paragraph(EXPLANATION),
+        Paragraph(tuple(summary(found)), bullets=True),
+        *table_blocks(found, level + 1),
+    ]
 
 
 def report_blocks(tables: Sequence[PublishedTable], scores: pd.DataFrame, context: Context) -> list[Block]:

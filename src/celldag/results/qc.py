@@ -30,10 +30,18 @@ WALL_RATIO, PEAK_RATIO = 3.0, 2.0  # beyond the seed-to-seed and machine-to-mach
 COST_CONFIG = "default"  # the configuration whose runs the shipped reference measured
 
 
-def _row(severity: str, check: str, detail: str, dataset: str = "", method: str = "", variant: str = "",
-         metric: str = "") -> dict:  # fmt: skip
-    return {"severity": severity, "check": check, "dataset": dataset, "method": method, "variant": variant,
-            "metric": metric, "detail": detail}  # fmt: skip
+def _row(
+    severity: str, check: str, detail: str, dataset: str = "", method: str = "", variant: str = "", metric: str = ""
+) -> dict:
+    return {
+        "severity": severity,
+        "check": check,
+        "dataset": dataset,
+        "method": method,
+        "variant": variant,
+        "metric": metric,
+        "detail": detail,
+    }
 
 
 def _seeds(seeds) -> str:
@@ -65,8 +73,11 @@ def absent_rows(scores: pd.DataFrame) -> list[dict]:
         for (*_, seed), metrics in seeds.items():
             missing = sorted(expected - metrics)
             if missing:
-                rows.append(_row("warning", "absent", f"seed {seed}: {', '.join(missing)}", dataset, method, variant,
-                                 missing[0]))  # fmt: skip
+                rows.append(
+                    _row(
+                        "warning", "absent", f"seed {seed}: {', '.join(missing)}", dataset, method, variant, missing[0]
+                    )
+                )
     return rows
 
 
@@ -86,7 +97,7 @@ def scaled_rows(scores: pd.DataFrame, flagged: Collection[tuple[str, str]] = ())
             method,
             variant,
             metric,
-        )  # fmt: skip
+        )
         for (dataset, method, variant, metric), value in means.items()
         if not low <= value <= high and (dataset, metric.removeprefix(SCALED_PREFIX)) not in flagged
     ]
@@ -107,35 +118,67 @@ def cost_rows(runs: pd.DataFrame, reference_cost: pd.DataFrame | None) -> list[d
         wall_ratio = wall / reference.at[rule, "wall_s"] if reference.at[rule, "wall_s"] > 0 else 0.0
         peak_ratio = peak / reference.at[rule, "peak_mb"] if reference.at[rule, "peak_mb"] > 0 else 0.0
         if wall_ratio > WALL_RATIO or peak_ratio > PEAK_RATIO:
-            rows.append(_row("warning", "cost", f"wall {wall:.1f} s = {wall_ratio:.2f}× the reference's, peak "
-                             f"{peak:.0f} MB = {peak_ratio:.2f}× (thresholds {WALL_RATIO:g}×, {PEAK_RATIO:g}×)",
-                             method=method))  # fmt: skip
+            rows.append(
+                _row(
+                    "warning",
+                    "cost",
+                    f"wall {wall:.1f} s = {wall_ratio:.2f}× the reference's, peak "
+                    f"{peak:.0f} MB = {peak_ratio:.2f}× (thresholds {WALL_RATIO:g}×, {PEAK_RATIO:g}×)",
+                    method=method,
+                )
+            )
     return rows
 
 
 def metadata_rows(missing: Mapping[str, Mapping[str, list[str]]]) -> list[dict]:
     """A method or dataset of the run without the reference or license ``celldag cite`` reads (warning)."""
-    return [_row("warning", "metadata", f"{kind} {entry_id}: no {' or '.join(fields)} (celldag cite cannot cite it)",
-                 method=entry_id if kind == "method" else "", dataset=entry_id if kind == "dataset" else "")
-            for kind, entries in missing.items() for entry_id, fields in sorted(entries.items()) if fields]  # fmt: skip
+    return [
+        _row(
+            "warning",
+            "metadata",
+            f"{kind} {entry_id}: no {' or '.join(fields)} (celldag cite cannot cite it)",
+            method=entry_id if kind == "method" else "",
+            dataset=entry_id if kind == "dataset" else "",
+        )
+        for kind, entries in missing.items()
+        for entry_id, fields in sorted(entries.items())
+        if fields
+    ]
 
 
-def qc_table(scores: pd.DataFrame, runs: pd.DataFrame, missing: Mapping[str, Mapping[str, list[str]]],
-             reference_cost: pd.DataFrame | None, recorded: pd.DataFrame | None = None,
-             flagged: Collection[tuple[str, str]] = ()) -> pd.DataFrame:  # fmt: skip
+def qc_table(
+    scores: pd.DataFrame,
+    runs: pd.DataFrame,
+    missing: Mapping[str, Mapping[str, list[str]]],
+    reference_cost: pd.DataFrame | None,
+    recorded: pd.DataFrame | None = None,
+    flagged: Collection[tuple[str, str]] = (),
+) -> pd.DataFrame:
     """Every finding (``QC_COLUMNS``), most severe first. ``missing``: kind ("method", "dataset") → id → the
     citation fields its registry entry lacks; ``reference_cost``: reference/default/cost.tsv, or None where the run
     is not the one the reference measured; ``recorded``: an earlier table whose cost findings are taken as they were
     (``celldag audit``: the reference's cost then) instead of ``reference_cost``'s; ``flagged``: the (dataset, metric)
     pairs the floor cards flag, whose scaled scores are not checked."""
-    cost = cost_rows(runs, reference_cost) if recorded is None else \
-        recorded[recorded["check"] == "cost"][QC_COLUMNS].to_dict("records")  # fmt: skip
-    rows = [*status_rows(scores), *absent_rows(scores), *scaled_rows(scores, set(flagged)), *cost,
-            *metadata_rows(missing)]  # fmt: skip
+    cost = (
+        cost_rows(runs, reference_cost)
+        if recorded is None
+        else recorded[recorded["check"] == "cost"][QC_COLUMNS].to_dict("records")
+    )
+    rows = [
+        *status_rows(scores),
+        *absent_rows(scores),
+        *scaled_rows(scores, set(flagged)),
+        *cost,
+        *metadata_rows(missing),
+    ]
     table = pd.DataFrame(rows, columns=QC_COLUMNS)
     order = table["severity"].map({severity: rank for rank, severity in enumerate(SEVERITIES)})
-    return table.assign(order=order).sort_values(["order", "check", "dataset", "method", "variant", "metric"],
-                                                 kind="stable").drop(columns="order").reset_index(drop=True)  # fmt: skip
+    return (
+        table.assign(order=order)
+        .sort_values(["order", "check", "dataset", "method", "variant", "metric"], kind="stable")
+        .drop(columns="order")
+        .reset_index(drop=True)
+    )
 
 
 def missing_citations(registries, plan) -> dict[str, dict[str, list[str]]]:
@@ -143,8 +186,10 @@ def missing_citations(registries, plan) -> dict[str, dict[str, list[str]]]:
     fields = ("reference", "license")
     methods = sorted({run.method for run in plan.runs} | {run.chained_method for run in plan.chained})
     datasets = sorted({run.dataset for run in plan.runs})
-    return {"method": {m: [f for f in fields if not registries.methods[m].get(f)] for m in methods},
-            "dataset": {d: [f for f in fields if not registries.datasets[d].get(f)] for d in datasets}}  # fmt: skip
+    return {
+        "method": {m: [f for f in fields if not registries.methods[m].get(f)] for m in methods},
+        "dataset": {d: [f for f in fields if not registries.datasets[d].get(f)] for d in datasets},
+    }
 
 
 def read_cost(path: str | None) -> pd.DataFrame | None:

@@ -25,9 +25,13 @@ def text(value) -> str:
 def machine_facts(machine: dict | None) -> dict[str, str]:
     if machine is None:  # recorded since celldag compare
         return {MACHINE: NOT_RECORDED}
-    facts = {MACHINE: "recorded", "machine.cpu_model": text(machine["cpu_model"]),
-             "machine.isa": " ".join(machine["isa"]) or "none", "machine.cpus": text(machine["cpus"]),
-             "machine.os": text(machine["os"])}  # fmt: skip
+    facts = {
+        MACHINE: "recorded",
+        "machine.cpu_model": text(machine["cpu_model"]),
+        "machine.isa": " ".join(machine["isa"]) or "none",
+        "machine.cpus": text(machine["cpus"]),
+        "machine.os": text(machine["os"]),
+    }
     libraries = defaultdict(list)  # e.g. libgomp and torch's own OpenMP: both "openmp"
     for library in machine["libraries"]:
         parts = (library["version"], library["architecture"], f"({library['num_threads']} threads, {library['file']})")
@@ -66,8 +70,11 @@ def differing_facts(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str
         return {RECORD: (a[RECORD], b[RECORD])} if a[RECORD] != b[RECORD] else {}
     unrecorded = NOT_RECORDED in (a[MACHINE], b[MACHINE])
     fields = sorted(set(a) | set(b), key=lambda name: (not name.startswith(INPUT), name))
-    pairs = {name: (a.get(name, ABSENT), b.get(name, ABSENT)) for name in fields
-             if not (unrecorded and name.startswith(f"{MACHINE}."))}  # fmt: skip
+    pairs = {
+        name: (a.get(name, ABSENT), b.get(name, ABSENT))
+        for name in fields
+        if not (unrecorded and name.startswith(f"{MACHINE}."))
+    }
     return {name: pair for name, pair in pairs.items() if pair[0] != pair[1]}
 
 
@@ -105,7 +112,15 @@ def record_differences(
         for name, (mine, theirs) in differences.items():
             values[name][0][mine] += 1
             values[name][1][theirs] += 1
-    summary = [FieldDifference(name, sum(mine.values()), len(matched), tuple(v for v, _ in mine.most_common()),
-                               tuple(v for v, _ in theirs.most_common())) for name, (mine, theirs) in values.items()]  # fmt: skip
+    summary = [
+        FieldDifference(
+            name,
+            sum(mine.values()),
+            len(matched),
+            tuple(v for v, _ in mine.most_common()),
+            tuple(v for v, _ in theirs.most_common()),
+        )
+        for name, (mine, theirs) in values.items()
+    ]
     summary.sort(key=lambda item: (not item.field.startswith(INPUT), -item.runs, item.field))
     return per_run, summary

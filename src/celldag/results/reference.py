@@ -130,8 +130,11 @@ def environment_of(records: dict[tuple, dict | None], workflow: Path) -> dict[st
 
 def environment_differences(reference: dict[str, str], here: dict[str, str]) -> dict[str, tuple[str, str]]:
     """field → (the reference's value, this run's) where they differ; a field on one side only is "absent" on the other."""
-    return {name: (reference.get(name, "absent"), here.get(name, "absent")) for name in sorted(set(reference) | set(here))
-            if reference.get(name) != here.get(name)}  # fmt: skip
+    return {
+        name: (reference.get(name, "absent"), here.get(name, "absent"))
+        for name in sorted(set(reference) | set(here))
+        if reference.get(name) != here.get(name)
+    }
 
 
 # ------------------------------------------------------------------------------------------ building
@@ -180,12 +183,21 @@ def machine_offset(moves: pd.DataFrame, groups: pd.Index) -> pd.Series:
     own = averaged.groupby(GROUP)["square"].mean().reindex(groups)
     floor = averaged.groupby(METRIC_FLOOR)["square"].mean()
     floor = floor.reindex(pd.MultiIndex.from_frame(groups.to_frame()[METRIC_FLOOR])).to_numpy()
-    return pd.Series(pd.concat([own.fillna(0.0).rename("own"), pd.Series(floor, index=groups).fillna(0.0).rename("floor")],
-                               axis=1).max(axis=1).pow(0.5), index=groups)  # fmt: skip
+    return pd.Series(
+        pd.concat([own.fillna(0.0).rename("own"), pd.Series(floor, index=groups).fillna(0.0).rename("floor")], axis=1)
+        .max(axis=1)
+        .pow(0.5),
+        index=groups,
+    )
 
 
-def noise_model(default: pd.DataFrame, seeds: pd.DataFrame, reruns: dict[str, pd.DataFrame], tracks: dict[str, Track],
-                false_alarm: float) -> tuple[pd.DataFrame, Tolerance, dict]:  # fmt: skip
+def noise_model(
+    default: pd.DataFrame,
+    seeds: pd.DataFrame,
+    reruns: dict[str, pd.DataFrame],
+    tracks: dict[str, Track],
+    false_alarm: float,
+) -> tuple[pd.DataFrame, Tolerance, dict]:
     """Per score group of the default run: kind, seeds, sd, df and margin (the module's docstring), the
     calibrated numerical tolerance, and how the margins were set (for reference.yaml)."""
     from scipy import stats
@@ -201,8 +213,13 @@ def noise_model(default: pd.DataFrame, seeds: pd.DataFrame, reruns: dict[str, pd
     by_group = moves.assign(half_square=moves["delta"] ** 2 / 2, flip=~rounding).groupby(GROUP)
     perturbed = by_group.agg(moves=("delta", "count"), half_squares=("half_square", "sum"), flips=("flip", "sum"))
     table = pd.DataFrame(index=groups).join(spread.drop(columns="mean")).join(perturbed).fillna(0)
-    count = pd.Series([metric_is_count(metric, tracks[track]) for track, metric in
-                       zip(table.index.get_level_values("track"), table.index.get_level_values("metric"))], index=table.index)  # fmt: skip
+    count = pd.Series(
+        [
+            metric_is_count(metric, tracks[track])
+            for track, metric in zip(table.index.get_level_values("track"), table.index.get_level_values("metric"))
+        ],
+        index=table.index,
+    )
     table["kind"] = "smooth"
     table.loc[table["flips"] > 0, "kind"] = "discontinuous"
     table.loc[count, "kind"] = "count"
@@ -223,8 +240,15 @@ def noise_model(default: pd.DataFrame, seeds: pd.DataFrame, reruns: dict[str, pd
     table["mean"] = spread["mean"].reindex(table.index)
     table["offset"] = machine_offset(moves, table.index)
     tolerance = numerical_tolerance(moves, table["kind"] == "smooth")
-    how = {"family_false_alarm": false_alarm, "scores_judged_by_noise": judged, "per_score_level": float(1 - level),
-           "groups_at_the_metric_floor": int(floored.sum()), "reruns": sorted(reruns), "moves_beyond_rounding": int((~rounding).sum()), "moves": int((moves["delta"] != 0).sum())}  # fmt: skip
+    how = {
+        "family_false_alarm": false_alarm,
+        "scores_judged_by_noise": judged,
+        "per_score_level": float(1 - level),
+        "groups_at_the_metric_floor": int(floored.sum()),
+        "reruns": sorted(reruns),
+        "moves_beyond_rounding": int((~rounding).sum()),
+        "moves": int((moves["delta"] != 0).sum()),
+    }
     noise = table.reset_index()[[*GROUP, "kind", "seeds", "df", "sd", "margin", "mean", "offset"]]
     return noise.astype({"seeds": int, "df": int}), tolerance, how
 
@@ -251,8 +275,17 @@ def two_regimes(seeds: pd.DataFrame, discontinuous: pd.Index) -> pd.DataFrame:
         squares = sum((v - sum(low) / len(low)) ** 2 for v in low) + sum((v - sum(high) / len(high)) ** 2 for v in high)
         within = math.sqrt(squares / (len(values) - 2))
         if gaps[at] >= REGIME_GAP * within:
-            rows.append(dict(zip(GROUP, key)) | {"split": (values[at] + values[at + 1]) / 2, "low": sum(low) / len(low),
-                        "high": sum(high) / len(high), "within": within, "above": len(high), "values": len(values)})  # fmt: skip
+            rows.append(
+                dict(zip(GROUP, key))
+                | {
+                    "split": (values[at] + values[at + 1]) / 2,
+                    "low": sum(low) / len(low),
+                    "high": sum(high) / len(high),
+                    "within": within,
+                    "above": len(high),
+                    "values": len(values),
+                }
+            )
     return pd.DataFrame(rows, columns=REGIME_COLUMNS)
 
 
@@ -261,16 +294,29 @@ def cost_table(side: Side, measured: list[dict]) -> pd.DataFrame:
     records' wall_time_s and peak_rss_mb) and the prepare and evaluate jobs ``celldag.jobs.resources.measured`` found for
     its datasets and seeds."""
     runs = pd.DataFrame(side.runs.values())
-    rows = [{"rule": "run " + method, "wall_s": group["wall_time_s"].sum(), "peak_mb": group["peak_rss_mb"].max()}
-            for method, group in runs.groupby("method")]  # fmt: skip
+    rows = [
+        {"rule": "run " + method, "wall_s": group["wall_time_s"].sum(), "peak_mb": group["peak_rss_mb"].max()}
+        for method, group in runs.groupby("method")
+    ]
     # prepare jobs by the prepared files the side's runs read (results/data/{dataset}/{key}/seed{seed}.h5ad)
-    prepared = {tuple(Path(record["inputs"]["prepared"]).with_suffix("").parts[-3:])
-                for record in side.records.values() if record and "prepared" in record.get("inputs", {})}  # fmt: skip
+    prepared = {
+        tuple(Path(record["inputs"]["prepared"]).with_suffix("").parts[-3:])
+        for record in side.records.values()
+        if record and "prepared" in record.get("inputs", {})
+    }
     datasets, name = set(runs["dataset"]), side.folder.name
     for rule in ("prepare_dataset", "evaluate"):
-        jobs = [job for job in measured if job["rule"] == rule and job["dataset"] in datasets
-                and ((*job["job"].split("/"), job["seed"]) in prepared if rule == "prepare_dataset"
-                     else job["job"].startswith(name + "/"))]  # fmt: skip
+        jobs = [
+            job
+            for job in measured
+            if job["rule"] == rule
+            and job["dataset"] in datasets
+            and (
+                (*job["job"].split("/"), job["seed"]) in prepared
+                if rule == "prepare_dataset"
+                else job["job"].startswith(name + "/")
+            )
+        ]
         if jobs:
             rows.append(
                 {
@@ -283,14 +329,31 @@ def cost_table(side: Side, measured: list[dict]) -> pd.DataFrame:
 
 
 def runs_table(side: Side) -> pd.DataFrame:
-    rows = [{"dataset": key[0], "method": key[1], "variant": key[2], "seed": key[3], "status": side.runs[key]["status"],
-             "config_hash": str(side.runs[key]["config_hash"])[:16], "inputs": inputs_digest(side.records[key])}
-            for key in sorted(side.runs)]  # fmt: skip
+    rows = [
+        {
+            "dataset": key[0],
+            "method": key[1],
+            "variant": key[2],
+            "seed": key[3],
+            "status": side.runs[key]["status"],
+            "config_hash": str(side.runs[key]["config_hash"])[:16],
+            "inputs": inputs_digest(side.records[key]),
+        }
+        for key in sorted(side.runs)
+    ]
     return pd.DataFrame(rows)
 
 
-def build(default: Side, seeds: pd.DataFrame, reruns: dict[str, pd.DataFrame], tracks: dict[str, Track],
-          config: dict, measured: list[dict], workflow: Path, made: dict) -> Reference:  # fmt: skip
+def build(
+    default: Side,
+    seeds: pd.DataFrame,
+    reruns: dict[str, pd.DataFrame],
+    tracks: dict[str, Track],
+    config: dict,
+    measured: list[dict],
+    workflow: Path,
+    made: dict,
+) -> Reference:
     """The reference of ``default`` (the default run's results), its noise model from ``seeds`` (the same config on
     the noise model's seeds) and the perturbed ``reruns``' scores; ``made``: commit, date, … for reference.yaml."""
     missing = sorted(set(config["seeds"]) - set(seeds["seed"]))
@@ -305,9 +368,14 @@ def build(default: Side, seeds: pd.DataFrame, reruns: dict[str, pd.DataFrame], t
         TWO_REGIME
     )
     scores = default.scores[[*KEY, "status", "value"]].sort_values(KEY, ignore_index=True)
-    meta = {**made, "seeds": list(config["seeds"]), "perturbations": config["perturbations"], "noise": how,
-            "numerical_tolerance": {"rel": tolerance.rel, "abs": tolerance.abs},
-            "environment": environment_of(default.records, workflow)}  # fmt: skip
+    meta = {
+        **made,
+        "seeds": list(config["seeds"]),
+        "perturbations": config["perturbations"],
+        "noise": how,
+        "numerical_tolerance": {"rel": tolerance.rel, "abs": tolerance.abs},
+        "environment": environment_of(default.records, workflow),
+    }
     return Reference(scores, noise, runs_table(default), cost_table(default, measured), meta, regimes)
 
 
@@ -331,13 +399,25 @@ def write(reference: Reference, folder: Path) -> None:
         tmp.write_text(yaml.safe_dump(reference.meta, sort_keys=False, allow_unicode=True, width=110))
 
 
-COLUMNS = {SCORES_FILE: [*KEY, "status", "value"],
-           NOISE_FILE: [*GROUP, "kind", "seeds", "df", "sd", "margin", "mean", "offset"],
-           REGIMES_FILE: REGIME_COLUMNS,
-           RUNS_FILE: ["dataset", "method", "variant", "seed", "status", "config_hash", "inputs"],
-           COST_FILE: ["rule", "wall_s", "peak_mb"]}  # fmt: skip
-TEXT = {"dataset": str, "track": str, "method": str, "variant": str, "metric": str, "status": str, "kind": str,
-        "rule": str, "config_hash": str, "inputs": str}  # fmt: skip
+COLUMNS = {
+    SCORES_FILE: [*KEY, "status", "value"],
+    NOISE_FILE: [*GROUP, "kind", "seeds", "df", "sd", "margin", "mean", "offset"],
+    REGIMES_FILE: REGIME_COLUMNS,
+    RUNS_FILE: ["dataset", "method", "variant", "seed", "status", "config_hash", "inputs"],
+    COST_FILE: ["rule", "wall_s", "peak_mb"],
+}
+TEXT = {
+    "dataset": str,
+    "track": str,
+    "method": str,
+    "variant": str,
+    "metric": str,
+    "status": str,
+    "kind": str,
+    "rule": str,
+    "config_hash": str,
+    "inputs": str,
+}
 
 
 def read(folder: str | Path) -> Reference:
@@ -347,15 +427,27 @@ def read(folder: str | Path) -> Reference:
     for name, columns in COLUMNS.items():
         path = folder / name
         if not path.is_file():
-            what = ("a reference made before celldag 0.3.0: remake it (make reference)" if name == REGIMES_FILE
-                    else "not a celldag reference folder (made by `make reference`, docs/check.md)")  # fmt: skip
+            what = (
+                "a reference made before celldag 0.3.0: remake it (make reference)"
+                if name == REGIMES_FILE
+                else "not a celldag reference folder (made by `make reference`, docs/check.md)"
+            )
             raise InputError(f"{path}: not found — {what}")
-        table = pd.read_csv(path, sep="\t", dtype={c: t for c, t in TEXT.items() if c in columns}, keep_default_na=False,
-                            na_values={"value": ["nan"], "mean": ["nan"]}, float_precision="round_trip")  # fmt: skip
+        table = pd.read_csv(
+            path,
+            sep="\t",
+            dtype={c: t for c, t in TEXT.items() if c in columns},
+            keep_default_na=False,
+            na_values={"value": ["nan"], "mean": ["nan"]},
+            float_precision="round_trip",
+        )
         absent = [column for column in columns if column not in table.columns]
         if absent:
-            made_before = " — a reference made before celldag 0.3.0: remake it (make reference)" if absent[0] in (
-                "mean", "offset") else ""  # fmt: skip
+            made_before = (
+                " — a reference made before celldag 0.3.0: remake it (make reference)"
+                if absent[0] in ("mean", "offset")
+                else ""
+            )
             raise InputError(f"{path}: no column {absent[0]!r} (expected {', '.join(columns)}){made_before}")
         tables[name] = table[columns]
     meta_path = folder / META_FILE
@@ -422,8 +514,17 @@ def judge(reference: Reference, scores: pd.DataFrame, rule: str) -> list[Judgeme
         if row["side"] != "both":
             only_a = row["side"] == "left_only"
             value = float(row["value_a"] if only_a else row["value_b"])
-            found.append(Judgement(key, ONLY_REFERENCE if only_a else ONLY_HERE, value if only_a else None,
-                                   None if only_a else value, statuses, kind, margin))  # fmt: skip
+            found.append(
+                Judgement(
+                    key,
+                    ONLY_REFERENCE if only_a else ONLY_HERE,
+                    value if only_a else None,
+                    None if only_a else value,
+                    statuses,
+                    kind,
+                    margin,
+                )
+            )
             continue
         a, b = float(row["value_a"]), float(row["value_b"])
         verdict = (
@@ -443,8 +544,10 @@ def rule_for(differences: dict[str, tuple[str, str]]) -> str:
 def cost_ratios(reference: Reference, here: pd.DataFrame) -> pd.DataFrame:
     """Per rule of the reference's cost: this run's wall time and peak memory over the reference's."""
     merged = reference.cost.merge(here, on="rule", how="left", suffixes=("_reference", "_here"))
-    return merged.assign(wall_ratio=merged["wall_s_here"] / merged["wall_s_reference"],
-                         peak_ratio=merged["peak_mb_here"] / merged["peak_mb_reference"])  # fmt: skip
+    return merged.assign(
+        wall_ratio=merged["wall_s_here"] / merged["wall_s_reference"],
+        peak_ratio=merged["peak_mb_here"] / merged["peak_mb_reference"],
+    )
 
 
 def verdict_counts(found: list[Judgement]) -> Counter:

@@ -89,7 +89,11 @@ class Layout:
         self.conf = self.etc / "slurm.conf"
         self.munge_socket = self.munge / "munge.socket.2"
         self.munge_key = self.munge / "munge.key"
-        self.pid = {"munged": self.run / "munged.pid", "slurmctld": self.run / "slurmctld.pid", "slurmd": self.run / "slurmd.pid"}  # fmt: skip
+        self.pid = {
+            "munged": self.run / "munged.pid",
+            "slurmctld": self.run / "slurmctld.pid",
+            "slurmd": self.run / "slurmd.pid",
+        }
 
     def dirs(self) -> tuple[Path, ...]:
         return (self.root, self.etc, self.munge, self.run, self.log, self.ctld_state, self.spool)
@@ -100,8 +104,10 @@ class Layout:
 
 
 def slurm_conf(layout: Layout, host: str, cpus: int, memory_mb: int, ctld_port: int, slurmd_port: int) -> str:
-    node = (f"NodeName={host} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={cpus} Sockets=1 CoresPerSocket={cpus} "
-            f"ThreadsPerCore=1 RealMemory={memory_mb} Gres=gpu:1 State=UNKNOWN")  # fmt: skip
+    node = (
+        f"NodeName={host} NodeAddr=127.0.0.1 NodeHostname={host} CPUs={cpus} Sockets=1 CoresPerSocket={cpus} "
+        f"ThreadsPerCore=1 RealMemory={memory_mb} Gres=gpu:1 State=UNKNOWN"
+    )
     lines = [
         "ClusterName=celldagtest",
         f"SlurmctldHost={host}",
@@ -244,15 +250,25 @@ def start(state_dir: Path | str, timeout: float = 90) -> dict[str, str]:
     try:
         layout.munge_key.write_bytes(os.urandom(1024))
         layout.munge_key.chmod(0o600)
-        munged = [binary("munged"), "--force", f"--socket={layout.munge_socket}", f"--key-file={layout.munge_key}",
-                  f"--pid-file={layout.pid['munged']}", f"--log-file={layout.log / 'munged.log'}",
-                  f"--seed-file={layout.munge / 'munged.seed'}"]  # fmt: skip
+        munged = [
+            binary("munged"),
+            "--force",
+            f"--socket={layout.munge_socket}",
+            f"--key-file={layout.munge_key}",
+            f"--pid-file={layout.pid['munged']}",
+            f"--log-file={layout.log / 'munged.log'}",
+            f"--seed-file={layout.munge / 'munged.seed'}",
+        ]
         _daemon(layout, "munged", munged, env, layout.log / "munged.log")
         credential = subprocess.run(
             [binary("munge"), "-n", f"--socket={layout.munge_socket}"], capture_output=True, timeout=30
         )
-        check = subprocess.run([binary("unmunge"), f"--socket={layout.munge_socket}"], input=credential.stdout,
-                               capture_output=True, timeout=30)  # fmt: skip
+        check = subprocess.run(
+            [binary("unmunge"), f"--socket={layout.munge_socket}"],
+            input=credential.stdout,
+            capture_output=True,
+            timeout=30,
+        )
         if check.returncode != 0:
             raise RuntimeError(f"munge does not authenticate: {check.stderr.decode(errors='replace').strip()}")
 

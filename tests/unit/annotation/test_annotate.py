@@ -40,8 +40,9 @@ def counts_dataset(seed: int = 0, cells_per_batch: int = 160, n_genes: int = 60,
             labels.append(TYPES[kind] if kind < len(TYPES) else "novel")
             batches.append(batch)
     obs = pd.DataFrame({"type": labels, "sample": batches}, index=[f"cell{i}" for i in range(len(rows))])
-    return anndata.AnnData(X=np.array(rows, dtype=np.float32), obs=obs,
-                           var=pd.DataFrame(index=[f"gene{g}" for g in range(n_genes)]))  # fmt: skip
+    return anndata.AnnData(
+        X=np.array(rows, dtype=np.float32), obs=obs, var=pd.DataFrame(index=[f"gene{g}" for g in range(n_genes)])
+    )
 
 
 def prepared(adata, seed: int = 0):
@@ -55,10 +56,14 @@ def held_out(data, batch: str, tmp_path):
     with its labels moved to a column the command is not told of."""
     reference, query = data[data.obs["batch"] != batch].copy(), data[data.obs["batch"] == batch].copy()
     reference.write_h5ad(tmp_path / "reference.h5ad")
-    lab = anndata.AnnData(X=query.layers["lognorm"].copy(), var=pd.DataFrame(index=query.var_names),
-                          obs=pd.DataFrame({"run": query.obs["batch"].astype(str).to_numpy(),
-                                            "removed": query.obs["label"].astype(str).to_numpy()},
-                                           index=query.obs_names))  # fmt: skip
+    lab = anndata.AnnData(
+        X=query.layers["lognorm"].copy(),
+        var=pd.DataFrame(index=query.var_names),
+        obs=pd.DataFrame(
+            {"run": query.obs["batch"].astype(str).to_numpy(), "removed": query.obs["label"].astype(str).to_numpy()},
+            index=query.obs_names,
+        ),
+    )
     lab.write_h5ad(tmp_path / "query.h5ad")
     return str(tmp_path / "reference.h5ad"), str(tmp_path / "query.h5ad")
 
@@ -74,8 +79,16 @@ def benchmark_new_batch(data, batch: str, procedure: str, alpha: float = 0.1, se
     proba = output.obsm[f"proba_without_{held}"]
     truth = np.array([classes.index(label) for label in task.obs["label"].astype(str)])
     calibration, query = label_free_calibration(task, held)
-    sets = procedure_sets(proba, truth, np.zeros(task.n_obs, dtype=int), task.obsm["soft_groups"], calibration, query,
-                          alpha, procedures=(procedure,)).sets[procedure]  # fmt: skip
+    sets = procedure_sets(
+        proba,
+        truth,
+        np.zeros(task.n_obs, dtype=int),
+        task.obsm["soft_groups"],
+        calibration,
+        query,
+        alpha,
+        procedures=(procedure,),
+    ).sets[procedure]
     return sets[np.arange(query.sum()), truth[query]]
 
 
@@ -85,8 +98,18 @@ def test_a_held_out_batch_annotated_as_the_benchmark_scores_a_new_batch_without_
 ):
     data = prepared(counts_dataset())
     reference, query = held_out(data, "b3", tmp_path)  # the last batch: the other batches' split is unchanged
-    out = annotate(Request(reference, query, str(tmp_path / "out"), representation="expression",
-                           classifier="logistic", batch_key="run", procedure=procedure), registries.methods)  # fmt: skip
+    out = annotate(
+        Request(
+            reference,
+            query,
+            str(tmp_path / "out"),
+            representation="expression",
+            classifier="logistic",
+            batch_key="run",
+            procedure=procedure,
+        ),
+        registries.methods,
+    )
     cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
     truth = anndata.read_h5ad(query).obs["removed"]
     covered = np.array([label in cell_set.split("|") for label, cell_set in zip(truth, cells["set"], strict=True)])
@@ -109,9 +132,20 @@ def test_no_empty_sets_gives_every_cell_its_top_label_at_least(tmp_path, registr
     reference, query = held_out(data, "b3", tmp_path)
     sets = {}
     for no_empty in (False, True):
-        out = annotate(Request(reference, query, str(tmp_path / f"out{no_empty}"), representation="expression",
-                               classifier="logistic", batch_key="run", procedure="split_lac", alpha=0.3,
-                               no_empty_sets=no_empty), registries.methods)  # fmt: skip
+        out = annotate(
+            Request(
+                reference,
+                query,
+                str(tmp_path / f"out{no_empty}"),
+                representation="expression",
+                classifier="logistic",
+                batch_key="run",
+                procedure="split_lac",
+                alpha=0.3,
+                no_empty_sets=no_empty,
+            ),
+            registries.methods,
+        )
         sets[no_empty] = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
     empty = sets[False]["set_size"].to_numpy() == 0
     assert empty.any() and set(sets[False]["call"].to_numpy()[empty]) == {"no type", "unknown type"}
@@ -126,13 +160,29 @@ def test_a_type_the_reference_lacks_is_flagged_unknown_and_a_shifted_batch_named
     reference = data[data.obs["batch"] != "b3"].copy()
     reference.write_h5ad(tmp_path / "reference.h5ad")
     query_cells = data[data.obs["batch"].isin(["b2", "b3"])]  # b2's cells are also in the reference (exchangeable)
-    lab = anndata.AnnData(X=query_cells.layers["lognorm"].copy(), var=pd.DataFrame(index=query_cells.var_names),
-                          obs=pd.DataFrame({"run": np.where(query_cells.obs["batch"] == "b2", "same", "new"),
-                                            "removed": query_cells.obs["label"].astype(str).to_numpy()},
-                                           index=query_cells.obs_names))  # fmt: skip
+    lab = anndata.AnnData(
+        X=query_cells.layers["lognorm"].copy(),
+        var=pd.DataFrame(index=query_cells.var_names),
+        obs=pd.DataFrame(
+            {
+                "run": np.where(query_cells.obs["batch"] == "b2", "same", "new"),
+                "removed": query_cells.obs["label"].astype(str).to_numpy(),
+            },
+            index=query_cells.obs_names,
+        ),
+    )
     lab.write_h5ad(tmp_path / "query.h5ad")
-    out = annotate(Request(str(tmp_path / "reference.h5ad"), str(tmp_path / "query.h5ad"), str(tmp_path / "out"),
-                           representation="pca", classifier="logistic", batch_key="run"), registries.methods)  # fmt: skip
+    out = annotate(
+        Request(
+            str(tmp_path / "reference.h5ad"),
+            str(tmp_path / "query.h5ad"),
+            str(tmp_path / "out"),
+            representation="pca",
+            classifier="logistic",
+            batch_key="run",
+        ),
+        registries.methods,
+    )
     cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
     truth = lab.obs["removed"].to_numpy()
     novel, known = truth == "novel", truth != "novel"
@@ -162,8 +212,19 @@ def test_an_empty_aps_set_is_its_most_confident_cells_and_called_by_their_top_ty
     Such a cell is called by its top type, never 'no type' (issue 51)."""
     data = prepared(counts_dataset())
     reference, query = held_out(data, "b3", tmp_path)
-    out = annotate(Request(reference, query, str(tmp_path / "out"), representation="expression", classifier="logistic",
-                           batch_key="run", procedure="split_aps", alpha=0.3), registries.methods)  # fmt: skip
+    out = annotate(
+        Request(
+            reference,
+            query,
+            str(tmp_path / "out"),
+            representation="expression",
+            classifier="logistic",
+            batch_key="run",
+            procedure="split_aps",
+            alpha=0.3,
+        ),
+        registries.methods,
+    )
     cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
     empty = (cells["set_size"] == 0).to_numpy()
     assert empty.any() and "no type" not in set(cells["call"])
@@ -205,12 +266,15 @@ def counts_and_lognorm_cells(lab):
     lab.X = values
 
 
-@pytest.mark.parametrize("change, message", [
-    (renamed_genes, "share no gene with the reference"),
-    (without_batches, "obs['run'] (--batch-key) is missing"),
-    (z_scored_values, "X is neither clearly counts nor clearly log-normalised: "),
-    (counts_and_lognorm_cells, "cells hold whole numbers only beside cells of fractions"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (renamed_genes, "share no gene with the reference"),
+        (without_batches, "obs['run'] (--batch-key) is missing"),
+        (z_scored_values, "X is neither clearly counts nor clearly log-normalised: "),
+        (counts_and_lognorm_cells, "cells hold whole numbers only beside cells of fractions"),
+    ],
+)
 def test_a_bad_query_is_refused_with_one_line_before_anything_is_written(tmp_path, change, message, capsys):
     reference, query = bad_query(tmp_path, change)
     assert main(["annotate", reference, query, "--out", str(tmp_path / "out"), "--batch-key", "run"]) == 2
@@ -223,8 +287,18 @@ def test_a_one_cell_batch_is_annotated_and_reported_too_small_to_test(tmp_path, 
     """A batch of one cell gets its set and call; its shift test is reported as too small, and the other batch is
     tested (Holm over the tested batch alone): a note, not a traceback (issue 51)."""
     reference, query = bad_query(tmp_path, one_cell_batch)
-    out = annotate(Request(reference, query, str(tmp_path / "out"), representation="expression",
-                           classifier="logistic", batch_key="run", procedure="split_lac"), registries.methods)  # fmt: skip
+    out = annotate(
+        Request(
+            reference,
+            query,
+            str(tmp_path / "out"),
+            representation="expression",
+            classifier="logistic",
+            batch_key="run",
+            procedure="split_lac",
+        ),
+        registries.methods,
+    )
     batches = pd.read_csv(out / "batches.tsv", sep="\t").set_index("batch")
     assert batches.loc["lonely", "verdict"] == "too small to test (1 cell)" and np.isnan(batches.loc["lonely", "p"])
     assert batches.loc["b3", "verdict"].startswith(("shifted", "no shift detected"))
@@ -249,8 +323,12 @@ def test_methods_are_registry_ids_with_an_optional_variant(tmp_path, registries)
         annotate(Request(reference, query, str(tmp_path / "out"), representation="harmony/nope"), registries.methods)
     with pytest.raises(InputError, match="--classifier 'pca': not a method of the annotation track"):
         annotate(Request(reference, query, str(tmp_path / "out"), classifier="pca"), registries.methods)
-    out = annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run", representation="harmony/default",
-                           classifier="knn"), registries.methods)  # fmt: skip
+    out = annotate(
+        Request(
+            reference, query, str(tmp_path / "out"), batch_key="run", representation="harmony/default", classifier="knn"
+        ),
+        registries.methods,
+    )
     assert json.loads((out / "run.json").read_text())["config"]["representation"] == "harmony/default"
 
 
@@ -269,8 +347,9 @@ def test_label_shift_weights_the_calibration_by_the_querys_own_estimated_proport
     lab = anndata.read_h5ad(query)
     keep = (lab.obs["removed"] == "alpha").to_numpy() | (np.arange(lab.n_obs) % 5 == 0)  # alpha, and 1 in 5 others
     lab[keep].copy().write_h5ad(query)
-    out = annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run", procedure="label_shift"),
-                   registries.methods)  # fmt: skip
+    out = annotate(
+        Request(reference, query, str(tmp_path / "out"), batch_key="run", procedure="label_shift"), registries.methods
+    )
     truth = lab.obs["removed"][keep].value_counts(normalize=True)
     estimated = json.loads((out / "run.json").read_text())["facts"]["query_proportions"]
     assert estimated["alpha"] > 0.5
@@ -292,8 +371,9 @@ def plain_reference_and_query(tmp_path, seed: int = 0):
 
 
 @pytest.mark.parametrize("representation", ["expression", "pca"])
-def test_a_plain_labelled_reference_gives_the_sets_of_its_prepared_file(tmp_path, registries, monkeypatch,
-                                                                        representation):  # fmt: skip
+def test_a_plain_labelled_reference_gives_the_sets_of_its_prepared_file(
+    tmp_path, registries, monkeypatch, representation
+):
     """REFERENCE as any labelled h5ad (issue 51): prepared as prepare_h5ad would, the same sets cell by cell as the
     prepared file of the same cells; the prepared reference is cached by content and read back the second time."""
     monkeypatch.setenv("CELLDAG_CACHE", str(tmp_path / "cache"))
@@ -301,11 +381,24 @@ def test_a_plain_labelled_reference_gives_the_sets_of_its_prepared_file(tmp_path
     prepared_file = tmp_path / "prepared.h5ad"
     prepared(reference).write_h5ad(prepared_file)
     found = {}
-    for name, path, keys in (("prepared", str(prepared_file), {}),
-                             ("plain", plain, {"reference_label_key": "type", "reference_batch_key": "sample"}),
-                             ("cached", plain, {"reference_label_key": "type", "reference_batch_key": "sample"})):  # fmt: skip
-        out = annotate(Request(path, query, str(tmp_path / name), representation=representation, classifier="logistic",
-                               batch_key="run", procedure="split_lac", **keys), registries.methods)  # fmt: skip
+    for name, path, keys in (
+        ("prepared", str(prepared_file), {}),
+        ("plain", plain, {"reference_label_key": "type", "reference_batch_key": "sample"}),
+        ("cached", plain, {"reference_label_key": "type", "reference_batch_key": "sample"}),
+    ):
+        out = annotate(
+            Request(
+                path,
+                query,
+                str(tmp_path / name),
+                representation=representation,
+                classifier="logistic",
+                batch_key="run",
+                procedure="split_lac",
+                **keys,
+            ),
+            registries.methods,
+        )
         found[name] = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
         if name == "plain":
             assert len(list((tmp_path / "cache" / "references").glob("*.h5ad"))) == 1
@@ -316,8 +409,22 @@ def test_a_plain_labelled_reference_gives_the_sets_of_its_prepared_file(tmp_path
 def test_a_plain_reference_without_its_label_column_is_refused_with_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CELLDAG_CACHE", str(tmp_path / "cache"))
     _, plain, query = plain_reference_and_query(tmp_path)
-    assert main(["annotate", plain, query, "--out", str(tmp_path / "out"), "--batch-key", "run",
-                 "--reference-batch-key", "sample"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "annotate",
+                plain,
+                query,
+                "--out",
+                str(tmp_path / "out"),
+                "--batch-key",
+                "run",
+                "--reference-batch-key",
+                "sample",
+            ]
+        )
+        == 2
+    )
     error = capsys.readouterr().err.strip()
     assert "obs['label'] (--reference-label-key) is missing" in error and plain in error and "\n" not in error
     assert not (tmp_path / "out").exists()
@@ -330,9 +437,11 @@ def held_back(tmp_path, seed: int):
     back = np.random.default_rng(seed).random(data.n_obs) < 0.25
     data[~back].copy().write_h5ad(tmp_path / "reference.h5ad")
     query = data[back]
-    anndata.AnnData(X=query.layers["lognorm"].copy(), var=pd.DataFrame(index=query.var_names),
-                    obs=pd.DataFrame({"run": query.obs["batch"].astype(str).to_numpy()}, index=query.obs_names),
-                    ).write_h5ad(tmp_path / "query.h5ad")  # fmt: skip
+    anndata.AnnData(
+        X=query.layers["lognorm"].copy(),
+        var=pd.DataFrame(index=query.var_names),
+        obs=pd.DataFrame({"run": query.obs["batch"].astype(str).to_numpy()}, index=query.obs_names),
+    ).write_h5ad(tmp_path / "query.h5ad")
     return str(tmp_path / "reference.h5ad"), str(tmp_path / "query.h5ad")
 
 
@@ -345,11 +454,22 @@ def test_known_out_of_fit_cells_are_flagged_at_the_level_each_test_promises(tmp_
     most calibration cells, whose distances it then overstated. Harmony's distance test is conservative (below)."""
     flagged, unions = {"distance": [], "doubt": []}, []
     for seed in range(12):
-        reference, query = held_back(tmp_path / f"data{seed}", seed) if (tmp_path / f"data{seed}").mkdir() is None \
-            else None  # fmt: skip
-        out = annotate(Request(reference, query, str(tmp_path / f"out{seed}"), representation=representation,
-                               classifier="logistic", batch_key="run", procedure="split_lac", seed=seed),
-                       registries.methods)  # fmt: skip
+        reference, query = (
+            held_back(tmp_path / f"data{seed}", seed) if (tmp_path / f"data{seed}").mkdir() is None else None
+        )
+        out = annotate(
+            Request(
+                reference,
+                query,
+                str(tmp_path / f"out{seed}"),
+                representation=representation,
+                classifier="logistic",
+                batch_key="run",
+                procedure="split_lac",
+                seed=seed,
+            ),
+            registries.methods,
+        )
         by = pd.read_csv(out / "cells.tsv", sep="\t", keep_default_na=False)["unknown_by"]
         for test in flagged:
             flagged[test].append(float(by.isin([test, "both"]).mean()))
@@ -373,8 +493,9 @@ def test_a_registry_dataset_names_its_prepared_file_or_says_how_to_make_it(tmp_p
 
     monkeypatch.chdir(tmp_path)
     assert reference_path("my_atlas.h5ad", registries.datasets, 0) == "my_atlas.h5ad"  # a file, as named
-    prepared_file = PREPARED.format(dataset="pbmc68k_batched", data_key=data_key(registries.datasets["pbmc68k_batched"]),
-                                    seed=1)  # fmt: skip
+    prepared_file = PREPARED.format(
+        dataset="pbmc68k_batched", data_key=data_key(registries.datasets["pbmc68k_batched"]), seed=1
+    )
     with pytest.raises(InputError, match=r"its prepared file .* is not made yet: `snakemake --cores all "):
         reference_path("pbmc68k_batched", registries.datasets, 1)
     (tmp_path / prepared_file).parent.mkdir(parents=True)
@@ -391,8 +512,10 @@ def test_celltypist_as_the_classifier_reports_its_own_rules_beside_the_sets(tmp_
 
     data = prepared(counts_dataset(seed=2))
     reference, query = held_out(data, "b3", tmp_path)
-    out = annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run", classifier="celltypist",
-                           label_key="removed"), registries.methods)  # fmt: skip
+    out = annotate(
+        Request(reference, query, str(tmp_path / "out"), batch_key="run", classifier="celltypist", label_key="removed"),
+        registries.methods,
+    )
     cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
     truth = data[data.obs["batch"] == "b3"].obs["label"].astype(str)
     assert (cells["celltypist_best_match"] == truth.loc[cells.index]).mean() > 0.9
@@ -400,8 +523,9 @@ def test_celltypist_as_the_classifier_reports_its_own_rules_beside_the_sets(tmp_
     covered = [label in types for label, types in zip(truth.loc[cells.index], prob, strict=True)]
     batches = pd.read_csv(out / "batches.tsv", sep="\t")
     assert batches.loc[0, "celltypist_coverage"] == pytest.approx(np.mean(covered))
-    assert batches.loc[0, "celltypist_unassigned_share"] == pytest.approx((cells["celltypist_prob_match"]
-                                                                           == ct.UNASSIGNED).mean())  # fmt: skip
+    assert batches.loc[0, "celltypist_unassigned_share"] == pytest.approx(
+        (cells["celltypist_prob_match"] == ct.UNASSIGNED).mean()
+    )
     text = (out / "report.md").read_text()
     assert "CellTypist's own rules on the same sigmoids" in text and "b3: the rule covers" in text
 
@@ -418,13 +542,30 @@ def test_a_trained_celltypist_model_file_annotates_through_its_label_map(tmp_pat
     labels = other.obs["label"].astype(str).to_numpy()
     model_types = np.where(labels == "T", np.where(np.arange(labels.size) % 2, "CD4 T", "CD8 T"), "m_" + labels)
     model_types[:20] = "Doublet"
-    model = ct.train(np.asarray(other.layers["lognorm"].toarray() if hasattr(other.layers["lognorm"], "toarray")
-                                else other.layers["lognorm"]), model_types, list(other.var_names))  # fmt: skip
+    model = ct.train(
+        np.asarray(
+            other.layers["lognorm"].toarray()
+            if hasattr(other.layers["lognorm"], "toarray")
+            else other.layers["lognorm"]
+        ),
+        model_types,
+        list(other.var_names),
+    )
     ct.write_model(model, tmp_path / "model.pkl")
     rows = ["model_type\tlabel", "CD4 T\tT", "CD8 T\tT"] + [f"m_{t}\t{t}" for t in sorted(set(labels)) if t != "T"]
     (tmp_path / "map.tsv").write_text("\n".join(rows) + "\n")
-    out = annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run", model=str(tmp_path / "model.pkl"),
-                           label_map=str(tmp_path / "map.tsv"), label_key="removed"), registries.methods)  # fmt: skip
+    out = annotate(
+        Request(
+            reference,
+            query,
+            str(tmp_path / "out"),
+            batch_key="run",
+            model=str(tmp_path / "model.pkl"),
+            label_map=str(tmp_path / "map.tsv"),
+            label_key="removed",
+        ),
+        registries.methods,
+    )
     cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
     truth = data[data.obs["batch"] == "b3"].obs["label"].astype(str).loc[cells.index]
     assert (cells["celltypist_best_match"] == truth).mean() > 0.9  # T through CD4 T and CD8 T
@@ -433,16 +574,26 @@ def test_a_trained_celltypist_model_file_annotates_through_its_label_map(tmp_pat
     run = json.loads((out / "run.json").read_text())
     assert str(tmp_path / "model.pkl") in run["input_sha256"] and str(tmp_path / "map.tsv") in run["input_sha256"]
     assert run["facts"]["unmapped_model_types"] == ["Doublet"] and run["facts"]["labels_without_model_type"] == []
-    assert set(run["stage_seconds"]) == {"reference", "query", "genes and values", "embedding", "classifier",
-                                         "novelty distances", "sets and tests", "checksums"}  # fmt: skip
+    assert set(run["stage_seconds"]) == {
+        "reference",
+        "query",
+        "genes and values",
+        "embedding",
+        "classifier",
+        "novelty distances",
+        "sets and tests",
+        "checksums",
+    }
     assert 0 < sum(run["stage_seconds"].values()) <= run["wall_time_s"]
     (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
-    for extra, message in ((["--model", str(tmp_path / "junk.pkl")], "junk.pkl: not a CellTypist model file"),
-                           (["--label-map", str(tmp_path / "map.tsv")], "--label-map maps a model's types: it needs "
-                                                                        "--model"),
-                           (["--model", str(tmp_path / "model.pkl")], "model.pkl: none of its 6 types maps by name")):  # fmt: skip
-        assert main(["annotate", reference, query, "--out", str(tmp_path / "refused"), "--batch-key", "run",
-                     *extra]) == 2  # fmt: skip
+    for extra, message in (
+        (["--model", str(tmp_path / "junk.pkl")], "junk.pkl: not a CellTypist model file"),
+        (["--label-map", str(tmp_path / "map.tsv")], "--label-map maps a model's types: it needs --model"),
+        (["--model", str(tmp_path / "model.pkl")], "model.pkl: none of its 6 types maps by name"),
+    ):
+        assert (
+            main(["annotate", reference, query, "--out", str(tmp_path / "refused"), "--batch-key", "run", *extra]) == 2
+        )
         error = capsys.readouterr().err.strip()
         assert message in error and "\n" not in error, error
         assert not (tmp_path / "refused").exists()
@@ -465,7 +616,8 @@ def test_another_tools_probabilities_come_back_on_the_split_celldag_wrote(tmp_pa
     assert split.index.tolist() == ref.obs_names.tolist() and split["label"].tolist() == ref.obs["label"].tolist()
     counts = split["part"].value_counts()
     assert set(counts.index) == {"train", "calibration", "held out"} and counts["train"] == pytest.approx(
-        0.5 * len(split), abs=12)  # fmt: skip
+        0.5 * len(split), abs=12
+    )
 
     def dense(matrix):
         return np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix)
@@ -473,12 +625,29 @@ def test_another_tools_probabilities_come_back_on_the_split_celldag_wrote(tmp_pa
     train = split["part"] == "train"
     tool = LogisticRegression(max_iter=2000).fit(dense(ref.layers["lognorm"])[train.to_numpy()], split["label"][train])
     lab = anndata.read_h5ad(query)
-    rows = pd.concat([pd.DataFrame(tool.predict_proba(dense(ref.layers["lognorm"])[~train.to_numpy()]),
-                                   index=split.index[~train], columns=tool.classes_),
-                      pd.DataFrame(tool.predict_proba(dense(lab.X)), index=lab.obs_names, columns=tool.classes_)])  # fmt: skip
+    rows = pd.concat(
+        [
+            pd.DataFrame(
+                tool.predict_proba(dense(ref.layers["lognorm"])[~train.to_numpy()]),
+                index=split.index[~train],
+                columns=tool.classes_,
+            ),
+            pd.DataFrame(tool.predict_proba(dense(lab.X)), index=lab.obs_names, columns=tool.classes_),
+        ]
+    )
     rows.to_csv(tmp_path / "scores.tsv", sep="\t")
-    out = annotate(Request(reference, query, str(tmp_path / "out"), batch_key="run", seed=2, label_key="removed",
-                           probabilities=str(tmp_path / "scores.tsv")), registries.methods)  # fmt: skip
+    out = annotate(
+        Request(
+            reference,
+            query,
+            str(tmp_path / "out"),
+            batch_key="run",
+            seed=2,
+            label_key="removed",
+            probabilities=str(tmp_path / "scores.tsv"),
+        ),
+        registries.methods,
+    )
     cells = pd.read_csv(out / "cells.tsv", sep="\t", index_col="cell", keep_default_na=False)
     written = pd.read_csv(tmp_path / "scores.tsv", sep="\t", index_col=0).loc[cells.index]
     np.testing.assert_allclose(cells["best_probability"], (written.T / written.sum(axis=1)).T.max(axis=1), rtol=1e-12)
@@ -493,14 +662,36 @@ def test_another_tools_probabilities_come_back_on_the_split_celldag_wrote(tmp_pa
     rows.rename(columns={rows.columns[0]: "Nope"}).to_csv(tmp_path / "renamed.tsv", sep="\t")
     (tmp_path / "m.pkl").write_bytes(b"")
     for extra, message in (
-        (["--probabilities", str(tmp_path / "short.tsv")],
-         f"short.tsv: 3 of the {len(calibration)} reference's calibration cells are missing (first: {calibration[0]})"),
-        (["--probabilities", str(tmp_path / "renamed.tsv")], "renamed.tsv: column 'Nope' is not a label of the reference"),
-        (["--probabilities", str(tmp_path / "scores.tsv"), "--model", str(tmp_path / "m.pkl")],
-         "--probabilities and --model each replace the classifier: give one"),
-    ):  # fmt: skip
-        assert main(["annotate", reference, query, "--out", str(tmp_path / "refused"), "--batch-key", "run",
-                     "--seed", "2", *extra]) == 2  # fmt: skip
+        (
+            ["--probabilities", str(tmp_path / "short.tsv")],
+            f"short.tsv: 3 of the {len(calibration)} reference's calibration cells are missing (first: {calibration[0]})",
+        ),
+        (
+            ["--probabilities", str(tmp_path / "renamed.tsv")],
+            "renamed.tsv: column 'Nope' is not a label of the reference",
+        ),
+        (
+            ["--probabilities", str(tmp_path / "scores.tsv"), "--model", str(tmp_path / "m.pkl")],
+            "--probabilities and --model each replace the classifier: give one",
+        ),
+    ):
+        assert (
+            main(
+                [
+                    "annotate",
+                    reference,
+                    query,
+                    "--out",
+                    str(tmp_path / "refused"),
+                    "--batch-key",
+                    "run",
+                    "--seed",
+                    "2",
+                    *extra,
+                ]
+            )
+            == 2
+        )
         error = capsys.readouterr().err.strip()
         assert message in error and "\n" not in error, error
         assert not (tmp_path / "refused").exists()

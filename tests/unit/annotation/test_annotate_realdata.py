@@ -20,8 +20,11 @@ def plates(realdata, tmp_path, thinned: str | None = None):
         ("reference", ("sc_celseq2_5cl_p1", "sc_celseq2_5cl_p2")),
         ("query", ("sc_celseq2_5cl_p3",)),
     ):
-        files = {f"{e}{suffix}": str(realdata / MIXOLOGY / f"{e}{suffix}") for e in experiments
-                 for suffix in (COUNT, METADATA)}  # fmt: skip
+        files = {
+            f"{e}{suffix}": str(realdata / MIXOLOGY / f"{e}{suffix}")
+            for e in experiments
+            for suffix in (COUNT, METADATA)
+        }
         data, _ = singlets(files)
         if thinned is not None and name == "reference":
             of_line = np.flatnonzero(data.obs[LABEL_KEY].to_numpy() == thinned)
@@ -32,9 +35,19 @@ def plates(realdata, tmp_path, thinned: str | None = None):
 
 
 def run(reference, query, out, registries, **options):
-    folder = annotate(Request(reference, query, str(out), batch_key=BATCH_KEY, label_key=LABEL_KEY,
-                              reference_label_key=LABEL_KEY, reference_batch_key=BATCH_KEY, **options),
-                      registries.methods)  # fmt: skip
+    folder = annotate(
+        Request(
+            reference,
+            query,
+            str(out),
+            batch_key=BATCH_KEY,
+            label_key=LABEL_KEY,
+            reference_label_key=LABEL_KEY,
+            reference_batch_key=BATCH_KEY,
+            **options,
+        ),
+        registries.methods,
+    )
     return pd.read_csv(folder / "batches.tsv", sep="\t").iloc[0], (folder / "report.md").read_text()
 
 
@@ -54,8 +67,10 @@ def test_a_rare_type_is_listed_and_kept_out_of_every_set_by_the_default(realdata
     batches.tsv name it; class_conditional puts it in every set, the default and the pooled procedure do not."""
     monkeypatch.setenv("CELLDAG_CACHE", str(tmp_path / "cache"))
     reference, query = plates(realdata, tmp_path, thinned="H838")
-    found = {procedure: run(reference, query, tmp_path / procedure, registries, procedure=procedure)
-             for procedure in ("label_shift", "class_conditional", "class_conditional_pooled")}  # fmt: skip
+    found = {
+        procedure: run(reference, query, tmp_path / procedure, registries, procedure=procedure)
+        for procedure in ("label_shift", "class_conditional", "class_conditional_pooled")
+    }
     for procedure, (batch, report) in found.items():
         assert (
             batch["rare_types"] == "H838"

@@ -456,8 +456,13 @@ def test_same_sets_as_crepes_p_values_at_any_size(n_cal):
 def test_set_metrics_by_hand():
     sets = np.array([[True, False, False], [True, True, False], [False, False, False], [False, True, True]])
     truth = np.array([0, 2, 1, 2])
-    assert set_metrics(sets, truth) == {"coverage": 0.5, "set_size": 1.25, "singletons": 0.25, "empty": 0.25,
-                                        "singleton_errors": 0.0}  # fmt: skip
+    assert set_metrics(sets, truth) == {
+        "coverage": 0.5,
+        "set_size": 1.25,
+        "singletons": 0.25,
+        "empty": 0.25,
+        "singleton_errors": 0.0,
+    }
     # a wrong singleton, a right one, an empty set: one cell in three answered with one wrong type
     wrong = set_metrics(np.array([[False, True], [True, False], [False, False]]), np.array([0, 0, 1]))
     assert wrong["singletons"] == pytest.approx(2 / 3) and wrong["singleton_errors"] == pytest.approx(1 / 3)
@@ -524,9 +529,13 @@ def test_kandinsky_keeps_scores_equal_to_a_threshold_the_solver_rounds(monkeypat
     calibration = np.arange(n) < n // 2
     solve = module.quantile_regression
     monkeypatch.setattr(module, "quantile_regression", lambda *args: solve(*args) - 1e-11)
-    sets, beta = module.kandinsky_sets(module.true_scores(scores[calibration], truth[calibration]),
-                                       features[calibration][np.arange(n // 2), truth[calibration]],
-                                       scores[~calibration], features[~calibration], 0.1)  # fmt: skip
+    sets, beta = module.kandinsky_sets(
+        module.true_scores(scores[calibration], truth[calibration]),
+        features[calibration][np.arange(n // 2), truth[calibration]],
+        scores[~calibration],
+        features[~calibration],
+        0.1,
+    )
     assert np.abs(beta).max() < 1e-9
     assert sets[np.arange(n // 2), truth[~calibration]].mean() == 1.0
     assert sets.sum(axis=1).mean() == pytest.approx(1.0)

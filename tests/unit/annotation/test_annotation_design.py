@@ -38,8 +38,16 @@ def test_a_column_that_only_differs_on_the_query_rows_has_no_calibration_weight(
 
 
 def test_heavier_columns_are_visited_first_within_each_block():
-    cal = np.column_stack([np.ones(10), np.zeros(10), np.r_[np.ones(3), np.zeros(7)], np.r_[np.zeros(3), np.ones(7)],
-                           np.full(10, 0.5), np.full(10, 0.2)])  # fmt: skip
+    cal = np.column_stack(
+        [
+            np.ones(10),
+            np.zeros(10),
+            np.r_[np.ones(3), np.zeros(7)],
+            np.r_[np.zeros(3), np.ones(7)],
+            np.full(10, 0.5),
+            np.full(10, 0.2),
+        ]
+    )
     # design order: batch (2), soft (2), type (2); visited: batch, type, soft — heaviest first in each
     assert visiting_order(cal, 2, 2, 2, ("batch", "type", "soft")) == [0, 1, 4, 5, 3, 2]
     assert default_min_weight(0.1) == pytest.approx(50)

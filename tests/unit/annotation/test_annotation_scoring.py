@@ -78,8 +78,10 @@ def test_at_the_default_runs_size_the_augmented_fit_covers_every_batch_and_type(
         query_truth, query_batch = truth[~calibration], batch[~calibration]
         for fit in fits:
             covered = sets[fit][np.arange(len(query_truth)), query_truth]
-            group_coverage[fit].append([covered[query_batch == b].mean() for b in range(N_BATCHES)]
-                                       + [covered[query_truth == k].mean() for k in range(N_CLASSES)])  # fmt: skip
+            group_coverage[fit].append(
+                [covered[query_batch == b].mean() for b in range(N_BATCHES)]
+                + [covered[query_truth == k].mean() for k in range(N_CLASSES)]
+            )
     augmented, plain = (np.array(group_coverage[fit]) for fit in fits)
     assert (augmented.mean(axis=0) >= 1 - ALPHA - 0.015).all(), augmented.mean(axis=0)
     assert augmented.min(axis=1).mean() >= 1 - ALPHA - 0.04
@@ -108,21 +110,34 @@ def toy_run(lonely: bool = False):
     labels = rng.integers(4, size=n_cells)
     batch = rng.integers(3, size=n_cells)
     x = (3 * np.eye(4)[labels] @ rng.normal(size=(4, 30)) + rng.normal(size=(n_cells, 30))).astype(np.float32)
-    obs = pd.DataFrame({"label": [f"type{v}" for v in labels], "batch": [f"b{v}" for v in batch]},
-                       index=[f"c{i}" for i in range(n_cells)])  # fmt: skip
+    obs = pd.DataFrame(
+        {"label": [f"type{v}" for v in labels], "batch": [f"b{v}" for v in batch]},
+        index=[f"c{i}" for i in range(n_cells)],
+    )
     if lonely:
         obs.iloc[0, obs.columns.get_loc("batch")] = "lonely"
     prepared = anndata.AnnData(X=x, obs=obs, uns={"dataset_id": "toy", "seed": 0})
     task = chain_task(prepared, {}, 0)
-    upstream = anndata.AnnData(obs=pd.DataFrame(index=obs.index), obsm={"X_emb": x[:, :10]},
-                               uns={"status": "ok", "method_id": "pca", "variant": "default"})  # fmt: skip
+    upstream = anndata.AnnData(
+        obs=pd.DataFrame(index=obs.index),
+        obsm={"X_emb": x[:, :10]},
+        uns={"status": "ok", "method_id": "pca", "variant": "default"},
+    )
     chained = chain_input(task, upstream, {"config": {"method": {"transductive": True}}})
     chained.uns["upstream"] = "pca/default"  # as celldag.jobs.chained writes it
     assert chained.X.shape == (n_cells, 10) and chained.uns["transductive"] is True
     inputs = method_input(chained, None)
-    outputs = [output_anndata(chained, classify(inputs, {}, 0), {"dataset_id": "toy", "method_id": name,
-                              "variant": "pca/default", "seed": 0}, "ok", "", "output.h5ad")
-               for classify, name in ((knn, "knn"), (logistic, "logistic"))]  # fmt: skip
+    outputs = [
+        output_anndata(
+            chained,
+            classify(inputs, {}, 0),
+            {"dataset_id": "toy", "method_id": name, "variant": "pca/default", "seed": 0},
+            "ok",
+            "",
+            "output.h5ad",
+        )
+        for classify, name in ((knn, "knn"), (logistic, "logistic"))
+    ]
     return task, outputs, chained
 
 
@@ -202,24 +217,38 @@ def test_a_failing_procedure_fails_alone_with_its_reason_and_the_table_is_writte
 
     monkeypatch.setattr(conformal, "augmented_sets", not_verified)
     scores_path = tmp_path / "scores.parquet"
-    score_dataset(prepared_paths=[str(tmp_path / "task.h5ad")],
-                  output_paths=[str(tmp_path / "knn.h5ad"), str(tmp_path / "logistic.h5ad")], table_paths=[],
-                  scores_path=str(scores_path), track_id="annotation", track=TRACK, dataset={},
-                  evaluation={"annotation": {"alpha": 0.1}})  # fmt: skip
+    score_dataset(
+        prepared_paths=[str(tmp_path / "task.h5ad")],
+        output_paths=[str(tmp_path / "knn.h5ad"), str(tmp_path / "logistic.h5ad")],
+        table_paths=[],
+        scores_path=str(scores_path),
+        track_id="annotation",
+        track=TRACK,
+        dataset={},
+        evaluation={"annotation": {"alpha": 0.1}},
+    )
     table = pd.read_parquet(scores_path)
     failed = table[table["status"] == "failed"]
-    assert set(failed["metric"]) == {f"{fit}_{name}" for fit in ("kandinsky_augmented", "kandinsky_augmented_unrandomised")
-                                     for name in SET_METRICS + NEW_BATCH_METRICS + LABEL_FREE_METRICS + NO_EMPTY_METRICS}  # fmt: skip
+    assert set(failed["metric"]) == {
+        f"{fit}_{name}"
+        for fit in ("kandinsky_augmented", "kandinsky_augmented_unrandomised")
+        for name in SET_METRICS + NEW_BATCH_METRICS + LABEL_FREE_METRICS + NO_EMPTY_METRICS
+    }
     assert failed["value"].isna().all() and len(failed) == 2 * len(set(failed["metric"]))
     knn_reason = failed.loc[failed["method"] == "knn", contracts.SCORE_REASON].iloc[0]
-    assert knn_reason == ("toy knn on pca/default seed 0, random split: conformal procedure kandinsky_augmented "
-                          "failed: UnverifiedPrograms: 3 of 40 candidate programs not verified; the first: no verified "
-                          "optimum of the quantile regression (…)")  # fmt: skip
+    assert knn_reason == (
+        "toy knn on pca/default seed 0, random split: conformal procedure kandinsky_augmented "
+        "failed: UnverifiedPrograms: 3 of 40 candidate programs not verified; the first: no verified "
+        "optimum of the quantile regression (…)"
+    )
     ok = table[table["status"] == "ok"].set_index(["method", "metric"])["value"]
     n_batches = task.obs["batch"].nunique()
     # the random split, every new batch and every label-free new batch
-    assert ok["knn", "kandinsky_augmented_unverified"] == ok["knn", "kandinsky_augmented_unrandomised_unverified"] \
-        == 3 * (1 + 2 * n_batches)  # fmt: skip
+    assert (
+        ok["knn", "kandinsky_augmented_unverified"]
+        == ok["knn", "kandinsky_augmented_unrandomised_unverified"]
+        == 3 * (1 + 2 * n_batches)
+    )
     assert ok["knn", "kandinsky_unverified"] == 0 and ok["knn", "accuracy"] > 0.9
     assert 0.8 < ok["knn", "mondrian_batch_coverage"] <= 1 and "kandinsky_coverage" in ok["logistic"]
     assert table.loc[table["status"] == "ok", contracts.SCORE_REASON].isna().all()
@@ -327,8 +356,11 @@ def test_held_out_type_fits_are_added_last_and_leave_the_other_fits_as_they_were
     task, outputs, chained = toy_run()
     inputs = method_input(chained, None)
     n_batches = task.obs["batch"].nunique()
-    assert list(inputs.fits) == ["random", *(f"without_{i}" for i in range(n_batches)),
-                                 *(f"without_type_{j}" for j in range(4))]  # fmt: skip
+    assert list(inputs.fits) == [
+        "random",
+        *(f"without_{i}" for i in range(n_batches)),
+        *(f"without_type_{j}" for j in range(4)),
+    ]
     labels = chained.obs["label"].astype(str).to_numpy()
     assert not (inputs.fits["without_type_2"] & (labels == "type2")).any()
     assert np.count_nonzero(inputs.fits["without_type_2"]) == np.count_nonzero(
@@ -380,9 +412,12 @@ def test_the_shift_test_calls_the_one_batch_made_to_conform_less_shifted():
     outputs[1].obsm["proba_without_1"] = proba
     scores, note = shift_verdicts(task, outputs[1])
     assert scores == {"new_batch_shifted": 1.0, "label_free_shifted": 1.0}
-    assert re.fullmatch(r"batches called shifted by the shift test, Holm over batches: new batch, its labelled share — "
-                        r"logistic on pca/default: b1 \(p = [0-9.e-]+\) \| label-free new batch, all its cells — "
-                        r"logistic on pca/default: b1 \(p = [0-9.e-]+\)", note)  # fmt: skip
+    assert re.fullmatch(
+        r"batches called shifted by the shift test, Holm over batches: new batch, its labelled share — "
+        r"logistic on pca/default: b1 \(p = [0-9.e-]+\) \| label-free new batch, all its cells — "
+        r"logistic on pca/default: b1 \(p = [0-9.e-]+\)",
+        note,
+    )
     lead, rows = note_parts(note)[0]  # the leaderboard's table of it: one row per scenario
     assert [scenario for scenario, _ in rows] == [
         "new batch, its labelled share",
@@ -451,8 +486,18 @@ def test_kandinskys_design_is_chosen_without_the_calibration_labels():
     designs = {}
     for name, labels in (("as is", truth), ("permuted", permuted)):
         for sizing in (train, None):
-            built = procedure_sets(proba, labels, batch, soft, calibration, query, ALPHA, min_weight=40.0,
-                                   procedures=("kandinsky",), sizing=sizing)  # fmt: skip
+            built = procedure_sets(
+                proba,
+                labels,
+                batch,
+                soft,
+                calibration,
+                query,
+                ALPHA,
+                min_weight=40.0,
+                procedures=("kandinsky",),
+                sizing=sizing,
+            )
             designs[name, sizing is None] = sorted(built.dropped)
     assert designs["as is", False] == designs["permuted", False]
     assert designs["as is", True] != designs["permuted", True]

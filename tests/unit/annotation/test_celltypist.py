@@ -95,8 +95,11 @@ def test_a_model_file_naming_anything_but_a_models_classes_is_refused_before_it_
     from sklearn.linear_model import SGDClassifier
 
     (tmp_path / "evil.pkl").write_bytes(pickle.dumps({"Model": Payload(), "Scaler_": None}))
-    with pytest.raises(ValueError, match=r"evil\.pkl: not a CellTypist model file \(UnpicklingError: it names "
-                                         r"posix\.getcwd, which a CellTypist model does not hold\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"evil\.pkl: not a CellTypist model file \(UnpicklingError: it names "
+        r"posix\.getcwd, which a CellTypist model does not hold\)",
+    ):
         ct.read_model(tmp_path / "evil.pkl")
     values, labels, genes = lognormalised()  # an SGD model, as CellTypist's published ones: its loss object is allowed
     model = ct.train(values, labels, genes)
@@ -107,8 +110,11 @@ def test_a_model_file_naming_anything_but_a_models_classes_is_refused_before_it_
     (tmp_path / "sgd.pkl").write_bytes(pickle.dumps({**content, "Model": sgd}))
     read = ct.read_model(tmp_path / "sgd.pkl")
     np.testing.assert_array_equal(read.coef, sgd.coef_)
-    np.testing.assert_allclose(ct.decision(read, values, genes)[0], sgd.decision_function(
-        np.minimum((values[:, :-1] - model.mean) / model.scale, 10)), atol=1e-10)  # fmt: skip
+    np.testing.assert_allclose(
+        ct.decision(read, values, genes)[0],
+        sgd.decision_function(np.minimum((values[:, :-1] - model.mean) / model.scale, 10)),
+        atol=1e-10,
+    )
 
 
 def test_celltypist_itself_predicts_from_celldags_model_file_what_celldag_predicts(tmp_path):
@@ -125,9 +131,13 @@ def test_celltypist_itself_predicts_from_celldags_model_file_what_celldag_predic
     kept = np.sort(rng.permutation(len(genes))[: int(0.8 * len(genes))])[::-1]
     query_genes = [genes[i] for i in kept] + ["EXTRA1", "EXTRA2"]
     query = np.hstack([values[300:, kept], np.log1p(rng.poisson(1.0, (100, 2)))])
-    found = celltypist.annotate(anndata.AnnData(X=query, var=pd.DataFrame(index=query_genes),
-                                                obs=pd.DataFrame(index=[f"c{i}" for i in range(100)])),
-                                model=str(tmp_path / "model.pkl"), mode="prob match")  # fmt: skip
+    found = celltypist.annotate(
+        anndata.AnnData(
+            X=query, var=pd.DataFrame(index=query_genes), obs=pd.DataFrame(index=[f"c{i}" for i in range(100)])
+        ),
+        model=str(tmp_path / "model.pkl"),
+        mode="prob match",
+    )
     decisions, used = ct.decision(model, query, query_genes)
     assert used == len(kept) - (1 if len(genes) - 1 in kept else 0)
     assert list(found.decision_matrix.columns) == model.types.tolist()
@@ -171,10 +181,15 @@ def annotation_input(values, labels, genes, expression=True) -> AnnotationInput:
     n = len(labels)
     half = np.arange(n) < n // 2
     fits = {"random": half, "without_type_1": half & (labels != "NK")}
-    return AnnotationInput(features=np.zeros((n, 2), dtype=np.float32), labels=fit_labels(labels, fits),
-                           batch=np.array(["b"] * n), classes=tuple(sorted(set(labels))), fits=fits,
-                           expression=values.astype(np.float32) if expression else None,
-                           genes=tuple(genes) if expression else ())  # fmt: skip
+    return AnnotationInput(
+        features=np.zeros((n, 2), dtype=np.float32),
+        labels=fit_labels(labels, fits),
+        batch=np.array(["b"] * n),
+        classes=tuple(sorted(set(labels))),
+        fits=fits,
+        expression=values.astype(np.float32) if expression else None,
+        genes=tuple(genes) if expression else (),
+    )
 
 
 def test_the_classifier_calibrates_on_normalised_sigmoids_keeps_the_raw_ones_and_needs_genes():
@@ -203,13 +218,21 @@ def expression_task(n_cells: int, batches: tuple[str, ...]):
     from celldag.representation.preprocess import preprocess
 
     values, labels, genes = lognormalised(n_cells=n_cells)
-    raw = anndata.AnnData(X=np.round(np.expm1(values)).astype(np.float32), var=pd.DataFrame(index=genes),
-                          obs=pd.DataFrame({"type": labels, "sample": np.array(batches)[np.arange(n_cells) % len(batches)]},
-                                           index=[f"c{i}" for i in range(n_cells)]))  # fmt: skip
+    raw = anndata.AnnData(
+        X=np.round(np.expm1(values)).astype(np.float32),
+        var=pd.DataFrame(index=genes),
+        obs=pd.DataFrame(
+            {"type": labels, "sample": np.array(batches)[np.arange(n_cells) % len(batches)]},
+            index=[f"c{i}" for i in range(n_cells)],
+        ),
+    )
     data = preprocess(raw, label_key="type", batch_key="sample", seed=0, params={})
     data.uns.update(dataset_id="lab", track="representation", seed=0)
-    upstream = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), uns={"status": "ok"},
-                               obsm={"X_emb": np.asarray(data.X, dtype=np.float32)})  # fmt: skip
+    upstream = anndata.AnnData(
+        obs=pd.DataFrame(index=data.obs_names),
+        uns={"status": "ok"},
+        obsm={"X_emb": np.asarray(data.X, dtype=np.float32)},
+    )
     return data, chain_task(data, {}, 0), upstream
 
 
@@ -219,13 +242,15 @@ def test_the_benchmark_hands_genes_to_the_classifier_on_the_expression_upstream_
     from celldag.annotation.track import chain_input, method_input
 
     data, task, output = expression_task(n_cells=240, batches=("a", "b"))
-    on_expression = method_input(chain_input(task, output, {"config": {"method": {"embedding_is_expression": True}}}),
-                                 None)  # fmt: skip
+    on_expression = method_input(
+        chain_input(task, output, {"config": {"method": {"embedding_is_expression": True}}}), None
+    )
     on_pca = method_input(chain_input(task, output, {"config": {"method": {}}}), None)
     assert on_expression.genes == tuple(data.var_names) and on_pca.genes == ()
     lognorm = data.layers["lognorm"]
-    np.testing.assert_array_equal(on_expression.expression.toarray(),
-                                  lognorm.toarray() if hasattr(lognorm, "toarray") else lognorm)  # fmt: skip
+    np.testing.assert_array_equal(
+        on_expression.expression.toarray(), lognorm.toarray() if hasattr(lognorm, "toarray") else lognorm
+    )
     assert on_expression.unmet("genes") is None and on_pca.unmet("genes").startswith("reads genes")
     result = celltypist_classifier(on_expression, {}, seed=0)
     assert set(result.obsm) >= {f"{kind}_{fit}" for kind in ("proba", "sigmoid") for fit in on_expression.fits}
@@ -243,8 +268,9 @@ def test_celltypists_rules_and_the_confident_rule_are_scored_on_the_sets_cells()
     data, task, upstream = expression_task(n_cells=300, batches=("a", "b", "c"))
     inputs = method_input(chain_input(task, upstream, {"config": {"method": {"embedding_is_expression": True}}}), None)
     result = celltypist_classifier(inputs, {}, seed=0)
-    output = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), obsm=result.obsm,
-                             uns={"classes": list(inputs.classes)})  # fmt: skip
+    output = anndata.AnnData(
+        obs=pd.DataFrame(index=data.obs_names), obsm=result.obsm, uns={"classes": list(inputs.classes)}
+    )
     scores = rule_scores(task, output)
     truth = np.array([inputs.classes.index(label) for label in task.obs["label"].astype(str)])
     _, query = split_masks(task)
@@ -262,8 +288,9 @@ def test_celltypists_rules_and_the_confident_rule_are_scored_on_the_sets_cells()
     assert scores["best_match_singletons"] == pytest.approx(answered.mean())
     assert scores["best_match_coverage"] == pytest.approx((answered & (best.argmax(axis=1) == truth[query])).mean())
     batch = codes(task.obs["batch"])
-    left_out = np.concatenate([ct.prob_match(result.obsm[f"sigmoid_without_{b}"])[batch == b].sum(axis=1)
-                               for b in range(3)])  # fmt: skip
+    left_out = np.concatenate(
+        [ct.prob_match(result.obsm[f"sigmoid_without_{b}"])[batch == b].sum(axis=1) for b in range(3)]
+    )
     assert scores["prob_match_label_free_set_size"] == pytest.approx(left_out.mean())
 
 
@@ -285,8 +312,12 @@ def test_a_registry_model_is_fetched_through_the_mirror_verified_and_then_read_f
     served = tmp_path / "mirror" / mirror_path(url)
     served.parent.mkdir(parents=True)
     ct.write_model(ct.train(values, labels, genes), served)
-    entry = {"classifier": "celltypist", "description": "d", "license": "l",
-             "file": {"name": "Lab_Immune.pkl", "url": url, "sha256": sha256_file(served)}}  # fmt: skip
+    entry = {
+        "classifier": "celltypist",
+        "description": "d",
+        "license": "l",
+        "file": {"name": "Lab_Immune.pkl", "url": url, "sha256": sha256_file(served)},
+    }
     registries = Registries(datasets={}, methods={}, models={"lab_immune": entry})
     downloads = {"mirror": str(tmp_path / "mirror"), "strict": True}  # strict: the origin is never contacted
 

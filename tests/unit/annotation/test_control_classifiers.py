@@ -22,9 +22,13 @@ def _inputs(seed: int = 0) -> tuple[AnnotationInput, np.ndarray, np.ndarray]:
     features = centres[np.repeat(np.arange(TYPES.size), N_PER)] + rng.normal(size=(labels.size, 6))
     train = rng.random(labels.size) < 0.5
     fits = {"random": train, "without_type_0": train & (labels != "a")}
-    inputs = AnnotationInput(features=features.astype(np.float32), labels=fit_labels(labels, fits),
-                             batch=np.where(rng.random(labels.size) < 0.5, "b1", "b2"), classes=tuple(TYPES),
-                             fits=fits)  # fmt: skip
+    inputs = AnnotationInput(
+        features=features.astype(np.float32),
+        labels=fit_labels(labels, fits),
+        batch=np.where(rng.random(labels.size) < 0.5, "b1", "b2"),
+        classes=tuple(TYPES),
+        fits=fits,
+    )
     return inputs, labels, train
 
 
@@ -61,7 +65,7 @@ def test_permuted_labels_shuffle_each_fit_within_itself(monkeypatch):
     monkeypatch.setattr(classifiers, "logistic", spy)
     params = {"C": 0.5, "max_iter": 200}
     result = control_classifiers.permuted_labels(inputs, params, 7)
-    (given, passed, seed), = seen  # fmt: skip
+    ((given, passed, seed),) = seen
     assert passed == params and seed == 7
     assert given.fits is inputs.fits and given.features is inputs.features
     for fit in inputs.fits:
@@ -99,16 +103,25 @@ def test_uniform_is_flat_over_each_fits_classes():
     for proba in result.obsm.values():
         np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=0, atol=1e-15)
     train_cells = {fit: int(mask.sum()) for fit, mask in inputs.fits.items()}
-    assert result.uns == {"classes": list(TYPES), "fits": ["random", "without_type_0"], "train_cells": train_cells,
-                          "classes_seen": {"random": 4, "without_type_0": 3}}  # fmt: skip
+    assert result.uns == {
+        "classes": list(TYPES),
+        "fits": ["random", "without_type_0"],
+        "train_cells": train_cells,
+        "classes_seen": {"random": 4, "without_type_0": 3},
+    }
     # the track's output contract, as the runner writes it
     check_output(anndata.AnnData(np.zeros((labels.size, 1)), obsm=result.obsm, uns=result.uns), "uniform.h5ad")
 
 
 def test_uniform_ignores_the_features():
     inputs, _, _ = _inputs()
-    scrambled = AnnotationInput(features=np.zeros_like(inputs.features), labels=inputs.labels, batch=inputs.batch,
-                                classes=inputs.classes, fits=inputs.fits)  # fmt: skip
+    scrambled = AnnotationInput(
+        features=np.zeros_like(inputs.features),
+        labels=inputs.labels,
+        batch=inputs.batch,
+        classes=inputs.classes,
+        fits=inputs.fits,
+    )
     for key, proba in control_classifiers.uniform(inputs, {}, 0).obsm.items():
         np.testing.assert_array_equal(proba, control_classifiers.uniform(scrambled, {}, 1).obsm[key])
 
@@ -123,10 +136,13 @@ def test_accepted_params_match_the_classifiers():
 def test_majority_answers_each_fits_most_frequent_type_with_certainty():
     inputs, labels, _ = _inputs()
     # make b the majority of the random fit's training cells: drop a third of its other types' cells from the fit
-    fits = {"random": inputs.fits["random"] & ((labels == "b") | (np.arange(labels.size) % 3 != 0)),
-            "without_type_0": inputs.fits["without_type_0"]}  # fmt: skip
-    inputs = AnnotationInput(features=inputs.features, labels=fit_labels(labels, fits), batch=inputs.batch,
-                             classes=inputs.classes, fits=fits)  # fmt: skip
+    fits = {
+        "random": inputs.fits["random"] & ((labels == "b") | (np.arange(labels.size) % 3 != 0)),
+        "without_type_0": inputs.fits["without_type_0"],
+    }
+    inputs = AnnotationInput(
+        features=inputs.features, labels=fit_labels(labels, fits), batch=inputs.batch, classes=inputs.classes, fits=fits
+    )
     result = control_classifiers.majority(inputs, {}, 0)
     counts = {fit: dict(zip(*np.unique(labels[mask], return_counts=True))) for fit, mask in fits.items()}
     expected = {fit: max(sorted(c), key=lambda t: c[t]) for fit, c in counts.items()}

@@ -11,9 +11,18 @@ import numpy as np
 import pytest
 
 from celldag.annotation import conformal, quantile_lp
-from celldag.annotation.quantile_lp import (TILT, Coordinates, Program, QuantileRegressionError, Ray, Vertex,
-                                            augmented_thresholds, independent_columns, pinball_loss,
-                                            quantile_regression)  # fmt: skip
+from celldag.annotation.quantile_lp import (
+    TILT,
+    Coordinates,
+    Program,
+    QuantileRegressionError,
+    Ray,
+    Vertex,
+    augmented_thresholds,
+    independent_columns,
+    pinball_loss,
+    quantile_regression,
+)
 
 REGRESSIONS = {"kandinsky_lp_ipm_infeasible": 5.840826, "kandinsky_lp_both_fail": 3.420711}  # verified optima
 
@@ -45,9 +54,14 @@ def test_the_programs_that_broke_highs_elsewhere_are_solved_and_verified(repo, n
 
 # every program that failed verification elsewhere (tests/data/regressions/README.md): the verified optimum's
 # objective, min sum pinball(targets - features gamma) - linear . gamma
-SHARED_REGRESSIONS = {"kandinsky_lp_ipm_infeasible": 5.840826, "kandinsky_lp_both_fail": 3.420711,
-                      "kandinsky_plain_gap_not_closed": 7.4994212516, "kandinsky_augmented_a": 3.2157626694,
-                      "kandinsky_augmented_b": 5.9990734173, "kandinsky_augmented_c": 4.1063831473}  # fmt: skip
+SHARED_REGRESSIONS = {
+    "kandinsky_lp_ipm_infeasible": 5.840826,
+    "kandinsky_lp_both_fail": 3.420711,
+    "kandinsky_plain_gap_not_closed": 7.4994212516,
+    "kandinsky_augmented_a": 3.2157626694,
+    "kandinsky_augmented_b": 5.9990734173,
+    "kandinsky_augmented_c": 4.1063831473,
+}
 # thresholds of two attempts that both verify agree to the tolerance scores are compared with them at (measured:
 # up to 1.8e-8 where two vertices lie within the tilt of each other); docs/annotation.md says why it is safe
 AGREEMENT = conformal.SOLVER_TOLERANCE
@@ -110,8 +124,9 @@ def test_an_infeasible_optimal_point_is_refused_and_the_next_attempt_taken(repo,
     monkeypatch.setattr(quantile_lp, "linprog", linprog)
     solution = program.solve()
     assert attempts == list(quantile_lp.ATTEMPTS)
-    assert loss(features[:, basis], targets, level, solution.gamma) == pytest.approx(REGRESSIONS[
-        "kandinsky_lp_ipm_infeasible"], abs=1e-6)  # fmt: skip
+    assert loss(features[:, basis], targets, level, solution.gamma) == pytest.approx(
+        REGRESSIONS["kandinsky_lp_ipm_infeasible"], abs=1e-6
+    )
 
 
 def test_no_verified_attempt_raises_naming_each(repo, monkeypatch):
@@ -126,8 +141,11 @@ def test_no_verified_attempt_raises_naming_each(repo, monkeypatch):
         return result
 
     monkeypatch.setattr(quantile_lp, "linprog", not_set)
-    with pytest.raises(QuantileRegressionError, match=r"183 points, 17 features.*highs \(warm start\): status 4.*"
-                                                      r"highs-ipm \(presolve off\): status 4"):  # fmt: skip
+    with pytest.raises(
+        QuantileRegressionError,
+        match=r"183 points, 17 features.*highs \(warm start\): status 4.*"
+        r"highs-ipm \(presolve off\): status 4",
+    ):
         program.solve()
 
 
@@ -171,9 +189,16 @@ def brute_force_sets(cal_scores, cal_features, query_scores, query_features, alp
         best = linprog(
             costs, A_eq=equality, b_eq=targets, bounds=bounds, method="highs-ipm", options={"presolve": False}
         )
-        lowest = linprog(np.concatenate([query_features[i, k], np.zeros(2 * (n + 1))]), A_ub=costs[None, :],
-                         b_ub=[best.fun + 1e-9], A_eq=equality, b_eq=targets, bounds=bounds, method="highs-ipm",
-                         options={"presolve": False})  # fmt: skip
+        lowest = linprog(
+            np.concatenate([query_features[i, k], np.zeros(2 * (n + 1))]),
+            A_ub=costs[None, :],
+            b_ub=[best.fun + 1e-9],
+            A_eq=equality,
+            b_eq=targets,
+            bounds=bounds,
+            method="highs-ipm",
+            options={"presolve": False},
+        )
         sets[i, k] = lowest.status == 0 and lowest.fun >= query_scores[i, k] - 1e-6
     return sets
 
@@ -251,9 +276,11 @@ def simulated_coverage():  # ≈ 50 s: the tests that read it are marked slow
         cal_features, cal_scores = draw(rng, N_CAL, centres)
         query_features, query_scores = draw(rng, N_QUERY, centres)
         levels = rng.uniform(size=N_QUERY) - ALPHA  # U per query cell, uniform on (level - 1, level)
-        thresholds = {"augmented": augmented_thresholds(cal_features, cal_scores, 1 - ALPHA, query_features),
-                      "randomised": augmented_thresholds(cal_features, cal_scores, 1 - ALPHA, query_features, levels),
-                      "plain": query_features @ quantile_regression(cal_features, cal_scores, 1 - ALPHA)}  # fmt: skip
+        thresholds = {
+            "augmented": augmented_thresholds(cal_features, cal_scores, 1 - ALPHA, query_features),
+            "randomised": augmented_thresholds(cal_features, cal_scores, 1 - ALPHA, query_features, levels),
+            "plain": query_features @ quantile_regression(cal_features, cal_scores, 1 - ALPHA),
+        }
         for fit, threshold in thresholds.items():
             covered[fit].append(
                 ((query_scores <= threshold + conformal.SOLVER_TOLERANCE)[:, None] * query_features).sum(0)

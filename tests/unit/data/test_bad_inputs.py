@@ -27,11 +27,13 @@ GENES = [f"G{i}" for i in range(12)]
 def cells(n_cells: int = 40, seed: int = 0) -> anndata.AnnData:
     """Integer counts, 4 labels, 2 batches: a valid representation source."""
     rng = np.random.default_rng(seed)
-    obs = pd.DataFrame({"celltype": [f"type{i % 4}" for i in range(n_cells)],
-                        "tech": [f"batch{i % 2}" for i in range(n_cells)]},
-                       index=[f"cell{i}" for i in range(n_cells)])  # fmt: skip
-    return anndata.AnnData(X=rng.poisson(3.0, size=(n_cells, len(GENES))).astype(np.float32), obs=obs,
-                           var=pd.DataFrame(index=GENES))  # fmt: skip
+    obs = pd.DataFrame(
+        {"celltype": [f"type{i % 4}" for i in range(n_cells)], "tech": [f"batch{i % 2}" for i in range(n_cells)]},
+        index=[f"cell{i}" for i in range(n_cells)],
+    )
+    return anndata.AnnData(
+        X=rng.poisson(3.0, size=(n_cells, len(GENES))).astype(np.float32), obs=obs, var=pd.DataFrame(index=GENES)
+    )
 
 
 def prepare_cells(d, adata: anndata.AnnData, **params) -> None:
@@ -39,10 +41,14 @@ def prepare_cells(d, adata: anndata.AnnData, **params) -> None:
     from celldag.jobs.prepare import write_prepared_dataset
 
     adata.write_h5ad(d / "lab.h5ad")
-    entry = {"track": "representation", "loader": "celldag.data.h5ad:prepare_h5ad", "source": "local",
-             "files": [{"name": "lab.h5ad", "path": str(d / "lab.h5ad")}],
-             "params": {"file": "lab.h5ad", "label_key": "celltype", "batch_key": "tech", "min_genes": 0,
-                        "min_cells": 0} | params}  # fmt: skip
+    entry = {
+        "track": "representation",
+        "loader": "celldag.data.h5ad:prepare_h5ad",
+        "source": "local",
+        "files": [{"name": "lab.h5ad", "path": str(d / "lab.h5ad")}],
+        "params": {"file": "lab.h5ad", "label_key": "celltype", "batch_key": "tech", "min_genes": 0, "min_cells": 0}
+        | params,
+    }
     write_prepared_dataset(
         "lab", entry, TRACKS[entry["track"]], 0, str(d / "out" / "seed0.h5ad"), {"lab.h5ad": str(d / "lab.h5ad")}
     )
@@ -59,9 +65,13 @@ def prepare_leaves(d, adata: anndata.AnnData, newick: str | None = NEWICK, **par
         (d / "tree.nwk").write_text(newick)
         files["tree.nwk"] = str(d / "tree.nwk")
         tree = {"newick": "tree.nwk"}
-    entry = {"track": "lineage", "loader": "celldag.data.h5ad:prepare_lineage_h5ad", "source": "local",
-             "files": [{"name": name, "path": path} for name, path in files.items()],
-             "params": {"file": "lineage.h5ad", "values": "transformed"} | tree | params}  # fmt: skip
+    entry = {
+        "track": "lineage",
+        "loader": "celldag.data.h5ad:prepare_lineage_h5ad",
+        "source": "local",
+        "files": [{"name": name, "path": path} for name, path in files.items()],
+        "params": {"file": "lineage.h5ad", "values": "transformed"} | tree | params,
+    }
     write_prepared_dataset("lab_lineage", entry, TRACKS[entry["track"]], 0, str(d / "out" / "seed0.h5ad"), files)
 
 
@@ -166,9 +176,13 @@ def corrupt_h5ad(d) -> None:
     from celldag.jobs.prepare import write_prepared_dataset
 
     (d / "lab.h5ad").write_bytes(b"<html>502 Bad Gateway</html>")  # what a proxy may serve instead of the file
-    entry = {"track": "representation", "loader": "celldag.data.h5ad:prepare_h5ad", "source": "local",
-             "files": [{"name": "lab.h5ad", "path": str(d / "lab.h5ad")}],
-             "params": {"file": "lab.h5ad", "label_key": "celltype", "batch_key": "tech"}}  # fmt: skip
+    entry = {
+        "track": "representation",
+        "loader": "celldag.data.h5ad:prepare_h5ad",
+        "source": "local",
+        "files": [{"name": "lab.h5ad", "path": str(d / "lab.h5ad")}],
+        "params": {"file": "lab.h5ad", "label_key": "celltype", "batch_key": "tech"},
+    }
     write_prepared_dataset(
         "lab", entry, TRACKS[entry["track"]], 0, str(d / "out" / "seed0.h5ad"), {"lab.h5ad": str(d / "lab.h5ad")}
     )
@@ -405,8 +419,9 @@ def _fold(adata, values):
 def _replicates(adata, replicate_of_row):
     """Two rows per leaf (the leaf's profile twice), each labelled with its replicate."""
     twice = anndata.concat([adata, adata])
-    twice.obs = pd.DataFrame({"leaf": list(adata.obs_names) * 2, "rep": replicate_of_row},
-                             index=[f"row{i}" for i in range(twice.n_obs)])  # fmt: skip
+    twice.obs = pd.DataFrame(
+        {"leaf": list(adata.obs_names) * 2, "rep": replicate_of_row}, index=[f"row{i}" for i in range(twice.n_obs)]
+    )
     return twice
 
 

@@ -186,8 +186,15 @@ def test_largest_tree_is_fast():
 
 
 def test_the_simulators_validation_replicate_is_a_third_measurement_and_changes_no_other():
-    params = {"depth": 3, "n_signal": 4, "n_noise": 2, "n_spurious": 0, "max_walk": 3.0, "noise_std": 1.0,
-              "measurement_std": 0.5}  # fmt: skip
+    params = {
+        "depth": 3,
+        "n_signal": 4,
+        "n_noise": 2,
+        "n_spurious": 0,
+        "max_walk": 3.0,
+        "noise_std": 1.0,
+        "measurement_std": 0.5,
+    }
     with_validation = prepare_bm_simulator("bm", params, 5, {})
     without = prepare_bm_simulator("bm", params | {"validation_replicate": False}, 5, {})
     assert "validation" not in without.layers

@@ -37,8 +37,15 @@ def refused(call, *args) -> str:
 
 def cells_input() -> RepresentationInput:
     n = len(CELLS)
-    return RepresentationInput(names=CELLS, features=np.zeros((n, 2), np.float32), gene_names=("g0", "g1"),
-                               batch=np.full(n, "b"), train_mask=np.ones(n, bool), lognorm=np.zeros((n, 2)), counts=None)  # fmt: skip
+    return RepresentationInput(
+        names=CELLS,
+        features=np.zeros((n, 2), np.float32),
+        gene_names=("g0", "g1"),
+        batch=np.full(n, "b"),
+        train_mask=np.ones(n, bool),
+        lognorm=np.zeros((n, 2)),
+        counts=None,
+    )
 
 
 def write_embedding(path, names, values) -> str:
@@ -61,27 +68,36 @@ def test_an_embedding_with_a_nan_or_without_x_emb_is_refused_naming_file_and_fie
     values = np.ones((6, 2))
     values[4, 1] = np.nan
     path = write_embedding(tmp_path / "nan.h5ad", CELLS, values)
-    assert refused(imported.embedding, cells_input(), {"path": path}, 0) == \
-        f"{path}: obsm['X_emb']: 1 non-finite values (first at row 4, column 1)"  # fmt: skip
+    assert (
+        refused(imported.embedding, cells_input(), {"path": path}, 0)
+        == f"{path}: obsm['X_emb']: 1 non-finite values (first at row 4, column 1)"
+    )
     path = write_embedding(tmp_path / "none.h5ad", CELLS, None)
-    assert refused(imported.embedding, cells_input(), {"path": path}, 0) == \
-        f"{path}: obsm['X_emb']: missing (the cell embedding: cells × dimensions)"  # fmt: skip
+    assert (
+        refused(imported.embedding, cells_input(), {"path": path}, 0)
+        == f"{path}: obsm['X_emb']: missing (the cell embedding: cells × dimensions)"
+    )
 
 
 def test_an_embedding_of_other_cells_says_how_many_differ_and_names_the_first(tmp_path):
     path = write_embedding(tmp_path / "short.h5ad", CELLS[:4], np.ones((4, 2)))
-    assert refused(imported.embedding, cells_input(), {"path": path}, 0) == \
-        f"{path}: obs_names: 4 cells in the file, 6 in the prepared dataset: 2 missing (first: ['c4', 'c5'])"  # fmt: skip
+    assert (
+        refused(imported.embedding, cells_input(), {"path": path}, 0)
+        == f"{path}: obs_names: 4 cells in the file, 6 in the prepared dataset: 2 missing (first: ['c4', 'c5'])"
+    )
     path = write_embedding(tmp_path / "long.h5ad", (*CELLS, "x1", "x2", "x3", "x4"), np.ones((10, 2)))
-    assert refused(imported.embedding, cells_input(), {"path": path}, 0) == \
-        f"{path}: obs_names: 10 cells in the file, 6 in the prepared dataset: 4 not in the prepared dataset " \
-        "(first: ['x1', 'x2', 'x3'])"  # fmt: skip
+    assert (
+        refused(imported.embedding, cells_input(), {"path": path}, 0)
+        == f"{path}: obs_names: 10 cells in the file, 6 in the prepared dataset: 4 not in the prepared dataset "
+        "(first: ['x1', 'x2', 'x3'])"
+    )
 
 
 def test_a_file_that_is_no_h5ad_is_refused(tmp_path):
     (tmp_path / "emb.h5ad").write_text("not hdf5")
-    assert refused(imported.embedding, cells_input(), {"path": str(tmp_path / "emb.h5ad")}, 0) \
-        .startswith(f"{tmp_path / 'emb.h5ad'}: file: not a readable h5ad file")  # fmt: skip
+    assert refused(imported.embedding, cells_input(), {"path": str(tmp_path / "emb.h5ad")}, 0).startswith(
+        f"{tmp_path / 'emb.h5ad'}: file: not a readable h5ad file"
+    )
 
 
 # ---------------------------------------------------------------- lineage
@@ -121,17 +137,22 @@ def test_format_overrides_the_suffix_and_an_unknown_suffix_is_refused(tmp_path):
     assert imported.tree(inputs, {"path": path, "format": "matrix"}, seed=0).tree_newick
     assert refused(imported.tree, inputs, {"path": path}, 0) == (
         f"{path}: file: suffix '.txt' is neither a Newick tree's (.nwk, .newick, .tre) nor a distance matrix's "
-        "(.tsv, .csv); give params.format: newick or matrix")  # fmt: skip
-    assert refused(imported.tree, inputs, {"path": path, "format": "phylip"}, 0) == \
-        f"params.format: 'phylip' is not one of newick, matrix ({path})"  # fmt: skip
+        "(.tsv, .csv); give params.format: newick or matrix"
+    )
+    assert (
+        refused(imported.tree, inputs, {"path": path, "format": "phylip"}, 0)
+        == f"params.format: 'phylip' is not one of newick, matrix ({path})"
+    )
 
 
 def test_a_newick_over_other_leaves_or_malformed_is_refused(tmp_path):
     path = tmp_path / "tree.nwk"
     path.write_text("((leaf0,leaf1),(leaf2,leaf3),(leaf4,(leaf5,(leaf6,other))));")
-    assert refused(imported.tree, leaves_input(), {"path": str(path)}, 0) == \
-        f"{path}: leaves: 8 leaves in the file, 8 in the prepared dataset: 1 missing (first: ['leaf7']); " \
-        "1 not in the prepared dataset (first: ['other'])"  # fmt: skip
+    assert (
+        refused(imported.tree, leaves_input(), {"path": str(path)}, 0)
+        == f"{path}: leaves: 8 leaves in the file, 8 in the prepared dataset: 1 missing (first: ['leaf7']); "
+        "1 not in the prepared dataset (first: ['other'])"
+    )
     path.write_text("((leaf0,leaf1),(leaf2,leaf3)")
     assert refused(imported.tree, leaves_input(), {"path": str(path)}, 0).startswith(
         f"{path}: tree: not a valid Newick tree (malformed Newick at character"
@@ -144,12 +165,21 @@ def bad_matrix(change) -> np.ndarray:
     return distances
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda d: d.__setitem__((1, 2), d[1, 2] + 0.5), "values: not symmetric: row 'leaf1', column 'leaf2' holds"),
-    (lambda d: d.__setitem__((3, 3), 0.25), "diagonal: 1 non-zero distances of a leaf to itself (first: 'leaf3': 0.25)"),
-    (lambda d: d.__setitem__((0, 4), -1.0), "values: 1 negative distances (first: row 'leaf0', column 'leaf4': -1.0)"),
-    (lambda d: d.__setitem__((6, 2), np.nan), "values: 1 non-finite values (first at row 6, column 2)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.__setitem__((1, 2), d[1, 2] + 0.5), "values: not symmetric: row 'leaf1', column 'leaf2' holds"),
+        (
+            lambda d: d.__setitem__((3, 3), 0.25),
+            "diagonal: 1 non-zero distances of a leaf to itself (first: 'leaf3': 0.25)",
+        ),
+        (
+            lambda d: d.__setitem__((0, 4), -1.0),
+            "values: 1 negative distances (first: row 'leaf0', column 'leaf4': -1.0)",
+        ),
+        (lambda d: d.__setitem__((6, 2), np.nan), "values: 1 non-finite values (first at row 6, column 2)"),
+    ],
+)
 def test_a_distance_matrix_that_is_no_metric_is_refused(tmp_path, change, message):
     path = write_matrix(tmp_path / "d.tsv", bad_matrix(change), LEAVES)
     assert refused(imported.tree, leaves_input(), {"path": path}, 0).startswith(f"{path}: {message}")
@@ -163,11 +193,15 @@ def test_a_distance_matrix_symmetric_within_rounding_passes_and_text_or_other_le
     text = pd.DataFrame(distances, index=list(LEAVES), columns=list(LEAVES)).astype(object)
     text.iloc[2, 5] = "far"
     text.to_csv(tmp_path / "text.tsv", sep="\t")
-    assert refused(imported.tree, leaves_input(), {"path": str(tmp_path / "text.tsv")}, 0) == \
-        f"{tmp_path / 'text.tsv'}: values: must be distances (could not convert string to float: 'far')"  # fmt: skip
+    assert (
+        refused(imported.tree, leaves_input(), {"path": str(tmp_path / "text.tsv")}, 0)
+        == f"{tmp_path / 'text.tsv'}: values: must be distances (could not convert string to float: 'far')"
+    )
     path = write_matrix(tmp_path / "seven.tsv", distances[:7, :7], LEAVES[:7])
-    assert refused(imported.tree, leaves_input(), {"path": path}, 0) == \
-        f"{path}: index (first column): 7 leaves in the file, 8 in the prepared dataset: 1 missing (first: ['leaf7'])"  # fmt: skip
+    assert (
+        refused(imported.tree, leaves_input(), {"path": path}, 0)
+        == f"{path}: index (first column): 7 leaves in the file, 8 in the prepared dataset: 1 missing (first: ['leaf7'])"
+    )
 
 
 # ---------------------------------------------------------------- annotation
@@ -180,8 +214,14 @@ def task_input() -> AnnotationInput:
     labels = TASK_LABELS
     batch = np.array(["b0", "b0", "b0", "b1", "b1", "b1"])
     fits = {"random": np.ones(6, bool), "without_0": batch != "b0", "without_1": batch != "b1"}
-    return AnnotationInput(features=np.zeros((6, 2), np.float32), labels=fit_labels(labels, fits), batch=batch,
-                           classes=("B", "NK", "T"), fits=fits, names=CELLS)  # fmt: skip
+    return AnnotationInput(
+        features=np.zeros((6, 2), np.float32),
+        labels=fit_labels(labels, fits),
+        batch=batch,
+        classes=("B", "NK", "T"),
+        fits=fits,
+        names=CELLS,
+    )
 
 
 def task_probabilities(seed: int = 0) -> dict[str, np.ndarray]:
@@ -203,8 +243,9 @@ def test_probabilities_are_put_in_the_tasks_cell_and_class_order(tmp_path):
     obsm = {key: values[np.ix_(rows, columns)] for key, values in expected.items()}
     path = write_probabilities(tmp_path / "p.h5ad", obsm, [CELLS[i] for i in rows], ["T", "B", "NK"])
     result = imported.probabilities(task_input(), {"path": path}, seed=0)
-    assert {key: value.tobytes() for key, value in result.obsm.items()} == \
-        {key: value.tobytes() for key, value in expected.items()}  # fmt: skip
+    assert {key: value.tobytes() for key, value in result.obsm.items()} == {
+        key: value.tobytes() for key, value in expected.items()
+    }
     assert result.uns["classes"] == ["B", "NK", "T"] and result.uns["fits"] == ["random", "without_0", "without_1"]
 
 
@@ -221,19 +262,23 @@ def test_probabilities_of_other_fits_classes_or_cells_are_refused(tmp_path):
     classes = write_probabilities(tmp_path / "c.h5ad", obsm, classes=("B", "NK", "Mono"))
     assert refused(imported.probabilities, task_input(), {"path": classes}, 0) == (
         f"{classes}: uns['classes']: 3 classes in the file, 3 in the task: 1 missing (first: ['T']); "
-        "1 not in the task (first: ['Mono'])")  # fmt: skip
+        "1 not in the task (first: ['Mono'])"
+    )
     cells = write_probabilities(tmp_path / "x.h5ad", obsm, names=(*CELLS[:5], "zz"))
     assert refused(imported.probabilities, task_input(), {"path": cells}, 0) == (
         f"{cells}: obs_names: 6 cells in the file, 6 in the task: 1 missing (first: ['c5']); "
-        "1 not in the task (first: ['zz'])")  # fmt: skip
+        "1 not in the task (first: ['zz'])"
+    )
 
 
 def test_probabilities_off_the_simplex_break_the_tracks_contract_in_the_labs_file(tmp_path):
     obsm = task_probabilities()
     obsm["proba_without_0"] = obsm["proba_without_0"] * 2
     path = write_probabilities(tmp_path / "p.h5ad", obsm)
-    assert refused(imported.probabilities, task_input(), {"path": path}, 0) == \
-        f"{path}: obsm['proba_without_0']: must be (6, 3) probabilities"  # fmt: skip
+    assert (
+        refused(imported.probabilities, task_input(), {"path": path}, 0)
+        == f"{path}: obsm['proba_without_0']: must be (6, 3) probabilities"
+    )
 
 
 # ---------------------------------------------------------------- the file-param hook
@@ -245,40 +290,68 @@ def lab_config(tmp_path, monkeypatch, methods: dict, selected: list[str]):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lab").mkdir(exist_ok=True)
     (tmp_path / "lab/methods.yaml").write_text(yaml.safe_dump(methods))
-    config = {"datasets": ["pbmc68k_batched"], "methods": selected, "seeds": [0, 1],
-              "registries": {"methods": ["lab/methods.yaml"]}}  # fmt: skip
+    config = {
+        "datasets": ["pbmc68k_batched"],
+        "methods": selected,
+        "seeds": [0, 1],
+        "registries": {"methods": ["lab/methods.yaml"]},
+    }
     return load_config(config, "lab.yaml", root=REPO)
 
 
-OUR_EMBEDDING = {"track": "representation", "run": "celldag.methods.imported:embedding", "description": "x",
-                 "params": {"path": "lab/emb/{dataset}/seed{seed}.h5ad"}}  # fmt: skip
-OUR_PROBABILITIES = {"track": "annotation", "run": "celldag.methods.imported:probabilities", "description": "x",
-                     "params": {"path": "lab/proba/{upstream}/seed{seed}.h5ad"}}  # fmt: skip
+OUR_EMBEDDING = {
+    "track": "representation",
+    "run": "celldag.methods.imported:embedding",
+    "description": "x",
+    "params": {"path": "lab/emb/{dataset}/seed{seed}.h5ad"},
+}
+OUR_PROBABILITIES = {
+    "track": "annotation",
+    "run": "celldag.methods.imported:probabilities",
+    "description": "x",
+    "params": {"path": "lab/proba/{upstream}/seed{seed}.h5ad"},
+}
 
 
 def test_the_plan_names_each_runs_file_with_its_placeholders_filled_in(tmp_path, monkeypatch):
     from celldag.plan import make_plan, run_files
 
-    config, registries = lab_config(tmp_path, monkeypatch, {"our_emb": OUR_EMBEDDING, "our_proba": OUR_PROBABILITIES},
-                                    ["pca", "our_emb", "our_proba", "knn"])  # fmt: skip
+    config, registries = lab_config(
+        tmp_path,
+        monkeypatch,
+        {"our_emb": OUR_EMBEDDING, "our_proba": OUR_PROBABILITIES},
+        ["pca", "our_emb", "our_proba", "knn"],
+    )
     plan = make_plan(config, registries)
-    assert {run.method: run_files(run, registries) for run in plan.runs if run.seed == 1} == \
-        {"pca": [], "our_emb": ["lab/emb/pbmc68k_batched/seed1.h5ad"]}  # fmt: skip
+    assert {run.method: run_files(run, registries) for run in plan.runs if run.seed == 1} == {
+        "pca": [],
+        "our_emb": ["lab/emb/pbmc68k_batched/seed1.h5ad"],
+    }
     chained = {(run.chained_method, run.label, run.seed): run_files(run, registries) for run in plan.chained}
     assert chained[("our_proba", "our_emb/default", 0)] == ["lab/proba/our_emb-default/seed0.h5ad"]
     assert chained[("our_proba", "pca/default", 1)] == ["lab/proba/pca-default/seed1.h5ad"]
     assert chained[("knn", "pca/default", 1)] == []
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"path": "lab/{dataset}/{sed}.h5ad"},
-     "lab/methods.yaml: our_emb.params.path: 'lab/{dataset}/{sed}.h5ad': unknown placeholder {sed}; known: {dataset}, {seed}"),
-    ({"path": "lab/{upstream}.h5ad"},  # only a chained track's runs chain on a run
-     "lab/methods.yaml: our_emb.params.path: 'lab/{upstream}.h5ad': unknown placeholder {upstream}; known: {dataset}, {seed}"),
-    ({}, "lab/methods.yaml: our_emb.params.path: the path of a file the method reads, relative to the working directory, "
-         "with placeholders {dataset}, {seed}; got None"),
-    ({"path": "lab/{dataset"}, "lab/methods.yaml: our_emb.params.path: 'lab/{dataset' is not a path pattern"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"path": "lab/{dataset}/{sed}.h5ad"},
+            "lab/methods.yaml: our_emb.params.path: 'lab/{dataset}/{sed}.h5ad': unknown placeholder {sed}; known: {dataset}, {seed}",
+        ),
+        (
+            {"path": "lab/{upstream}.h5ad"},  # only a chained track's runs chain on a run
+            "lab/methods.yaml: our_emb.params.path: 'lab/{upstream}.h5ad': unknown placeholder {upstream}; known: {dataset}, {seed}",
+        ),
+        (
+            {},
+            "lab/methods.yaml: our_emb.params.path: the path of a file the method reads, relative to the working directory, "
+            "with placeholders {dataset}, {seed}; got None",
+        ),
+        ({"path": "lab/{dataset"}, "lab/methods.yaml: our_emb.params.path: 'lab/{dataset' is not a path pattern"),
+    ],
+)
 def test_a_file_param_that_is_no_pattern_of_the_runs_placeholders_fails_the_parse(
     tmp_path, monkeypatch, params, message
 ):
@@ -301,8 +374,12 @@ def test_the_runner_digests_the_labs_file_and_stops_on_a_bad_one_leaving_nothing
     lab_file = tmp_path / "lab/bm_t-seed0.nwk"
     lab_file.parent.mkdir()
     lab_file.write_text(nj.uns["tree_newick"])
-    entry = {"track": "lineage", "run": "celldag.methods.imported:tree", "params": {"path": "lab/{dataset}-seed{seed}.nwk"},
-             "variants": {"default": {}}}  # fmt: skip
+    entry = {
+        "track": "lineage",
+        "run": "celldag.methods.imported:tree",
+        "params": {"path": "lab/{dataset}-seed{seed}.nwk"},
+        "variants": {"default": {}},
+    }
     status, run_dir = run_and_score(tmp_path, entry, tag="ours")
     record = json.loads((run_dir / "run.json").read_text())
     assert status == "ok" and record["input_sha256"]["lab/bm_t-seed0.nwk"] == sha256_file(lab_file)
@@ -314,9 +391,18 @@ def test_the_runner_digests_the_labs_file_and_stops_on_a_bad_one_leaving_nothing
     bad = tmp_path / "bad"
 
     def run_bad() -> None:
-        run_method(prepared_path=str(tmp_path / "data0.h5ad"), output_path=str(bad / "output.h5ad"),
-                   record_path=str(bad / "run.json"), dataset_id="bm_t", dataset_entry=DATASET, method_id="ours",
-                   method_entry=entry, variant="default", seed=0, track=TRACKS["lineage"])  # fmt: skip
+        run_method(
+            prepared_path=str(tmp_path / "data0.h5ad"),
+            output_path=str(bad / "output.h5ad"),
+            record_path=str(bad / "run.json"),
+            dataset_id="bm_t",
+            dataset_entry=DATASET,
+            method_id="ours",
+            method_entry=entry,
+            variant="default",
+            seed=0,
+            track=TRACKS["lineage"],
+        )
 
     lab_file.write_text("(leaf_a,leaf_b,(leaf_c,leaf_d));")
     with pytest.raises(ContractError, match=r"^lab/bm_t-seed0\.nwk: leaves: 4 leaves in the file, \d+ in the prepared"):

@@ -35,10 +35,12 @@ def test_lineage_h5ad_pseudo_bulks_per_leaf_and_standardizes_only_when_asked(tmp
 def test_lineage_h5ad_replicates_are_seeded_cell_halves(tmp_path):
     adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=6)
     # validation_cells 0: the halves as drawn (a validation share: test_a_lab_lineage_gets_a_validation_replicate_by_default)
-    entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True,
-                                 standardize=True, validation_cells=0)  # fmt: skip
-    first, again, other = (prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files)[list("ABCDE")]
-                           for seed in (0, 0, 1))  # fmt: skip
+    entry, files = lineage_entry(
+        tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True, standardize=True, validation_cells=0
+    )
+    first, again, other = (
+        prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files)[list("ABCDE")] for seed in (0, 0, 1)
+    )
     assert {"train", "test"} <= set(first.layers)
     np.testing.assert_array_equal(first.layers["train"], again.layers["train"])
     assert not np.array_equal(first.layers["train"], other.layers["train"])
@@ -50,8 +52,9 @@ def test_lineage_h5ad_keeps_the_files_replicate_pairs(tmp_path):
     adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=6)
     adata.obs["rep"] = np.tile(["rep2", "rep2", "rep1", "rep2", "rep1", "rep1"], 5)
     # validation_cells 0: the pairs as measured, no validation share
-    entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicate_key="rep",
-                                 validation_cells=0)  # fmt: skip
+    entry, files = lineage_entry(
+        tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicate_key="rep", validation_cells=0
+    )
     first, other = (
         prepare_dataset("lab", entry, TRACKS[entry["track"]], seed, files)[list("ABCDE")] for seed in (0, 1)
     )
@@ -74,23 +77,39 @@ def test_one_matrix_gives_identical_nj_raw_scores_through_the_bm_loader_and_line
         result = distance_tree.run(method_input(prepared, None), {"features": "raw", "reconstruction": "nj"}, 0)
         return run_scores(prepared, output_anndata(prepared, result, {}, "ok", "", "output.h5ad"), 0, 2000)
 
-    bm_params = {"depth": 4, "n_signal": 20, "n_noise": 10, "n_spurious": 5, "max_walk": 3.0, "noise_std": 1.0,
-                 "measurement_std": 0.5}  # fmt: skip
+    bm_params = {
+        "depth": 4,
+        "n_signal": 20,
+        "n_noise": 10,
+        "n_spurious": 5,
+        "max_walk": 3.0,
+        "noise_std": 1.0,
+        "measurement_std": 0.5,
+    }
     bm = {"track": "lineage", "loader": "celldag.data.bm:prepare_bm_simulator", "params": bm_params}
     measured = prepare_dataset("bm", bm, TRACKS["lineage"], 0)  # standardize: false, the matrices as simulated
     leaves = list(measured.obs_names)
     rows = anndata.AnnData(  # the lab's file: one row per leaf and replicate
         X=np.vstack([measured.layers["train"], measured.layers["test"]]),
-        obs=pd.DataFrame({"leaf": leaves * 2, "replicate": ["rep1"] * len(leaves) + ["rep2"] * len(leaves)},
-                         index=[f"row{i}" for i in range(2 * len(leaves))]),
+        obs=pd.DataFrame(
+            {"leaf": leaves * 2, "replicate": ["rep1"] * len(leaves) + ["rep2"] * len(leaves)},
+            index=[f"row{i}" for i in range(2 * len(leaves))],
+        ),
         var=pd.DataFrame(index=measured.var_names),
-    )  # fmt: skip
+    )
     for standardize in (False, True):
         through_bm = prepare_dataset(
             "bm", bm | {"params": bm_params | {"standardize": standardize}}, TRACKS["lineage"], 0
         )
-        entry, files = lineage_entry(tmp_path, rows.copy(), measured.uns["tree_newick"], leaf_key="leaf",
-                                     replicate_key="replicate", values="transformed", standardize=standardize)  # fmt: skip
+        entry, files = lineage_entry(
+            tmp_path,
+            rows.copy(),
+            measured.uns["tree_newick"],
+            leaf_key="leaf",
+            replicate_key="replicate",
+            values="transformed",
+            standardize=standardize,
+        )
         through_h5ad = prepare_dataset("lab", entry, TRACKS["lineage"], 0, files)
         assert through_h5ad.uns["standardized"] == through_bm.uns["standardized"] == standardize
         np.testing.assert_array_equal(through_h5ad[leaves].layers["test"], through_bm[leaves].layers["test"])
@@ -118,13 +137,19 @@ def test_lineage_h5ad_builds_the_tree_from_sulston_names(tmp_path):
 
 def test_h5ad_without_batch_key_is_one_batch(tmp_path):
     rng = np.random.default_rng(0)
-    adata = anndata.AnnData(X=rng.poisson(3.0, size=(30, 15)).astype(np.float32),
-                            obs=pd.DataFrame({"type": np.repeat(["x", "y", "z"], 10)}, index=[f"c{i}" for i in range(30)]),
-                            var=pd.DataFrame(index=[f"G{i}" for i in range(15)]))  # fmt: skip
+    adata = anndata.AnnData(
+        X=rng.poisson(3.0, size=(30, 15)).astype(np.float32),
+        obs=pd.DataFrame({"type": np.repeat(["x", "y", "z"], 10)}, index=[f"c{i}" for i in range(30)]),
+        var=pd.DataFrame(index=[f"G{i}" for i in range(15)]),
+    )
     adata.write_h5ad(tmp_path / "lab.h5ad")
-    entry = {"track": "representation", "loader": "celldag.data.h5ad:prepare_h5ad", "source": "local",
-             "files": [{"name": "lab.h5ad", "path": str(tmp_path / "lab.h5ad")}],
-             "params": {"file": "lab.h5ad", "label_key": "type", "min_genes": 0, "min_cells": 0}}  # fmt: skip
+    entry = {
+        "track": "representation",
+        "loader": "celldag.data.h5ad:prepare_h5ad",
+        "source": "local",
+        "files": [{"name": "lab.h5ad", "path": str(tmp_path / "lab.h5ad")}],
+        "params": {"file": "lab.h5ad", "label_key": "type", "min_genes": 0, "min_cells": 0},
+    }
     prepared = prepare_dataset("lab", entry, TRACKS[entry["track"]], 0, {"lab.h5ad": str(tmp_path / "lab.h5ad")})
     check_prepared(prepared, "prepared")
     assert set(prepared.obs["batch"]) == {"lab"}
@@ -139,17 +164,32 @@ def test_h5ad_reads_counts_and_lognorm_of_one_file_and_keeps_its_split(tmp_path)
     counts = rng.poisson(3.0, size=(60, 20)).astype(np.float32)
     lognorm = np.log1p(counts / counts.sum(axis=1, keepdims=True) * 100)  # the lab's own normalisation
     fold = np.where(np.arange(60) % 4 == 0, "val", "train")
-    obs = pd.DataFrame({"type": np.repeat(["x", "y", "z"], 20), "tech": np.tile(["a", "b"], 30), "fold": fold},
-                       index=[f"c{i}" for i in range(60)])  # fmt: skip
+    obs = pd.DataFrame(
+        {"type": np.repeat(["x", "y", "z"], 20), "tech": np.tile(["a", "b"], 30), "fold": fold},
+        index=[f"c{i}" for i in range(60)],
+    )
     adata = anndata.AnnData(
         X=lognorm, layers={"counts": counts}, obs=obs, var=pd.DataFrame(index=[f"G{i}" for i in range(20)])
     )
     adata.write_h5ad(tmp_path / "lab.h5ad")
-    params = {"file": "lab.h5ad", "label_key": "type", "batch_key": "tech", "counts_layer": "counts",
-              "lognorm_layer": "X", "split_key": "fold", "min_genes": 0, "min_cells": 0}  # fmt: skip
+    params = {
+        "file": "lab.h5ad",
+        "label_key": "type",
+        "batch_key": "tech",
+        "counts_layer": "counts",
+        "lognorm_layer": "X",
+        "split_key": "fold",
+        "min_genes": 0,
+        "min_cells": 0,
+    }
     files = {"lab.h5ad": str(tmp_path / "lab.h5ad")}
-    entry = {"track": "representation", "loader": "celldag.data.h5ad:prepare_h5ad", "source": "local",
-             "files": [{"name": "lab.h5ad", "path": files["lab.h5ad"]}], "params": params}  # fmt: skip
+    entry = {
+        "track": "representation",
+        "loader": "celldag.data.h5ad:prepare_h5ad",
+        "source": "local",
+        "files": [{"name": "lab.h5ad", "path": files["lab.h5ad"]}],
+        "params": params,
+    }
     prepared = prepare_dataset("lab", entry, TRACKS["representation"], 0, files)
     check_prepared(prepared, "prepared")
     rows, kept = adata.obs_names.get_indexer(prepared.obs_names), adata.var_names.get_indexer(prepared.var_names)
@@ -216,10 +256,12 @@ def test_validation_cells_come_out_of_the_train_cells_and_leave_the_test_replica
     # leaf A has 2 cells (one train cell: no validation cells), the others 8 (4 train → 1 validation, 3 train)
     adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=8)
     adata = adata[~adata.obs_names.isin([f"c{i}" for i in range(2, 8)])].copy()
-    plain, _ = lineage_entry(tmp_path, adata.copy(), "(((A,B),C),(D,E));", leaf_key="clone", replicates=True,
-                             validation_cells=0)  # fmt: skip
-    entry, files = lineage_entry(tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True,
-                                 validation_cells=0.25)  # fmt: skip
+    plain, _ = lineage_entry(
+        tmp_path, adata.copy(), "(((A,B),C),(D,E));", leaf_key="clone", replicates=True, validation_cells=0
+    )
+    entry, files = lineage_entry(
+        tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True, validation_cells=0.25
+    )
     without = prepare_dataset("lab", plain, TRACKS["lineage"], 0, files)[list("ABCDE")]
     prepared = prepare_dataset("lab", entry, TRACKS["lineage"], 0, files)[list("ABCDE")]
     check_prepared(prepared, "prepared")

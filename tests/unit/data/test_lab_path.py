@@ -98,8 +98,12 @@ def run_job(tmp_path, error: str, mem_mb: int) -> subprocess.CompletedProcess:
     script, log = tmp_path / "job.py", tmp_path / "logs/job.log"
     script.write_text(JOB)
     log.unlink(missing_ok=True)
-    return subprocess.run([sys.executable, script, str(log), str(tmp_path / "lab.h5ad"), str(mem_mb), error],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, script, str(log), str(tmp_path / "lab.h5ad"), str(mem_mb), error],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_retry_of_an_input_error_exits_at_once_with_the_line_in_its_log(tmp_path):
@@ -153,13 +157,22 @@ def test_lineage_h5ad_reads_the_tree_from_a_newick_string_in_uns(tmp_path):
     assert set(parse_newick(prepared.uns["tree_newick"]).leaf_names) == {"A", "B", "C", "D"}
 
 
-@pytest.mark.parametrize(("uns", "params", "problem"), [
-    ({}, {"newick_key": "tree"}, "uns['tree']: missing tree (uns keys: [])"),
-    ({"tree": "((A,B),(C,D);"}, {"newick_key": "tree"},
-     "uns['tree']: not a valid Newick tree (malformed Newick at character 12: unbalanced parentheses: 1 '(' not closed)"),
-    ({"tree": "((A,B),(C,D));"}, {"newick_key": "tree", "lineage_key": "lineage"},
-     "params: give exactly one of newick (a tree file), newick_key (a Newick string in uns) and lineage_key"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("uns", "params", "problem"),
+    [
+        ({}, {"newick_key": "tree"}, "uns['tree']: missing tree (uns keys: [])"),
+        (
+            {"tree": "((A,B),(C,D);"},
+            {"newick_key": "tree"},
+            "uns['tree']: not a valid Newick tree (malformed Newick at character 12: unbalanced parentheses: 1 '(' not closed)",
+        ),
+        (
+            {"tree": "((A,B),(C,D));"},
+            {"newick_key": "tree", "lineage_key": "lineage"},
+            "params: give exactly one of newick (a tree file), newick_key (a Newick string in uns) and lineage_key",
+        ),
+    ],
+)
 def test_a_tree_in_uns_is_checked_like_a_tree_file(tmp_path, uns, params, problem):
     adata = cells_by_leaf(["A", "B", "C", "D"])
     adata.uns.update(uns)
@@ -172,8 +185,10 @@ def test_negative_lineage_counts_hint_at_values_transformed(tmp_path):
     adata = leaves()  # z-scored-like profiles, registered with the default values: counts
     with pytest.raises(InputError) as raised:
         prepare(tmp_path, adata, newick=NEWICK)
-    assert str(raised.value) == (f"{tmp_path}/cells.h5ad: X: negative counts (min {adata.X.min():g}); "
-                                 "set values: transformed for log-transformed or z-scored input")  # fmt: skip
+    assert str(raised.value) == (
+        f"{tmp_path}/cells.h5ad: X: negative counts (min {adata.X.min():g}); "
+        "set values: transformed for log-transformed or z-scored input"
+    )
 
 
 SEEDS_JOB = """

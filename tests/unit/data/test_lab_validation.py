@@ -100,11 +100,17 @@ def test_the_training_replicate_loses_only_its_validation_cells(tmp_path, pair):
         np.testing.assert_allclose(without.layers["train"][row], np.log1p(x[sorted(half)].mean(axis=0)), rtol=1e-12)
 
 
-@pytest.mark.parametrize(("params", "why"), [
-    ({"replicates": True}, "validation_cells: auto needs 2+ training cells in every leaf; 1 of 5 have fewer "
-                           "(first: ['A']); a fraction such as 0.25 draws from the others"),
-    ({}, "no replicate pair to draw validation cells from (replicates: true or replicate_key)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("params", "why"),
+    [
+        (
+            {"replicates": True},
+            "validation_cells: auto needs 2+ training cells in every leaf; 1 of 5 have fewer "
+            "(first: ['A']); a fraction such as 0.25 draws from the others",
+        ),
+        ({}, "no replicate pair to draw validation cells from (replicates: true or replicate_key)"),
+    ],
+)
 def test_a_lab_lineage_without_cells_to_spare_has_no_validation_replicate_and_says_why(tmp_path, params, why):
     adata = cells_by_leaf(LEAVES, cells_per_leaf=8)
     adata = adata[~adata.obs_names.isin([f"c{i}" for i in range(2, 8)])].copy()  # leaf A: 2 cells, 1 training cell
@@ -122,8 +128,9 @@ def test_a_lab_lineage_without_cells_to_spare_has_no_validation_replicate_and_sa
 
 @pytest.mark.parametrize("value", [None, 1.0, "half", True])
 def test_validation_cells_is_auto_or_a_fraction(tmp_path, value):
-    entry, files = lineage_entry(tmp_path, cells_by_leaf(LEAVES), NEWICK, leaf_key="clone", replicates=True,
-                                 validation_cells=value)  # fmt: skip
+    entry, files = lineage_entry(
+        tmp_path, cells_by_leaf(LEAVES), NEWICK, leaf_key="clone", replicates=True, validation_cells=value
+    )
     with pytest.raises(InputError) as raised:
         prepare_dataset("lab", entry, TRACKS["lineage"], 0, files)
     assert (
@@ -132,10 +139,22 @@ def test_validation_cells_is_auto_or_a_fraction(tmp_path, value):
     )
 
 
-CELLTREEQM = apply_schema({"celltreeqm": read_yaml(REPO / "config/methods.yaml")["celltreeqm"]}, "methods",
-                          "methods.yaml")["celltreeqm"]  # fmt: skip
-TINY = {"proj_dim": 8, "hidden_dim": 16, "n_layers": 1, "n_heads": 2, "output_dim": 4, "steps": 4, "quartets_per_step": 32,
-        "validation_quartets": 32, "validate_every": 2, "checkpoint_every": 2, "device": "cpu"}  # fmt: skip
+CELLTREEQM = apply_schema(
+    {"celltreeqm": read_yaml(REPO / "config/methods.yaml")["celltreeqm"]}, "methods", "methods.yaml"
+)["celltreeqm"]
+TINY = {
+    "proj_dim": 8,
+    "hidden_dim": 16,
+    "n_layers": 1,
+    "n_heads": 2,
+    "output_dim": 4,
+    "steps": 4,
+    "quartets_per_step": 32,
+    "validation_quartets": 32,
+    "validate_every": 2,
+    "checkpoint_every": 2,
+    "device": "cpu",
+}
 
 
 @pytest.mark.parametrize("cells_to_spare", [True, False])
@@ -150,10 +169,17 @@ def test_supervised_celltreeqm_on_a_lab_lineage_selects_on_its_validation_replic
     write_prepared_dataset("lab", entry, TRACKS["lineage"], 0, prepared, files)
     method = CELLTREEQM | {"params": CELLTREEQM["params"] | TINY}
     status = run_method(
-        prepared_path=prepared, output_path=str(tmp_path / "run/output.h5ad"), record_path=str(tmp_path / "run/run.json"),
-        dataset_id="lab", dataset_entry=entry, method_id="celltreeqm", method_entry=method, variant="supervised",
-        seed=0, track=TRACKS["lineage"],
-    )  # fmt: skip
+        prepared_path=prepared,
+        output_path=str(tmp_path / "run/output.h5ad"),
+        record_path=str(tmp_path / "run/run.json"),
+        dataset_id="lab",
+        dataset_entry=entry,
+        method_id="celltreeqm",
+        method_entry=method,
+        variant="supervised",
+        seed=0,
+        track=TRACKS["lineage"],
+    )
     assert status == "ok"
     record = json.loads((tmp_path / "run/run.json").read_text())
     training, facts = record["method_facts"]["training"], record["dataset_facts"]
@@ -165,21 +191,28 @@ def test_supervised_celltreeqm_on_a_lab_lineage_selects_on_its_validation_replic
         assert training["selection"] == "holdout_refit" and why.startswith("validation_cells: auto needs 2+")
         assert record["method_facts"]["note"] == (
             f"no validation replicate in this dataset ({why}): steps chosen on held-out leaves of the training "
-            "replicate, then retrained on all leaves (selection holdout_refit)")  # fmt: skip
+            "replicate, then retrained on all leaves (selection holdout_refit)"
+        )
 
 
 def test_the_new_default_moves_the_keys_of_entries_that_rely_on_it_only(tmp_path, monkeypatch):
     def with_validation(value):
         return LAB_LINEAGE | {"params": LAB_LINEAGE["params"] | {"validation_cells": value}}
 
-    written = {"lab_default": LAB_LINEAGE, "lab_zero": with_validation(0), "lab_auto": with_validation("auto"),
-               "lab_share": with_validation(0.2)}  # fmt: skip
+    written = {
+        "lab_default": LAB_LINEAGE,
+        "lab_zero": with_validation(0),
+        "lab_auto": with_validation("auto"),
+        "lab_share": with_validation(0.2),
+    }
     _, registries = overlay(tmp_path, monkeypatch, lab_datasets=written)
     loaded = registries.datasets
     assert loaded["lab_default"]["params"]["validation_cells"] == "auto"  # the run record names the value
     # the key an entry had before this default (its entry as written, the schema's defaults filled)
-    before = {dataset: data_key(apply_schema({dataset: copy.deepcopy(entry)}, "datasets", "lab")[dataset])
-              for dataset, entry in written.items()}  # fmt: skip
+    before = {
+        dataset: data_key(apply_schema({dataset: copy.deepcopy(entry)}, "datasets", "lab")[dataset])
+        for dataset, entry in written.items()
+    }
     assert data_key(loaded["lab_zero"]) == before["lab_zero"] and data_key(loaded["lab_share"]) == before["lab_share"]
     assert data_key(loaded["lab_default"]) != before["lab_default"]  # its prepared data change: a new key
     assert data_key(loaded["lab_default"]) == data_key(loaded["lab_auto"]) == before["lab_auto"]

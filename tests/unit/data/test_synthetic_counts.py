@@ -102,20 +102,26 @@ def test_largest_remainder_sums_to_the_total_with_the_minimum():
     assert largest_remainder(2, np.array([0.5, 0.3, 0.2]), minimum=1).tolist() == [1, 1, 0]  # too few for the minimum
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"n_cells": 0}, "n_cells must be an integer >= 1"),
-    ({"dispersion": 0}, "dispersion must be a number > 0"),
-    ({"min_type_fraction": 0.5}, "min_type_fraction must be a number in"),
-    ({"n_celsl": 10}, "unknown"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"n_cells": 0}, "n_cells must be an integer >= 1"),
+        ({"dispersion": 0}, "dispersion must be a number > 0"),
+        ({"min_type_fraction": 0.5}, "min_type_fraction must be a number in"),
+        ({"n_celsl": 10}, "unknown"),
+    ],
+)
 def test_invalid_params_are_refused(params, message):
     with pytest.raises(ValueError, match=message):
         prepare_synthetic_counts("synthetic", {**SHAPE, **params}, 0, {})
 
 
 def test_the_prepared_dataset_meets_the_representation_contract_with_counts():
-    entry = {"track": "representation", "loader": "celldag.data.synthetic:prepare_synthetic_counts",
-             "params": {**SHAPE, "val_fraction": 0.2}}  # fmt: skip
+    entry = {
+        "track": "representation",
+        "loader": "celldag.data.synthetic:prepare_synthetic_counts",
+        "params": {**SHAPE, "val_fraction": 0.2},
+    }
     track = TRACKS["representation"]
     prepared = prepare_dataset("synthetic_test", entry, track, seed=0)
     check_prepared(prepared, "synthetic_test/seed0.h5ad")

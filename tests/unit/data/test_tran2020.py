@@ -102,8 +102,11 @@ def test_download_verifies_both_checksums(server, tmp_path):
     bodies = {name: open(path, "rb").read() for name, path in write_pair(tmp_path).items()}
     for name, body in bodies.items():
         server.routes[f"/{name}"] = ok(body)
-    entries = {file["name"]: file | {"url": server.url(f"/{file['name']}"), "sha256": hashlib.sha256(bodies[file["name"]]).hexdigest()}
-               for file in ENTRY["files"]}  # fmt: skip
+    entries = {
+        file["name"]: file
+        | {"url": server.url(f"/{file['name']}"), "sha256": hashlib.sha256(bodies[file["name"]]).hexdigest()}
+        for file in ENTRY["files"]
+    }
     pins = tmp_path / "resources/checksums.json"
     for name, entry in entries.items():
         target = tmp_path / "resources" / name
@@ -131,10 +134,13 @@ def test_filtering_keeps_the_hand_computed_cells_and_genes(tmp_path):
     )  # over the QC-passed genes, as any count source
     np.testing.assert_allclose(prepared.layers["lognorm"].toarray(), lognorm, rtol=1e-5)
     assert prepared.uns["tran2020"] == {
-        "cells_in_file": 100, "cells_in_file_per_batch": dict.fromkeys(BATCHES, 20),
-        "cells": 98, "cells_per_batch": {"Baron_b1": 20, "Mutaro_b2": 20, "Segerstolpe_b3": 20, "Wang_b4": 19, "Xin_b5": 19},
-        "values": "counts", "non_integer_values": 0,
-    }  # fmt: skip
+        "cells_in_file": 100,
+        "cells_in_file_per_batch": dict.fromkeys(BATCHES, 20),
+        "cells": 98,
+        "cells_per_batch": {"Baron_b1": 20, "Mutaro_b2": 20, "Segerstolpe_b3": 20, "Wang_b4": 19, "Xin_b5": 19},
+        "values": "counts",
+        "non_integer_values": 0,
+    }
     record = prepared.uns["preprocess"]
     assert (record["min_genes"], record["min_cells"], record["cells_after_qc"], record["genes_after_qc"]) == (
         300,
@@ -158,8 +164,10 @@ def test_a_count_other_than_the_papers_is_warned_with_both_numbers(tmp_path, cap
     files = write_pair(tmp_path)
     with caplog.at_level(logging.WARNING, logger="celldag.data.tran2020"):
         prepare_tran2020("tran2020_pancreas", ENTRY["params"], 0, files)
-    assert caplog.messages == ["tran2020_pancreas: 98 cells after filtering (min_genes 300, min_cells 10), but the paper "
-                               "reports 14767; uns['tran2020'] has the cells per batch"]  # fmt: skip
+    assert caplog.messages == [
+        "tran2020_pancreas: 98 cells after filtering (min_genes 300, min_cells 10), but the paper "
+        "reports 14767; uns['tran2020'] has the cells per batch"
+    ]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="celldag.data.tran2020"):
         prepare_tran2020("tran2020_pancreas", ENTRY["params"] | {"expected_cells": 98}, 0, files)
@@ -207,28 +215,35 @@ def _with_value(cell: str, value: str):
 BAD_INPUTS = {
     "a label column under another name": (
         lambda: {"samples": samples_text(columns=("batchlb", "CellType"))},
-        "{samples}: column 'celltype': not found (columns: ['batch', 'batchlb', 'CellType', 'ncount_rna'])"),
+        "{samples}: column 'celltype': not found (columns: ['batch', 'batchlb', 'CellType', 'ncount_rna'])",
+    ),
     "a batch column under another name": (
         lambda: {"samples": samples_text(columns=("batch_label", "celltype"))},
-        "{samples}: column 'batchlb': not found (columns: ['batch', 'batch_label', 'celltype', 'ncount_rna'])"),
+        "{samples}: column 'batchlb': not found (columns: ['batch', 'batch_label', 'celltype', 'ncount_rna'])",
+    ),
     "cell ids that differ between the files": (
         lambda: {"samples": samples_text(renamed={"Mutaro_b2_05": "Mutaro_b2_5"})},
         "{samples}: cell ids (first column): differ from the header of myData_pancreatic_5batches.txt.gz: 1 only "
-        "here (first: ['Mutaro_b2_5']), 1 only there (first: ['Mutaro_b2_05'])"),
+        "here (first: ['Mutaro_b2_5']), 1 only there (first: ['Mutaro_b2_05'])",
+    ),
     "a cell missing from the sample table": (
         lambda: {"samples": samples_text(order=SAMPLE_ORDER[1:])},
         "{samples}: cell ids (first column): differ from the header of myData_pancreatic_5batches.txt.gz: 0 only "
-        "here (first: []), 1 only there (first: ['Xin_b5_19'])"),
+        "here (first: []), 1 only there (first: ['Xin_b5_19'])",
+    ),
     "a value that is not a number": (
         lambda: {"matrix": _edited("G005", _with_value("Mutaro_b2_03", "NA"))},
-        "{matrix}: line 7 (gene 'G005'): 'NA' for cell 'Mutaro_b2_03' is not a number"),
+        "{matrix}: line 7 (gene 'G005'): 'NA' for cell 'Mutaro_b2_03' is not a number",
+    ),
     "a negative value": (
         lambda: {"matrix": _edited("RARE5", _with_value("Baron_b1_02", "-1"))},
-        "{matrix}: line 314 (gene 'RARE5'): -1 for cell 'Baron_b1_02': values must be finite and >= 0"),
+        "{matrix}: line 314 (gene 'RARE5'): -1 for cell 'Baron_b1_02': values must be finite and >= 0",
+    ),
     "a row one value short": (
         lambda: {"matrix": _edited("G100", lambda fields: fields[:-1])},
-        "{matrix}: line 102 (gene 'G100'): 99 values, but the header names 100 cells"),
-}  # fmt: skip
+        "{matrix}: line 102 (gene 'G100'): 99 values, but the header names 100 cells",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))

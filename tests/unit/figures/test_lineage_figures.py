@@ -93,17 +93,22 @@ def scores_table(rows) -> pd.DataFrame:
                 "status": status,
             }
             for m, v, s, metric, value, status in rows
-        ]  # fmt: skip
+        ]
     )
 
 
 def test_best_run_has_the_lowest_mean_rf_over_its_ok_seeds_ties_by_name():
-    scores = scores_table([
-        ("zeta", "default", 0, "rf", 0.2, "ok"), ("zeta", "default", 1, "rf", 0.0, "ok"),  # mean 0.1
-        ("beta", "x", 0, "rf", 0.1, "ok"), ("beta", "x", 1, "rf", np.nan, "failed"),  # mean of its ok seed: 0.1
-        ("gamma", "default", 0, "rf", 0.3, "ok"), ("gamma", "default", 0, "quartet_dist", 0.0, "ok"),
-        ("alpha", "default", 0, "rf", 0.05, "failed"),  # not ok: never best, whatever its value
-    ])  # fmt: skip
+    scores = scores_table(
+        [
+            ("zeta", "default", 0, "rf", 0.2, "ok"),
+            ("zeta", "default", 1, "rf", 0.0, "ok"),  # mean 0.1
+            ("beta", "x", 0, "rf", 0.1, "ok"),
+            ("beta", "x", 1, "rf", np.nan, "failed"),  # mean of its ok seed: 0.1
+            ("gamma", "default", 0, "rf", 0.3, "ok"),
+            ("gamma", "default", 0, "quartet_dist", 0.0, "ok"),
+            ("alpha", "default", 0, "rf", 0.05, "failed"),  # not ok: never best, whatever its value
+        ]
+    )
     assert figures.best_by_rf(scores) == "beta/x"
     assert figures.best_by_rf(scores[scores["method"] == "gamma"]) == "gamma/default"
     assert figures.best_by_rf(scores[scores["method"] == "alpha"]) is None
@@ -127,24 +132,30 @@ def figure_data() -> FigureData:
     outputs["celltreeqm/high_level_partition"] = failed
     rows = []
     for seed in (0, 1):
-        rows += [("nj_raw", "default", seed, "rf", 0.4, "ok"), ("nj_raw", "default", seed, "quartet_dist", 0.3, "ok"),
-                 ("good", "v", seed, "rf", 0.1 * seed, "ok"),  # mean 0.05
-                 ("good", "v", seed, "quartet_dist", 0.05, "ok")]  # fmt: skip
+        rows += [
+            ("nj_raw", "default", seed, "rf", 0.4, "ok"),
+            ("nj_raw", "default", seed, "quartet_dist", 0.3, "ok"),
+            ("good", "v", seed, "rf", 0.1 * seed, "ok"),  # mean 0.05
+            ("good", "v", seed, "quartet_dist", 0.05, "ok"),
+        ]
         for variant, k_qdist in (("high_level_partition", 0.2), ("high_level_partition_relabelled", 0.25)):
             status = "failed" if seed == 0 and variant == "high_level_partition" else "ok"
             rows += [("celltreeqm", variant, seed, "rf", np.nan if status != "ok" else 0.5, status)]
             if status == "ok":
-                rows += [("celltreeqm", variant, seed, "k_qdist", k_qdist, "ok"),
-                         ("celltreeqm", variant, seed, "k_qdist_reduction_vs_raw", 1 - k_qdist / 0.5, "ok"),
-                         ("celltreeqm", variant, seed, "u_qdist", 0.4, "ok")]  # fmt: skip
+                rows += [
+                    ("celltreeqm", variant, seed, "k_qdist", k_qdist, "ok"),
+                    ("celltreeqm", variant, seed, "k_qdist_reduction_vs_raw", 1 - k_qdist / 0.5, "ok"),
+                    ("celltreeqm", variant, seed, "u_qdist", 0.4, "ok"),
+                ]
     kinds = {
         "nj_raw/default": "baseline",
         "good/v": "method",
         "celltreeqm/high_level_partition": "method",
         "celltreeqm/high_level_partition_relabelled": "control",
     }  # as methods.yaml's kind / kind_by_variant
-    return FigureData("d", {}, "lineage", TRACK, 0, {}, kinds=kinds, scores=scores_table(rows), prepared=prepared,
-                      outputs=outputs)  # fmt: skip
+    return FigureData(
+        "d", {}, "lineage", TRACK, 0, {}, kinds=kinds, scores=scores_table(rows), prepared=prepared, outputs=outputs
+    )
 
 
 def png_bytes(fig) -> bytes:
@@ -174,8 +185,9 @@ def test_trees_notes_a_run_that_failed_on_the_drawn_seed(figure_data):
     scores = scores[~((scores["method"] == "celltreeqm") & (scores["variant"].str.endswith("relabelled")))]
     fig = figures.trees(FigureData(**{**vars(figure_data), "scores": scores}))
     texts = [text.get_text() for ax in fig.axes for text in ax.texts]
-    assert any(text.startswith("celltreeqm/high_level_partition\n") and text.endswith("seed 0: failed")
-               for text in texts)  # fmt: skip
+    assert any(
+        text.startswith("celltreeqm/high_level_partition\n") and text.endswith("seed 0: failed") for text in texts
+    )
 
 
 def test_distances_lists_every_run_by_mean_rf_and_marks_baselines_and_controls(figure_data):
@@ -183,9 +195,11 @@ def test_distances_lists_every_run_by_mean_rf_and_marks_baselines_and_controls(f
     assert [ax.get_title() for ax in fig.axes] == ["rf (lower is better)", "quartet_dist (lower is better)"]
     labels = fig.axes[0].get_yticklabels()
     assert [label.get_text() for label in labels] == [
-        "good/v", "nj_raw/default (baseline)", "celltreeqm/high_level_partition (1 not ok)",
+        "good/v",
+        "nj_raw/default (baseline)",
+        "celltreeqm/high_level_partition (1 not ok)",
         "celltreeqm/high_level_partition_relabelled (control)",  # ties (mean RF 0.5) by name
-    ]  # fmt: skip
+    ]
     italic = [label.get_text() for label in labels if label.get_fontstyle() == "italic"]
     assert italic == ["celltreeqm/high_level_partition_relabelled (control)"]
 
@@ -194,9 +208,10 @@ def test_partition_shows_the_partition_runs_and_the_raw_reference(figure_data):
     fig = figures.partition(figure_data)
     assert [ax.get_title() for ax in fig.axes] == ["k_qdist (lower is better)", "u_qdist (lower is better)"]
     assert [label.get_text() for label in fig.axes[0].get_yticklabels()] == [
-        "celltreeqm/high_level_partition (1 not ok)", "celltreeqm/high_level_partition_relabelled (control)",
+        "celltreeqm/high_level_partition (1 not ok)",
+        "celltreeqm/high_level_partition_relabelled (control)",
         "raw-feature distances (reference)",
-    ]  # fmt: skip
+    ]
     reference = figures.raw_reference(figure_data.scores)
     assert reference["value"].tolist() == pytest.approx([0.5, 0.5]) and reference["metric"].eq("k_qdist").all()
 

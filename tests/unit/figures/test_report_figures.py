@@ -33,11 +33,33 @@ def scores_table() -> pd.DataFrame:
     for key, (rf, quartet) in values.items():
         method, variant = key.split("/")
         for seed, shift in ((0, -0.1), (1, 0.1)):
-            rows += [{"dataset": "bm", "track": "lineage", "method": method, "variant": variant, "seed": seed, "metric": m,
-                      "value": v + shift, "higher_is_better": False, "status": "ok"}
-                     for m, v in (("rf", rf), ("quartet_dist", quartet))]  # fmt: skip
-    rows.append({"dataset": "bm", "track": "lineage", "method": "broken", "variant": "default", "seed": 0, "metric": "rf",
-                 "value": float("nan"), "higher_is_better": False, "status": "failed"})  # fmt: skip
+            rows += [
+                {
+                    "dataset": "bm",
+                    "track": "lineage",
+                    "method": method,
+                    "variant": variant,
+                    "seed": seed,
+                    "metric": m,
+                    "value": v + shift,
+                    "higher_is_better": False,
+                    "status": "ok",
+                }
+                for m, v in (("rf", rf), ("quartet_dist", quartet))
+            ]
+    rows.append(
+        {
+            "dataset": "bm",
+            "track": "lineage",
+            "method": "broken",
+            "variant": "default",
+            "seed": 0,
+            "metric": "rf",
+            "value": float("nan"),
+            "higher_is_better": False,
+            "status": "failed",
+        }
+    )
     return pd.DataFrame(rows)
 
 
@@ -86,9 +108,21 @@ def test_the_heatmap_orders_its_rows_by_the_leaderboards_rank_intervals():
     four seeds separate them: nj_raw [1] above upgma_raw [2], as the leaderboard ranks them."""
     rows = []
     for method, rf, quartet in (("nj_raw", 0.30, 0.5), ("upgma_raw", 0.70, 0.1)):
-        rows += [{"dataset": "bm", "track": "lineage", "method": method, "variant": "default", "seed": seed,
-                  "metric": metric, "value": value + 0.01 * seed * seed, "higher_is_better": False, "status": "ok"}
-                 for seed in range(4) for metric, value in (("rf", rf), ("quartet_dist", quartet))]  # fmt: skip
+        rows += [
+            {
+                "dataset": "bm",
+                "track": "lineage",
+                "method": method,
+                "variant": "default",
+                "seed": seed,
+                "metric": metric,
+                "value": value + 0.01 * seed * seed,
+                "higher_is_better": False,
+                "status": "ok",
+            }
+            for seed in range(4)
+            for metric, value in (("rf", rf), ("quartet_dist", quartet))
+        ]
     rows[0]["value"] += 0.002  # a seed's spread in the paired differences, so that the seeds can separate them
     labels = [
         text.get_text()
@@ -112,9 +146,17 @@ def test_a_control_better_than_every_method_stays_under_the_ranking_in_the_heatm
 
 
 def test_cost_plots_every_applicable_run_on_log_axes():
-    runs = pd.DataFrame({"dataset": "bm", "method": ["nj_raw", "nj_raw", "scvi", "broken"], "variant": "default",
-                         "seed": [0, 1, 0, 0], "status": ["ok", "ok", "not_applicable", "failed"],
-                         "wall_time_s": [1.0, 2.0, 0.1, 3.0], "peak_rss_mb": [100.0, 120.0, 90.0, 80.0]})  # fmt: skip
+    runs = pd.DataFrame(
+        {
+            "dataset": "bm",
+            "method": ["nj_raw", "nj_raw", "scvi", "broken"],
+            "variant": "default",
+            "seed": [0, 1, 0, 0],
+            "status": ["ok", "ok", "not_applicable", "failed"],
+            "wall_time_s": [1.0, 2.0, 0.1, 3.0],
+            "peak_rss_mb": [100.0, 120.0, 90.0, 80.0],
+        }
+    )
     figure = figures.cost(figure_data(runs=runs))
     time_axes, memory_axes = figure.axes
     assert time_axes.get_xscale() == "log" and memory_axes.get_xscale() == "log"
@@ -126,13 +168,30 @@ def test_cost_plots_every_applicable_run_on_log_axes():
 
 def test_the_index_page_shows_tables_figures_captions_and_runs_not_ok(tmp_path):
     scores = scores_table()
-    runs = pd.DataFrame({"dataset": "bm", "method": ["nj_raw", "broken"], "variant": "default", "seed": 0,
-                         "status": ["ok", "failed"], "status_reason": ["", "ValueError: <bad> features"],
-                         "record": ["results/runs/bm/nj_raw/default/k/seed0/run.json",
-                                    "results/runs/bm/broken/default/k/seed0/run.json"]})  # fmt: skip
+    runs = pd.DataFrame(
+        {
+            "dataset": "bm",
+            "method": ["nj_raw", "broken"],
+            "variant": "default",
+            "seed": 0,
+            "status": ["ok", "failed"],
+            "status_reason": ["", "ValueError: <bad> features"],
+            "record": [
+                "results/runs/bm/nj_raw/default/k/seed0/run.json",
+                "results/runs/bm/broken/default/k/seed0/run.json",
+            ],
+        }
+    )
     shown = [html.ShownFigure("bm", "scores", "results/x/figures/bm/scores.png", "Every ``metric`` of the dataset.")]
-    page = html.index_page(scores=scores, runs=runs, tracks=TRACKS, figures=shown, index_path="results/x/index.html",
-                           kinds=KINDS, links=["results/x/scores.parquet"])  # fmt: skip
+    page = html.index_page(
+        scores=scores,
+        runs=runs,
+        tracks=TRACKS,
+        figures=shown,
+        index_path="results/x/index.html",
+        kinds=KINDS,
+        links=["results/x/scores.parquet"],
+    )
     assert '<h2 id="bm">bm (lineage)</h2>' in page
     assert page.index('<h2 id="bm">') < page.index('<img src="figures/bm/scores.png"') < page.index('id="not-ok"')
     assert "Every <code>metric</code> of the dataset." in page
@@ -172,30 +231,57 @@ def annotation_figure_data() -> figures.FigureData:
 
     rng = np.random.default_rng(0)
     labels, batches = rng.integers(4, size=400), rng.integers(3, size=400)
-    obs = pd.DataFrame({"label": [f"type{v}" for v in labels], "batch": [f"b{v}" for v in batches]},
-                       index=[f"c{i}" for i in range(400)])  # fmt: skip
+    obs = pd.DataFrame(
+        {"label": [f"type{v}" for v in labels], "batch": [f"b{v}" for v in batches]},
+        index=[f"c{i}" for i in range(400)],
+    )
     x = (3 * np.eye(4)[labels] @ rng.normal(size=(4, 20)) + rng.normal(size=(400, 20))).astype(np.float32)
     task = chain_task(anndata.AnnData(x, obs=obs, uns={"dataset_id": "toy"}), {}, 0)
     outputs, rows = {}, []
     for key, sharpness in (("knn/pca/default", 2.0), ("logistic/scilama_with_a_long_variant/text", 4.0)):
         logits = sharpness * np.eye(4)[labels] + rng.normal(size=(400, 4))
         proba = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
-        outputs[key] = anndata.AnnData(obs=pd.DataFrame(index=task.obs_names), obsm={"proba_random": proba},
-                                       uns={"status": "ok", "classes": [f"type{v}" for v in range(4)]})  # fmt: skip
+        outputs[key] = anndata.AnnData(
+            obs=pd.DataFrame(index=task.obs_names),
+            obsm={"proba_random": proba},
+            uns={"status": "ok", "classes": [f"type{v}" for v in range(4)]},
+        )
         method, variant = key.split("/", 1)
-        rows += [{"method": method, "variant": variant, "seed": 0, "metric": f"{procedure}_{metric}",
-                  "value": rng.uniform(0.5, 1.0), "higher_is_better": True, "status": "ok"}
-                 for procedure in PROCEDURES for metric in ("set_size", "worst_batch", "worst_type")]  # fmt: skip
-    return figures.FigureData("toy", {}, "annotation", TRACK, 0, {"annotation": {"alpha": 0.1, "min_group_cells": 5}},
-                              scores=pd.DataFrame(rows), prepared=task, outputs=outputs)  # fmt: skip
+        rows += [
+            {
+                "method": method,
+                "variant": variant,
+                "seed": 0,
+                "metric": f"{procedure}_{metric}",
+                "value": rng.uniform(0.5, 1.0),
+                "higher_is_better": True,
+                "status": "ok",
+            }
+            for procedure in PROCEDURES
+            for metric in ("set_size", "worst_batch", "worst_type")
+        ]
+    return figures.FigureData(
+        "toy",
+        {},
+        "annotation",
+        TRACK,
+        0,
+        {"annotation": {"alpha": 0.1, "min_group_cells": 5}},
+        scores=pd.DataFrame(rows),
+        prepared=task,
+        outputs=outputs,
+    )
 
 
 @pytest.fixture
 def representation_figure_data(tmp_path) -> figures.FigureData:
-    outputs = {"scilama/text": representation_data.output("scilama", "text", gene_embedding=True),
-               "pca/default": representation_data.output("pca", "default")}  # fmt: skip
-    return representation_data.figure_data(tmp_path, outputs, representation_data.scores_table(),
-                                           representation_data.PAIRED)  # fmt: skip
+    outputs = {
+        "scilama/text": representation_data.output("scilama", "text", gene_embedding=True),
+        "pca/default": representation_data.output("pca", "default"),
+    }
+    return representation_data.figure_data(
+        tmp_path, outputs, representation_data.scores_table(), representation_data.PAIRED
+    )
 
 
 def title_places(figure):
@@ -215,8 +301,11 @@ def inside(box, place) -> bool:
     return place.x0 <= box.x0 and box.x1 <= place.x1 and place.y0 <= box.y0 and box.y1 <= place.y1
 
 
-EVERY_FIGURE = [pytest.param(track_id, figure, id=f"{track_id}:{figure.name}")
-                for track_id, track in TRACKS.items() for figure in track.figures]  # fmt: skip
+EVERY_FIGURE = [
+    pytest.param(track_id, figure, id=f"{track_id}:{figure.name}")
+    for track_id, track in TRACKS.items()
+    for figure in track.figures
+]
 
 
 @pytest.mark.parametrize("track_id, figure", EVERY_FIGURE)

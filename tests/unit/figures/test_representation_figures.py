@@ -20,19 +20,27 @@ from celldag.tracks import FigureData
 
 LABELS = ("T", "B", "Mono")
 # CD3E is listed under two types (ambiguous: left out, as the scorer does); NKG7 is not among the genes
-MARKERS = {"T": ["CD3E", "IL7R", "CD8A"], "B": ["MS4A1", "CD79A", "CD79B"], "Mono": ["LYZ", "CD14", "S100A8"],
-           "NK": ["NKG7", "CD3E"]}  # fmt: skip
+MARKERS = {
+    "T": ["CD3E", "IL7R", "CD8A"],
+    "B": ["MS4A1", "CD79A", "CD79B"],
+    "Mono": ["LYZ", "CD14", "S100A8"],
+    "NK": ["NKG7", "CD3E"],
+}
 GENES = [gene for genes in list(MARKERS.values())[:3] for gene in genes] + [f"G{i}" for i in range(11)]
 
 
 def prepared(n_batches: int = 2) -> anndata.AnnData:
     """60 cells, 3 labels, train / val split, ``n_batches`` batches."""
     rng = np.random.default_rng(1)
-    obs = pd.DataFrame({"label": pd.Categorical(np.repeat(LABELS, 20)),
-                        "batch": [f"b{i % n_batches}" for i in range(60)],
-                        "split": ["train"] * 48 + ["val"] * 12}, index=[f"c{i}" for i in range(60)])  # fmt: skip
-    return anndata.AnnData(rng.normal(size=(60, len(GENES))).astype(np.float32), obs=obs,
-                           var=pd.DataFrame(index=GENES))  # fmt: skip
+    obs = pd.DataFrame(
+        {
+            "label": pd.Categorical(np.repeat(LABELS, 20)),
+            "batch": [f"b{i % n_batches}" for i in range(60)],
+            "split": ["train"] * 48 + ["val"] * 12,
+        },
+        index=[f"c{i}" for i in range(60)],
+    )
+    return anndata.AnnData(rng.normal(size=(60, len(GENES))).astype(np.float32), obs=obs, var=pd.DataFrame(index=GENES))
 
 
 def output(method: str, variant: str, status: str = "ok", gene_embedding: bool = False) -> anndata.AnnData:
@@ -42,8 +50,9 @@ def output(method: str, variant: str, status: str = "ok", gene_embedding: bool =
     if status != "ok":
         return anndata.AnnData(np.zeros((60, 0), dtype=np.float32), uns={"status": status})
     centres = rng.normal(scale=4.0, size=(3, 8))
-    out = anndata.AnnData(np.zeros((60, len(GENES)), dtype=np.float32), var=pd.DataFrame(index=GENES),
-                          uns={"status": "ok", "seed": 0})  # fmt: skip
+    out = anndata.AnnData(
+        np.zeros((60, len(GENES)), dtype=np.float32), var=pd.DataFrame(index=GENES), uns={"status": "ok", "seed": 0}
+    )
     out.obsm["X_emb"] = (np.repeat(centres, 20, axis=0) + rng.normal(size=(60, 8))).astype(np.float32)
     if gene_embedding:
         out.varm["X_gene_emb"] = rng.normal(size=(len(GENES), 6)).astype(np.float32)
@@ -57,9 +66,18 @@ def figure_data(tmp_path, outputs: dict, scores: pd.DataFrame | None = None, pai
     if not table.exists():
         vectors = np.random.default_rng(2).normal(size=(len(GENES) - 2, 5))  # the table lacks two genes
         write_table(gene_frame(GENES[2:], vectors), table)
-    return FigureData(dataset="toy", dataset_entry={"markers": MARKERS}, track_id="representation", track=TRACK,
-                      seed=0, evaluation={"paired": list(paired)}, scores=scores, prepared=prepared(n_batches),
-                      outputs=outputs, tables=(str(table),))  # fmt: skip
+    return FigureData(
+        dataset="toy",
+        dataset_entry={"markers": MARKERS},
+        track_id="representation",
+        track=TRACK,
+        seed=0,
+        evaluation={"paired": list(paired)},
+        scores=scores,
+        prepared=prepared(n_batches),
+        outputs=outputs,
+        tables=(str(table),),
+    )
 
 
 def png(figure) -> bytes:
@@ -74,13 +92,20 @@ def panels(figure) -> list:
 
 
 def test_umap_grid_draws_a_panel_per_ok_run_and_colouring_the_same_pixels_twice(tmp_path):
-    outputs = {"pca/default": output("pca", "default"), "scvi/batch": output("scvi", "batch", "not_applicable"),
-               "harmony/default": output("harmony", "default")}  # fmt: skip
+    outputs = {
+        "pca/default": output("pca", "default"),
+        "scvi/batch": output("scvi", "batch", "not_applicable"),
+        "harmony/default": output("harmony", "default"),
+    }
     data = figure_data(tmp_path, outputs)
     figure = figures.umap(data)
     titles = [axes.get_title() for axes in panels(figure)]
-    assert titles == ["pca/default\ncell type", "pca/default\nbatch", "harmony/default\ncell type",
-                      "harmony/default\nbatch"]  # fmt: skip
+    assert titles == [
+        "pca/default\ncell type",
+        "pca/default\nbatch",
+        "harmony/default\ncell type",
+        "harmony/default\nbatch",
+    ]
     assert png(figure) == png(figures.umap(data))
 
     one_batch = figures.umap(figure_data(tmp_path, outputs, n_batches=1))
@@ -95,8 +120,11 @@ def test_umap_without_an_ok_run_is_a_note(tmp_path):
 def scores_table() -> pd.DataFrame:
     """Three seeds of sciLaMA's text variant and two controls; the shuffled control failed on seed 2."""
     rows = []
-    values = {"scilama/text": (0.60, 0.62, 0.65), "scilama/random": (0.50, 0.58, 0.51),
-              "scilama/shuffled": (0.55, 0.50, 0.40)}  # fmt: skip
+    values = {
+        "scilama/text": (0.60, 0.62, 0.65),
+        "scilama/random": (0.50, 0.58, 0.51),
+        "scilama/shuffled": (0.55, 0.50, 0.40),
+    }
     for selector, per_seed in values.items():
         method, variant = selector.split("/")
         for seed, value in enumerate(per_seed):
@@ -107,16 +135,24 @@ def scores_table() -> pd.DataFrame:
     return frame.assign(dataset="toy", track="representation")
 
 
-PAIRED = [{"method": "scilama/text", "against": ["scilama/random", "scilama/shuffled"],
-           "metrics": ["total", "marker_db", "batch_correction"]}]  # fmt: skip
+PAIRED = [
+    {
+        "method": "scilama/text",
+        "against": ["scilama/random", "scilama/shuffled"],
+        "metrics": ["total", "marker_db", "batch_correction"],
+    }
+]
 
 
 def test_the_forest_plot_draws_the_leaderboards_paired_differences(tmp_path):
     scores = scores_table()
     rows = paired_rows(scores, PAIRED)
     assert [(row["other"], row["metric"]) for row in rows] == [
-        ("scilama/random", "total"), ("scilama/random", "marker_db"),
-        ("scilama/shuffled", "total"), ("scilama/shuffled", "marker_db")]  # batch_correction: no rows  # fmt: skip
+        ("scilama/random", "total"),
+        ("scilama/random", "marker_db"),
+        ("scilama/shuffled", "total"),
+        ("scilama/shuffled", "marker_db"),
+    ]  # batch_correction: no rows
     for row in rows:
         assert {key: row[key] for key in ("mean", "low", "high", "n")} == paired_difference(
             scores, "scilama/text", row["other"], row["metric"]
@@ -130,8 +166,11 @@ def test_the_forest_plot_draws_the_leaderboards_paired_differences(tmp_path):
     comparison_at = {tick: label.get_text() for tick, label in zip(first.get_yticks(), first.get_yticklabels())}
     assert list(comparison_at.values()) == ["scilama/text − scilama/random", "scilama/text − scilama/shuffled"]
     for metric, axes in by_metric.items():  # read the drawn intervals and means back, with their line's label
-        drawn = {(comparison_at[line.get_ydata()[0]], line.get_gid()): list(line.get_xdata()) for line in axes.lines
-                 if line.get_gid() in ("interval", "mean")}  # fmt: skip
+        drawn = {
+            (comparison_at[line.get_ydata()[0]], line.get_gid()): list(line.get_xdata())
+            for line in axes.lines
+            if line.get_gid() in ("interval", "mean")
+        }
         expected = {}
         for row in rows:
             if row["metric"] == metric:
@@ -141,18 +180,27 @@ def test_the_forest_plot_draws_the_leaderboards_paired_differences(tmp_path):
     assert png(figure) == png(figures.paired(figure_data(tmp_path, {}, scores, PAIRED)))
 
 
-@pytest.mark.parametrize("paired, note", [([], "no paired comparison in the run config"),
-                                          ([{"method": "pca/default", "against": ["harmony/default"],
-                                             "metrics": ["total"]}], "no paired comparison applies")])  # fmt: skip
+@pytest.mark.parametrize(
+    "paired, note",
+    [
+        ([], "no paired comparison in the run config"),
+        (
+            [{"method": "pca/default", "against": ["harmony/default"], "metrics": ["total"]}],
+            "no paired comparison applies",
+        ),
+    ],
+)
 def test_the_forest_plot_without_a_comparison_that_applies_is_a_note(tmp_path, paired, note):
     figure = figures.paired(figure_data(tmp_path, {}, scores_table(), paired))
     assert not figure.axes and note in figure.texts[0].get_text()
 
 
 def test_markers_static_beside_contextual_with_the_scorers_davies_bouldin(tmp_path):
-    outputs = {"scilama/text": output("scilama", "text", gene_embedding=True),
-               "scilama/random": output("scilama", "random", gene_embedding=True),
-               "pca/default": output("pca", "default")}  # fmt: skip
+    outputs = {
+        "scilama/text": output("scilama", "text", gene_embedding=True),
+        "scilama/random": output("scilama", "random", gene_embedding=True),
+        "pca/default": output("pca", "default"),
+    }
     data = figure_data(tmp_path, outputs)
     figure = figures.markers(data)
     titles = [axes.get_title() for axes in figure.axes]
@@ -220,9 +268,12 @@ def test_the_marker_figure_names_and_colours_cell_types_as_the_umap(tmp_path):
 
 def test_a_marker_type_without_a_label_gets_a_colour_no_label_has():
     labels = pd.Series(pd.Categorical(["CD19+ B", "CD14+ Monocyte", "Dendritic"]))
-    types, colours = figures.named_as_labels({"MS4A1": "B", "LYZ": "CD14 Mono", "PPBP": "Megakaryocyte"},
-                                             {"B": [], "CD14 Mono": [], "Megakaryocyte": []},
-                                             {"B": "CD19+ B", "CD14 Mono": "CD14+ Monocyte"}, labels)  # fmt: skip
+    types, colours = figures.named_as_labels(
+        {"MS4A1": "B", "LYZ": "CD14 Mono", "PPBP": "Megakaryocyte"},
+        {"B": [], "CD14 Mono": [], "Megakaryocyte": []},
+        {"B": "CD19+ B", "CD14 Mono": "CD14+ Monocyte"},
+        labels,
+    )
     assert types == {"MS4A1": "CD19+ B", "LYZ": "CD14+ Monocyte", "PPBP": "Megakaryocyte"}
     label_colours = figures.label_colours(labels)
     assert colours["CD19+ B"] == label_colours["CD19+ B"]

@@ -25,8 +25,16 @@ from conftest import REPO, TRACKS
 BONSAI = apply_schema({"bonsai": read_yaml(REPO / "config/methods.yaml")["bonsai"]}, "methods", "methods.yaml")[
     "bonsai"
 ]
-EASY = {"depth": 4, "n_signal": 60, "n_noise": 0, "n_spurious": 0, "max_walk": 3.0, "noise_std": 1.0,
-        "measurement_std": 0.3, "count_depth": 50000}  # fmt: skip
+EASY = {
+    "depth": 4,
+    "n_signal": 60,
+    "n_noise": 0,
+    "n_spurious": 0,
+    "max_walk": 3.0,
+    "noise_std": 1.0,
+    "measurement_std": 0.3,
+    "count_depth": 50000,
+}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -77,14 +85,25 @@ def test_a_labs_count_h5ad_gives_each_leafs_scored_cells_summed(tmp_path):
 
 
 def test_bonsai_is_not_applicable_without_counts(tmp_path):
-    dataset = {"track": "lineage", "loader": "celldag.data.bm:prepare_bm_simulator", "source": "builtin",
-               "params": {k: v for k, v in EASY.items() if k != "count_depth"}}  # fmt: skip
+    dataset = {
+        "track": "lineage",
+        "loader": "celldag.data.bm:prepare_bm_simulator",
+        "source": "builtin",
+        "params": {k: v for k, v in EASY.items() if k != "count_depth"},
+    }
     write_prepared_dataset("bm_t", dataset, TRACKS["lineage"], 0, str(tmp_path / "prepared.h5ad"))
     status = run_method(
-        prepared_path=str(tmp_path / "prepared.h5ad"), output_path=str(tmp_path / "run/output.h5ad"),
-        record_path=str(tmp_path / "run/run.json"), dataset_id="bm_t", dataset_entry=dataset, method_id="bonsai",
-        method_entry=BONSAI, variant="default", seed=0, track=TRACKS["lineage"],
-    )  # fmt: skip
+        prepared_path=str(tmp_path / "prepared.h5ad"),
+        output_path=str(tmp_path / "run/output.h5ad"),
+        record_path=str(tmp_path / "run/run.json"),
+        dataset_id="bm_t",
+        dataset_entry=dataset,
+        method_id="bonsai",
+        method_entry=BONSAI,
+        variant="default",
+        seed=0,
+        track=TRACKS["lineage"],
+    )
     assert status == "not_applicable"
     reason = json.loads((tmp_path / "run/run.json").read_text())["status_reason"]
     assert reason == "bonsai/default needs raw counts per leaf; this dataset has transformed values only"

@@ -28,8 +28,16 @@ from celldag.methods.celltreeqm.model import CellTreeQMEncoder
 
 
 def tiny_encoder(**overrides) -> CellTreeQMEncoder:
-    settings = dict(n_features=6, proj_dim=8, hidden_dim=16, n_layers=2, n_heads=2, output_dim=4,
-                    dropout_data=0.1, dropout_metric=0.1)  # fmt: skip
+    settings = dict(
+        n_features=6,
+        proj_dim=8,
+        hidden_dim=16,
+        n_layers=2,
+        n_heads=2,
+        output_dim=4,
+        dropout_data=0.1,
+        dropout_metric=0.1,
+    )
     return CellTreeQMEncoder(**(settings | overrides))
 
 
@@ -217,20 +225,50 @@ def test_triplet_and_quadruplet_on_a_hand_computed_quartet():
 
 
 PARAMS = dict(
-    proj_dim=8, hidden_dim=16, n_layers=1, n_heads=2, output_dim=4, dropout_data=0.1, dropout_metric=0.1,
-    norm="batch_norm", gate="none", gate_penalty=0.0, gate_penalty_kind="sparsity", gate_lr=None, lr=1e-3, weight_decay=0.01,
-    steps=4, quartets_per_step=32, w_distance=0.1, w_additivity=20.0, margin=0.1, margin_sign="page",
-    select="topology_mismatch", validation_fraction=0.25, validation_quartets=32, validate_every=2, patience=None,
-    checkpoint_every=2, checkpoint_seconds=None, device="cpu", reconstruction="nj", loss="additivity", setting="supervised",
-    standardize_input=True, selection="holdout_refit", quartet_order="shuffled", leaf_order="given",
-)  # fmt: skip
+    proj_dim=8,
+    hidden_dim=16,
+    n_layers=1,
+    n_heads=2,
+    output_dim=4,
+    dropout_data=0.1,
+    dropout_metric=0.1,
+    norm="batch_norm",
+    gate="none",
+    gate_penalty=0.0,
+    gate_penalty_kind="sparsity",
+    gate_lr=None,
+    lr=1e-3,
+    weight_decay=0.01,
+    steps=4,
+    quartets_per_step=32,
+    w_distance=0.1,
+    w_additivity=20.0,
+    margin=0.1,
+    margin_sign="page",
+    select="topology_mismatch",
+    validation_fraction=0.25,
+    validation_quartets=32,
+    validate_every=2,
+    patience=None,
+    checkpoint_every=2,
+    checkpoint_seconds=None,
+    device="cpu",
+    reconstruction="nj",
+    loss="additivity",
+    setting="supervised",
+    standardize_input=True,
+    selection="holdout_refit",
+    quartet_order="shuffled",
+    leaf_order="given",
+)
 NO_SELECTION = {"selection": "none"}
 
 
 @pytest.fixture(scope="module")
 def sim():
-    return simulate_bm(depth=4, n_signal=5, n_noise=2, n_spurious=1, max_walk=3.0, noise_std=1.0,
-                       measurement_std=0.5, seed=1)  # fmt: skip
+    return simulate_bm(
+        depth=4, n_signal=5, n_noise=2, n_spurious=1, max_walk=3.0, noise_std=1.0, measurement_std=0.5, seed=1
+    )
 
 
 def inputs_of(sim, tree_newick=None, replicate=True, work_dir=None) -> LineageInput:
@@ -250,7 +288,7 @@ def inputs_of(sim, tree_newick=None, replicate=True, work_dir=None) -> LineageIn
         {"setting": "supervised"},
         {"setting": "high_level_partition", "level": 2},
         {"setting": "partially_labelled", "known_fraction": 0.5},
-    ],  # fmt: skip
+    ],
 )
 def test_run_returns_an_embedding_a_tree_and_what_evaluation_needs(sim, loss, setting):
     result = run(inputs_of(sim), PARAMS | setting | {"loss": loss}, seed=0)
@@ -383,8 +421,12 @@ def test_a_rerun_resumes_from_the_checkpoint_and_matches(sim, tmp_path):
 
 def relabelled(sim, permutation) -> LineageInput:
     """The same leaves, names and tree, handed over in another row order."""
-    return LineageInput(names=tuple(sim.leaf_names[i] for i in permutation), features=sim.test[permutation],
-                        train_features=sim.train[permutation], tree_newick=sim.tree_newick)  # fmt: skip
+    return LineageInput(
+        names=tuple(sim.leaf_names[i] for i in permutation),
+        features=sim.test[permutation],
+        train_features=sim.train[permutation],
+        tree_newick=sim.tree_newick,
+    )
 
 
 @pytest.mark.parametrize("setting", [{"setting": "supervised"}, {"setting": "high_level_partition", "level": 2}])
@@ -407,8 +449,9 @@ def test_the_leaf_order_control_relabels_what_sorted_quartets_read(sim):
         run(inputs_of(sim), params, 0).embedding, run(inputs_of(sim), params | control, 0).embedding
     )
     sorted_params = params | {"quartet_order": "sorted"}
-    assert not np.array_equal(run(inputs_of(sim), sorted_params, 0).embedding,
-                              run(inputs_of(sim), sorted_params | control, 0).embedding)  # fmt: skip
+    assert not np.array_equal(
+        run(inputs_of(sim), sorted_params, 0).embedding, run(inputs_of(sim), sorted_params | control, 0).embedding
+    )
 
 
 def test_sorted_quartets_come_in_ascending_rank_and_keep_their_topology():
@@ -449,8 +492,13 @@ def test_standardized_input_uses_the_training_replicate_statistics():
 
 
 def test_the_step_count_is_the_latest_validation_within_one_standard_error_of_the_best():
-    history = [{"step": 25, "val": 0.10}, {"step": 30, "loss": 1.0, "val": None}, {"step": 50, "val": 0.05},
-               {"step": 75, "val": 0.052}, {"step": 100, "val": 0.08}]  # fmt: skip
+    history = [
+        {"step": 25, "val": 0.10},
+        {"step": 30, "loss": 1.0, "val": None},
+        {"step": 50, "val": 0.05},
+        {"step": 75, "val": 0.052},
+        {"step": 100, "val": 0.08},
+    ]
     assert ctqm_train.chosen_steps(history, 2048) == 75  # SE at 0.05 on 2,048 quartets ≈ 0.0048
     assert ctqm_train.chosen_steps(history, 10**7) == 50  # a tiny SE: the best itself
 

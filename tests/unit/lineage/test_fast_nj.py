@@ -12,11 +12,8 @@ from celldag.lineage.tree import parse_newick, path_distances
 
 # Saitou & Nei's / Wikipedia's worked example: additive, so NJ returns the tree that made it
 WIKIPEDIA = np.array(
-    [[0, 5, 9, 9, 8],
-     [5, 0, 10, 10, 9],
-     [9, 10, 0, 8, 7],
-     [9, 10, 8, 0, 3],
-     [8, 9, 7, 3, 0]], dtype=float)  # fmt: skip
+    [[0, 5, 9, 9, 8], [5, 0, 10, 10, 9], [9, 10, 0, 8, 7], [9, 10, 8, 0, 3], [8, 9, 7, 3, 0]], dtype=float
+)
 WIKIPEDIA_TREE = "((a:2,b:3):3,c:4,(d:2,e:1):2);"
 # (list size, remake cost): the defaults; short lists never remade (full-row scans); a remake every join
 SETTINGS = [(fast_nj.LIST_SIZE, fast_nj.REMAKE_COST), (2, 1e9), (4, 0.0)]
@@ -82,8 +79,9 @@ def test_ties_go_as_in_scikit_bio(pruned, n):
     for _ in range(3):
         upper = np.triu(rng.integers(1, 4, size=(n, n)).astype(float), 1)
         distances = upper + upper.T
-        assert_same_tree(fast_nj.neighbor_joining(distances, names), skbio_neighbor_joining(distances, names),
-                         exact=True)  # fmt: skip
+        assert_same_tree(
+            fast_nj.neighbor_joining(distances, names), skbio_neighbor_joining(distances, names), exact=True
+        )
     # duplicate cells: zero distances, rows equal
     distances = euclidean_distances(rng.integers(0, 3, size=(n, 3)).astype(float))
     assert_same_tree(fast_nj.neighbor_joining(distances, names), skbio_neighbor_joining(distances, names), exact=True)

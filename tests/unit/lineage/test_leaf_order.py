@@ -17,12 +17,31 @@ from celldag.jobs.runner import run_method
 from celldag.jobs.evaluate import score_dataset
 from conftest import REPO, TRACKS
 
-BM = {"track": "lineage", "loader": "celldag.data.bm:prepare_bm_simulator",
-      "params": {"depth": 4, "n_signal": 20, "n_noise": 10, "n_spurious": 5, "max_walk": 3.0, "noise_std": 1.0,
-                 "measurement_std": 0.5}}  # fmt: skip
+BM = {
+    "track": "lineage",
+    "loader": "celldag.data.bm:prepare_bm_simulator",
+    "params": {
+        "depth": 4,
+        "n_signal": 20,
+        "n_noise": 10,
+        "n_spurious": 5,
+        "max_walk": 3.0,
+        "noise_std": 1.0,
+        "measurement_std": 0.5,
+    },
+}
 METHODS = yaml.safe_load((REPO / "config/methods.yaml").read_text())
-SMALL = {"proj_dim": 8, "hidden_dim": 16, "n_layers": 1, "output_dim": 8, "steps": 6, "quartets_per_step": 64,
-         "validation_quartets": 64, "validate_every": 2, "device": "cpu"}  # fmt: skip
+SMALL = {
+    "proj_dim": 8,
+    "hidden_dim": 16,
+    "n_layers": 1,
+    "output_dim": 8,
+    "steps": 6,
+    "quartets_per_step": 64,
+    "validation_quartets": 64,
+    "validate_every": 2,
+    "device": "cpu",
+}
 
 
 def test_prepared_leaves_come_in_a_seeded_random_order_and_the_truth_keeps_its_names():
@@ -47,18 +66,42 @@ def scores_of(tmp_path, prepared: anndata.AnnData, method: str, variant: str) ->
         {"variants": {"default": {}}} | METHODS[method] | {"params": params | SMALL if "steps" in params else params}
     )
     run_dir = tmp_path / method / variant
-    run_method(prepared_path=str(path), output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
-               dataset_id="bm", dataset_entry=BM, method_id=method, method_entry=entry, variant=variant, seed=0,
-               track=TRACKS["lineage"])  # fmt: skip
-    score_dataset(prepared_paths=[str(path)], output_paths=[str(run_dir / "output.h5ad")], table_paths=[],
-                  scores_path=str(run_dir / "scores.parquet"), track_id="lineage", track=TRACKS["lineage"],
-                  dataset=BM, evaluation={"qdist_quartets": 3000})  # fmt: skip
+    run_method(
+        prepared_path=str(path),
+        output_path=str(run_dir / "output.h5ad"),
+        record_path=str(run_dir / "run.json"),
+        dataset_id="bm",
+        dataset_entry=BM,
+        method_id=method,
+        method_entry=entry,
+        variant=variant,
+        seed=0,
+        track=TRACKS["lineage"],
+    )
+    score_dataset(
+        prepared_paths=[str(path)],
+        output_paths=[str(run_dir / "output.h5ad")],
+        table_paths=[],
+        scores_path=str(run_dir / "scores.parquet"),
+        track_id="lineage",
+        track=TRACKS["lineage"],
+        dataset=BM,
+        evaluation={"qdist_quartets": 3000},
+    )
     return artifacts.read_scores(run_dir / "scores.parquet").set_index("metric")["value"]
 
 
-RUNS = [("nj_raw", "default"), ("nj_pca", "default"), ("upgma_raw", "default"), ("celltreeqm", "supervised"),
-        ("celltreeqm", "high_level_partition"), ("celltreeqm", "partially_labelled"), ("celltreeqm", "label_free"),
-        ("triplet", "supervised"), ("quadruplet", "high_level_partition")]  # fmt: skip
+RUNS = [
+    ("nj_raw", "default"),
+    ("nj_pca", "default"),
+    ("upgma_raw", "default"),
+    ("celltreeqm", "supervised"),
+    ("celltreeqm", "high_level_partition"),
+    ("celltreeqm", "partially_labelled"),
+    ("celltreeqm", "label_free"),
+    ("triplet", "supervised"),
+    ("quadruplet", "high_level_partition"),
+]
 
 
 @pytest.mark.parametrize(("method", "variant"), RUNS)

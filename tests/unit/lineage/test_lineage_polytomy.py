@@ -52,8 +52,13 @@ def brute_categories(reference: Tree, estimate: Tree) -> dict[str, int]:
 
 def categories(reference: Tree, estimate: Tree) -> dict[str, int]:
     counts = quartet_counts(reference, estimate)
-    return {"agree": counts.agree, "differ": counts.differ, "reference_only": counts.resolved_a_only,
-            "estimate_only": counts.resolved_b - counts.resolved_both, "star_both": counts.star_both}  # fmt: skip
+    return {
+        "agree": counts.agree,
+        "differ": counts.differ,
+        "reference_only": counts.resolved_a_only,
+        "estimate_only": counts.resolved_b - counts.resolved_both,
+        "star_both": counts.star_both,
+    }
 
 
 def brute_splits(reference: Tree, estimate: Tree) -> tuple[float, float]:
@@ -67,8 +72,9 @@ def brute_splits(reference: Tree, estimate: Tree) -> tuple[float, float]:
     def compatible(x: frozenset, y: frozenset) -> bool:
         return not all((x & y, x - y, y - x, every - x - y))
 
-    compatibility = (sum(all(compatible(x, y) for y in split_r) for x in split_e) / len(split_e)
-                     if split_r and split_e else math.nan)  # fmt: skip
+    compatibility = (
+        sum(all(compatible(x, y) for y in split_r) for x in split_e) / len(split_e) if split_r and split_e else math.nan
+    )
     return recovery, compatibility
 
 

@@ -15,8 +15,9 @@ from celldag.lineage.tree import parse_newick, path_distances
 
 @pytest.fixture(scope="module")
 def lineage():
-    sim = simulate_bm(depth=4, n_signal=20, n_noise=20, n_spurious=10, max_walk=3.0, noise_std=1.0,
-                      measurement_std=1.0, seed=5)  # fmt: skip
+    sim = simulate_bm(
+        depth=4, n_signal=20, n_noise=20, n_spurious=10, max_walk=3.0, noise_std=1.0, measurement_std=1.0, seed=5
+    )
     truth = parse_newick(sim.tree_newick)
     names = list(sim.leaf_names)
     return truth, names, path_distances(truth, names, topology_only=True), euclidean_distances(sim.test)

@@ -25,9 +25,16 @@ def _dataset(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def _inputs(features: np.ndarray, labels: np.ndarray | None = None, train_fraction: float = 0.7) -> RepresentationInput:
     n, p = features.shape
     train = np.random.default_rng(1).random(n) < train_fraction
-    return RepresentationInput(names=tuple(f"c{i}" for i in range(n)), features=features,
-                               gene_names=tuple(f"g{j}" for j in range(p)), batch=np.full(n, "b1"), train_mask=train,
-                               lognorm=np.abs(features), counts=None, labels=labels)  # fmt: skip
+    return RepresentationInput(
+        names=tuple(f"c{i}" for i in range(n)),
+        features=features,
+        gene_names=tuple(f"g{j}" for j in range(p)),
+        batch=np.full(n, "b1"),
+        train_mask=train,
+        lognorm=np.abs(features),
+        counts=None,
+        labels=labels,
+    )
 
 
 def _knn_accuracy(embedding: np.ndarray, labels: np.ndarray, k: int = 15) -> float:

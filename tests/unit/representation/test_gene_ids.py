@@ -71,8 +71,9 @@ def test_every_provider_gets_symbols_and_its_table_is_keyed_by_the_datasets_ids(
     assert read.gene_ids == (EGFR, TP53, PMM2, MRPL23) and read.mapping == MAPPING
     assert read.mapping_facts() == {"gene_id_mapping": MAPPING, "note": NOTE}
     # a control built on that table: its provider sees the table by symbols too, and hands back the dataset's ids
-    shuffled, _ = embed_genes("celldag.embeddings.providers:shuffled", {}, DATASET_IDS, files, seed=0,
-                              base_table=read, gene_ids="ensembl")  # fmt: skip
+    shuffled, _ = embed_genes(
+        "celldag.embeddings.providers:shuffled", {}, DATASET_IDS, files, seed=0, base_table=read, gene_ids="ensembl"
+    )
     assert sorted(shuffled["gene_id"]) == sorted(read.gene_ids)
 
 
@@ -104,14 +105,27 @@ def lab_dataset(tmp_path: Path, genes: list[str], **declaration) -> tuple[dict, 
     """A lab's representation h5ad whose var_names are ``genes``, with its registry entry (``declaration``:
     gene_ids, species) and files."""
     rng = np.random.default_rng(0)
-    obs = pd.DataFrame({"cell_type": np.repeat(["A", "B"], 20), "donor": np.tile(["d1", "d2"], 20)},
-                       index=[f"c{i}" for i in range(40)])  # fmt: skip
+    obs = pd.DataFrame(
+        {"cell_type": np.repeat(["A", "B"], 20), "donor": np.tile(["d1", "d2"], 20)}, index=[f"c{i}" for i in range(40)]
+    )
     counts = rng.poisson(3.0, size=(40, len(genes))).astype(np.float32) + 1
     anndata.AnnData(counts, obs=obs, var=pd.DataFrame(index=genes)).write_h5ad(tmp_path / "lab.h5ad")
-    entry = {"track": "representation", "source": "local", "loader": "celldag.data.h5ad:prepare_h5ad",
-             "description": "lab", "license": "internal", "files": [{"name": "lab.h5ad", "path": str(tmp_path / "lab.h5ad")}],
-             "params": {"file": "lab.h5ad", "label_key": "cell_type", "batch_key": "donor", "counts_layer": "X",
-                        "lognorm_layer": None, "min_genes": 1}} | declaration  # fmt: skip
+    entry = {
+        "track": "representation",
+        "source": "local",
+        "loader": "celldag.data.h5ad:prepare_h5ad",
+        "description": "lab",
+        "license": "internal",
+        "files": [{"name": "lab.h5ad", "path": str(tmp_path / "lab.h5ad")}],
+        "params": {
+            "file": "lab.h5ad",
+            "label_key": "cell_type",
+            "batch_key": "donor",
+            "counts_layer": "X",
+            "lognorm_layer": None,
+            "min_genes": 1,
+        },
+    } | declaration
     return entry, {"lab.h5ad": str(tmp_path / "lab.h5ad")}
 
 
@@ -123,13 +137,27 @@ def run_genept_w(tmp_path: Path, entry: dict, files: dict, table_files: dict, re
     write_prepared_dataset("lab", entry, TRACKS["representation"], 0, str(tmp_path / "seed0.h5ad"), files)
     write_dataset_genes(str(tmp_path / "seed0.h5ad"), str(tmp_path / "genes.txt"))
     embedding = {"provider": FROM_FILE, "params": {"format": "csv"}}
-    write_gene_table(embedding_id="go_text", entry=embedding, inputs={"genes": str(tmp_path / "genes.txt")} | table_files,
-                     table_path=str(tmp_path / "go_text.parquet"), facts_path=str(tmp_path / "go_text.json"),
-                     dataset_entry=entry)  # fmt: skip
-    run_method(prepared_path=str(tmp_path / "seed0.h5ad"), gene_table_path=str(tmp_path / "go_text.parquet"),
-               output_path=str(tmp_path / "run" / "output.h5ad"), record_path=str(tmp_path / "run" / "run.json"),
-               dataset_id="lab", dataset_entry=entry, method_id="genept_w", method_entry=registries.methods["genept_w"],
-               variant="default", seed=0, track=TRACKS["representation"])  # fmt: skip
+    write_gene_table(
+        embedding_id="go_text",
+        entry=embedding,
+        inputs={"genes": str(tmp_path / "genes.txt")} | table_files,
+        table_path=str(tmp_path / "go_text.parquet"),
+        facts_path=str(tmp_path / "go_text.json"),
+        dataset_entry=entry,
+    )
+    run_method(
+        prepared_path=str(tmp_path / "seed0.h5ad"),
+        gene_table_path=str(tmp_path / "go_text.parquet"),
+        output_path=str(tmp_path / "run" / "output.h5ad"),
+        record_path=str(tmp_path / "run" / "run.json"),
+        dataset_id="lab",
+        dataset_entry=entry,
+        method_id="genept_w",
+        method_entry=registries.methods["genept_w"],
+        variant="default",
+        seed=0,
+        track=TRACKS["representation"],
+    )
     return json.loads((tmp_path / "run" / "run.json").read_text())
 
 
@@ -158,9 +186,16 @@ def test_mouse_genes_are_not_applicable_never_a_run_on_the_names_that_match(tmp_
 
     # sciLaMA: the variants that read the table are not_applicable; the ones that do not still run
     table = read_table(tmp_path / "go_text.parquet")
-    inputs = RepresentationInput(names=("c0",), features=np.zeros((1, 5), np.float32), gene_names=tuple(genes),
-                                 batch=np.array(["b"]), train_mask=np.array([True]), lognorm=np.zeros((1, 5)),
-                                 counts=None, gene_embedding=table)  # fmt: skip
+    inputs = RepresentationInput(
+        names=("c0",),
+        features=np.zeros((1, 5), np.float32),
+        gene_names=tuple(genes),
+        batch=np.array(["b"]),
+        train_mask=np.array([True]),
+        lognorm=np.zeros((1, 5)),
+        counts=None,
+        gene_embedding=table,
+    )
     with pytest.raises(NotApplicable, match=NO_ORTHOLOGY):
         modelled_genes(inputs, {"use_gene_vae": True, "gene_input": "embeddings"})
     columns, vectors = modelled_genes(inputs, {"use_gene_vae": True, "gene_input": "self_informed"})
@@ -205,8 +240,9 @@ def test_the_plan_downloads_org_hs_eg_db_for_a_dataset_of_ensembl_ids_only():
     from celldag.registry import load_config
 
     def downloads(dataset: str) -> set[str]:
-        config, registries = load_config({"datasets": [dataset], "methods": ["scilama/genept"], "seeds": [0]},
-                                         "config.yaml", root=REPO)  # fmt: skip
+        config, registries = load_config(
+            {"datasets": [dataset], "methods": ["scilama/genept"], "seeds": [0]}, "config.yaml", root=REPO
+        )
         return {
             path for path in plan.make_plan(config, registries).downloads if path.startswith("resources/embeddings/")
         }

@@ -8,15 +8,27 @@ from celldag.embeddings.table import GeneTable
 from celldag.methods import genept_w, harmony, pca, scvi_baseline
 from celldag.representation.track import RepresentationInput
 
-SCVI_PARAMS = {"use_batch": True, "n_latent": 4, "n_layers": 1, "n_hidden": 32, "max_epochs": 5,
-               "early_stopping": False, "batch_size": 64, "accelerator": "cpu"}  # fmt: skip
+SCVI_PARAMS = {
+    "use_batch": True,
+    "n_latent": 4,
+    "n_layers": 1,
+    "n_hidden": 32,
+    "max_epochs": 5,
+    "early_stopping": False,
+    "batch_size": 64,
+    "accelerator": "cpu",
+}
 
 
 def _inputs(features: np.ndarray, **fields) -> RepresentationInput:
     n, p = features.shape
     defaults = {"batch": np.full(n, "b1"), "train_mask": np.ones(n, bool), "lognorm": np.abs(features), "counts": None}
-    return RepresentationInput(names=tuple(f"c{i}" for i in range(n)), features=features,
-                               gene_names=tuple(f"g{j}" for j in range(p)), **defaults | fields)  # fmt: skip
+    return RepresentationInput(
+        names=tuple(f"c{i}" for i in range(n)),
+        features=features,
+        gene_names=tuple(f"g{j}" for j in range(p)),
+        **defaults | fields,
+    )
 
 
 def _batch_mixing(embedding: np.ndarray, groups: np.ndarray, k: int = 15) -> float:
@@ -78,9 +90,13 @@ def test_one_batch_does_not_meet_harmonys_need():
 def test_genept_w_is_the_expression_weighted_average_of_embedded_genes():
     # genes g0, g1, g2; the table has g0 = (1, 0), g2 = (0, 2) and a gene the dataset lacks; g1 has no vector
     table = GeneTable(gene_ids=("g2", "g9", "g0"), vectors=np.array([[0, 2], [7, 7], [1, 0]], np.float32))
-    lognorm = np.array([[1.0, 5.0, 1.0],   # (1·(1,0) + 1·(0,2)) / 2; g1's 5 carries no vector
-                        [2.0, 0.0, 0.0],   # only g0
-                        [0.0, 3.0, 0.0]])  # nothing embedded expressed → origin  # fmt: skip
+    lognorm = np.array(
+        [
+            [1.0, 5.0, 1.0],  # (1·(1,0) + 1·(0,2)) / 2; g1's 5 carries no vector
+            [2.0, 0.0, 0.0],  # only g0
+            [0.0, 3.0, 0.0],
+        ]
+    )  # nothing embedded expressed → origin
     inputs = _inputs(np.zeros((3, 3)), lognorm=lognorm, gene_embedding=table)
 
     result = genept_w.run(inputs, {"normalize": False}, seed=0)
@@ -103,8 +119,12 @@ def test_scvi_fits_train_cells_embeds_all_and_repeats_exactly_for_a_seed():
     cell_type = rng.integers(0, 2, n_cells)
     rates = rng.gamma(2.0, 1.0, size=(2, n_genes)) * 3
     counts = sparse.csr_matrix(rng.poisson(rates[cell_type]))
-    inputs = _inputs(np.zeros((n_cells, n_genes)), counts=counts, batch=np.where(rng.random(n_cells) < 0.5, "a", "b"),
-                     train_mask=rng.random(n_cells) < 0.8)  # fmt: skip
+    inputs = _inputs(
+        np.zeros((n_cells, n_genes)),
+        counts=counts,
+        batch=np.where(rng.random(n_cells) < 0.5, "a", "b"),
+        train_mask=rng.random(n_cells) < 0.8,
+    )
 
     first = scvi_baseline.run(inputs, SCVI_PARAMS, seed=0)
     assert first.embedding.shape == (n_cells, 4) and np.isfinite(first.embedding).all()
@@ -124,8 +144,9 @@ def test_scvis_registry_settings_are_scvi_tools_defaults():
     params = yaml.safe_load((REPO / "config/methods.yaml").read_text())["scvi"]["params"]
     model = inspect.signature(scvi.model.SCVI.__init__).parameters
     train = inspect.signature(scvi.model.SCVI.train).parameters
-    defaults = ({name: model[name].default for name in ("n_latent", "n_layers", "n_hidden")}
-                | {name: train[name].default for name in ("max_epochs", "batch_size", "early_stopping")})  # fmt: skip
+    defaults = {name: model[name].default for name in ("n_latent", "n_layers", "n_hidden")} | {
+        name: train[name].default for name in ("max_epochs", "batch_size", "early_stopping")
+    }
     # max_epochs None: scvi-tools' rule, min(round(20,000 / cells · 400), 400)
     assert (
         {name: params[name] for name in defaults}

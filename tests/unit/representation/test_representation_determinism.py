@@ -67,8 +67,9 @@ def test_one_embedding_scored_in_two_processes_gives_bit_identical_scores(tmp_pa
     command = [sys.executable, "-c", SCORE, str(path), str(COPIES)]
     runs = []
     for _ in range(2):  # one after the other: the first fills the cache the second reads
-        run = subprocess.run(command, capture_output=True, text=True, timeout=900,
-                             env=os.environ | {"CELLDAG_JAX_CACHE": str(cache)})  # fmt: skip
+        run = subprocess.run(
+            command, capture_output=True, text=True, timeout=900, env=os.environ | {"CELLDAG_JAX_CACHE": str(cache)}
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         runs.append(json.loads(run.stdout.splitlines()[-1]))
     cold, warm = runs

@@ -9,8 +9,16 @@ import pytest
 
 from celldag.representation.metrics import SCIB_METRICS, marker_clustering, scib_scores
 
-BIO = ("nmi_kmeans", "ari_kmeans", "nmi_leiden", "ari_leiden", "silhouette_label", "clisi", "isolated_labels",
-       "bio_conservation")  # fmt: skip
+BIO = (
+    "nmi_kmeans",
+    "ari_kmeans",
+    "nmi_leiden",
+    "ari_leiden",
+    "silhouette_label",
+    "clisi",
+    "isolated_labels",
+    "bio_conservation",
+)
 
 
 def _toy_cells(n_per_label: int = 80, dim: int = 8, seed: int = 0):

@@ -14,11 +14,28 @@ N_CELLS, N_GENES, EMBED_DIM = 40, 12, 6
 
 def tiny_params(**overrides) -> dict:
     params = dict(
-        hidden_dims=[16, 8], gene_hidden_dims=[16, 8], latent_dim=4, dropout=0.1, lr=1e-3, weight_decay=0.0,
-        lr_decay=0.99, batch_size=16, max_epochs=4, kl_warmup_epochs=1, kl_ramp_epochs=1, gamma=0.05,
-        patience=2, min_delta=0.0, mode="stepwise", gene_input="embeddings", use_gene_vae=True, use_batch=True, device="cpu",
-        checkpoint_every=1, checkpoint_seconds=None,
-    )  # fmt: skip
+        hidden_dims=[16, 8],
+        gene_hidden_dims=[16, 8],
+        latent_dim=4,
+        dropout=0.1,
+        lr=1e-3,
+        weight_decay=0.0,
+        lr_decay=0.99,
+        batch_size=16,
+        max_epochs=4,
+        kl_warmup_epochs=1,
+        kl_ramp_epochs=1,
+        gamma=0.05,
+        patience=2,
+        min_delta=0.0,
+        mode="stepwise",
+        gene_input="embeddings",
+        use_gene_vae=True,
+        use_batch=True,
+        device="cpu",
+        checkpoint_every=1,
+        checkpoint_seconds=None,
+    )
     return params | overrides
 
 
@@ -159,9 +176,16 @@ def test_phase_two_leaves_the_cell_side_unchanged():
     gene_before = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("gene_")}
     loss_fn = scilama_train._phase_loss("gene", model, x, None, gamma=0.05)
     scilama_train._train_phase(
-        "gene", 1, model, loss_fn, torch.as_tensor(np.flatnonzero(train_mask)),
-        torch.as_tensor(np.flatnonzero(~train_mask)), tiny_params(), seed=0, checkpoint_dir=None,
-    )  # fmt: skip
+        "gene",
+        1,
+        model,
+        loss_fn,
+        torch.as_tensor(np.flatnonzero(train_mask)),
+        torch.as_tensor(np.flatnonzero(~train_mask)),
+        tiny_params(),
+        seed=0,
+        checkpoint_dir=None,
+    )
     after = model.state_dict()
     assert all(torch.equal(after[k], v) for k, v in cell_before.items())
     assert not all(torch.equal(after[k], v) for k, v in gene_before.items())
@@ -169,9 +193,13 @@ def test_phase_two_leaves_the_cell_side_unchanged():
 
 @pytest.mark.parametrize(
     ("overrides", "phases", "has_genes"),
-    [({}, ["cell", "gene", "joint"], True), ({"mode": "direct", "use_batch": False}, ["joint"], True),
-     ({"use_gene_vae": False}, ["cell"], False), ({"gene_input": "self_informed"}, ["cell", "gene", "joint"], True)],
-)  # fmt: skip
+    [
+        ({}, ["cell", "gene", "joint"], True),
+        ({"mode": "direct", "use_batch": False}, ["joint"], True),
+        ({"use_gene_vae": False}, ["cell"], False),
+        ({"gene_input": "self_informed"}, ["cell", "gene", "joint"], True),
+    ],
+)
 def test_fit_outputs(overrides, phases, has_genes):
     expression, train_mask, batch, embeddings = tiny_data()
     result = fit_scilama(expression, train_mask, batch, embeddings, tiny_params(**overrides), seed=0, work_dir=None)
@@ -259,15 +287,29 @@ def test_run_models_only_genes_with_a_static_vector_and_counts_the_rest():
     expression, train_mask, batch, embeddings = tiny_data()
     names = tuple(f"g{i}" for i in range(N_GENES))
     table = GeneTable(gene_ids=names[3:][::-1], vectors=embeddings[3:][::-1], provider="t")  # g0–g2 have none
-    inputs = RepresentationInput(names=tuple(f"c{i}" for i in range(N_CELLS)), features=expression, gene_names=names,
-                                 batch=batch.astype(str), train_mask=train_mask, lognorm=np.abs(expression), counts=None,
-                                 gene_embedding=table)  # fmt: skip
+    inputs = RepresentationInput(
+        names=tuple(f"c{i}" for i in range(N_CELLS)),
+        features=expression,
+        gene_names=names,
+        batch=batch.astype(str),
+        train_mask=train_mask,
+        lognorm=np.abs(expression),
+        counts=None,
+        gene_embedding=table,
+    )
     result = run(inputs, tiny_params(), seed=0)
     assert result.gene_ids == names[3:] and result.gene_embedding.shape == (N_GENES - 3, 4)
     assert result.uns["genes"] == {"n_modelled": N_GENES - 3, "n_without_embedding": 3}
     # the same fit as on the matching columns and rows directly
-    direct = fit_scilama(expression[:, 3:], train_mask, np.unique(batch.astype(str), return_inverse=True)[1],
-                         embeddings[3:], tiny_params(), seed=0, work_dir=None)  # fmt: skip
+    direct = fit_scilama(
+        expression[:, 3:],
+        train_mask,
+        np.unique(batch.astype(str), return_inverse=True)[1],
+        embeddings[3:],
+        tiny_params(),
+        seed=0,
+        work_dir=None,
+    )
     assert np.array_equal(result.embedding, direct.cell_embedding)
 
 
@@ -287,9 +329,16 @@ def test_static_marker_scores_of_a_control_are_those_of_the_vectors_the_run_drew
     expression, train_mask, batch, embeddings = tiny_data()
     names = tuple(f"g{i}" for i in range(N_GENES))
     table = GeneTable(gene_ids=names, vectors=embeddings, provider="t")
-    inputs = RepresentationInput(names=tuple(f"c{i}" for i in range(N_CELLS)), features=expression, gene_names=names,
-                                 batch=batch.astype(str), train_mask=train_mask, lognorm=np.abs(expression), counts=None,
-                                 gene_embedding=table)  # fmt: skip
+    inputs = RepresentationInput(
+        names=tuple(f"c{i}" for i in range(N_CELLS)),
+        features=expression,
+        gene_names=names,
+        batch=batch.astype(str),
+        train_mask=train_mask,
+        lognorm=np.abs(expression),
+        counts=None,
+        gene_embedding=table,
+    )
     params = tiny_params(gene_input=gene_input, max_epochs=3)
     used = {}
 
@@ -302,9 +351,15 @@ def test_static_marker_scores_of_a_control_are_those_of_the_vectors_the_run_drew
     # the control is drawn before the fit (static_vectors, with the run's seed) and fitted as embeddings
     from celldag.representation.scoring import static_vectors
 
-    direct = fit_scilama(expression, train_mask, np.unique(batch.astype(str), return_inverse=True)[1],
-                         static_vectors(embeddings, gene_input, 3), params | {"gene_input": "embeddings"}, seed=3,
-                         work_dir=None)  # fmt: skip
+    direct = fit_scilama(
+        expression,
+        train_mask,
+        np.unique(batch.astype(str), return_inverse=True)[1],
+        static_vectors(embeddings, gene_input, 3),
+        params | {"gene_input": "embeddings"},
+        seed=3,
+        work_dir=None,
+    )
     assert np.array_equal(result.embedding, direct.cell_embedding)
 
     prepared = anndata.AnnData(obs=pd.DataFrame(index=list(inputs.names)))

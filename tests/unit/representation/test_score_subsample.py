@@ -28,8 +28,11 @@ from conftest import TRACKS
 
 TRACK = TRACKS["representation"]
 DATASET = "synthetic_test"
-ENTRY = {"track": "representation", "loader": "celldag.data.synthetic:prepare_synthetic_counts",
-         "params": {"n_cells": 600, "n_genes": 200, "n_types": 12, "n_batches": 4}}  # fmt: skip
+ENTRY = {
+    "track": "representation",
+    "loader": "celldag.data.synthetic:prepare_synthetic_counts",
+    "params": {"n_cells": 600, "n_genes": 200, "n_types": 12, "n_batches": 4},
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +46,10 @@ def strata_of(obs: pd.DataFrame) -> pd.Series:
 
 def output(prepared, method: str, status: str = "ok") -> anndata.AnnData:
     """A run's output: column 0 of the embedding is each cell's row number, so a scorer's input shows its cells."""
-    out = anndata.AnnData(obs=pd.DataFrame(index=prepared.obs_names),
-                          uns={"dataset_id": DATASET, "method_id": method, "variant": "default", "seed": 0,
-                               "status": status})  # fmt: skip
+    out = anndata.AnnData(
+        obs=pd.DataFrame(index=prepared.obs_names),
+        uns={"dataset_id": DATASET, "method_id": method, "variant": "default", "seed": 0, "status": status},
+    )
     if status == "ok":
         noise = np.random.default_rng(len(method)).normal(size=(prepared.n_obs, 4))
         out.obsm["X_emb"] = np.column_stack([np.arange(prepared.n_obs), noise]).astype(np.float32)
@@ -60,13 +64,24 @@ def scib_inputs(monkeypatch) -> list[dict]:
     calls = []
 
     def stand_in(embeddings, labels, batch, pre_integration, *, batch_metrics=True, n_jobs=1, subsample=None):
-        calls.append({"embeddings": {key: np.array(x) for key, x in embeddings.items()}, "labels": np.array(labels),
-                      "batch": np.array(batch), "pre_integration": np.array(pre_integration),
-                      "subsample": subsample})  # fmt: skip
+        calls.append(
+            {
+                "embeddings": {key: np.array(x) for key, x in embeddings.items()},
+                "labels": np.array(labels),
+                "batch": np.array(batch),
+                "pre_integration": np.array(pre_integration),
+                "subsample": subsample,
+            }
+        )
         scored = len(labels) if subsample is None else len(subsample)
-        return {key: {"total": float(np.asarray(x, dtype=np.float64).sum()),
-                      "ilisi": float(np.asarray(pre_integration, dtype=np.float64).sum()),
-                      "clisi": float(scored)} for key, x in embeddings.items()}  # fmt: skip
+        return {
+            key: {
+                "total": float(np.asarray(x, dtype=np.float64).sum()),
+                "ilisi": float(np.asarray(pre_integration, dtype=np.float64).sum()),
+                "clisi": float(scored),
+            }
+            for key, x in embeddings.items()
+        }
 
     monkeypatch.setattr(representation_scoring, "scib_scores", stand_in)
     monkeypatch.setattr(representation_scoring, "enable_jax_cache", lambda: None)
@@ -176,8 +191,16 @@ def write_run(tmp_path, prepared, evaluation: dict, dataset: str = DATASET) -> p
         paths.append(str(tmp_path / dataset / f"{method}.h5ad"))
         artifacts.write_h5ad(out, paths[-1])
     scores_path = str(tmp_path / "scores" / f"{dataset}.parquet")
-    score_dataset(prepared_paths=[prepared_path], output_paths=paths, table_paths=[], scores_path=scores_path,
-                  track_id="representation", track=TRACK, dataset=ENTRY, evaluation=evaluation)  # fmt: skip
+    score_dataset(
+        prepared_paths=[prepared_path],
+        output_paths=paths,
+        table_paths=[],
+        scores_path=scores_path,
+        track_id="representation",
+        track=TRACK,
+        dataset=ENTRY,
+        evaluation=evaluation,
+    )
     return artifacts.read_scores(scores_path)
 
 
@@ -225,12 +248,24 @@ def test_the_leaderboard_notes_the_subsample_under_its_dataset(tmp_path, prepare
     assert "subsample" not in leaderboard_markdown(full, TRACKS)
 
 
-@pytest.mark.parametrize(("column", "values"), [("scored_cells", [-1.0]), ("subsample_seed", [0.5]),
-                                                 ("scored_cells", ["300"])])  # fmt: skip
+@pytest.mark.parametrize(
+    ("column", "values"), [("scored_cells", [-1.0]), ("subsample_seed", [0.5]), ("scored_cells", ["300"])]
+)
 def test_the_contract_refuses_bad_subsample_facts(column, values):
-    table = pd.DataFrame({"dataset": ["d"], "track": ["representation"], "method": ["pca"], "variant": ["default"],
-                          "seed": [0], "metric": ["total"], "value": [0.5], "higher_is_better": [True],
-                          "status": ["ok"], column: values})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "dataset": ["d"],
+            "track": ["representation"],
+            "method": ["pca"],
+            "variant": ["default"],
+            "seed": [0],
+            "metric": ["total"],
+            "value": [0.5],
+            "higher_is_better": [True],
+            "status": ["ok"],
+            column: values,
+        }
+    )
     with pytest.raises(contracts.ContractError, match=f"column '{column}'"):
         contracts.check_scores(table, "scores.parquet")
 
@@ -239,9 +274,16 @@ def test_the_contract_refuses_bad_subsample_facts(column, values):
 
 
 def figure_data(prepared, evaluation: dict) -> FigureData:
-    return FigureData(dataset=DATASET, dataset_entry=ENTRY, track_id="representation", track=TRACK, seed=0,
-                      evaluation=evaluation, prepared=prepared,
-                      outputs={"pca/default": output(prepared, "pca")})  # fmt: skip
+    return FigureData(
+        dataset=DATASET,
+        dataset_entry=ENTRY,
+        track_id="representation",
+        track=TRACK,
+        seed=0,
+        evaluation=evaluation,
+        prepared=prepared,
+        outputs={"pca/default": output(prepared, "pca")},
+    )
 
 
 def test_the_umap_draws_a_stratified_subsample_of_a_large_dataset_and_says_so(prepared, monkeypatch):

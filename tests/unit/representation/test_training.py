@@ -122,9 +122,15 @@ def test_train_mode_restored_after_validation():
         return task.validate()
 
     train(
-        model=task.model, optimizer=task.optimizer, step_fn=step, total_steps=10, rng=task.rng,
-        checkpoint_dir=None, validate_fn=validate, validate_every=3,
-    )  # fmt: skip
+        model=task.model,
+        optimizer=task.optimizer,
+        step_fn=step,
+        total_steps=10,
+        rng=task.rng,
+        checkpoint_dir=None,
+        validate_fn=validate,
+        validate_every=3,
+    )
     assert seen == [(False, False)] * 4  # steps 3, 6, 9 and the last one
 
 
@@ -184,9 +190,17 @@ def test_early_stopping_restores_best_weights(tmp_path):
         return next(scripted)
 
     result = train(
-        model=task.model, optimizer=task.optimizer, step_fn=task.step, total_steps=100, rng=task.rng,
-        checkpoint_dir=tmp_path, checkpoint_every=3, validate_fn=validate, validate_every=4, patience=3,
-    )  # fmt: skip
+        model=task.model,
+        optimizer=task.optimizer,
+        step_fn=task.step,
+        total_steps=100,
+        rng=task.rng,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=3,
+        validate_fn=validate,
+        validate_every=4,
+        patience=3,
+    )
 
     assert result.stopped_early
     assert (result.best_step, result.best_value) == (8, 3.0)
@@ -205,9 +219,17 @@ def test_min_delta_ignores_creeping_improvements():
     task = Task(seed=0)
     scripted = iter([10.0, 9.95, 9.9, 9.0, 8.99, 8.98, 8.97, 1.0])  # drops < 1 % do not count
     result = train(
-        model=task.model, optimizer=task.optimizer, step_fn=task.step, total_steps=100, rng=task.rng,
-        checkpoint_dir=None, validate_fn=lambda: next(scripted), validate_every=1, patience=3, min_delta=0.01,
-    )  # fmt: skip
+        model=task.model,
+        optimizer=task.optimizer,
+        step_fn=task.step,
+        total_steps=100,
+        rng=task.rng,
+        checkpoint_dir=None,
+        validate_fn=lambda: next(scripted),
+        validate_every=1,
+        patience=3,
+        min_delta=0.01,
+    )
     assert result.stopped_early
     assert (result.best_step, result.best_value) == (4, 9.0)  # 10 → 9.0 is the last drop of more than 1 %
     assert result.steps_run == 7
@@ -228,9 +250,14 @@ def test_failed_save_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
 
     with pytest.raises(OSError, match="disk full"):
         train(
-            model=task.model, optimizer=task.optimizer, step_fn=step, total_steps=TOTAL, rng=task.rng,
-            checkpoint_dir=tmp_path, checkpoint_every=EVERY,
-        )  # fmt: skip
+            model=task.model,
+            optimizer=task.optimizer,
+            step_fn=step,
+            total_steps=TOTAL,
+            rng=task.rng,
+            checkpoint_dir=tmp_path,
+            checkpoint_every=EVERY,
+        )
 
     assert [path.name for path in tmp_path.iterdir()] == [CHECKPOINT_NAME]
     monkeypatch.setattr(torch, "save", real_save)
@@ -323,9 +350,14 @@ def test_scalars_may_stay_tensors_until_a_log_step_reads_them():
         return {"loss": returned[-1], "extra": torch.tensor(float(step))}
 
     result = train(
-        model=task.model, optimizer=task.optimizer, step_fn=step, total_steps=10, rng=task.rng,
-        checkpoint_dir=None, log_every=4,
-    )  # fmt: skip
+        model=task.model,
+        optimizer=task.optimizer,
+        step_fn=step,
+        total_steps=10,
+        rng=task.rng,
+        checkpoint_dir=None,
+        log_every=4,
+    )
     assert result.history == [
         {"step": 4, "loss": float(returned[3]), "extra": 4.0, "val": None},
         {"step": 8, "loss": float(returned[7]), "extra": 8.0, "val": None},
@@ -344,9 +376,17 @@ def test_a_non_finite_loss_stops_the_run_at_the_next_check_and_is_never_checkpoi
 
     with pytest.raises(training.NonFiniteLoss, match="between steps 7 and 8: the model diverged"):
         train(
-            model=task.model, optimizer=task.optimizer, step_fn=step, total_steps=TOTAL, rng=task.rng,
-            checkpoint_dir=tmp_path, checkpoint_every=2, log_every=100, validate_fn=task.validate, validate_every=100,
-        )  # fmt: skip
+            model=task.model,
+            optimizer=task.optimizer,
+            step_fn=step,
+            total_steps=TOTAL,
+            rng=task.rng,
+            checkpoint_dir=tmp_path,
+            checkpoint_every=2,
+            log_every=100,
+            validate_fn=task.validate,
+            validate_every=100,
+        )
     assert saved == [2, 4, 6]  # the check before the checkpoint of step 8 stopped the run
     assert task.calls == 8
 
@@ -355,9 +395,14 @@ def test_a_non_finite_float_loss_is_caught_too():
     task = Task(seed=0)
     with pytest.raises(training.NonFiniteLoss, match="between steps 1 and 5"):
         train(
-            model=task.model, optimizer=task.optimizer, step_fn=lambda step: {"loss": float("nan")},
-            total_steps=TOTAL, rng=task.rng, checkpoint_dir=None, log_every=5,
-        )  # fmt: skip
+            model=task.model,
+            optimizer=task.optimizer,
+            step_fn=lambda step: {"loss": float("nan")},
+            total_steps=TOTAL,
+            rng=task.rng,
+            checkpoint_dir=None,
+            log_every=5,
+        )
 
 
 def test_best_weights_are_copied_into_the_buffers_of_the_last_best_copy():

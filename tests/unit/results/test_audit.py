@@ -46,8 +46,10 @@ def test_score_differences_name_each_metric_including_those_on_one_side():
     recorded = {"rf": 0.5, "quartet_dist": 0.25, "qdist_sampled": 0.125}
     now = {"rf": 0.5, "quartet_dist": 0.25 + ULP, "k_qdist": 0.1}
     assert output_differences.score_differences(recorded, now, None) == [
-        ("k_qdist", None, 0.1), ("qdist_sampled", 0.125, None), ("quartet_dist", 0.25, 0.25 + ULP),
-    ]  # fmt: skip
+        ("k_qdist", None, 0.1),
+        ("qdist_sampled", 0.125, None),
+        ("quartet_dist", 0.25, 0.25 + ULP),
+    ]
     assert output_differences.score_differences(recorded, dict(recorded), None) == []
 
 
@@ -92,16 +94,30 @@ def test_outputs_compare_status_embedding_and_tree_not_training_facts():
     assert output_differences.output_differences(recorded, same, None) == []
     other = output(x + 1, "(b,(a,c));", status="failed")
     assert output_differences.output_differences(recorded, other, None) == [
-        "uns['status'] recorded 'ok' now 'failed'", "obsm['X_emb'] max |Δ| 1", "uns['tree_newick'] another tree",
-    ]  # fmt: skip
+        "uns['status'] recorded 'ok' now 'failed'",
+        "obsm['X_emb'] max |Δ| 1",
+        "uns['tree_newick'] another tree",
+    ]
     assert output_differences.output_differences(recorded, output(None, "(a,(b,c));"), None) == [
         "obsm['X_emb'] on one side only"
     ]
 
 
 def scores_table(values: dict[tuple[str, int, str], float]) -> pd.DataFrame:
-    rows = [{"dataset": "bm", "track": "lineage", "method": method, "variant": "default", "seed": seed, "metric": metric,
-             "value": value, "higher_is_better": False, "status": "ok"} for (method, seed, metric), value in values.items()]  # fmt: skip
+    rows = [
+        {
+            "dataset": "bm",
+            "track": "lineage",
+            "method": method,
+            "variant": "default",
+            "seed": seed,
+            "metric": metric,
+            "value": value,
+            "higher_is_better": False,
+            "status": "ok",
+        }
+        for (method, seed, metric), value in values.items()
+    ]
     return pd.DataFrame(rows)
 
 
@@ -134,8 +150,10 @@ def test_edited_rows_lists_changed_added_and_removed_rows():
 
 
 def test_the_sample_is_seeded_and_only_of_ok_runs():
-    runs = {Run("bm", "nj", "default", seed, "k" * 10, "d" * 10): {"status": "ok" if seed != 3 else "failed"}
-            for seed in range(8)}  # fmt: skip
+    runs = {
+        Run("bm", "nj", "default", seed, "k" * 10, "d" * 10): {"status": "ok" if seed != 3 else "failed"}
+        for seed in range(8)
+    }
     first = audit.sample_runs(runs, 3, seed=0)
     assert first == audit.sample_runs(runs, 3, seed=0) and len(first) == 3
     assert audit.sample_runs(runs, 3, seed=1) != first  # another seed, (here) another sample
@@ -144,11 +162,24 @@ def test_the_sample_is_seeded_and_only_of_ok_runs():
 
 def test_a_rerun_gets_exactly_the_recorded_params(tmp_path):
     # a GPU job that fell back to the CPU recorded device: cpu, which its registry entry does not say
-    method = {"track": "lineage", "run": "celldag.methods.celltreeqm:run", "params": {"device": "cuda", "steps": 5},
-              "variants": {"supervised": {"setting": "supervised"}}}  # fmt: skip
-    record = {"config": {"method": method, "dataset": {}, "variant": "supervised",
-                         "params": {"device": "cpu", "steps": 5, "setting": "supervised"}},
-              "seed": 2, "threads": 1, "device": "cpu (x86_64)", "inputs": {"prepared": "p.h5ad"}}  # fmt: skip
+    method = {
+        "track": "lineage",
+        "run": "celldag.methods.celltreeqm:run",
+        "params": {"device": "cuda", "steps": 5},
+        "variants": {"supervised": {"setting": "supervised"}},
+    }
+    record = {
+        "config": {
+            "method": method,
+            "dataset": {},
+            "variant": "supervised",
+            "params": {"device": "cpu", "steps": 5, "setting": "supervised"},
+        },
+        "seed": 2,
+        "threads": 1,
+        "device": "cpu (x86_64)",
+        "inputs": {"prepared": "p.h5ad"},
+    }
     kwargs = audit.rerun_kwargs(Run("bm", "celltreeqm", "supervised", 2, "k" * 10, "d" * 10), record, tmp_path)
     assert method_params(kwargs["method_entry"], kwargs["variant"]) == record["config"]["params"]
     assert str(tmp_path) in kwargs["output_path"] and not kwargs["gpu_requested"] and kwargs["gene_table_path"] is None
@@ -170,8 +201,9 @@ def test_prepared_datasets_carry_the_digests_of_their_source_files(tmp_path, mon
         "track": "toy",
         "files": [{"name": "counts.csv", "path": str(source)}],
     }
-    adata = prepare.prepare_dataset("lab", entry, Track(**{**vars(TRACKS["lineage"]), "arrange": None}), 0,
-                                    {"counts.csv": str(source)})  # fmt: skip
+    adata = prepare.prepare_dataset(
+        "lab", entry, Track(**{**vars(TRACKS["lineage"]), "arrange": None}), 0, {"counts.csv": str(source)}
+    )
     assert adata.uns[prepare.SOURCE_FILES] == {"counts.csv": {"path": str(source), "sha256": sha256_file(source)}}
     assert adata.uns["source_files"] == {"package.csv": "f" * 64}  # the loader's own record is kept
 
@@ -202,9 +234,11 @@ def test_intact_results_audit_clean(results, capsys):
     assert status == 0, "\n".join(lines)
     assert len(reproduced) == 3  # the default sample
     assert all(line.endswith("(cpu; output and 3 scores bit-identical)") for line in reproduced)
-    assert lines[-1] == ("summary: 6 run records, 8 files, 1 scores table, 5 aggregate files checked (0 changed, 0 missing, "
-                         "0 errors); "
-                         "3 re-runs: 3 reproduced, 0 differ, 0 not re-run — OK")  # fmt: skip
+    assert lines[-1] == (
+        "summary: 6 run records, 8 files, 1 scores table, 5 aggregate files checked (0 changed, 0 missing, "
+        "0 errors); "
+        "3 re-runs: 3 reproduced, 0 differ, 0 not re-run — OK"
+    )
 
 
 @e2e
@@ -241,8 +275,10 @@ def test_an_edited_score_is_named_by_both_checks(results, capsys):
     table.to_parquet(path, index=False)
     status, lines = run_audit(capsys, "--run", "bm_small/nj_raw/default/0")
     assert status == 1
-    assert any(line.startswith(f"score changed: bm_small/nj_raw/default/0 rf in {path} (now {recorded + 0.01!r}; ")
-               for line in lines)  # fmt: skip
+    assert any(
+        line.startswith(f"score changed: bm_small/nj_raw/default/0 rf in {path} (now {recorded + 0.01!r}; ")
+        for line in lines
+    )
     assert f"differs: bm_small/nj_raw/default/0 rf recorded {recorded + 0.01!r} now {recorded!r}" in lines
 
 
@@ -256,8 +292,10 @@ def test_an_edited_aggregate_row_is_named_by_file_and_row(results, capsys):
     table.to_parquet(path, index=False)
     status, lines = run_audit(capsys, "--sample", "0")
     assert status == 1
-    assert (f"aggregate row changed: bm_small/nj_pca/default/1 quartet_dist in {path} (value now {recorded / 2!r}; "
-            f"the tables it is built from give {recorded!r})") in lines  # fmt: skip
+    assert (
+        f"aggregate row changed: bm_small/nj_pca/default/1 quartet_dist in {path} (value now {recorded / 2!r}; "
+        f"the tables it is built from give {recorded!r})"
+    ) in lines
     assert lines[-1].endswith("— FAILED") and "(1 changed," in lines[-1]
 
 
@@ -281,8 +319,10 @@ def test_an_edited_leaderboard_is_named_by_file_and_line(results, capsys):
     path.write_text("\n".join([*lines_before[:number], edited, *lines_before[number + 1 :]]) + "\n")
     status, lines = run_audit(capsys, "--sample", "0")
     assert status == 1
-    assert (f"leaderboard changed: results/tiny/leaderboard.md line {number + 1}: {edited!r}; the scores give "
-            f"{lines_before[number]!r} (1 differing line)") in lines  # fmt: skip
+    assert (
+        f"leaderboard changed: results/tiny/leaderboard.md line {number + 1}: {edited!r}; the scores give "
+        f"{lines_before[number]!r} (1 differing line)"
+    ) in lines
 
 
 @e2e

@@ -11,12 +11,22 @@ from celldag.commands.cite import Cited, works_and_gaps
 from celldag.cli import main
 from celldag.registry import Registries
 
-KUANG = {"authors": ["Kuang, Da", "Qiu, Guanwen", "Kim, Junhyong"], "venue": "ICML, PMLR 267", "year": 2025,
-         "title": "Reconstructing Cell Lineage Trees from Phenotypic Features with Metric Learning",
-         "type": "inproceedings", "url": "https://proceedings.mlr.press/v267/kuang25b.html"}  # fmt: skip
-MANY = {"authors": ["Luecken, Malte D.", "Büttner, Maren", "others"], "title": "Benchmarking atlas-level data "
-        "integration in single-cell genomics.", "venue": "Nature Methods", "year": 2022,
-        "doi": "10.1038/s41592-021-01336-8", "note": "scIB"}  # fmt: skip
+KUANG = {
+    "authors": ["Kuang, Da", "Qiu, Guanwen", "Kim, Junhyong"],
+    "venue": "ICML, PMLR 267",
+    "year": 2025,
+    "title": "Reconstructing Cell Lineage Trees from Phenotypic Features with Metric Learning",
+    "type": "inproceedings",
+    "url": "https://proceedings.mlr.press/v267/kuang25b.html",
+}
+MANY = {
+    "authors": ["Luecken, Malte D.", "Büttner, Maren", "others"],
+    "title": "Benchmarking atlas-level data integration in single-cell genomics.",
+    "venue": "Nature Methods",
+    "year": 2022,
+    "doi": "10.1038/s41592-021-01336-8",
+    "note": "scIB",
+}
 
 
 def test_a_reference_line_has_initials_et_al_for_a_cut_list_and_the_doi_or_url():
@@ -33,8 +43,12 @@ def test_a_reference_line_has_initials_et_al_for_a_cut_list_and_the_doi_or_url()
 
 def test_bibtex_entries_keep_the_title_capitals_and_get_distinct_ascii_keys():
     taken: set[str] = set()
-    conde = {"authors": ["Domínguez Conde, C."], "title": "Cross-tissue immune cell analysis", "venue": "Science",
-             "year": 2022}  # fmt: skip
+    conde = {
+        "authors": ["Domínguez Conde, C."],
+        "title": "Cross-tissue immune cell analysis",
+        "venue": "Science",
+        "year": 2022,
+    }
     keys = [bibtex_key(KUANG, taken), bibtex_key(KUANG, taken), bibtex_key(conde, taken)]
     assert keys == ["kuang2025reconstructing", "kuang2025reconstructinga", "dominguezconde2022cross"]
     assert bibtex(MANY, "luecken2022benchmarking") == (
@@ -54,18 +68,27 @@ def test_a_work_cited_by_several_entries_is_listed_once_and_an_entry_without_one
         methods={"celltreeqm": {"reference": [KUANG, MANY], "license": "MIT"}, "lab_net": {"reference": "Us. 2024."}},
         origins={"datasets": {"lab_atlas": "lab/datasets.yaml"}},
     )
-    cited = Cited("results/x", {"methods": ["celltreeqm", "lab_net", "gone"], "datasets": ["bm", "lab_atlas"],
-                                "embeddings": []}, planned=False)  # fmt: skip
+    cited = Cited(
+        "results/x",
+        {"methods": ["celltreeqm", "lab_net", "gone"], "datasets": ["bm", "lab_atlas"], "embeddings": []},
+        planned=False,
+    )
     works, gaps, licenses = works_and_gaps(cited, registries)
     assert [(work.reference, work.cited_for) for work in works] == [
         (KUANG, ("method celltreeqm", "dataset bm")),
         (MANY, ("method celltreeqm",)),
         ("Us. 2024.", ("method lab_net",)),
     ]
-    assert gaps == ["method gone: not in the registries this config loads",
-                    "dataset lab_atlas (lab/datasets.yaml): its entry has no `reference:`"]  # fmt: skip
-    assert licenses == [("method celltreeqm", "MIT"), ("method lab_net", "not stated"), ("dataset bm", "CC0-1.0"),
-                        ("dataset lab_atlas", "internal")]  # fmt: skip
+    assert gaps == [
+        "method gone: not in the registries this config loads",
+        "dataset lab_atlas (lab/datasets.yaml): its entry has no `reference:`",
+    ]
+    assert licenses == [
+        ("method celltreeqm", "MIT"),
+        ("method lab_net", "not stated"),
+        ("dataset bm", "CC0-1.0"),
+        ("dataset lab_atlas", "internal"),
+    ]
 
 
 def write_results(folder, runs: list[tuple[str, str, str, str]]) -> None:
@@ -77,13 +100,16 @@ def write_results(folder, runs: list[tuple[str, str, str, str]]) -> None:
 
 
 def test_cite_results_lists_exactly_the_entries_with_an_ok_run(tmp_path, monkeypatch, capsys):
-    write_results(tmp_path / "results" / "default", [
-        ("bm_default", "nj_raw", "default", "ok"),
-        ("bm_default", "bonsai", "default", "failed"),             # no ok run: Bonsai's paper is not cited
-        ("cengen_neurons", "celltreeqm", "supervised", "not_applicable"),  # nor CeNGEN's, nor CellTreeQM's method
-        ("pbmc68k_batched", "scilama", "text", "ok"),               # reads go_text
-        ("pbmc68k_batched", "knn", "scilama/text", "ok"),           # a chained run: its variant is its upstream
-    ])  # fmt: skip
+    write_results(
+        tmp_path / "results" / "default",
+        [
+            ("bm_default", "nj_raw", "default", "ok"),
+            ("bm_default", "bonsai", "default", "failed"),  # no ok run: Bonsai's paper is not cited
+            ("cengen_neurons", "celltreeqm", "supervised", "not_applicable"),  # nor CeNGEN's, nor CellTreeQM's method
+            ("pbmc68k_batched", "scilama", "text", "ok"),  # reads go_text
+            ("pbmc68k_batched", "knn", "scilama/text", "ok"),  # a chained run: its variant is its upstream
+        ],
+    )
     monkeypatch.chdir(REPO)
     assert main(["cite", str(tmp_path / "results" / "default")]) == 0
     out = capsys.readouterr().out
@@ -92,8 +118,14 @@ def test_cite_results_lists_exactly_the_entries_with_an_ok_run(tmp_path, monkeyp
         for line in out.splitlines()
         if line.startswith("| ") and "license" not in line
     }
-    assert named == {"method nj_raw", "method scilama", "method knn", "dataset bm_default", "dataset pbmc68k_batched",
-                     "gene embedding go_text"}  # fmt: skip
+    assert named == {
+        "method nj_raw",
+        "method scilama",
+        "method knn",
+        "dataset bm_default",
+        "dataset pbmc68k_batched",
+        "gene embedding go_text",
+    }
     assert "1. The celldag developers. celldag " in out and "(planned)" not in out
     assert "doi:10.1093/oxfordjournals.molbev.a040454 — for method nj_raw" in out  # Saitou & Nei
     assert "— for dataset bm_default" in out  # CellTreeQM's paper, for its benchmark only
@@ -107,8 +139,10 @@ def test_cite_without_results_marks_what_the_plan_selects_planned_and_bibtex_hol
     out = capsys.readouterr().out
     assert out.startswith("% the plan of config/config.yaml")
     assert out.index("@software{celldag,") < out.index("@article{") < out.index("@inproceedings{kuang2025")
-    assert "% for: method celltreeqm (planned), method quadruplet (planned), method triplet (planned), dataset " \
-           "bm_default (planned)\n@inproceedings{kuang2025reconstructing," in out  # fmt: skip
+    assert (
+        "% for: method celltreeqm (planned), method quadruplet (planned), method triplet (planned), dataset "
+        "bm_default (planned)\n@inproceedings{kuang2025reconstructing," in out
+    )
     assert "method bonsai (planned)" in out and "dataset cengen_neurons (planned)" in out
 
 

@@ -31,23 +31,46 @@ CPU, GPU = "cpu (x86_64)", "cuda:0 (NVIDIA H200)"
 
 def record(method: str, variant: str = "default", kind: str = "baseline", **fields) -> dict:
     """A run record holding what compare reads of one."""
-    return {"config": {"method": {"kind": kind, "kind_by_variant": {}}, "variant": variant, "params": {"k": 1}},
-            "config_hash": "c" * 64, "input_sha256": {"results/data/d/seed0.h5ad": "a" * 64},
-            "inputs": {"prepared": "results/data/d/seed0.h5ad"}, "packages": {"numpy": "2.3.1"}, "device": CPU,
-            "host": "laptop", "threads": 1, "environment": {"CUDA_VISIBLE_DEVICES": None, "SLURM_JOB_ID": None}} | fields  # fmt: skip
+    return {
+        "config": {"method": {"kind": kind, "kind_by_variant": {}}, "variant": variant, "params": {"k": 1}},
+        "config_hash": "c" * 64,
+        "input_sha256": {"results/data/d/seed0.h5ad": "a" * 64},
+        "inputs": {"prepared": "results/data/d/seed0.h5ad"},
+        "packages": {"numpy": "2.3.1"},
+        "device": CPU,
+        "host": "laptop",
+        "threads": 1,
+        "environment": {"CUDA_VISIBLE_DEVICES": None, "SLURM_JOB_ID": None},
+    } | fields
 
 
-def side(values: dict[tuple, float], device: str = CPU, status: dict[tuple, str] | None = None, track: str = "lineage",
-         records: dict[str, dict] | None = None, runs: list[tuple] | None = None) -> Side:  # fmt: skip
+def side(
+    values: dict[tuple, float],
+    device: str = CPU,
+    status: dict[tuple, str] | None = None,
+    track: str = "lineage",
+    records: dict[str, dict] | None = None,
+    runs: list[tuple] | None = None,
+) -> Side:
     """A side from {(dataset, method/variant, seed, metric): value}; every run on ``device`` with a default record
     (``records``: method/variant → the record of its runs); ``runs``: the runs in runs.parquet (default: all)."""
     status = status or {}
     rows = []
     for (dataset, entry, seed, metric), value in values.items():
         method, variant = entry.split("/", 1)
-        rows.append({"dataset": dataset, "track": track, "method": method, "variant": variant, "seed": seed,
-                     "metric": metric, "value": value, "higher_is_better": TRACKS[track].higher_is_better(metric),
-                     "status": status.get((dataset, entry, seed, metric), "ok")})  # fmt: skip
+        rows.append(
+            {
+                "dataset": dataset,
+                "track": track,
+                "method": method,
+                "variant": variant,
+                "seed": seed,
+                "metric": metric,
+                "value": value,
+                "higher_is_better": TRACKS[track].higher_is_better(metric),
+                "status": status.get((dataset, entry, seed, metric), "ok"),
+            }
+        )
     keys = runs if runs is not None else sorted({(d, *e.split("/", 1), s) for d, e, s, _ in values})
     records = records or {}
     return Side(
@@ -60,15 +83,27 @@ def side(values: dict[tuple, float], device: str = CPU, status: dict[tuple, str]
 
 def verdicts(a: Side, b: Side, **tolerance) -> dict[tuple, tuple[str, str]]:
     """(method/variant, seed, metric) → (verdict, rule)."""
-    return {(f"{j.key[2]}/{j.key[3]}", j.key[4], j.key[5]): (j.verdict, str(j.rule))
-            for j in compare_sides(a, b, TRACKS, **tolerance).scores}  # fmt: skip
+    return {
+        (f"{j.key[2]}/{j.key[3]}", j.key[4], j.key[5]): (j.verdict, str(j.rule))
+        for j in compare_sides(a, b, TRACKS, **tolerance).scores
+    }
 
 
 def test_cpu_runs_are_compared_by_their_bits():
-    a = side({("d", "nj/default", 0, "rf"): 0.5, ("d", "nj/default", 0, "quartet_dist"): math.nan,
-              ("d", "nj/default", 1, "rf"): 0.5})  # fmt: skip
-    b = side({("d", "nj/default", 0, "rf"): 0.5, ("d", "nj/default", 0, "quartet_dist"): math.nan,
-              ("d", "nj/default", 1, "rf"): 0.5 + ULP})  # fmt: skip
+    a = side(
+        {
+            ("d", "nj/default", 0, "rf"): 0.5,
+            ("d", "nj/default", 0, "quartet_dist"): math.nan,
+            ("d", "nj/default", 1, "rf"): 0.5,
+        }
+    )
+    b = side(
+        {
+            ("d", "nj/default", 0, "rf"): 0.5,
+            ("d", "nj/default", 0, "quartet_dist"): math.nan,
+            ("d", "nj/default", 1, "rf"): 0.5 + ULP,
+        }
+    )
     assert verdicts(a, b) == {
         ("nj/default", 0, "rf"): ("identical", "same bits (both on CPU)"),
         ("nj/default", 0, "quartet_dist"): ("identical", "same bits (both on CPU)"),  # NaN = NaN
@@ -79,16 +114,24 @@ def test_cpu_runs_are_compared_by_their_bits():
 
 
 def test_cuda_runs_move_within_the_audits_bound_and_counts_not_at_all():
-    values = {("d", "scvi/default", 0, "nmi_kmeans"): 0.5, ("d", "scvi/default", 0, "ari_kmeans"): 0.5,
-              ("d", "scvi/default", 0, "n_marker_genes"): 18.0}  # fmt: skip
-    moved = {("d", "scvi/default", 0, "nmi_kmeans"): 0.5 + 4e-5, ("d", "scvi/default", 0, "ari_kmeans"): 0.5 + 1e-4,
-             ("d", "scvi/default", 0, "n_marker_genes"): 19.0}  # fmt: skip
+    values = {
+        ("d", "scvi/default", 0, "nmi_kmeans"): 0.5,
+        ("d", "scvi/default", 0, "ari_kmeans"): 0.5,
+        ("d", "scvi/default", 0, "n_marker_genes"): 18.0,
+    }
+    moved = {
+        ("d", "scvi/default", 0, "nmi_kmeans"): 0.5 + 4e-5,
+        ("d", "scvi/default", 0, "ari_kmeans"): 0.5 + 1e-4,
+        ("d", "scvi/default", 0, "n_marker_genes"): 19.0,
+    }
     a, b = side(values, track="representation"), side(moved, GPU, track="representation")
     found = verdicts(a, b)
     bound = "abs(Δ) ≤ 1e-06 + 0.0001·abs(A) (CUDA in B)"
-    assert found == {("scvi/default", 0, "nmi_kmeans"): ("within tolerance", bound),  # 4e-5 ≤ 1e-6 + 1e-4 · 0.5
-                     ("scvi/default", 0, "ari_kmeans"): ("moved", bound),
-                     ("scvi/default", 0, "n_marker_genes"): ("moved", "Δ = 0 (a count)")}  # fmt: skip
+    assert found == {
+        ("scvi/default", 0, "nmi_kmeans"): ("within tolerance", bound),  # 4e-5 ≤ 1e-6 + 1e-4 · 0.5
+        ("scvi/default", 0, "ari_kmeans"): ("moved", bound),
+        ("scvi/default", 0, "n_marker_genes"): ("moved", "Δ = 0 (a count)"),
+    }
     rows = [
         line for line in markdown(comparison_blocks(compare_sides(a, b, TRACKS))).splitlines() if line.startswith("| ")
     ]
@@ -118,8 +161,10 @@ def test_rtol_and_atol_replace_the_tolerance_everywhere_and_are_stated():
 
 def test_status_changes_and_rows_on_one_side_only_come_first():
     a = side({("d", "nj/default", 0, "rf"): 0.5, ("d", "upgma/default", 0, "rf"): 0.25})
-    b = side({("d", "nj/default", 0, "rf"): math.nan, ("d", "nj/default", 1, "rf"): 0.5},
-             status={("d", "nj/default", 0, "rf"): "failed"})  # fmt: skip
+    b = side(
+        {("d", "nj/default", 0, "rf"): math.nan, ("d", "nj/default", 1, "rf"): 0.5},
+        status={("d", "nj/default", 0, "rf"): "failed"},
+    )
     comparison = compare_sides(a, b, TRACKS)
     assert [(j.verdict, j.key[2], j.key[4]) for j in comparison.scores] == [
         ("status changed", "nj", 0),
@@ -140,10 +185,24 @@ def ranked(values: dict[str, tuple[float, ...]], dataset: str = "d") -> dict[tup
 
 
 def test_an_order_change_counts_only_between_methods_the_seeds_separate_on_both_sides():
-    a = side(ranked({"nj/default": (0.10, 0.12, 0.11, 0.13), "upgma/default": (0.50, 0.52, 0.51, 0.55),
-                     "fnj/default": (0.80, 0.81, 0.83, 0.82)}))  # fmt: skip
-    b = side(ranked({"nj/default": (0.60, 0.61, 0.62, 0.64), "upgma/default": (0.50, 0.52, 0.51, 0.55),
-                     "fnj/default": (0.80, 0.81, 0.83, 0.82)}))  # fmt: skip
+    a = side(
+        ranked(
+            {
+                "nj/default": (0.10, 0.12, 0.11, 0.13),
+                "upgma/default": (0.50, 0.52, 0.51, 0.55),
+                "fnj/default": (0.80, 0.81, 0.83, 0.82),
+            }
+        )
+    )
+    b = side(
+        ranked(
+            {
+                "nj/default": (0.60, 0.61, 0.62, 0.64),
+                "upgma/default": (0.50, 0.52, 0.51, 0.55),
+                "fnj/default": (0.80, 0.81, 0.83, 0.82),
+            }
+        )
+    )
     (ranking,) = compare_sides(a, b, TRACKS).rankings
     assert ranking.metric == "rf"  # lower is better: the first metric of lineage's first group
     assert ranking.a == ("nj/default", "upgma/default", "fnj/default")
@@ -160,24 +219,34 @@ def test_a_swap_between_methods_the_seeds_cannot_separate_is_not_an_order_change
     (ranking,) = compare_sides(a, b, TRACKS).rankings
     assert ranking.b == ("upgma/default", "nj/default", "fnj/default")
     assert ranking.swapped() == [] and ranking.tied_swaps() == 1 and not ranking.changed
-    same = compare_sides(a, side(ranked({"nj/default": (0.1, 0.2), "upgma/default": (0.3, 0.3),
-                                         "fnj/default": (0.5, 0.6 + ULP)})), TRACKS)  # fmt: skip
+    same = compare_sides(
+        a,
+        side(ranked({"nj/default": (0.1, 0.2), "upgma/default": (0.3, 0.3), "fnj/default": (0.5, 0.6 + ULP)})),
+        TRACKS,
+    )
     assert not same.rankings[0].changed and same.failed  # a moved score, the same order
 
 
 def test_controls_are_not_ranked_and_failed_runs_rank_last():
     values = ranked({"nj/default": (0.2, 0.2), "nj/relabelled": (0.1, 0.1), "upgma/default": (math.nan, math.nan)})
-    a = side(values, status={key: "failed" for key in values if key[1] == "upgma/default"},
-             records={"nj/relabelled": record("nj", "relabelled", kind="control")})  # fmt: skip
+    a = side(
+        values,
+        status={key: "failed" for key in values if key[1] == "upgma/default"},
+        records={"nj/relabelled": record("nj", "relabelled", kind="control")},
+    )
     (ranking,) = compare_sides(a, a, TRACKS).rankings
     assert ranking.a == ("nj/default", "upgma/default") and not ranking.changed
 
 
 def test_several_datasets_of_a_track_are_also_ranked_by_mean_rank():
-    a = side(ranked({"nj/default": (0.1, 0.1), "upgma/default": (0.2, 0.2)}, "d1")
-             | ranked({"nj/default": (0.1, 0.1), "upgma/default": (0.2, 0.2)}, "d2"))  # fmt: skip
-    b = side(ranked({"nj/default": (0.3, 0.3), "upgma/default": (0.2, 0.2)}, "d1")
-             | ranked({"nj/default": (0.3, 0.3), "upgma/default": (0.2, 0.2)}, "d2"))  # fmt: skip
+    a = side(
+        ranked({"nj/default": (0.1, 0.1), "upgma/default": (0.2, 0.2)}, "d1")
+        | ranked({"nj/default": (0.1, 0.1), "upgma/default": (0.2, 0.2)}, "d2")
+    )
+    b = side(
+        ranked({"nj/default": (0.3, 0.3), "upgma/default": (0.2, 0.2)}, "d1")
+        | ranked({"nj/default": (0.3, 0.3), "upgma/default": (0.2, 0.2)}, "d2")
+    )
     rankings = {r.scope: r for r in compare_sides(a, b, TRACKS).rankings}
     assert list(rankings) == ["d1 (lineage)", "d2 (lineage)", "lineage: mean rank over 2 datasets"]
     overall = rankings["lineage: mean rank over 2 datasets"]
@@ -187,20 +256,41 @@ def test_several_datasets_of_a_track_are_also_ranked_by_mean_rank():
 
 # ---------------------------------------------------------------- environment differences
 
-MACHINE = {"cpu_model": "AMD EPYC", "isa": ["avx", "avx2", "fma"], "cpus": 16, "os": "Linux-6.8", "gpu": None,
-           "libraries": [{"internal_api": "openblas", "version": "0.3.27", "num_threads": 16, "architecture": "Haswell",
-                          "file": "libopenblas.so"}],
-           "threads": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "NUMBA_NUM_THREADS": None}}  # fmt: skip
+MACHINE = {
+    "cpu_model": "AMD EPYC",
+    "isa": ["avx", "avx2", "fma"],
+    "cpus": 16,
+    "os": "Linux-6.8",
+    "gpu": None,
+    "libraries": [
+        {
+            "internal_api": "openblas",
+            "version": "0.3.27",
+            "num_threads": 16,
+            "architecture": "Haswell",
+            "file": "libopenblas.so",
+        }
+    ],
+    "threads": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "NUMBA_NUM_THREADS": None},
+}
 
 
 def test_the_fields_that_differ_are_summarised_with_their_values_inputs_first():
     values = ranked({"nj/default": (0.1, 0.2), "upgma/default": (0.3, 0.3)})
     intel = MACHINE | {"cpu_model": "Intel Xeon", "isa": ["avx", "avx2", "avx512f", "fma"]}
     a = side(values, records={e: record(e.split("/")[0], machine=MACHINE) for e in ("nj/default", "upgma/default")})
-    b_records = {"nj/default": record("nj", packages={"numpy": "2.3.4"}, machine=intel, threads=4,
-                                      environment={"CUDA_VISIBLE_DEVICES": None, "SLURM_JOB_ID": "123"}),
-                 "upgma/default": record("upgma", packages={"numpy": "2.3.4"}, machine=intel,
-                                         input_sha256={"results/data/d/seed0.h5ad": "b" * 64})}  # fmt: skip
+    b_records = {
+        "nj/default": record(
+            "nj",
+            packages={"numpy": "2.3.4"},
+            machine=intel,
+            threads=4,
+            environment={"CUDA_VISIBLE_DEVICES": None, "SLURM_JOB_ID": "123"},
+        ),
+        "upgma/default": record(
+            "upgma", packages={"numpy": "2.3.4"}, machine=intel, input_sha256={"results/data/d/seed0.h5ad": "b" * 64}
+        ),
+    }
     comparison = compare_sides(a, side(values, records=b_records), TRACKS)
     assert [str(item) for item in comparison.environment] == [
         "input prepared sha256 aaaaaaaaaaaa… → sha256 bbbbbbbbbbbb… (2 of 4 runs)",
@@ -224,9 +314,19 @@ def test_records_without_machine_or_without_a_file_are_compared_as_not_recorded(
     }
     assert record_differences.differing_facts(run_facts(None), run_facts(new)) == {"run record": ("missing", "found")}
     assert record_differences.differing_facts(run_facts(None), run_facts(None)) == {}
-    gpu = MACHINE | {"gpu": {"name": "NVIDIA H200", "cuda": "12.8", "cudnn": 91002, "driver_cuda": "12.8"},
-                     "libraries": [*MACHINE["libraries"], {"internal_api": "openmp", "version": None, "num_threads": 16,
-                                                           "architecture": None, "file": "libgomp.so.1"}]}  # fmt: skip
+    gpu = MACHINE | {
+        "gpu": {"name": "NVIDIA H200", "cuda": "12.8", "cudnn": 91002, "driver_cuda": "12.8"},
+        "libraries": [
+            *MACHINE["libraries"],
+            {
+                "internal_api": "openmp",
+                "version": None,
+                "num_threads": 16,
+                "architecture": None,
+                "file": "libgomp.so.1",
+            },
+        ],
+    }
     differences = record_differences.differing_facts(
         run_facts(record("nj", machine=MACHINE)), run_facts(record("nj", machine=gpu))
     )
@@ -262,8 +362,12 @@ def test_the_machine_section_names_cpu_isa_libraries_and_threads_without_importi
     assert seconds < 0.05 and not torch_imported
     assert {library["internal_api"] for library in machine["libraries"]} >= {"openblas"}
     assert set(machine["libraries"][0]) == {"internal_api", "version", "num_threads", "architecture", "file"}
-    assert machine["threads"] == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": None, "OPENBLAS_NUM_THREADS": None,
-                                  "NUMBA_NUM_THREADS": None}  # fmt: skip
+    assert machine["threads"] == {
+        "OMP_NUM_THREADS": "3",
+        "MKL_NUM_THREADS": None,
+        "OPENBLAS_NUM_THREADS": None,
+        "NUMBA_NUM_THREADS": None,
+    }
     assert machine["gpu"] is None and machine["cpus"] >= 1 and machine["os"].startswith("Linux")
     assert machine["isa"] == sorted(machine["isa"])
     assert all(
@@ -275,8 +379,10 @@ def test_the_machine_section_names_cpu_isa_libraries_and_threads_without_importi
 
 def test_only_the_flags_that_change_numerics_are_recorded(tmp_path):
     x86 = tmp_path / "x86"
-    x86.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu sse2 sse4_2 avx2 avx "
-                   "avx512f avx512_bf16 amx_tile fma ht\n\nprocessor\t: 1\nmodel name\t: other\n")  # fmt: skip
+    x86.write_text(
+        "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu sse2 sse4_2 avx2 avx "
+        "avx512f avx512_bf16 amx_tile fma ht\n\nprocessor\t: 1\nmodel name\t: other\n"
+    )
     assert provenance.cpu_model_and_isa(str(x86)) == (
         "Intel(R) Xeon(R) Platinum 8480+",
         ["amx_tile", "avx", "avx2", "avx512_bf16", "avx512f", "fma", "sse4_2"],
@@ -311,9 +417,11 @@ def test_bad_arguments_are_one_line_and_exit_status_2(capsys):
     assert main(["compare", "a", "b", "--configfile", "x.yaml"]) == 2
     assert main(["compare", "--published", "a", "b"]) == 2
     errors = capsys.readouterr().err.splitlines()
-    assert errors == ["error: celldag compare A B: two results folders, got 1 (or --published [RESULTS])",
-                      "error: celldag compare A B: --configfile and --config-key are for --published (A and B are read as they are)",
-                      "error: celldag compare --published [RESULTS]: one results folder at most, without --rtol/--atol/--all"]  # fmt: skip
+    assert errors == [
+        "error: celldag compare A B: two results folders, got 1 (or --published [RESULTS])",
+        "error: celldag compare A B: --configfile and --config-key are for --published (A and B are read as they are)",
+        "error: celldag compare --published [RESULTS]: one results folder at most, without --rtol/--atol/--all",
+    ]
 
 
 def test_published_hands_its_arguments_to_celldag_published(monkeypatch):
@@ -366,8 +474,10 @@ def test_a_run_compared_with_its_copy_is_identical(finished, tmp_path, monkeypat
     monkeypatch.chdir(finished)
     status, lines = run_compare(capsys, "tiny", str(copy), "--out", str(tmp_path / "out"))
     assert status == 0, "\n".join(lines)
-    assert lines[0] == (f"compared 30 scores of A results/tiny and B {copy}: 0 moved, 0 status changed, 0 only in A, "
-                        "0 only in B, 0 within tolerance, 30 identical")  # 6 runs × 3 metrics; nj_pca's and upgma's 2 seeds × 3 Δ  # fmt: skip
+    assert lines[0] == (
+        f"compared 30 scores of A results/tiny and B {copy}: 0 moved, 0 status changed, 0 only in A, "
+        "0 only in B, 0 within tolerance, 30 identical"
+    )  # 6 runs × 3 metrics; nj_pca's and upgma's 2 seeds × 3 Δ
     assert "ranking: order unchanged on 1 leaderboard" in lines
     assert "environment: the matched runs' records agree" in lines
     assert (tmp_path / "out/compare.html").read_text().startswith("<!DOCTYPE html>")
@@ -398,8 +508,10 @@ def test_an_edited_copy_names_the_moved_score_the_missing_run_and_the_record_fie
     assert f"moved: bm_small/nj_raw/default/0 quartet_dist {before!r} → {before + 0.125!r} (Δ +0.125)" in lines
     report = (tmp_path / "out/compare.md").read_text()
     moved = next(line for line in report.splitlines() if line.startswith("| moved |"))
-    assert moved.endswith(f"| +0.125 | {0.125 / before:+.3g} | same bits (both on CPU) | "
-                          f"machine.threads.OMP_NUM_THREADS 1 → 4; numpy {numpy} → 9.9.9 |")  # fmt: skip
+    assert moved.endswith(
+        f"| +0.125 | {0.125 / before:+.3g} | same bits (both on CPU) | "
+        f"machine.threads.OMP_NUM_THREADS 1 → 4; numpy {numpy} → 9.9.9 |"
+    )
     assert (
         sum(
             line.startswith("| only in A | bm_small | lineage | upgma_raw | default | 1 |")

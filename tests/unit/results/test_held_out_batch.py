@@ -27,20 +27,47 @@ SEEDS = (0, 1, 2)
 
 
 def representation(dataset: str, method: str, totals: list[float]) -> list[dict]:
-    return [{"dataset": dataset, "track": "representation", "method": method, "variant": "default", "seed": seed,
-             "metric": metric, "value": total * scale, "higher_is_better": True, "status": "ok"}
-            for seed, total in zip(SEEDS, totals) for metric, scale in
-            (("total", 1.0), ("bio_conservation", 0.9), ("batch_correction", 1.1))]  # fmt: skip
+    return [
+        {
+            "dataset": dataset,
+            "track": "representation",
+            "method": method,
+            "variant": "default",
+            "seed": seed,
+            "metric": metric,
+            "value": total * scale,
+            "higher_is_better": True,
+            "status": "ok",
+        }
+        for seed, total in zip(SEEDS, totals)
+        for metric, scale in (("total", 1.0), ("bio_conservation", 0.9), ("batch_correction", 1.1))
+    ]
 
 
-def annotation(dataset: str, classifier: str, embedding: str, worst: list[float], size: list[float],
-               status: tuple[str, ...] = ("ok",) * 3) -> list[dict]:  # fmt: skip
+def annotation(
+    dataset: str,
+    classifier: str,
+    embedding: str,
+    worst: list[float],
+    size: list[float],
+    status: tuple[str, ...] = ("ok",) * 3,
+) -> list[dict]:
     rows = []
     for seed, w, s, st in zip(SEEDS, worst, size, status):
         for metric, value, higher in ((WORST, w, True), (SIZE, s, False), ("accuracy", 0.9, True)):
-            rows.append({"dataset": dataset, "track": "annotation", "method": classifier, "variant": embedding,
-                         "seed": seed, "metric": metric, "value": value if st == "ok" else float("nan"),
-                         "higher_is_better": higher, "status": st})  # fmt: skip
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "track": "annotation",
+                    "method": classifier,
+                    "variant": embedding,
+                    "seed": seed,
+                    "metric": metric,
+                    "value": value if st == "ok" else float("nan"),
+                    "higher_is_better": higher,
+                    "status": st,
+                }
+            )
     return rows
 
 
@@ -71,8 +98,9 @@ def cell(values: list[float]) -> str:
 def test_the_names_spelled_in_the_leaderboard_are_the_annotation_tracks():
     """celldag.results.leaderboard cannot import celldag.annotation (an import cycle between celldag's children)."""
     assert leaderboard.EFFICIENCY_PROCEDURE == annotation_track.HEADLINE
-    assert {metric.removeprefix(f"{annotation_track.HEADLINE}_") for metric in leaderboard.EFFICIENCY_METRICS.values()} \
-        <= set(annotation_track.NEW_BATCH_METRICS)  # fmt: skip
+    assert {
+        metric.removeprefix(f"{annotation_track.HEADLINE}_") for metric in leaderboard.EFFICIENCY_METRICS.values()
+    } <= set(annotation_track.NEW_BATCH_METRICS)
     assert set(leaderboard.EFFICIENCY_METRICS.values()) <= set(TRACKS[leaderboard.ANNOTATION_TRACK].metrics)
     assert TRACKS[leaderboard.ANNOTATION_TRACK].upstream == leaderboard.REPRESENTATION_TRACK
     assert leaderboard.DEFAULT_ALPHA == annotation_track.SCORING_DEFAULTS["alpha"] == options({})["alpha"]
@@ -129,11 +157,15 @@ def test_another_alpha_changes_the_shortfall():
 def test_the_order_against_scibs_is_stated_pair_by_pair_on_tie_groups():
     text = leaderboard_markdown(SCORES, TRACKS)
     three = text[text.index("## three (representation)") :]
-    assert ("Shortfall against total, pair by pair (1 pair both rank): total separates 1, the shortfall 1; they "
-            "disagree on 1 of the 1 pair both separate (`harmony/default` ahead by total, `pca/default` by the "
-            "shortfall). Not separable from the best by the shortfall: `pca/default`.") in three  # fmt: skip
-    assert "Set size against total, pair by pair (1 pair both rank): total separates 1, the set size 1; they " \
-           "agree on the 1 pair both separate." in three  # fmt: skip
+    assert (
+        "Shortfall against total, pair by pair (1 pair both rank): total separates 1, the shortfall 1; they "
+        "disagree on 1 of the 1 pair both separate (`harmony/default` ahead by total, `pca/default` by the "
+        "shortfall). Not separable from the best by the shortfall: `pca/default`."
+    ) in three
+    assert (
+        "Set size against total, pair by pair (1 pair both rank): total separates 1, the set size 1; they "
+        "agree on the 1 pair both separate." in three
+    )
     # no pair of "four" is separated by both; "plain" has nothing to rank by the new columns
     four = text[text.index("## four (representation)") : text.index("## plain")]
     assert "so the seeds cannot say whether the orders agree" in four
@@ -141,13 +173,21 @@ def test_the_order_against_scibs_is_stated_pair_by_pair_on_tie_groups():
 
 
 def test_agreement_counts_only_pairs_each_ranking_separates():
-    first = leaderboard.rank({"a": {0: 3.0, 1: 3.1, 2: 3.05}, "b": {0: 1.0, 1: 1.1, 2: 1.0}, "c": {0: 1.0, 1: 1.2, 2: 1.1}},
-                             higher_is_better=True)  # fmt: skip
+    first = leaderboard.rank(
+        {"a": {0: 3.0, 1: 3.1, 2: 3.05}, "b": {0: 1.0, 1: 1.1, 2: 1.0}, "c": {0: 1.0, 1: 1.2, 2: 1.1}},
+        higher_is_better=True,
+    )
     same = leaderboard.agreement(first, first)
-    assert (same.pairs, same.first, same.second, same.same, same.opposite) == (3, first.separable, first.separable,
-                                                                               first.separable, ())  # fmt: skip
-    reversed_ = leaderboard.rank({"a": {0: 3.0, 1: 3.1, 2: 3.05}, "b": {0: 1.0, 1: 1.1, 2: 1.0}},
-                                 higher_is_better=False)  # fmt: skip
+    assert (same.pairs, same.first, same.second, same.same, same.opposite) == (
+        3,
+        first.separable,
+        first.separable,
+        first.separable,
+        (),
+    )
+    reversed_ = leaderboard.rank(
+        {"a": {0: 3.0, 1: 3.1, 2: 3.05}, "b": {0: 1.0, 1: 1.1, 2: 1.0}}, higher_is_better=False
+    )
     found = leaderboard.agreement(first, reversed_)
     assert found.pairs == 1 and found.opposite == (("a", "b"),) and found.same == 0
 
@@ -165,10 +205,25 @@ def write_inputs(tmp_path) -> tuple[list[str], list[str]]:
     ):
         path = tmp_path / f"records/{index}.json"
         path.parent.mkdir(exist_ok=True)
-        path.write_text(json.dumps({"dataset_id": run.dataset, "method_id": run.method, "variant": run.variant,
-                                    "seed": int(run.seed), "status": "ok", "track": run.track, "device": "cpu",
-                                    "config_hash": "0", "config": {"params": {}}, "input_sha256": "0", "status_reason": "",
-                                    "wall_time_s": 1.0, "peak_rss_mb": 1.0}))  # fmt: skip
+        path.write_text(
+            json.dumps(
+                {
+                    "dataset_id": run.dataset,
+                    "method_id": run.method,
+                    "variant": run.variant,
+                    "seed": int(run.seed),
+                    "status": "ok",
+                    "track": run.track,
+                    "device": "cpu",
+                    "config_hash": "0",
+                    "config": {"params": {}},
+                    "input_sha256": "0",
+                    "status_reason": "",
+                    "wall_time_s": 1.0,
+                    "peak_rss_mb": 1.0,
+                }
+            )
+        )
         records.append(str(path))
     return [str(scores_path)], records
 
@@ -180,21 +235,37 @@ def test_the_audit_rebuilds_the_columns_with_the_configs_alpha(tmp_path, monkeyp
 
     def audit() -> Report:
         report = Report()
-        plan = SimpleNamespace(name="x", runs=[SimpleNamespace(record=path, method="pca", dataset="pbmc")
-                                               for path in records], chained=[],
-                               dataset_scores=score_paths, chained_scores=[])  # fmt: skip
+        plan = SimpleNamespace(
+            name="x",
+            runs=[SimpleNamespace(record=path, method="pca", dataset="pbmc") for path in records],
+            chained=[],
+            dataset_scores=score_paths,
+            chained_scores=[],
+        )
         # a method without a license: its metadata warning is rebuilt alike
         pca = {"reference": "r", "variants": {"default": {}}, "kind": "baseline"}
-        registries = SimpleNamespace(tracks=read_yaml(REPO / "config/tracks.yaml"), methods={"pca": pca},
-                                     datasets={"pbmc": {"reference": "r", "license": "l"}})  # fmt: skip
+        registries = SimpleNamespace(
+            tracks=read_yaml(REPO / "config/tracks.yaml"),
+            methods={"pca": pca},
+            datasets={"pbmc": {"reference": "r", "license": "l"}},
+        )
         check_aggregate(plan, {"evaluation": evaluation}, registries, len(records), report)
         return report
 
     def write(alpha: float) -> None:
-        aggregate(score_paths=score_paths, record_paths=records, scores_path="results/x/scores.parquet",
-                  runs_path="results/x/runs.parquet", leaderboard_path="results/x/leaderboard.md", baseline="none",
-                  tracks=TRACKS, alpha=alpha, floor_cards_path="results/x/floor_cards.parquet",
-                  qc_path="results/x/qc.parquet", missing={"method": {"pca": ["license"]}})  # fmt: skip
+        aggregate(
+            score_paths=score_paths,
+            record_paths=records,
+            scores_path="results/x/scores.parquet",
+            runs_path="results/x/runs.parquet",
+            leaderboard_path="results/x/leaderboard.md",
+            baseline="none",
+            tracks=TRACKS,
+            alpha=alpha,
+            floor_cards_path="results/x/floor_cards.parquet",
+            qc_path="results/x/qc.parquet",
+            missing={"method": {"pca": ["license"]}},
+        )
 
     write(options(evaluation)["alpha"])
     report = audit()

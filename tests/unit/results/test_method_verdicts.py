@@ -21,15 +21,43 @@ GROUP = mv.GROUP
 
 def noise_rows(rows: list[tuple]) -> pd.DataFrame:
     """Noise-model rows from (method, metric, sd, df, offset, reference mean, reference seeds)."""
-    return pd.DataFrame([{"dataset": "d", "track": "representation", "method": method, "variant": "default",
-                          "metric": metric, "kind": "smooth", "sd": sd, "df": df, "offset": offset, "mean": mean,
-                          "seeds": seeds} for method, metric, sd, df, offset, mean, seeds in rows])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "dataset": "d",
+                "track": "representation",
+                "method": method,
+                "variant": "default",
+                "metric": metric,
+                "kind": "smooth",
+                "sd": sd,
+                "df": df,
+                "offset": offset,
+                "mean": mean,
+                "seeds": seeds,
+            }
+            for method, metric, sd, df, offset, mean, seeds in rows
+        ]
+    )
 
 
 def here_scores(values: dict[tuple[str, str], list[float]]) -> pd.DataFrame:
-    return pd.DataFrame([{"dataset": "d", "track": "representation", "method": method, "variant": "default",
-                          "seed": seed, "metric": metric, "status": "ok", "value": value}
-                         for (method, metric), seeds in values.items() for seed, value in enumerate(seeds)])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "dataset": "d",
+                "track": "representation",
+                "method": method,
+                "variant": "default",
+                "seed": seed,
+                "metric": metric,
+                "status": "ok",
+                "value": value,
+            }
+            for (method, metric), seeds in values.items()
+            for seed, value in enumerate(seeds)
+        ]
+    )
 
 
 def judge(noise: pd.DataFrame, here: pd.DataFrame, false_alarm: float = 0.01) -> pd.DataFrame:
@@ -37,22 +65,32 @@ def judge(noise: pd.DataFrame, here: pd.DataFrame, false_alarm: float = 0.01) ->
     return mv.judge_methods(noise, means, here, TRACKS, false_alarm).set_index("method")
 
 
-NOISE = noise_rows([
-    ("scilama", "kbet", 0.02, 10, 0.01, 0.50, 5),
-    ("scilama", "ilisi", 0.05, 30, 0.0, 0.30, 5),
-    ("scilama", "total", 0.01, 10, 0.0, 0.70, 5),  # derived (scIB's aggregate): left out
-    ("scilama", "delta_kbet", 0.01, 10, 0.0, 0.10, 5),  # derived (a Δ): left out
-    ("pca", "kbet", 0.02, 12, 0.005, 0.40, 5),
-    ("pca", "ilisi", 0.0, 0, 0.0, 0.20, 5),  # no noise: judged score by score only
-])  # fmt: skip
+NOISE = noise_rows(
+    [
+        ("scilama", "kbet", 0.02, 10, 0.01, 0.50, 5),
+        ("scilama", "ilisi", 0.05, 30, 0.0, 0.30, 5),
+        ("scilama", "total", 0.01, 10, 0.0, 0.70, 5),  # derived (scIB's aggregate): left out
+        ("scilama", "delta_kbet", 0.01, 10, 0.0, 0.10, 5),  # derived (a Δ): left out
+        ("pca", "kbet", 0.02, 12, 0.005, 0.40, 5),
+        ("pca", "ilisi", 0.0, 0, 0.0, 0.20, 5),  # no noise: judged score by score only
+    ]
+)
 
 
 def test_z_and_p_per_metric_then_bonferroni_within_a_method_by_hand():
-    here = here_scores({("scilama", "kbet"): [0.52, 0.55, 0.54], ("scilama", "ilisi"): [0.30, 0.31, 0.29],
-                        ("scilama", "total"): [9.0] * 3, ("scilama", "delta_kbet"): [9.0] * 3,
-                        ("pca", "kbet"): [0.40, 0.41, 0.40], ("pca", "ilisi"): [0.9] * 3})  # fmt: skip
-    evidence = mv.metric_evidence(NOISE, NOISE[[*GROUP, "mean", "seeds"]].rename(columns={"seeds": "n"}),
-                                  here, TRACKS).set_index(["method", "metric"])  # fmt: skip
+    here = here_scores(
+        {
+            ("scilama", "kbet"): [0.52, 0.55, 0.54],
+            ("scilama", "ilisi"): [0.30, 0.31, 0.29],
+            ("scilama", "total"): [9.0] * 3,
+            ("scilama", "delta_kbet"): [9.0] * 3,
+            ("pca", "kbet"): [0.40, 0.41, 0.40],
+            ("pca", "ilisi"): [0.9] * 3,
+        }
+    )
+    evidence = mv.metric_evidence(
+        NOISE, NOISE[[*GROUP, "mean", "seeds"]].rename(columns={"seeds": "n"}), here, TRACKS
+    ).set_index(["method", "metric"])
     assert sorted(evidence.index) == [("pca", "kbet"), ("scilama", "ilisi"), ("scilama", "kbet")]
     se = math.sqrt(0.02**2 * (1 / 3 + 1 / 5) + 0.01**2)
     assert evidence.loc[("scilama", "kbet"), "z"] == pytest.approx((1.61 / 3 - 0.50) / se, rel=1e-12)  # 0.5367 − 0.50
@@ -98,8 +136,9 @@ def test_a_machine_offset_that_seeds_cannot_average_out_keeps_many_seeds_from_ca
 
 
 def test_the_shift_detected_matches_the_normal_formula_where_the_sd_is_known():
-    metrics = pd.DataFrame({"sd": [1.0, 1.0], "df": [10**7, 10**7], "offset": [0.0, 0.5], "n_here": [3, 3],
-                            "n_reference": [10, 10]})  # fmt: skip
+    metrics = pd.DataFrame(
+        {"sd": [1.0, 1.0], "df": [10**7, 10**7], "offset": [0.0, 0.5], "n_here": [3, 3], "n_reference": [10, 10]}
+    )
     level = 1e-4
     shift = mv.detectable_shift(metrics, level)
     scale = np.sqrt(1 / 3 + 1 / 10 + np.array([0.0, 0.25]))
@@ -133,9 +172,22 @@ def test_two_regimes_are_found_where_the_seeds_values_split_at_a_wide_gap_and_no
     smooth = [0.5, 0.52, 0.47, 0.55, 0.49, 0.51]
     lone = [2.0, 2.1, 2.05, 2.02, 2.04, 4.8]  # one value apart: not a regime of its own
     rows = {"sets": set_sizes, "smooth": smooth, "lone": lone}
-    seeds = pd.DataFrame([{"dataset": "d", "track": "annotation", "method": "knn", "variant": "pca/default",
-                           "seed": seed, "metric": metric, "status": "ok", "value": value}
-                          for metric, values in rows.items() for seed, value in enumerate(values)])  # fmt: skip
+    seeds = pd.DataFrame(
+        [
+            {
+                "dataset": "d",
+                "track": "annotation",
+                "method": "knn",
+                "variant": "pca/default",
+                "seed": seed,
+                "metric": metric,
+                "status": "ok",
+                "value": value,
+            }
+            for metric, values in rows.items()
+            for seed, value in enumerate(values)
+        ]
+    )
     groups = pd.MultiIndex.from_frame(seeds[GROUP].drop_duplicates())
     regimes = ref.two_regimes(seeds, groups).set_index("metric")
     assert list(regimes.index) == ["sets"]
@@ -174,10 +226,20 @@ def test_a_two_regime_metric_holds_its_level_whatever_the_share_and_sees_a_mean_
         if high.sum() < 2 or (~high).sum() < 2:
             continue  # not seen as two regimes: the normal model alone, as the reference would
         used += 1
-        within = math.sqrt((((reference[high] - reference[high].mean()) ** 2).sum()
-                            + ((reference[~high] - reference[~high].mean()) ** 2).sum()) / 8)  # fmt: skip
-        regime = {"above": high.sum(), "values": 10, "low": reference[~high].mean(), "high": reference[high].mean(),
-                  "within": within}  # fmt: skip
+        within = math.sqrt(
+            (
+                ((reference[high] - reference[high].mean()) ** 2).sum()
+                + ((reference[~high] - reference[~high].mean()) ** 2).sum()
+            )
+            / 8
+        )
+        regime = {
+            "above": high.sum(),
+            "values": 10,
+            "low": reference[~high].mean(),
+            "high": reference[high].mean(),
+            "within": within,
+        }
         se = reference.std(ddof=1) * math.sqrt(1 / 3 + 1 / 10)
 
         def metric_p(values: np.ndarray) -> tuple[float, float]:

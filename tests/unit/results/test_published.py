@@ -64,13 +64,16 @@ SMALL = {
             ],
             "mapping": {
                 "dataset": {"celldag": "pbmc68k_batched"},
-                "methods": {"PCA": {"celldag": "pca/default"}, "Harmony": {"celldag": "harmony/default"},
-                            "scGPT": {"celldag": None, "reason": "not a celldag method"}},
+                "methods": {
+                    "PCA": {"celldag": "pca/default"},
+                    "Harmony": {"celldag": "harmony/default"},
+                    "scGPT": {"celldag": None, "reason": "not a celldag method"},
+                },
                 "metrics": {"ARI": {"celldag": "ari_leiden"}},
             },
         },
     },
-}  # fmt: skip
+}
 
 
 def write_paper(folder, data, name="tiny.yaml"):
@@ -80,21 +83,45 @@ def write_paper(folder, data, name="tiny.yaml"):
 
 
 def score_rows(dataset, track, method, metric, values, higher_is_better, status="ok"):
-    return [{"dataset": dataset, "track": track, "method": method, "variant": "default", "seed": seed, "metric": metric,
-             "value": value, "higher_is_better": higher_is_better, "status": status}
-            for seed, value in enumerate(values)]  # fmt: skip
+    return [
+        {
+            "dataset": dataset,
+            "track": track,
+            "method": method,
+            "variant": "default",
+            "seed": seed,
+            "metric": metric,
+            "value": value,
+            "higher_is_better": higher_is_better,
+            "status": status,
+        }
+        for seed, value in enumerate(values)
+    ]
 
 
-SCORES = pd.DataFrame([
-    *score_rows("bm_default", "lineage", "nj_raw", "rf", [0.32, 0.34, 0.36], False),  # mean 0.34: |Δ| 0.04 ≤ 0.05
-    *score_rows("bm_default", "lineage", "upgma_raw", "rf", [0.40, 0.42, 0.44], False),  # 0.42: 0.18 off, 0.60 outside
-    *score_rows("pbmc68k_batched", "representation", "pca", "ari_leiden", [0.50, 0.52, 0.54], True),  # [0.470, 0.570]
-])  # fmt: skip
+SCORES = pd.DataFrame(
+    [
+        *score_rows("bm_default", "lineage", "nj_raw", "rf", [0.32, 0.34, 0.36], False),  # mean 0.34: |Δ| 0.04 ≤ 0.05
+        *score_rows(
+            "bm_default", "lineage", "upgma_raw", "rf", [0.40, 0.42, 0.44], False
+        ),  # 0.42: 0.18 off, 0.60 outside
+        *score_rows(
+            "pbmc68k_batched", "representation", "pca", "ari_leiden", [0.50, 0.52, 0.54], True
+        ),  # [0.470, 0.570]
+    ]
+)
 
 
 def small_verdicts(tmp_path, registries, **evaluation):
-    config = apply_schema({"datasets": ["bm_default", "pbmc68k_batched"], "methods": ["nj_raw", "upgma_raw", "pca"],
-                           "evaluation": evaluation}, "config", "config.yaml")  # fmt: skip
+    config = apply_schema(
+        {
+            "datasets": ["bm_default", "pbmc68k_batched"],
+            "methods": ["nj_raw", "upgma_raw", "pca"],
+            "evaluation": evaluation,
+        },
+        "config",
+        "config.yaml",
+    )
     tables = published.load_published(write_paper(tmp_path / "published", SMALL).parent, registries)
     context = published.context_of(config, make_plan(config, registries), registries)
     return {(v.table.table, v.number.method, v.number.metric): v for v in published.verdicts(tables, SCORES, context)}
@@ -112,8 +139,11 @@ def test_verdicts_hold_celldag_means_and_intervals_against_the_published_numbers
     assert outside.high == pytest.approx(0.42 + half) and outside.high < 0.60
     interval = found["Table B", "PCA", "ARI"]  # no published spread: 0.55 inside [0.470, 0.570]
     assert interval.verdict == published.INSIDE_INTERVAL
-    assert (interval.mean, interval.low, interval.high) == (pytest.approx(0.52), pytest.approx(0.52 - half),
-                                                            pytest.approx(0.52 + half))  # fmt: skip
+    assert (interval.mean, interval.low, interval.high) == (
+        pytest.approx(0.52),
+        pytest.approx(0.52 - half),
+        pytest.approx(0.52 + half),
+    )
     unmapped = found["Table B", "scGPT", "ARI"]
     assert unmapped.text == "not comparable (not a celldag method)" and unmapped.n == 0
     not_run = found["Table B", "Harmony", "ARI"]
@@ -124,14 +154,18 @@ def test_verdicts_hold_celldag_means_and_intervals_against_the_published_numbers
 
 def test_a_delta_against_another_baseline_is_not_comparable(tmp_path, registries):
     found = small_verdicts(tmp_path, registries, delta_baseline="upgma_raw")
-    assert found["Table A", "UPGMA", "dRF"].text == ("not comparable (Δ against upgma_raw here (evaluation.delta_baseline), "
-                                                     "against nj_raw in the paper)")  # fmt: skip
+    assert found["Table A", "UPGMA", "dRF"].text == (
+        "not comparable (Δ against upgma_raw here (evaluation.delta_baseline), against nj_raw in the paper)"
+    )
 
 
 def test_one_seed_gives_no_interval_and_a_figure_reading_widens_the_spread(tmp_path, registries):
     one_seed = SCORES[SCORES["seed"] == 0]  # nj_raw rf 0.32: |Δ| 0.02; pca ari 0.50: 0.05 below 0.55
-    config = apply_schema({"datasets": ["bm_default", "pbmc68k_batched"], "methods": ["nj_raw", "upgma_raw", "pca"]},
-                          "config", "config.yaml")  # fmt: skip
+    config = apply_schema(
+        {"datasets": ["bm_default", "pbmc68k_batched"], "methods": ["nj_raw", "upgma_raw", "pca"]},
+        "config",
+        "config.yaml",
+    )
     context = published.context_of(config, make_plan(config, registries), registries)
     tables = published.load_published(write_paper(tmp_path / "exact", SMALL).parent, registries)
     found = {(v.number.method, v.number.metric): v for v in published.verdicts(tables, one_seed, context)}
@@ -169,43 +203,79 @@ def set_in(path, value):
 
 
 BAD = {
-    "unknown dataset": (set_in(["mapping", "dataset", "celldag"], "bm_nope"),
-                        "tables.Table A.mapping.dataset: unknown dataset id 'bm_nope'"),
-    "unknown variant": (set_in(["mapping", "methods", "NJ", "celldag"], "nj_raw/fast"),
-                        "tables.Table A.mapping.methods.NJ: 'nj_raw/fast': name a variant of nj_raw as method/variant"),
-    "no variant": (set_in(["mapping", "methods", "NJ", "celldag"], "nj_raw"),
-                   "tables.Table A.mapping.methods.NJ: 'nj_raw': name a variant of nj_raw as method/variant"),
-    "unknown method": (set_in(["mapping", "methods", "NJ", "celldag"], "fastme/default"),
-                       "tables.Table A.mapping.methods.NJ: unknown method id 'fastme'"),
-    "another track's method": (set_in(["mapping", "methods", "NJ", "celldag"], "pca/default"),
-                               "tables.Table A.mapping.methods.NJ: pca is a representation method, the dataset a lineage one"),
-    "unknown metric": (set_in(["mapping", "metrics", "RF", "celldag"], "ari_leiden"),
-                       "tables.Table A.mapping.metrics.RF: unknown metric 'ari_leiden' of the lineage track"),
-    "direction": (set_in(["columns", "RF"], "higher_is_better"),
-                  "tables.Table A.mapping.metrics.RF: rf is lower_is_better, the column higher_is_better"),
-    "Δ without baseline": (set_in(["mapping", "metrics", "dRF"], {"celldag": "delta_rf"}),
-                           "tables.Table A.mapping.metrics.dRF: delta_rf is a Δ: name the method the paper's Δ is against"),
-    "unmapped method": (lambda table: table["mapping"]["methods"].pop("NJ"),
-                        "tables.Table A.mapping.methods: no mapping for the method 'NJ'"),
-    "mapping typo": (set_in(["mapping", "metrics", "dRFF"], {"celldag": None, "reason": "typo"}),
-                     "tables.Table A.mapping.metrics.dRFF: no column of the table is called 'dRFF'"),
-    "undeclared column": (set_in(["rows", 0, "values", "QDist"], 0.2),
-                          "tables.Table A.rows.0.values.QDist: not a column of the table (columns: RF, dRF)"),
-    "row twice": (lambda table: table["rows"].append(copy.deepcopy(table["rows"][0])),
-                  "tables.Table A.rows.2: NJ has a row already"),
-    "row settings unmapped": (set_in(["rows", 0, "setting"], "level 1"),
-                              "tables.Table A.mapping.settings: no mapping for the row setting 'level 1'"),
-    "none without a reason": (set_in(["mapping", "methods", "NJ"], {"celldag": None}),
-                              "tables.Table A.mapping.methods.NJ: 'reason' is a required property"),
-    "not comparable without a reason": (set_in(["mapping", "metrics", "RF"], {"celldag": "rf", "comparable": False}),
-                                        "tables.Table A.mapping.metrics.RF: 'reason' is a required property"),
-    "figure reading without precision": (set_in(["reading"], "figure-approx"),
-                                         "tables.Table A: 'precision' is a required property"),
-    "negative spread": (set_in(["rows", 0, "values", "RF"], {"value": 0.3, "spread": -0.1}),
-                        "tables.Table A.rows.0.values.RF.spread: -0.1 is less than the minimum of 0"),
-    "a value as text": (set_in(["rows", 0, "values", "RF"], "0.3"),
-                        "tables.Table A.rows.0.values.RF: '0.3' is not of type 'number', 'object'"),
-}  # fmt: skip
+    "unknown dataset": (
+        set_in(["mapping", "dataset", "celldag"], "bm_nope"),
+        "tables.Table A.mapping.dataset: unknown dataset id 'bm_nope'",
+    ),
+    "unknown variant": (
+        set_in(["mapping", "methods", "NJ", "celldag"], "nj_raw/fast"),
+        "tables.Table A.mapping.methods.NJ: 'nj_raw/fast': name a variant of nj_raw as method/variant",
+    ),
+    "no variant": (
+        set_in(["mapping", "methods", "NJ", "celldag"], "nj_raw"),
+        "tables.Table A.mapping.methods.NJ: 'nj_raw': name a variant of nj_raw as method/variant",
+    ),
+    "unknown method": (
+        set_in(["mapping", "methods", "NJ", "celldag"], "fastme/default"),
+        "tables.Table A.mapping.methods.NJ: unknown method id 'fastme'",
+    ),
+    "another track's method": (
+        set_in(["mapping", "methods", "NJ", "celldag"], "pca/default"),
+        "tables.Table A.mapping.methods.NJ: pca is a representation method, the dataset a lineage one",
+    ),
+    "unknown metric": (
+        set_in(["mapping", "metrics", "RF", "celldag"], "ari_leiden"),
+        "tables.Table A.mapping.metrics.RF: unknown metric 'ari_leiden' of the lineage track",
+    ),
+    "direction": (
+        set_in(["columns", "RF"], "higher_is_better"),
+        "tables.Table A.mapping.metrics.RF: rf is lower_is_better, the column higher_is_better",
+    ),
+    "Δ without baseline": (
+        set_in(["mapping", "metrics", "dRF"], {"celldag": "delta_rf"}),
+        "tables.Table A.mapping.metrics.dRF: delta_rf is a Δ: name the method the paper's Δ is against",
+    ),
+    "unmapped method": (
+        lambda table: table["mapping"]["methods"].pop("NJ"),
+        "tables.Table A.mapping.methods: no mapping for the method 'NJ'",
+    ),
+    "mapping typo": (
+        set_in(["mapping", "metrics", "dRFF"], {"celldag": None, "reason": "typo"}),
+        "tables.Table A.mapping.metrics.dRFF: no column of the table is called 'dRFF'",
+    ),
+    "undeclared column": (
+        set_in(["rows", 0, "values", "QDist"], 0.2),
+        "tables.Table A.rows.0.values.QDist: not a column of the table (columns: RF, dRF)",
+    ),
+    "row twice": (
+        lambda table: table["rows"].append(copy.deepcopy(table["rows"][0])),
+        "tables.Table A.rows.2: NJ has a row already",
+    ),
+    "row settings unmapped": (
+        set_in(["rows", 0, "setting"], "level 1"),
+        "tables.Table A.mapping.settings: no mapping for the row setting 'level 1'",
+    ),
+    "none without a reason": (
+        set_in(["mapping", "methods", "NJ"], {"celldag": None}),
+        "tables.Table A.mapping.methods.NJ: 'reason' is a required property",
+    ),
+    "not comparable without a reason": (
+        set_in(["mapping", "metrics", "RF"], {"celldag": "rf", "comparable": False}),
+        "tables.Table A.mapping.metrics.RF: 'reason' is a required property",
+    ),
+    "figure reading without precision": (
+        set_in(["reading"], "figure-approx"),
+        "tables.Table A: 'precision' is a required property",
+    ),
+    "negative spread": (
+        set_in(["rows", 0, "values", "RF"], {"value": 0.3, "spread": -0.1}),
+        "tables.Table A.rows.0.values.RF.spread: -0.1 is less than the minimum of 0",
+    ),
+    "a value as text": (
+        set_in(["rows", 0, "values", "RF"], "0.3"),
+        "tables.Table A.rows.0.values.RF: '0.3' is not of type 'number', 'object'",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -289,14 +359,35 @@ def test_the_paper_presets_index_page_lists_every_mapped_number_of_its_datasets(
     mapped = [t for t in shipped if t.dataset_id in config["datasets"]]
     assert mapped, "the paper preset lists the datasets of sciLaMA's Tables 1, 2, S4, S5"
     metrics = {n.score.celldag for t in mapped for n in t.numbers if n.score.celldag}
-    scores = pd.DataFrame([{"dataset": run.dataset, "track": "representation", "method": run.method, "variant": run.variant,
-                            "seed": run.seed, "metric": metric, "value": 0.5 + 0.01 * run.seed, "higher_is_better": True,
-                            "status": "failed" if run.method == "scvi" and run.variant == "no_batch" else "ok"}
-                           for run in plan.runs if run.dataset == "tran2020_pancreas" for metric in sorted(metrics)])  # fmt: skip
+    scores = pd.DataFrame(
+        [
+            {
+                "dataset": run.dataset,
+                "track": "representation",
+                "method": run.method,
+                "variant": run.variant,
+                "seed": run.seed,
+                "metric": metric,
+                "value": 0.5 + 0.01 * run.seed,
+                "higher_is_better": True,
+                "status": "failed" if run.method == "scvi" and run.variant == "no_batch" else "ok",
+            }
+            for run in plan.runs
+            if run.dataset == "tran2020_pancreas"
+            for metric in sorted(metrics)
+        ]
+    )
     context = published.context_of(config, plan, registries, check_downloads=False)
     runs = pd.DataFrame(columns=["dataset", "method", "variant", "seed", "status", "status_reason", "record"])
-    page = html.index_page(scores=scores, runs=runs, tracks=TRACKS, figures=[], index_path="results/paper/index.html",
-                           kinds={}, published=published.report_blocks(mapped, scores, context))  # fmt: skip
+    page = html.index_page(
+        scores=scores,
+        runs=runs,
+        tracks=TRACKS,
+        figures=[],
+        index_path="results/paper/index.html",
+        kinds={},
+        published=published.report_blocks(mapped, scores, context),
+    )
     section = page[page.index('<h2 id="published">') : page.index('id="not-ok"')]
     assert '<a href="#published">published vs reproduced</a>' in page
     assert section.count("<tr><td>") == sum(len(t.numbers) for t in mapped) == 40 + 3 + 35 + 13
@@ -316,8 +407,11 @@ def test_compare_published_writes_every_table_and_exits_1_on_a_number_that_does_
     shutil.copytree(REPO / "config", workflow / "config")
     write_paper(workflow / "config/published", SMALL)  # a lab's own table beside the shipped ones
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump({"name": "tiny", "datasets": ["bm_default", "pbmc68k_batched"],
-                                                       "methods": ["nj_raw", "upgma_raw", "pca"]}))  # fmt: skip
+    (tmp_path / "run.yaml").write_text(
+        yaml.safe_dump(
+            {"name": "tiny", "datasets": ["bm_default", "pbmc68k_batched"], "methods": ["nj_raw", "upgma_raw", "pca"]}
+        )
+    )
     with pytest.raises(InputError, match=r"^results/tiny/scores.parquet: no scores table"):
         compare_published(None, "run.yaml", str(workflow), None, None)
     (tmp_path / "results/tiny").mkdir(parents=True)
@@ -378,8 +472,9 @@ def with_copy(registries, stands_for=None):
 
 def test_a_labs_copy_is_held_against_the_tables_of_the_dataset_it_stands_for(tmp_path, registries):
     with_copy(registries)
-    config = apply_schema({"datasets": ["bm_default", "lab_pbmc"], "methods": ["nj_raw", "upgma_raw", "pca"]},
-                          "config", "config.yaml")  # fmt: skip
+    config = apply_schema(
+        {"datasets": ["bm_default", "lab_pbmc"], "methods": ["nj_raw", "upgma_raw", "pca"]}, "config", "config.yaml"
+    )
     tables = published.load_published(write_paper(tmp_path / "published", SMALL).parent, registries)
     context = published.context_of(config, make_plan(config, registries), registries)
     scores = SCORES.replace({"dataset": {"pbmc68k_batched": "lab_pbmc"}})
@@ -409,11 +504,14 @@ def test_two_copies_of_one_dataset_in_a_config_are_refused(registries):
         published.context_of(config, make_plan(config, registries), registries)
 
 
-@pytest.mark.parametrize(("stands_for", "message"), [
-    ({"dataset": "pbmc3k_typo", "differs": "x"}, "lab_pbmc.stands_for.dataset: unknown dataset id 'pbmc3k_typo'"),
-    ({"dataset": "lab_pbmc", "differs": "x"}, "lab_pbmc.stands_for.dataset: a dataset cannot stand for itself"),
-    ({"dataset": "bm_default", "differs": "x"}, "bm_default is a lineage dataset, this one a representation one"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("stands_for", "message"),
+    [
+        ({"dataset": "pbmc3k_typo", "differs": "x"}, "lab_pbmc.stands_for.dataset: unknown dataset id 'pbmc3k_typo'"),
+        ({"dataset": "lab_pbmc", "differs": "x"}, "lab_pbmc.stands_for.dataset: a dataset cannot stand for itself"),
+        ({"dataset": "bm_default", "differs": "x"}, "bm_default is a lineage dataset, this one a representation one"),
+    ],
+)
 def test_a_copy_must_stand_for_a_dataset_of_its_track(stands_for, message, registries):
     from celldag.registry import ConfigError, check_consistency
 
@@ -442,16 +540,45 @@ def test_a_local_copy_of_pbmc3k_gets_verdicts_for_its_published_rows_with_what_d
     datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
     differs = "700 cells and 765 genes of pbmc68k, its bulk_labels, log-normalised values (no counts)"
     datasets["our_pbmc3k"] = {
-        "track": "representation", "source": "local", "loader": "celldag.data.h5ad:prepare_h5ad",
-        "description": "our copy", "license": "internal", "files": [{"name": "our_pbmc.h5ad", "path": "our_pbmc.h5ad"}],
-        "params": {"file": "our_pbmc.h5ad", "label_key": "bulk_labels", "batch_key": None, "counts_layer": None,
-                   "lognorm_layer": "X", "n_top_genes": 500},
-        "markers": datasets["pbmc3k"]["markers"], "stands_for": {"dataset": "pbmc3k", "differs": differs}}  # fmt: skip
+        "track": "representation",
+        "source": "local",
+        "loader": "celldag.data.h5ad:prepare_h5ad",
+        "description": "our copy",
+        "license": "internal",
+        "files": [{"name": "our_pbmc.h5ad", "path": "our_pbmc.h5ad"}],
+        "params": {
+            "file": "our_pbmc.h5ad",
+            "label_key": "bulk_labels",
+            "batch_key": None,
+            "counts_layer": None,
+            "lognorm_layer": "X",
+            "n_top_genes": 500,
+        },
+        "markers": datasets["pbmc3k"]["markers"],
+        "stands_for": {"dataset": "pbmc3k", "differs": differs},
+    }
     (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
-    (workdir / "ours.yaml").write_text(yaml.safe_dump({
-        "name": "ours", "datasets": ["our_pbmc3k"], "methods": ["scilama/self_informed"], "seeds": [0, 1],
-        "method_params": {"scilama": {"hidden_dims": [32, 16], "gene_hidden_dims": [32, 16], "latent_dim": 8,
-                                      "max_epochs": 6, "kl_warmup_epochs": 2, "kl_ramp_epochs": 2, "patience": 3}}}))  # fmt: skip
+    (workdir / "ours.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "ours",
+                "datasets": ["our_pbmc3k"],
+                "methods": ["scilama/self_informed"],
+                "seeds": [0, 1],
+                "method_params": {
+                    "scilama": {
+                        "hidden_dims": [32, 16],
+                        "gene_hidden_dims": [32, 16],
+                        "latent_dim": 8,
+                        "max_epochs": 6,
+                        "kl_warmup_epochs": 2,
+                        "kl_ramp_epochs": 2,
+                        "patience": 3,
+                    }
+                },
+            }
+        )
+    )
     run_snakemake(workdir, "--configfile", "ours.yaml")
     monkeypatch.chdir(workdir)
     main(["compare", "--published", "--configfile", "ours.yaml"])

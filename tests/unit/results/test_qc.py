@@ -10,19 +10,47 @@ from celldag.results.qc import qc_table
 from celldag.report.leaderboard import qc_blocks
 
 
-def score(method: str, seed: int, metric: str, value: float, status: str = "ok", variant: str = "default",
-          reason: str | None = None) -> dict:  # fmt: skip
-    return {"dataset": "d", "track": "lineage", "method": method, "variant": variant, "seed": seed, "metric": metric,
-            "value": value, "higher_is_better": False, "status": status, "status_reason": reason}  # fmt: skip
+def score(
+    method: str,
+    seed: int,
+    metric: str,
+    value: float,
+    status: str = "ok",
+    variant: str = "default",
+    reason: str | None = None,
+) -> dict:
+    return {
+        "dataset": "d",
+        "track": "lineage",
+        "method": method,
+        "variant": variant,
+        "seed": seed,
+        "metric": metric,
+        "value": value,
+        "higher_is_better": False,
+        "status": status,
+        "status_reason": reason,
+    }
 
 
 def clean_scores() -> list[dict]:
-    return [score(method, seed, metric, 0.5) for method in ("nj_raw", "upgma_raw") for seed in (0, 1)
-            for metric in ("rf", "quartet_dist", "scaled_rf")]  # fmt: skip
+    return [
+        score(method, seed, metric, 0.5)
+        for method in ("nj_raw", "upgma_raw")
+        for seed in (0, 1)
+        for metric in ("rf", "quartet_dist", "scaled_rf")
+    ]
 
 
-RUNS = pd.DataFrame({"dataset": ["d"] * 4, "method": ["nj_raw", "nj_raw", "upgma_raw", "upgma_raw"],
-                     "seed": [0, 1, 0, 1], "wall_time_s": [1.0, 1.0, 2.0, 2.0], "peak_rss_mb": [100.0] * 4})  # fmt: skip
+RUNS = pd.DataFrame(
+    {
+        "dataset": ["d"] * 4,
+        "method": ["nj_raw", "nj_raw", "upgma_raw", "upgma_raw"],
+        "seed": [0, 1, 0, 1],
+        "wall_time_s": [1.0, 1.0, 2.0, 2.0],
+        "peak_rss_mb": [100.0] * 4,
+    }
+)
 COST = pd.DataFrame({"rule": ["run nj_raw", "run upgma_raw"], "wall_s": [2.0, 4.0], "peak_mb": [100.0, 100.0]})
 CITED = {"method": {"nj_raw": [], "upgma_raw": []}, "dataset": {"d": []}}
 
@@ -33,11 +61,16 @@ def test_nothing_planted_nothing_found():
 
 def test_each_planted_condition_is_found_once_with_its_severity():
     scores = clean_scores()
-    scores += [score("bonsai", 0, "rf", float("nan"), "failed", reason="bonsai-rs exited 1"),
-               score("bonsai", 1, "rf", float("nan"), "failed", reason="bonsai-rs exited 1"),
-               score("scvi", 0, "rf", float("nan"), "not_applicable", reason="needs counts")]  # fmt: skip
-    scores = [row for row in scores if not (row["method"] == "upgma_raw" and row["seed"] == 1
-                                            and row["metric"] == "quartet_dist")]  # fmt: skip
+    scores += [
+        score("bonsai", 0, "rf", float("nan"), "failed", reason="bonsai-rs exited 1"),
+        score("bonsai", 1, "rf", float("nan"), "failed", reason="bonsai-rs exited 1"),
+        score("scvi", 0, "rf", float("nan"), "not_applicable", reason="needs counts"),
+    ]
+    scores = [
+        row
+        for row in scores
+        if not (row["method"] == "upgma_raw" and row["seed"] == 1 and row["metric"] == "quartet_dist")
+    ]
     scores.append(score("nj_raw", 0, "scaled_quartet_dist", -3.0) | {"method": "nj_pca"})
     scores.append(score("nj_pca", 1, "scaled_quartet_dist", -2.0))
     runs = RUNS.assign(wall_time_s=[1.0, 1.0, 7.0, 7.0])  # upgma_raw: 14 s against the reference's 4 s

@@ -35,9 +35,16 @@ def test_the_paired_test_is_scipys_on_the_seeds_both_rows_have():
 
 
 def test_far_apart_rows_are_separated_and_indistinguishable_ones_share_their_ranks():
-    ranking = leaderboard.rank(table({
-        "best": [0.90, 0.91, 0.92], "close": [0.905, 0.90, 0.925], "far": [0.10, 0.12, 0.11],
-    }), higher_is_better=True)  # fmt: skip
+    ranking = leaderboard.rank(
+        table(
+            {
+                "best": [0.90, 0.91, 0.92],
+                "close": [0.905, 0.90, 0.925],
+                "far": [0.10, 0.12, 0.11],
+            }
+        ),
+        higher_is_better=True,
+    )
     assert ranking.intervals == {"best": (1, 2), "close": (1, 2), "far": (3, 3)}
     assert ranking.tied_with_best == {"best", "close"} and ranking.separable == 2 and len(ranking.pairs) == 3
     assert ranking.separated("best", "far") and not ranking.separated("best", "close")
@@ -46,9 +53,16 @@ def test_far_apart_rows_are_separated_and_indistinguishable_ones_share_their_ran
 
 
 def test_a_pair_without_seed_spread_stays_tied_and_a_row_with_one_seed_is_unranked():
-    ranking = leaderboard.rank(table({
-        "deterministic": [0.5, 0.5, 0.5], "shifted": [0.7, 0.7, 0.7], "one_seed": [0.9, math.nan, math.nan],
-    }), higher_is_better=True)  # fmt: skip
+    ranking = leaderboard.rank(
+        table(
+            {
+                "deterministic": [0.5, 0.5, 0.5],
+                "shifted": [0.7, 0.7, 0.7],
+                "one_seed": [0.9, math.nan, math.nan],
+            }
+        ),
+        higher_is_better=True,
+    )
     assert ranking.intervals == {"deterministic": (1, 2), "shifted": (1, 2)}
     assert ranking.unranked == ("one_seed",) and ranking.separable == 0
     assert leaderboard.interval_text((1, 2)) == "1–2" and leaderboard.interval_text((3, 3)) == "3"
@@ -73,24 +87,49 @@ def test_equal_means_are_separated_in_at_most_5_percent_of_tables_and_intervals_
 
 def test_the_leaderboard_shows_rank_intervals_ties_and_how_many_pairs_the_seeds_separate():
     tracks = TRACKS
-    rf = {"nj_raw": [0.30, 0.32, 0.35], "upgma_raw": [0.31, 0.32, 0.37], "nj_pca": [0.80, 0.83, 0.81],
-          "bonsai": [0.5, float("nan"), float("nan")]}  # fmt: skip
-    rows = [{"dataset": "bm", "track": "lineage", "method": method, "variant": "default", "seed": seed, "metric": "rf",
-             "value": value, "higher_is_better": False, "status": "ok" if value == value else "failed"}
-            for method, values in rf.items() for seed, value in enumerate(values)]  # fmt: skip
+    rf = {
+        "nj_raw": [0.30, 0.32, 0.35],
+        "upgma_raw": [0.31, 0.32, 0.37],
+        "nj_pca": [0.80, 0.83, 0.81],
+        "bonsai": [0.5, float("nan"), float("nan")],
+    }
+    rows = [
+        {
+            "dataset": "bm",
+            "track": "lineage",
+            "method": method,
+            "variant": "default",
+            "seed": seed,
+            "metric": "rf",
+            "value": value,
+            "higher_is_better": False,
+            "status": "ok" if value == value else "failed",
+        }
+        for method, values in rf.items()
+        for seed, value in enumerate(values)
+    ]
     text = leaderboard_markdown(pd.DataFrame(rows), tracks)
     assert "| rank | method | variant | rf ↓ | seeds ok |" in text
     table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert [line.split(" | ")[:2] for line in table] == [["| 1–2", "nj_raw"], ["| 1–2", "upgma_raw"], ["| 3", "nj_pca"],
-                                                         ["| –", "bonsai"]]  # fmt: skip
-    assert ("Rank: the ranks compatible with paired t tests of rf over the seeds ok for both methods, Holm over the "
-            "table's 3 pairs (simultaneous 95 %; celldag.results.leaderboard): 2 of 3 pairs separable.") in text  # fmt: skip
+    assert [line.split(" | ")[:2] for line in table] == [
+        ["| 1–2", "nj_raw"],
+        ["| 1–2", "upgma_raw"],
+        ["| 3", "nj_pca"],
+        ["| –", "bonsai"],
+    ]
+    assert (
+        "Rank: the ranks compatible with paired t tests of rf over the seeds ok for both methods, Holm over the "
+        "table's 3 pairs (simultaneous 95 %; celldag.results.leaderboard): 2 of 3 pairs separable."
+    ) in text
     assert "Not separable from the best: `nj_raw/default`, `upgma_raw/default`." in text
     assert "Unranked (fewer than two ok seeds): `bonsai/default`." in text
     one = leaderboard_markdown(pd.DataFrame([row for row in rows if row["method"] == "nj_pca"]), tracks)
     assert "| 1 | nj_pca | default |" in one and "Rank:" not in one  # one method: nothing to say of its rank
-    tied = [row | {"value": row["value"] + 0.001 * row["seed"] ** 2 * (row["method"] == "nj_pca")} for row in rows
-            if row["method"] in ("nj_raw", "nj_pca")]  # fmt: skip
+    tied = [
+        row | {"value": row["value"] + 0.001 * row["seed"] ** 2 * (row["method"] == "nj_pca")}
+        for row in rows
+        if row["method"] in ("nj_raw", "nj_pca")
+    ]
     tied[0]["value"] = 0.7  # nj_raw's first seed near nj_pca's: not separable
     assert "The seeds order none of these 2 methods: every rank is 1–2, the rows are by mean." in leaderboard_markdown(
         pd.DataFrame(tied), tracks

@@ -23,8 +23,18 @@ def scores(values: dict[tuple, float], status: dict[tuple, str] | None = None) -
     rows = []
     for (dataset, track, entry, seed, metric), value in values.items():
         method, variant = entry.split("/", 1)
-        rows.append({"dataset": dataset, "track": track, "method": method, "variant": variant, "seed": seed,
-                     "metric": metric, "value": value, "status": (status or {}).get((dataset, entry, seed, metric), "ok")})  # fmt: skip
+        rows.append(
+            {
+                "dataset": dataset,
+                "track": track,
+                "method": method,
+                "variant": variant,
+                "seed": seed,
+                "metric": metric,
+                "value": value,
+                "status": (status or {}).get((dataset, entry, seed, metric), "ok"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -35,9 +45,13 @@ NJ_VALUES = {0: 0.25, 1: 0.75, 2: 0.5, 3: 0.5, 4: 0.25}
 
 
 def reference_inputs():
-    seeds = scores({**{(*TRAINED, seed, "total"): value for seed, value in SEED_VALUES.items()},
-                    **{(*NJ, seed, "rf"): value for seed, value in NJ_VALUES.items()},
-                    **{(*TRAINED, seed, "n_marker_genes"): 18.0 for seed in SEED_VALUES}})  # fmt: skip
+    seeds = scores(
+        {
+            **{(*TRAINED, seed, "total"): value for seed, value in SEED_VALUES.items()},
+            **{(*NJ, seed, "rf"): value for seed, value in NJ_VALUES.items()},
+            **{(*TRAINED, seed, "n_marker_genes"): 18.0 for seed in SEED_VALUES},
+        }
+    )
     default = seeds[seeds["seed"] <= 2].reset_index(drop=True)
     rerun = default.copy()
     trained = (rerun["method"] == "scilama") & (rerun["metric"] == "total")
@@ -100,8 +114,12 @@ def test_without_any_smooth_move_the_tolerance_is_the_floor_and_a_large_move_is_
 def built_reference(tmp_path: Path) -> ref.Reference:
     default, seeds, reruns = reference_inputs()
     noise, tolerance, how = ref.noise_model(default, seeds, reruns, TRACKS, false_alarm=0.01)
-    meta = {"commit": "abc", "noise": how, "numerical_tolerance": {"rel": tolerance.rel, "abs": tolerance.abs},
-            "environment": {"machine.cpu_model": "AMD EPYC", "numpy": "2.4.6"}}  # fmt: skip
+    meta = {
+        "commit": "abc",
+        "noise": how,
+        "numerical_tolerance": {"rel": tolerance.rel, "abs": tolerance.abs},
+        "environment": {"machine.cpu_model": "AMD EPYC", "numpy": "2.4.6"},
+    }
     empty = pd.DataFrame(columns=ref.COLUMNS[ref.RUNS_FILE])
     cost = pd.DataFrame({"rule": ["run scilama"], "wall_s": [100.0], "peak_mb": [900.0]})
     reference = ref.Reference(default[[*ref.KEY, "status", "value"]], noise, empty, cost, meta)
@@ -113,9 +131,13 @@ def test_a_reference_reads_back_every_score_to_the_bit(tmp_path):
     generator = random.Random(0)
     values = [generator.random() * 10 ** generator.randint(-12, 3) for _ in range(200)] + [math.nan, 0.1 + 0.2, -0.0]
     table = scores({("d", "lineage", "nj_raw/default", i, "rf"): value for i, value in enumerate(values)})
-    reference = ref.Reference(table[[*ref.KEY, "status", "value"]], pd.DataFrame(columns=ref.COLUMNS[ref.NOISE_FILE]),
-                              pd.DataFrame(columns=ref.COLUMNS[ref.RUNS_FILE]), pd.DataFrame(columns=ref.COLUMNS[ref.COST_FILE]),
-                              {"numerical_tolerance": {"rel": 1e-11, "abs": 1e-14}, "environment": {}})  # fmt: skip
+    reference = ref.Reference(
+        table[[*ref.KEY, "status", "value"]],
+        pd.DataFrame(columns=ref.COLUMNS[ref.NOISE_FILE]),
+        pd.DataFrame(columns=ref.COLUMNS[ref.RUNS_FILE]),
+        pd.DataFrame(columns=ref.COLUMNS[ref.COST_FILE]),
+        {"numerical_tolerance": {"rel": 1e-11, "abs": 1e-14}, "environment": {}},
+    )
     ref.write(reference, tmp_path / "r")
     back = ref.read(tmp_path / "r").scores["value"].tolist()
     assert all(ref.same_bits(a, b) for a, b in zip(values, back, strict=True))
@@ -126,8 +148,12 @@ def test_a_group_without_an_ok_seed_reads_back_with_a_nan_mean_and_the_two_regim
     reference = built_reference(tmp_path)
     noise = reference.noise.copy()
     noise.loc[0, "mean"] = math.nan  # a method not_applicable on every seed of the noise model's run
-    regimes = pd.DataFrame([dict(zip(ref.GROUP, noise.loc[0, ref.GROUP])) | {"split": 3.4, "low": 2.0, "high": 4.75,
-                            "within": 0.04, "above": 2, "values": 10}])  # fmt: skip
+    regimes = pd.DataFrame(
+        [
+            dict(zip(ref.GROUP, noise.loc[0, ref.GROUP]))
+            | {"split": 3.4, "low": 2.0, "high": 4.75, "within": 0.04, "above": 2, "values": 10}
+        ]
+    )
     ref.write(replace(reference, noise=noise, regimes=regimes), tmp_path / "again")
     back = ref.read(tmp_path / "again")
     assert back.noise["mean"].dtype == float and math.isnan(back.noise.loc[0, "mean"])
@@ -150,8 +176,13 @@ def test_a_folder_without_a_file_or_a_column_is_refused_naming_it(tmp_path):
         ref.read(tmp_path / "reference")
 
 
-def verdicts(reference: ref.Reference, edits: dict[tuple, float], rule: str = ref.NOISE_AWARE,
-             status: dict[tuple, str] | None = None, drop: tuple | None = None) -> dict[tuple, str]:  # fmt: skip
+def verdicts(
+    reference: ref.Reference,
+    edits: dict[tuple, float],
+    rule: str = ref.NOISE_AWARE,
+    status: dict[tuple, str] | None = None,
+    drop: tuple | None = None,
+) -> dict[tuple, str]:
     """(method, seed, metric) → verdict of the reference's scores edited by ``edits`` (key → added Δ)."""
     here = reference.scores.copy()
     for (method, seed, metric), delta in edits.items():
@@ -166,9 +197,17 @@ def verdicts(reference: ref.Reference, edits: dict[tuple, float], rule: str = re
 def test_each_move_gets_the_verdict_its_size_and_its_scores_noise_give(tmp_path):
     reference = built_reference(tmp_path)
     margin = reference.noise.set_index("metric").loc["total", "margin"]
-    found = verdicts(reference, {("scilama", 0, "total"): margin * 0.9, ("scilama", 1, "total"): margin * 1.1,
-                                 ("nj_raw", 0, "rf"): 0.25 * 5e-12, ("scilama", 0, "n_marker_genes"): 1.0},
-                     status={("nj_raw", 2, "rf"): "failed"}, drop=("scilama", 2, "total"))  # fmt: skip
+    found = verdicts(
+        reference,
+        {
+            ("scilama", 0, "total"): margin * 0.9,
+            ("scilama", 1, "total"): margin * 1.1,
+            ("nj_raw", 0, "rf"): 0.25 * 5e-12,
+            ("scilama", 0, "n_marker_genes"): 1.0,
+        },
+        status={("nj_raw", 2, "rf"): "failed"},
+        drop=("scilama", 2, "total"),
+    )
     assert found == {
         ("scilama", 0, "total"): ref.SEED_NOISE,  # less than its seed spread allows
         ("scilama", 1, "total"): ref.CHANGED,  # more
@@ -202,8 +241,9 @@ def test_bit_for_bit_calls_any_move_a_change_and_the_rule_follows_the_environmen
 def test_the_summary_counts_each_verdict_and_says_whether_the_release_is_reproduced(tmp_path):
     reference = built_reference(tmp_path)
     same = ref.judge(reference, reference.scores, ref.NOISE_AWARE)
-    assert ref.summary_line(same) == ("reproduces the release: 9 identical, 0 within numerical tolerance, 0 within seed "
-                                      "noise, 0 changed (9 scores)")  # fmt: skip
+    assert ref.summary_line(same) == (
+        "reproduces the release: 9 identical, 0 within numerical tolerance, 0 within seed noise, 0 changed (9 scores)"
+    )
     here = reference.scores.copy()
     here.loc[here["metric"] == "n_marker_genes", "value"] += 1
     assert ref.summary_line(ref.judge(reference, here, ref.NOISE_AWARE)).startswith(
@@ -219,11 +259,27 @@ def test_cost_ratios_are_this_machines_over_the_references_per_rule(tmp_path):
 
 
 def test_the_environment_keeps_what_may_change_a_number_at_its_most_common_value(tmp_path):
-    machine = {"cpu_model": "AMD EPYC", "cpus": 2, "isa": ["avx2"], "os": "Linux-6.1-x86_64-with-glibc2.36",
-               "libraries": [], "threads": {"OMP_NUM_THREADS": "1"}, "gpu": None}  # fmt: skip
-    record = {"config": {"params": {"k": 1}}, "config_hash": "c" * 64, "input_sha256": {"a": "b" * 64}, "inputs": {},
-              "packages": {"numpy": "2.4.6"}, "device": "cpu", "host": "node1", "threads": 1,
-              "environment": {"SLURM_JOB_ID": "7"}, "machine": machine}  # fmt: skip
+    machine = {
+        "cpu_model": "AMD EPYC",
+        "cpus": 2,
+        "isa": ["avx2"],
+        "os": "Linux-6.1-x86_64-with-glibc2.36",
+        "libraries": [],
+        "threads": {"OMP_NUM_THREADS": "1"},
+        "gpu": None,
+    }
+    record = {
+        "config": {"params": {"k": 1}},
+        "config_hash": "c" * 64,
+        "input_sha256": {"a": "b" * 64},
+        "inputs": {},
+        "packages": {"numpy": "2.4.6"},
+        "device": "cpu",
+        "host": "node1",
+        "threads": 1,
+        "environment": {"SLURM_JOB_ID": "7"},
+        "machine": machine,
+    }
     other = record | {"host": "node2", "threads": 2, "machine": machine | {"cpus": 64}}
     (tmp_path / "requirements").mkdir()
     (tmp_path / "requirements/lock.txt").write_text("numpy==2.4.6\n")

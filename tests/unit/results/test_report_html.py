@@ -32,34 +32,62 @@ def text_of(element) -> str:
 
 
 def lineage_scores(method: str = ODD, dataset: str = "bm") -> pd.DataFrame:
-    rows = [{"dataset": dataset, "track": "lineage", "method": name, "variant": "default", "seed": seed, "metric": metric,
-             "value": value + 0.1 * seed, "higher_is_better": False, "status": "ok"}
-            for name, value in (("nj_raw", 0.4), ("upgma_raw", 0.5), (method, 0.6)) for seed in (0, 1)
-            for metric in ("rf", "quartet_dist")]  # fmt: skip
+    rows = [
+        {
+            "dataset": dataset,
+            "track": "lineage",
+            "method": name,
+            "variant": "default",
+            "seed": seed,
+            "metric": metric,
+            "value": value + 0.1 * seed,
+            "higher_is_better": False,
+            "status": "ok",
+        }
+        for name, value in (("nj_raw", 0.4), ("upgma_raw", 0.5), (method, 0.6))
+        for seed in (0, 1)
+        for metric in ("rf", "quartet_dist")
+    ]
     return pd.DataFrame(rows)
 
 
 def runs_of(scores: pd.DataFrame) -> pd.DataFrame:
     runs = scores[["dataset", "method", "variant", "seed"]].drop_duplicates().assign(status="ok", status_reason="")
-    runs = runs.assign(record=[f"results/runs/{r.dataset}/{r.method}/{r.variant}/k/seed{r.seed}/run.json"
-                               for r in runs.itertuples()])  # fmt: skip
-    failed = runs.iloc[[0]].assign(method=ODD, seed=7, status="failed", status_reason=f"ValueError: <{ODD}> `x`",
-                                   record="results/runs/bm/x/default/k/seed7/run.json")  # fmt: skip
+    runs = runs.assign(
+        record=[f"results/runs/{r.dataset}/{r.method}/{r.variant}/k/seed{r.seed}/run.json" for r in runs.itertuples()]
+    )
+    failed = runs.iloc[[0]].assign(
+        method=ODD,
+        seed=7,
+        status="failed",
+        status_reason=f"ValueError: <{ODD}> `x`",
+        record="results/runs/bm/x/default/k/seed7/run.json",
+    )
     return pd.concat([runs, failed], ignore_index=True)
 
 
 def shown_figures(dataset: str = "bm") -> list[html.ShownFigure]:
     """The lineage track's figures with their shipped captions, and the two every track shares."""
-    return [html.ShownFigure(dataset, figure.name, f"results/x/figures/{dataset}/{figure.name}.png",
-                             figure.caption_path().read_text())
-            for figure in TRACKS["lineage"].figures]  # fmt: skip
+    return [
+        html.ShownFigure(
+            dataset, figure.name, f"results/x/figures/{dataset}/{figure.name}.png", figure.caption_path().read_text()
+        )
+        for figure in TRACKS["lineage"].figures
+    ]
 
 
 def test_the_index_escapes_every_id_and_parses_without_an_error():
     scores = lineage_scores()
-    page = html.index_page(scores=scores, runs=runs_of(scores), tracks=TRACKS, figures=shown_figures(),
-                           index_path="results/x/index.html", kinds=KINDS, links=["results/x/scores.parquet"],
-                           notes=[f"Note on `{ODD}`: **read** it."])  # fmt: skip
+    page = html.index_page(
+        scores=scores,
+        runs=runs_of(scores),
+        tracks=TRACKS,
+        figures=shown_figures(),
+        index_path="results/x/index.html",
+        kinds=KINDS,
+        links=["results/x/scores.parquet"],
+        notes=[f"Note on `{ODD}`: **read** it."],
+    )
     assert ODD not in page and "a&lt;b&amp;c" in page
     tree = parsed(page)
     rows = [[text_of(cell) for cell in row.iter("td")] for row in tree.iter("tr")]
@@ -75,8 +103,14 @@ def test_the_index_escapes_every_id_and_parses_without_an_error():
 
 
 def test_captions_render_through_docutils_with_their_bold_and_code():
-    page = html.index_page(scores=lineage_scores(), runs=runs_of(lineage_scores()), tracks=TRACKS,
-                           figures=shown_figures(), index_path="results/x/index.html", kinds=KINDS)  # fmt: skip
+    page = html.index_page(
+        scores=lineage_scores(),
+        runs=runs_of(lineage_scores()),
+        tracks=TRACKS,
+        figures=shown_figures(),
+        index_path="results/x/index.html",
+        kinds=KINDS,
+    )
     tree = parsed(page)
     captions = {figure.get("id"): figure.find("figcaption") for figure in tree.iter("figure")}
     assert sorted(captions) == sorted(f"bm-{figure.name}" for figure in TRACKS["lineage"].figures)
@@ -124,10 +158,17 @@ def test_every_page_parses_without_an_error(tmp_path):
     figures = shown_figures()
     for figure in figures:
         (tmp_path / f"{figure.name}.rst").write_text(figure.caption)
-    html.write_index(scores_path=str(tmp_path / "scores.parquet"), runs_path=str(tmp_path / "runs.parquet"),
-                     figure_paths=[f.path for f in figures], figure_captions=[str(tmp_path / f"{f.name}.rst") for f in figures],
-                     figure_tracks=["" for _ in figures], index_path=str(tmp_path / "index.html"),
-                     leaderboard_path=str(tmp_path / "leaderboard.html"), tracks=TRACKS, kinds=KINDS)  # fmt: skip
+    html.write_index(
+        scores_path=str(tmp_path / "scores.parquet"),
+        runs_path=str(tmp_path / "runs.parquet"),
+        figure_paths=[f.path for f in figures],
+        figure_captions=[str(tmp_path / f"{f.name}.rst") for f in figures],
+        figure_tracks=["" for _ in figures],
+        index_path=str(tmp_path / "index.html"),
+        leaderboard_path=str(tmp_path / "leaderboard.html"),
+        tracks=TRACKS,
+        kinds=KINDS,
+    )
     pages = {
         "index.html": (tmp_path / "index.html").read_text(),
         "leaderboard.html": (tmp_path / "leaderboard.html").read_text(),
@@ -143,7 +184,7 @@ def test_every_page_parses_without_an_error(tmp_path):
                 Table(("empty",), ()),
             ],
             KINDS,
-        ),  # fmt: skip
+        ),
     }
     for name, page in pages.items():
         assert page.startswith("<!DOCTYPE html>"), name
@@ -156,8 +197,14 @@ def test_every_page_parses_without_an_error(tmp_path):
 def test_a_dataset_id_with_markup_characters_escapes_in_anchors_links_and_figures():
     dataset = 'bm"<&'
     scores = lineage_scores(method="nj_pca", dataset=dataset)
-    page = html.index_page(scores=scores, runs=runs_of(scores).assign(dataset=dataset), tracks=TRACKS,
-                           figures=shown_figures(dataset), index_path="results/x/index.html", kinds={})  # fmt: skip
+    page = html.index_page(
+        scores=scores,
+        runs=runs_of(scores).assign(dataset=dataset),
+        tracks=TRACKS,
+        figures=shown_figures(dataset),
+        index_path="results/x/index.html",
+        kinds={},
+    )
     tree = parsed(page)
     assert tree.find(".//nav/a").get("href") == f"#{dataset}"
     assert tree.find(".//h2").get("id") == dataset
@@ -176,20 +223,42 @@ TYPES = ["Platelet", "pDC", "HSPC", "Eryth", "ILC"]
 def annotation_note(seed: int, failed: str = "") -> str:
     """groups_note as a 4-batch dataset's scoring writes it: small types per scenario, 20 dropped design groups
     with their weights (which the seed's calibration split moves), and a failure's line after them."""
-    small = {scenario: {"class_conditional": ["type Platelet", "type pDC", *(["type HSPC"] if seed == 1 else [])],
-                        "mondrian_batch": [] if scenario == "random split" else ["lab_d"]}
-             for scenario in SCENARIOS}  # fmt: skip
-    dropped = {scenario: [f"{batch} × {kind} ({3.5 + i + seed / 10:.1f})"
-                          for i, (batch, kind) in enumerate((b, t) for b in BATCHES for t in TYPES) if i != seed]
-               for scenario in SCENARIOS}  # fmt: skip
+    small = {
+        scenario: {
+            "class_conditional": ["type Platelet", "type pDC", *(["type HSPC"] if seed == 1 else [])],
+            "mondrian_batch": [] if scenario == "random split" else ["lab_d"],
+        }
+        for scenario in SCENARIOS
+    }
+    dropped = {
+        scenario: [
+            f"{batch} × {kind} ({3.5 + i + seed / 10:.1f})"
+            for i, (batch, kind) in enumerate((b, t) for b in BATCHES for t in TYPES)
+            if i != seed
+        ]
+        for scenario in SCENARIOS
+    }
     note = groups_note(small, dropped, Settings.of({"annotation": {"alpha": 0.1}}))
     return ". ".join(filter(None, [note, failed]))
 
 
 def annotation_scores(notes: dict[int, str]) -> pd.DataFrame:
-    rows = [{"dataset": "pbmc", "track": "annotation", "method": method, "variant": "pca/default", "seed": seed,
-             "metric": "accuracy", "value": 0.9, "higher_is_better": True, "status": "ok", contracts.SCORE_NOTE: note}
-            for seed, note in notes.items() for method in ("knn", "logistic")]  # fmt: skip
+    rows = [
+        {
+            "dataset": "pbmc",
+            "track": "annotation",
+            "method": method,
+            "variant": "pca/default",
+            "seed": seed,
+            "metric": "accuracy",
+            "value": 0.9,
+            "higher_is_better": True,
+            "status": "ok",
+            contracts.SCORE_NOTE: note,
+        }
+        for seed, note in notes.items()
+        for method in ("knn", "logistic")
+    ]
     return pd.DataFrame(rows)
 
 
@@ -229,8 +298,12 @@ def test_notes_that_list_no_scenario_stay_one_line_per_distinct_note():
 
 def test_note_parts_split_a_note_at_its_lists():
     note = "x failed: a: b. what: s1 — g1, g2 | s2 — g3. tail. more: s — g (1.5)"
-    assert note_parts(note) == ["x failed: a: b", ("what", (("s1", "g1, g2"), ("s2", "g3"))), "tail",
-                                ("more", (("s", "g (1.5)"),))]  # fmt: skip
+    assert note_parts(note) == [
+        "x failed: a: b",
+        ("what", (("s1", "g1, g2"), ("s2", "g3"))),
+        "tail",
+        ("more", (("s", "g (1.5)"),)),
+    ]
 
 
 def test_a_cell_holding_a_pipe_stays_one_cell_of_its_markdown_table():

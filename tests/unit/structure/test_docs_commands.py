@@ -75,7 +75,7 @@ def shell_blocks(page: Path) -> list[Block]:
                     tuple(block_commands(lines[start + 1 : number], language)),
                     ("paths" if exemption.group(1) else "all") if exemption else None,
                     exemption.group(2) if exemption else "",
-                )  # fmt: skip
+                )
             )
         start = None
     return blocks
@@ -161,8 +161,13 @@ def test_celldag_commands_parse_and_cheap_ones_run(block):
         except SystemExit:
             pytest.fail(f"{block_id(block)}: celldag's parser rejects {' '.join(words)}")
         if parsed.command == "prefetch" and parsed.list_only:  # it only plans: ≈ 1 s
-            result = subprocess.run([str(Path(sys.executable).parent / "celldag"), *arguments], cwd=ROOT,
-                                    capture_output=True, text=True, timeout=120)  # fmt: skip
+            result = subprocess.run(
+                [str(Path(sys.executable).parent / "celldag"), *arguments],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert result.returncode == 0 and result.stdout, (" ".join(words), result.stderr[-2000:])
 
 
@@ -277,6 +282,12 @@ def test_every_snakemake_command_dry_runs(command, checkout, conda_path):
     arguments = [word for word in command if not re.match(r"^[A-Z_][A-Z0-9_]*=", word)]
     if "conda" in arguments:
         environ |= {"PATH": conda_path, "PIP_NO_INDEX": "1"}
-    result = subprocess.run([sys.executable, "-m", "snakemake", *arguments, "--quiet", "rules"], cwd=checkout,
-                            env=environ, capture_output=True, text=True, timeout=600)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", *arguments, "--quiet", "rules"],
+        cwd=checkout,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, (dry_runs()[command], result.stdout[-2000:], result.stderr[-2000:])

@@ -20,8 +20,9 @@ def lint_imports(cwd: Path, source: Path | None = None) -> subprocess.CompletedP
     """lint-imports with the contracts of ``cwd``'s pyproject.toml; ``source``: a folder holding a copy of celldag,
     first on PYTHONPATH, so that it is read instead of the installed (editable) one."""
     env = os.environ | ({"PYTHONPATH": str(source)} if source else {})
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo"], cwd=cwd, env=env, capture_output=True,
-                          text=True)  # fmt: skip
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"], cwd=cwd, env=env, capture_output=True, text=True
+    )
 
 
 def test_celldag_keeps_its_import_contracts():

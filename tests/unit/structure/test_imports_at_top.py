@@ -57,16 +57,23 @@ def top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
 
 
 def local_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    return [node for function in ast.walk(tree) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
-            for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom))]  # fmt: skip
+    return [
+        node
+        for function in ast.walk(tree)
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for node in ast.walk(function)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
 
 
 def needless_local_imports(source: Path) -> list[str]:
     """``module:line imports target`` for every function-local import of a celldag module that defers nothing."""
     trees = {name: ast.parse(path.read_text(), filename=str(path)) for name, path in modules_of(source).items()}
     modules = set(trees)
-    direct = {name: set().union(*(imported_names(node, modules) for node in top_level_imports(tree)))
-              for name, tree in trees.items()}  # fmt: skip
+    direct = {
+        name: set().union(*(imported_names(node, modules) for node in top_level_imports(tree)))
+        for name, tree in trees.items()
+    }
     third_party: dict[str, set[str]] = {}
 
     def loads(module: str) -> set[str]:
@@ -106,5 +113,7 @@ def test_a_local_import_that_defers_nothing_is_found(tmp_path):
 
 def test_celldag_modules_are_imported_at_the_top_unless_that_would_load_a_package_early():
     needless = needless_local_imports(SOURCE)
-    assert not needless, ("import these at the top of the file: they load no third-party package the module "
-                          "does not load already: " + "; ".join(needless))  # fmt: skip
+    assert not needless, (
+        "import these at the top of the file: they load no third-party package the module "
+        "does not load already: " + "; ".join(needless)
+    )

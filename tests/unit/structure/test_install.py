@@ -74,11 +74,16 @@ def pytorch_cpu(tmp_path_factory) -> str:
 
 def install_torch(venv: Path, pypi: str, cpu_index: str, *args: str, find_links: Path | None = None):
     """The Makefile's torch step in ``venv``, pip reading the stub indexes only; the torch it left installed."""
-    subprocess.run([venv / "bin/python", "-m", "pip", "uninstall", "--quiet", "--yes", "torch"], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [venv / "bin/python", "-m", "pip", "uninstall", "--quiet", "--yes", "torch"], check=True, capture_output=True
+    )
     env = {name: value for name, value in os.environ.items() if not name.startswith("PIP_")}
-    env |= {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": pypi, "PIP_NO_CACHE_DIR": "1",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}  # fmt: skip
+    env |= {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": pypi,
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
     if find_links is not None:
         env["PIP_FIND_LINKS"] = str(find_links)
     command = [venv / "bin/python", REPO / "requirements/install.py", "torch", "--cpu-index", cpu_index, *args]
@@ -134,8 +139,14 @@ OUTSIDE_MAKE = {name: value for name, value in os.environ.items() if name not in
 
 
 def test_make_install_installs_torch_before_the_rest_of_the_lock_and_runs_nothing(tmp_path):
-    commands = subprocess.run(["make", "-n", "-B", "install", f"VENV={tmp_path / 'venv'}"], cwd=REPO, env=OUTSIDE_MAKE,
-                              capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    commands = subprocess.run(
+        ["make", "-n", "-B", "install", f"VENV={tmp_path / 'venv'}"],
+        cwd=REPO,
+        env=OUTSIDE_MAKE,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     steps = [
         line.split("requirements/install.py ", 1)[1].strip() for line in commands if "requirements/install.py" in line
     ]

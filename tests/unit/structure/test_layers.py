@@ -93,8 +93,10 @@ def floors_of_the_contract(pyproject: Path = REPO / "pyproject.toml") -> tuple[t
     contracts = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]["contracts"]
     contract = next(contract for contract in contracts if contract["id"] == "floors")
     (container,) = contract["containers"]
-    return tuple(tuple(f"{container}.{name.strip()}" for name in re.split(r"[:|]", layer))
-                 for layer in reversed(contract["layers"]))  # fmt: skip
+    return tuple(
+        tuple(f"{container}.{name.strip()}" for name in re.split(r"[:|]", layer))
+        for layer in reversed(contract["layers"])
+    )
 
 
 FLOORS = floors_of_the_contract()
@@ -103,8 +105,9 @@ FLOORS = floors_of_the_contract()
 def naming(module: str) -> list[int]:
     """The floors whose layers name ``module`` or a package above it: one at most (import-linter refuses a layer
     inside another)."""
-    return [index for index, names in enumerate(FLOORS) for name in names
-            if module == name or module.startswith(name + ".")]  # fmt: skip
+    return [
+        index for index, names in enumerate(FLOORS) for name in names if module == name or module.startswith(name + ".")
+    ]
 
 
 def floor_of(module: str) -> int:
@@ -112,19 +115,28 @@ def floor_of(module: str) -> int:
     (``celldag.report``: its leaderboard is on the results floor), or celldag itself, is on the lowest floor of its
     modules: Python runs it whenever one of them is imported."""
     below = [index for index, names in enumerate(FLOORS) for name in names if name.startswith(module + ".")]
-    assert naming(module) or below, (f"{module} is on no floor: add it to a layer of the floors contract in "
-                                     "pyproject.toml [tool.importlinter]")  # fmt: skip
+    assert naming(module) or below, (
+        f"{module} is on no floor: add it to a layer of the floors contract in pyproject.toml [tool.importlinter]"
+    )
     return naming(module)[0] if naming(module) else min(below)
 
 
 def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
-    return {(module, target) for module, targets in graph.items() for target in targets
-            if floor_of(target) > floor_of(module)}  # fmt: skip
+    return {
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if floor_of(target) > floor_of(module)
+    }
 
 
 def test_the_floors_find_a_model_importing_a_view():
-    graph = {"celldag.results.compare": {"celldag.report.comparison", "celldag.plan"}, "celldag.report.comparison": set(),
-             "celldag.plan": {"celldag.registry"}, "celldag.registry": set()}  # fmt: skip
+    graph = {
+        "celldag.results.compare": {"celldag.report.comparison", "celldag.plan"},
+        "celldag.report.comparison": set(),
+        "celldag.plan": {"celldag.registry"},
+        "celldag.registry": set(),
+    }
     assert upward_imports(graph) == {("celldag.results.compare", "celldag.report.comparison")}
 
 
@@ -183,5 +195,19 @@ def test_no_two_folders_share_a_module_name_but_the_listed_pairs():
 
 def test_the_top_of_the_package_holds_the_door_the_ground_and_packages():
     modules = sorted(path.stem for path in (SOURCE / "celldag").glob("*.py") if path.stem != "__init__")
-    assert modules == ["artifacts", "bibliography", "cli", "contracts", "document", "errors", "extensions",
-                       "multiplicity", "plan", "provenance", "records", "release", "tracks", "training"]  # fmt: skip
+    assert modules == [
+        "artifacts",
+        "bibliography",
+        "cli",
+        "contracts",
+        "document",
+        "errors",
+        "extensions",
+        "multiplicity",
+        "plan",
+        "provenance",
+        "records",
+        "release",
+        "tracks",
+        "training",
+    ]

@@ -34,8 +34,9 @@ def test_ruff_with_the_projects_settings_finds_an_unused_import_and_an_undefined
 
 
 def test_the_tree_is_formatted_by_ruff():
-    formatted = subprocess.run([str(RUFF), "format", "--check", "--no-cache", *LINTED], cwd=REPO, capture_output=True,
-                               text=True)  # fmt: skip
+    formatted = subprocess.run(
+        [str(RUFF), "format", "--check", "--no-cache", *LINTED], cwd=REPO, capture_output=True, text=True
+    )
     assert formatted.returncode == 0, "run .venv/bin/ruff format: " + formatted.stdout + formatted.stderr
 
 
@@ -47,7 +48,11 @@ def test_the_commit_hooks_run_the_projects_own_tools():
     assert {hook["language"] for hook in hooks} == {"system"}
     for hook in hooks:
         executable = REPO / hook["entry"].split()[0]
-        assert executable.parent == REPO / ".venv/bin" and executable.name in {RUFF.name, "lint-imports", "snakemake",
-                                                                                "python"}, hook["entry"]  # fmt: skip
+        assert executable.parent == REPO / ".venv/bin" and executable.name in {
+            RUFF.name,
+            "lint-imports",
+            "snakemake",
+            "python",
+        }, hook["entry"]
         assert (RUFF.parent / executable.name).is_file(), f"{hook['id']}: {executable.name} is not in the .venv"
     assert {"ruff-check", "ruff-format", "import-contracts", "fast-tests"} <= {hook["id"] for hook in hooks}

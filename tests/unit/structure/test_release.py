@@ -27,8 +27,11 @@ def test_celldag_version_prints_the_version_the_commit_and_the_source_digest():
         [sys.executable, "-m", "celldag.cli", "--version"], capture_output=True, text=True, check=True
     )
     commit = git("rev-parse", "HEAD", cwd=REPO).strip()[:12]
-    assert re.fullmatch(rf"celldag {re.escape(__version__)} \(commit {commit}( \+ changes)?; source sha256 "
-                        rf"{release.package_digest()[:16]}; .+/celldag\)\n", shown.stdout), shown.stdout  # fmt: skip
+    assert re.fullmatch(
+        rf"celldag {re.escape(__version__)} \(commit {commit}( \+ changes)?; source sha256 "
+        rf"{release.package_digest()[:16]}; .+/celldag\)\n",
+        shown.stdout,
+    ), shown.stdout
 
 
 def test_the_version_is_one_in_pyproject_the_package_the_changelog_and_the_citation():
@@ -73,15 +76,22 @@ def test_a_wheel_ships_every_file_the_digest_counts():
     """The package's digest from an installed wheel equals the checkout's only if the wheel holds every file."""
     globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["celldag"]
     tracked = git("ls-files", "src/celldag", cwd=REPO).split()
-    unshipped = [path for path in tracked if not path.endswith(".py")
-                 and not any(fnmatch.fnmatch(path.removeprefix("src/celldag/"), glob) for glob in globs)]  # fmt: skip
+    unshipped = [
+        path
+        for path in tracked
+        if not path.endswith(".py")
+        and not any(fnmatch.fnmatch(path.removeprefix("src/celldag/"), glob) for glob in globs)
+    ]
     assert unshipped == []
 
 
 def test_a_run_record_names_its_celldag_but_check_does_not_count_it_as_environment():
     record = RunClock().record(seed=0, config={"params": {}}, input_checksums={})
-    assert record["celldag_release"] == {"version": __version__, "commit": release.package_commit(),
-                                         "source_sha256": release.package_digest()}  # fmt: skip
+    assert record["celldag_release"] == {
+        "version": __version__,
+        "commit": release.package_commit(),
+        "source_sha256": release.package_digest(),
+    }
     assert not any("celldag_release" in name or "commit" in name for name in run_facts(record))
 
 
@@ -99,8 +109,11 @@ def test_the_tracked_digest_of_a_working_tree_is_that_of_the_commit_that_holds_i
     assert release.tracked_digest(tmp_path) == made
     (tmp_path / "src/a.py").write_text("a = 2\n")  # made from uncommitted changes: another digest
     assert release.tracked_digest(tmp_path) != made
-    problem = release.reference_origin_problem(tmp_path, git("rev-parse", "HEAD", cwd=tmp_path).strip(),
-                                               {"tracked_files_sha256": release.tracked_digest(tmp_path)})  # fmt: skip
+    problem = release.reference_origin_problem(
+        tmp_path,
+        git("rev-parse", "HEAD", cwd=tmp_path).strip(),
+        {"tracked_files_sha256": release.tracked_digest(tmp_path)},
+    )
     assert problem is not None and "remake it with `make reference` on a clean checkout" in problem
 
 
@@ -108,6 +121,8 @@ def test_the_shipped_reference_was_made_from_the_commit_that_holds_it():
     """CI's check of reference/default: the commit that last changed its scores has the tracked files it recorded."""
     holding, made = release.reference_holding(REPO)
     if "tracked_files_sha256" not in made:
-        pytest.skip(f"reference/default (committed in {holding[:12]}, made on {made['commit']}) predates celldag 0.2.0, "
-                    "which records the digest of the files it was made from")  # fmt: skip
+        pytest.skip(
+            f"reference/default (committed in {holding[:12]}, made on {made['commit']}) predates celldag 0.2.0, "
+            "which records the digest of the files it was made from"
+        )
     assert release.reference_origin_problem(REPO, holding, made) is None

@@ -195,8 +195,10 @@ def test_a_job_outside_a_celldag_workflow_or_plain_run_passes():
 
 def test_a_job_with_another_celldag_version_stops_with_one_line():
     problem = envs.job_environment_problem("0.1.0", "/x/celldag/__init__.py", {envs.VERSION_VARIABLE: "0.2.0"})
-    assert problem == ("this job imported celldag 0.1.0 (/x/celldag), but the workflow is celldag 0.2.0: "
-                       "the job's environment holds another celldag than the workflow's")  # fmt: skip
+    assert problem == (
+        "this job imported celldag 0.1.0 (/x/celldag), but the workflow is celldag 0.2.0: "
+        "the job's environment holds another celldag than the workflow's"
+    )
     assert "\n" not in problem
 
 
@@ -209,9 +211,11 @@ def test_under_sdm_conda_celldag_and_python_must_be_the_envs():
     env = environ["CONDA_PREFIX"]
     assert envs.job_environment_problem("0.1.0", SITE, environ, prefix=env) is None
     outside = envs.job_environment_problem("0.1.0", "/work/main/src/celldag/__init__.py", environ, prefix=env)
-    assert outside == (f"this job runs under --sdm conda in {env}, but imported celldag from /work/main/src/celldag, "
-                       "outside that env: the env lacks celldag (its post-deploy script did not install it); "
-                       "remove the env and rerun")  # fmt: skip
+    assert outside == (
+        f"this job runs under --sdm conda in {env}, but imported celldag from /work/main/src/celldag, "
+        "outside that env: the env lacks celldag (its post-deploy script did not install it); "
+        "remove the env and rerun"
+    )
     python = envs.job_environment_problem("0.1.0", SITE, environ, prefix="/work/main/.venv")
     assert (
         python
@@ -224,8 +228,12 @@ def test_under_sdm_conda_celldag_and_python_must_be_the_envs():
 def test_joblog_stops_a_job_in_the_wrong_env_with_one_line_on_console_and_in_its_log(tmp_path):
     log = tmp_path / "logs/job.log"
     script = f"from celldag.jobs import joblog\njoblog.start({str(log)!r})\nprint('ran', flush=True)\n"
-    environ = {"PATH": "/usr/bin:/bin", envs.VERSION_VARIABLE: VERSION, envs.SDM_CONDA_VARIABLE: "1",
-               "CONDA_PREFIX": str(tmp_path / "env")}  # fmt: skip
+    environ = {
+        "PATH": "/usr/bin:/bin",
+        envs.VERSION_VARIABLE: VERSION,
+        envs.SDM_CONDA_VARIABLE: "1",
+        "CONDA_PREFIX": str(tmp_path / "env"),
+    }
     result = subprocess.run([sys.executable, "-c", script], env=environ, capture_output=True, text=True)
     assert result.returncode == 1 and result.stdout == ""
     (line,) = result.stderr.splitlines()

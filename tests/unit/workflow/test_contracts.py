@@ -14,9 +14,16 @@ from conftest import TRACKS, check_prepared
 ENTRY = {
     "track": "lineage",
     "loader": "celldag.data.bm:prepare_bm_simulator",
-    "params": {"depth": 3, "n_signal": 5, "n_noise": 2, "n_spurious": 2, "max_walk": 2.0, "noise_std": 1.0,
-               "measurement_std": 0.1},
-}  # fmt: skip
+    "params": {
+        "depth": 3,
+        "n_signal": 5,
+        "n_noise": 2,
+        "n_spurious": 2,
+        "max_walk": 2.0,
+        "noise_std": 1.0,
+        "measurement_std": 0.1,
+    },
+}
 
 
 @pytest.fixture
@@ -127,9 +134,18 @@ def test_method_output_contract():
 
 def score_table(**changes):
     table = pd.DataFrame(
-        {"dataset": "d", "track": "lineage", "method": "m", "variant": "default", "seed": [0, 0],
-         "metric": ["rf", "quartet_dist"], "value": [0.5, 0.25], "higher_is_better": False, "status": "ok"}
-    )  # fmt: skip
+        {
+            "dataset": "d",
+            "track": "lineage",
+            "method": "m",
+            "variant": "default",
+            "seed": [0, 0],
+            "metric": ["rf", "quartet_dist"],
+            "value": [0.5, 0.25],
+            "higher_is_better": False,
+            "status": "ok",
+        }
+    )
     return table.assign(**changes)
 
 

@@ -160,11 +160,15 @@ def test_part_is_not_resumed_without_a_digest_to_check_it(server, tmp_path):
     assert server.ranges["/data.txt"] == [None]
 
 
-@pytest.mark.parametrize(("route", "part", "ranges", "sent"), [
-    (ok, b"x" * 100, ["bytes=100-"], [len(DATA)]),  # Range ignored: the 200 body replaces the .part
-    (whole_as_range, b"x" * 100, ["bytes=100-", None], [len(DATA)] * 2),  # a range not asked for: refetch
-    (ranged, DATA + b"x", [f"bytes={len(DATA) + 1}-", None], [len(DATA)]),  # 416: drop the .part, refetch
-], ids=["200", "other-range", "416"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("route", "part", "ranges", "sent"),
+    [
+        (ok, b"x" * 100, ["bytes=100-"], [len(DATA)]),  # Range ignored: the 200 body replaces the .part
+        (whole_as_range, b"x" * 100, ["bytes=100-", None], [len(DATA)] * 2),  # a range not asked for: refetch
+        (ranged, DATA + b"x", [f"bytes={len(DATA) + 1}-", None], [len(DATA)]),  # 416: drop the .part, refetch
+    ],
+    ids=["200", "other-range", "416"],
+)
 def test_part_is_refetched_from_the_start_when_the_server_does_not_resume_it(
     server, tmp_path, route, part, ranges, sent
 ):

@@ -155,8 +155,9 @@ def test_strict_refuses_a_file_the_mirror_lacks(kind, realdata, tmp_path, no_int
     target = tmp_path / "sc_10x.count.csv.gz"
     with mirror_of(kind, realdata) as base:
         with pytest.raises(DownloadError) as raised:
-            fetch_registry_file(entry(ABSENT_URL, "0" * 64), target, pin_file=tmp_path / "pins.json",
-                                mirror=Mirror(base, strict=True))  # fmt: skip
+            fetch_registry_file(
+                entry(ABSENT_URL, "0" * 64), target, pin_file=tmp_path / "pins.json", mirror=Mirror(base, strict=True)
+            )
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith(f"{ABSENT_URL} is not in the download mirror (")
@@ -200,18 +201,26 @@ def test_a_mirror_folder_that_does_not_exist_stops(tmp_path):
 
 def test_prefetch_lists_exactly_the_files_of_the_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no config/config.yaml here: the file below is the whole config
-    config = {"datasets": ["celegans_packer2019", "pbmc68k_batched"], "seeds": [0],
-              "methods": ["nj_raw", "scilama/text", "scilama/go_svd", "scilama/genept", "pca"]}  # fmt: skip
+    config = {
+        "datasets": ["celegans_packer2019", "pbmc68k_batched"],
+        "seeds": [0],
+        "methods": ["nj_raw", "scilama/text", "scilama/go_svd", "scilama/genept", "pca"],
+    }
     Path("run.yaml").write_text(yaml.safe_dump(config))
     assert main(["prefetch", "--configfile", "run.yaml", "--workflow", str(ROOT), "--list"]) == 0
     rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     geo = "https://ftp.ncbi.nlm.nih.gov/geo/series/GSE126nnn/GSE126954/suppl/GSE126954_"
     debs = "https://deb.debian.org/debian/pool/main/r/"
-    assert [url for url, _, _ in rows] == sorted([  # go_text and go_svd share the .debs; both GenePT files one zip
-        f"{geo}gene_by_cell_count_matrix.txt.gz", f"{geo}cell_annotation.csv.gz", f"{geo}gene_annotation.csv.gz",
-        f"{debs}r-bioc-org.hs.eg.db/r-bioc-org.hs.eg.db_3.16.0-1_all.deb", f"{debs}r-bioc-go.db/r-bioc-go.db_3.16.0-1_all.deb",
-        ZENODO,
-    ])  # fmt: skip
+    assert [url for url, _, _ in rows] == sorted(
+        [  # go_text and go_svd share the .debs; both GenePT files one zip
+            f"{geo}gene_by_cell_count_matrix.txt.gz",
+            f"{geo}cell_annotation.csv.gz",
+            f"{geo}gene_annotation.csv.gz",
+            f"{debs}r-bioc-org.hs.eg.db/r-bioc-org.hs.eg.db_3.16.0-1_all.deb",
+            f"{debs}r-bioc-go.db/r-bioc-go.db_3.16.0-1_all.deb",
+            ZENODO,
+        ]
+    )
     by_url = {url: (sha, path) for url, sha, path in rows}
     assert by_url[ZENODO] == ("pin-on-first-fetch", mirror_path(ZENODO))
     deb = f"{debs}r-bioc-go.db/r-bioc-go.db_3.16.0-1_all.deb"
@@ -230,9 +239,14 @@ def test_prefetch_lists_the_pretrained_model_a_query_names(tmp_path, monkeypatch
     """config ``annotate``: a query whose ``model`` is a pretrained model of the registry (config/models.yaml) adds its
     file, with the registry's sha256, to what a run downloads (issue 52)."""
     monkeypatch.chdir(tmp_path)
-    config = {"datasets": ["pbmc68k_batched"], "seeds": [0], "methods": ["pca"],
-              "annotate": {"lab": {"reference": "pbmc68k_batched", "query": "lab.h5ad",
-                                   "model": "celltypist_immune_all_low"}}}  # fmt: skip
+    config = {
+        "datasets": ["pbmc68k_batched"],
+        "seeds": [0],
+        "methods": ["pca"],
+        "annotate": {
+            "lab": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "model": "celltypist_immune_all_low"}
+        },
+    }
     Path("run.yaml").write_text(yaml.safe_dump(config))
     assert main(["prefetch", "--configfile", "run.yaml", "--workflow", str(ROOT), "--list"]) == 0
     url = "https://celltypist.cog.sanger.ac.uk/models/Pan_Immune_CellTypist/v2/Immune_All_Low.pkl"
@@ -243,9 +257,16 @@ def test_prefetch_lists_the_pretrained_model_a_query_names(tmp_path, monkeypatch
 
 def lab_dataset(url: str, sha256: str) -> dict:
     """A lab's url dataset (registry overlay) with one file: prefetch only downloads, nothing reads it."""
-    return {"lab_cellbench": {"track": "lineage", "source": "url", "loader": "celldag.data.packer2019:prepare_packer2019",
-                              "description": "CellBench Drop-seq metadata", "license": "MIT",
-                              "files": [{"name": "sc_dropseq.metadata.csv.gz", "url": url, "sha256": sha256}]}}  # fmt: skip
+    return {
+        "lab_cellbench": {
+            "track": "lineage",
+            "source": "url",
+            "loader": "celldag.data.packer2019:prepare_packer2019",
+            "description": "CellBench Drop-seq metadata",
+            "license": "MIT",
+            "files": [{"name": "sc_dropseq.metadata.csv.gz", "url": url, "sha256": sha256}],
+        }
+    }
 
 
 def test_prefetch_fills_a_mirror_that_a_strict_run_then_reads(realdata, tmp_path, monkeypatch, capsys):
@@ -270,16 +291,28 @@ def test_prefetch_fills_a_mirror_that_a_strict_run_then_reads(realdata, tmp_path
         assert main(["prefetch", "--configfile", "run.yaml", "--workflow", str(ROOT), "--dest", "mirror"]) == 0
     # the origin is gone: the run's download comes from the mirror the prefetch filled
     target = tmp_path / "resources/lab_cellbench/sc_dropseq.metadata.csv.gz"
-    assert fetch_registry_file(lab_dataset(url, SHA)["lab_cellbench"]["files"][0], target, pin_file=tmp_path / "pins.json",
-                               mirror=configured_mirror({"mirror": None, "strict": True})) == SHA  # fmt: skip
+    assert (
+        fetch_registry_file(
+            lab_dataset(url, SHA)["lab_cellbench"]["files"][0],
+            target,
+            pin_file=tmp_path / "pins.json",
+            mirror=configured_mirror({"mirror": None, "strict": True}),
+        )
+        == SHA
+    )
 
 
 @pytest.mark.e2e
 def test_the_workflow_downloads_through_the_mirror_of_the_environment(realdata, tmp_path, monkeypatch):
     workdir = copy_workflow(tmp_path / "wf")
     (workdir / "lab.yaml").write_text(yaml.safe_dump(lab_dataset(URL, SHA)))
-    config = {"datasets": ["lab_cellbench"], "methods": ["nj_raw"], "seeds": [0],
-              "registries": {"datasets": ["lab.yaml"]}, "downloads": {"strict": True}}  # fmt: skip
+    config = {
+        "datasets": ["lab_cellbench"],
+        "methods": ["nj_raw"],
+        "seeds": [0],
+        "registries": {"datasets": ["lab.yaml"]},
+        "downloads": {"strict": True},
+    }
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
     monkeypatch.setenv(MIRROR_VARIABLE, str(realdata))  # as a lab's cluster profile sets it
     for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):  # a stray origin request dies on 127.0.0.1

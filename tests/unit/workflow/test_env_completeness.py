@@ -405,8 +405,10 @@ def test_every_env_lists_the_distributions_its_jobs_import():
                 names = distributions.get(top, [])
                 if importers and not any(normalise(name) in listed for name in names):
                     what = names[0] if names else f"{top} (no distribution of the venv provides it)"
-                    missing.setdefault((env, what), f"{env} family: envs/{env}.yaml lacks {what}, "
-                                                    f"which {importers[0]} needs ({job.label})")  # fmt: skip
+                    missing.setdefault(
+                        (env, what),
+                        f"{env} family: envs/{env}.yaml lacks {what}, which {importers[0]} needs ({job.label})",
+                    )
     if missing:
         pytest.fail("an env misses what its jobs import:\n" + "\n".join(missing.values()), pytrace=False)
     assert allowances == ALLOWED.keys(), f"ALLOWED entries no job reaches: {sorted(ALLOWED.keys() - allowances)}"

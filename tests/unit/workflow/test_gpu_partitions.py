@@ -42,6 +42,10 @@ def test_the_documented_partition_file_sends_gpu_jobs_to_the_gpu_partition(tmp_p
             "prepare_dataset": job("prepare_dataset", mem_mb=500, runtime=120),
         }.items()
     }
-    assert chosen == {"run_method celltreeqm (device: cuda)": "gpu", "run_method nj_raw": "cpu", "evaluate": "cpu",
-                      "prepare_dataset": "cpu"}  # fmt: skip
+    assert chosen == {
+        "run_method celltreeqm (device: cuda)": "gpu",
+        "run_method nj_raw": "cpu",
+        "evaluate": "cpu",
+        "prepare_dataset": "cpu",
+    }
     assert get_best_partition(partitions, job("run_method", gpu=8), log) is None  # more GPUs than a node has

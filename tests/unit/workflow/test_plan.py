@@ -35,8 +35,15 @@ def test_default_config_counts(registries):
     plan = plan_for(registries, datasets=["bm_default"], methods=["nj_raw", "nj_pca", "upgma_raw"], seeds=[0, 1, 2])
     figures = {f"figure_lineage_{figure.name}": 1 for figure in registries.track("lineage").figures}
     # one run_method job per method runs its three seeds
-    assert plan.jobs_per_rule() == {"prepare_dataset": 3, "run_method": 3, "evaluate": 1, "aggregate": 1, **figures,
-                                    "report_html": 1, "all": 1}  # fmt: skip
+    assert plan.jobs_per_rule() == {
+        "prepare_dataset": 3,
+        "run_method": 3,
+        "evaluate": 1,
+        "aggregate": 1,
+        **figures,
+        "report_html": 1,
+        "all": 1,
+    }
 
 
 def test_job_per_seed_makes_a_run_method_job_of_every_seed_and_names_its_files(registries):
@@ -114,8 +121,11 @@ def test_runs_and_prepared_data_are_keyed_by_their_settings(registries):
 def test_configs_differing_in_one_method_param_share_the_rest_and_keep_their_own_tables(repo):
     base = {"datasets": ["bm_default", "cengen_neurons"], "methods": ["nj_raw", "nj_pca"], "seeds": [0, 1]}
     one = make_plan(*load_config(base | {"name": "one"}, "one.yaml", root=repo))
-    other = make_plan(*load_config(base | {"name": "other", "method_params": {"nj_pca": {"n_components": 5}}},
-                                   "other.yaml", root=repo))  # fmt: skip
+    other = make_plan(
+        *load_config(
+            base | {"name": "other", "method_params": {"nj_pca": {"n_components": 5}}}, "other.yaml", root=repo
+        )
+    )
 
     def run_dirs(plan, method):
         return {run.path(RUN_DIR) for run in plan.runs if run.method == method}
@@ -125,16 +135,23 @@ def test_configs_differing_in_one_method_param_share_the_rest_and_keep_their_own
     assert one.prepared == other.prepared
     assert not set(one.final_targets) & set(other.final_targets)
     assert not set(one.dataset_scores) & set(other.dataset_scores)
-    assert one.final_targets == ["results/one/scores.parquet", "results/one/runs.parquet", "results/one/leaderboard.md",
-                                 "results/one/index.html"]  # fmt: skip
+    assert one.final_targets == [
+        "results/one/scores.parquet",
+        "results/one/runs.parquet",
+        "results/one/leaderboard.md",
+        "results/one/index.html",
+    ]
     assert not set(one.figure_paths) & set(other.figure_paths)
 
 
 def test_every_dataset_gets_its_track_figures_drawn_from_the_smallest_seed(repo):
     from celldag.plan import figure_rule
 
-    config, registries = load_config({"datasets": ["bm_default", "pbmc68k_batched"], "methods": ["nj_raw", "pca"],
-                                      "seeds": [2, 1]}, "run.yaml", root=repo)  # fmt: skip
+    config, registries = load_config(
+        {"datasets": ["bm_default", "pbmc68k_batched"], "methods": ["nj_raw", "pca"], "seeds": [2, 1]},
+        "run.yaml",
+        root=repo,
+    )
     planned = make_plan(config, registries)
     assert planned.figure_seed == 1
     for dataset, track_id in (("bm_default", "lineage"), ("pbmc68k_batched", "representation")):
@@ -242,8 +259,14 @@ def test_keys_are_the_same_in_every_process(repo):
     here = [[run.key, run.data_key] for run in plan.runs]
     for hash_seed in ("1", "2"):  # str hashing (set order) differs between these processes
         env = os.environ | {"PYTHONHASHSEED": hash_seed}
-        result = subprocess.run([sys.executable, "-c", KEYS_IN_A_FRESH_PROCESS], cwd=repo, env=env,
-                                capture_output=True, text=True, check=True)  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-c", KEYS_IN_A_FRESH_PROCESS],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert json.loads(result.stdout) == here
 
 
@@ -260,12 +283,18 @@ def test_chained_track_runs_every_classifier_on_every_representation_run(registr
     `chained`; one task and one scoring job per dataset, one run job per representation job."""
     from celldag.plan import CHAINED_OUTPUT, CHAINED_SCORES, chained_kinds
 
-    plan = plan_for(registries, datasets=["pbmc68k_batched"], seeds=[0, 1],
-                    methods=["pca", "expression", "scilama/random", "knn", "logistic"])  # fmt: skip
+    plan = plan_for(
+        registries,
+        datasets=["pbmc68k_batched"],
+        seeds=[0, 1],
+        methods=["pca", "expression", "scilama/random", "knn", "logistic"],
+    )
     assert len(plan.runs) == 3 * 2  # the annotation methods add no run of their own
     assert sorted({(r.chained_method, r.label) for r in plan.chained}) == [
-        (classifier, upstream) for classifier in ("knn", "logistic")
-        for upstream in ("expression/default", "pca/default", "scilama/random")]  # fmt: skip
+        (classifier, upstream)
+        for classifier in ("knn", "logistic")
+        for upstream in ("expression/default", "pca/default", "scilama/random")
+    ]
     counts = plan.jobs_per_rule()
     assert (counts["annotation_task"], counts["run_annotation"], counts["evaluate_annotation"]) == (1, 3, 1)
     figures = {f"figure_annotation_{figure.name}": 1 for figure in registries.track("annotation").figures}
@@ -305,8 +334,17 @@ def test_a_run_records_log_is_found_by_the_patterns_that_spell_both():
 
     record = plan.fill(plan.RUN_RECORD, dataset="bm", method="nj_raw", variant="default", key="0123456789", seed=2)
     assert plan.log_of_record(record) == "results/logs/run_method/bm/nj_raw/default/0123456789/seed2.log"
-    chained = plan.fill(plan.CHAINED_RECORD, dataset="pbmc", method="scilama", variant="text", key="abcdef0123", seed=0,
-                        track="annotation", chain_key="9876543210", chained_method="knn")  # fmt: skip
+    chained = plan.fill(
+        plan.CHAINED_RECORD,
+        dataset="pbmc",
+        method="scilama",
+        variant="text",
+        key="abcdef0123",
+        seed=0,
+        track="annotation",
+        chain_key="9876543210",
+        chained_method="knn",
+    )
     assert plan.parse(plan.CHAINED_RECORD, chained)["chained_method"] == "knn"
     assert (
         plan.log_of_record(chained) == "results/logs/run_chained/pbmc/scilama/text/abcdef0123/annotation-9876543210.log"
@@ -353,10 +391,16 @@ def test_a_chained_method_on_a_dataset_that_chains_its_track_is_not_warned_of(re
 def test_a_query_of_config_annotate_takes_a_registry_dataset_or_a_labelled_h5ad(registries):
     """config ``annotate``: a registry dataset's reference is its prepared file, a path ending in .h5ad the file
     as named (``celldag annotate`` prepares a plain one itself: issue 51)."""
-    plan = plan_for(registries, datasets=["pbmc68k_batched"], methods=["pca"], seeds=[0],
-                    annotate={"from_registry": {"reference": "pbmc68k_batched", "query": "lab.h5ad"},
-                              "from_atlas": {"reference": "data/atlas.h5ad", "query": "lab.h5ad",
-                                             "reference_label_key": "cell_type"}})  # fmt: skip
+    plan = plan_for(
+        registries,
+        datasets=["pbmc68k_batched"],
+        methods=["pca"],
+        seeds=[0],
+        annotate={
+            "from_registry": {"reference": "pbmc68k_batched", "query": "lab.h5ad"},
+            "from_atlas": {"reference": "data/atlas.h5ad", "query": "lab.h5ad", "reference_label_key": "cell_type"},
+        },
+    )
     queries = dict(plan.queries)
     entry = registries.datasets["pbmc68k_batched"]
     assert queries["from_registry"] == PREPARED.format(dataset="pbmc68k_batched", data_key=data_key(entry), seed=0)
@@ -369,8 +413,10 @@ def test_a_query_naming_a_registry_model_downloads_it_and_reads_its_download(reg
     an id the registry lacks is refused naming the query's key (issue 52)."""
     from celldag.plan import annotate_settings
 
-    annotate = {"pretrained": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "model": "celltypist_immune_all_low"},
-                "own": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "model": "models/lab.pkl"}}  # fmt: skip
+    annotate = {
+        "pretrained": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "model": "celltypist_immune_all_low"},
+        "own": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "model": "models/lab.pkl"},
+    }
     plan = plan_for(registries, datasets=["pbmc68k_batched"], methods=["pca"], seeds=[0], annotate=annotate)
     assert [path for path in plan.downloads if path.startswith("resources/models/")] == [
         "resources/models/Immune_All_Low.pkl"
@@ -378,7 +424,15 @@ def test_a_query_naming_a_registry_model_downloads_it_and_reads_its_download(reg
     settings = annotate_settings({"annotate": annotate}, registries)
     assert settings["pretrained"]["model"] == "resources/models/Immune_All_Low.pkl"
     assert settings["own"]["model"] == "models/lab.pkl" and settings["own"]["query"] == "lab.h5ad"
-    with pytest.raises(ValueError, match=r"annotate\.bad\.model: 'immune_typo' is neither a \.pkl file nor a "
-                                         r"pretrained model of the registry \(celltypist_immune_all_low\)"):  # fmt: skip
-        plan_for(registries, datasets=["pbmc68k_batched"], methods=["pca"], seeds=[0],
-                 annotate={"bad": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "model": "immune_typo"}})  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"annotate\.bad\.model: 'immune_typo' is neither a \.pkl file nor a "
+        r"pretrained model of the registry \(celltypist_immune_all_low\)",
+    ):
+        plan_for(
+            registries,
+            datasets=["pbmc68k_batched"],
+            methods=["pca"],
+            seeds=[0],
+            annotate={"bad": {"reference": "pbmc68k_batched", "query": "lab.h5ad", "model": "immune_typo"}},
+        )

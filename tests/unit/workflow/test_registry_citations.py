@@ -22,10 +22,11 @@ def shipped():
 
 
 def test_every_shipped_entry_cites_works_with_a_doi_or_url_and_states_its_license(shipped):
-    entries = {**{f"method {k}": e for k, e in shipped.methods.items()},
-               **{f"dataset {k}": e for k, e in shipped.datasets.items()},
-               **{f"embedding {k}": e for k, e in shipped.embeddings.items()
-                  if e["provider"] not in GENERATED_PROVIDERS}}  # fmt: skip
+    entries = {
+        **{f"method {k}": e for k, e in shipped.methods.items()},
+        **{f"dataset {k}": e for k, e in shipped.datasets.items()},
+        **{f"embedding {k}": e for k, e in shipped.embeddings.items() if e["provider"] not in GENERATED_PROVIDERS},
+    }
     for name, entry in entries.items():
         works = references_of(entry)
         assert works and all(isinstance(work, dict) and (work.get("doi") or work.get("url")) for work in works), name
@@ -37,16 +38,33 @@ def test_a_labs_entry_validates_without_reference_or_license_and_with_free_text(
     assert "license" not in apply_schema({"lab_net": copy.deepcopy(method)}, "methods", "lab")["lab_net"]
     apply_schema({"lab_net": method | {"reference": "Us et al. Our net. 2024."}}, "methods", "lab")
     with pytest.raises(ConfigError, match=r"lab_net\.reference"):
-        apply_schema({"lab_net": method | {"reference": {"title": "no authors", "venue": "x", "year": 2024}}},
-                     "methods", "lab")  # fmt: skip
+        apply_schema(
+            {"lab_net": method | {"reference": {"title": "no authors", "venue": "x", "year": 2024}}}, "methods", "lab"
+        )
     with pytest.raises(ConfigError, match=r"lab_net\.reference"):
-        apply_schema({"lab_net": method | {"reference": {"authors": ["Us"], "title": "t", "venue": "v", "year": 2024,
-                                                         "doi": "https://doi.org/10.1/x"}}}, "methods", "lab")  # fmt: skip
+        apply_schema(
+            {
+                "lab_net": method
+                | {
+                    "reference": {
+                        "authors": ["Us"],
+                        "title": "t",
+                        "venue": "v",
+                        "year": 2024,
+                        "doi": "https://doi.org/10.1/x",
+                    }
+                }
+            },
+            "methods",
+            "lab",
+        )
 
 
 def test_the_three_schemas_define_a_reference_alike():
-    definitions = [read_yaml(REPO / "src" / "celldag" / "schemas" / f"{kind}.schema.yaml")["$defs"]
-                   for kind in ("methods", "datasets", "embeddings")]  # fmt: skip
+    definitions = [
+        read_yaml(REPO / "src" / "celldag" / "schemas" / f"{kind}.schema.yaml")["$defs"]
+        for kind in ("methods", "datasets", "embeddings")
+    ]
     assert definitions[0] == definitions[1] == definitions[2]
 
 

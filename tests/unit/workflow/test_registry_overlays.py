@@ -16,9 +16,15 @@ from celldag.registry import ConfigError, load_config
 from conftest import REPO, copy_workflow
 from lab_data import BASE, LAB_LINEAGE, overlay
 
-LAB_RNA = {"track": "representation", "source": "local", "loader": "celldag.data.h5ad:prepare_h5ad",
-           "description": "x", "license": "x", "files": [{"name": "rna.h5ad", "path": "rna.h5ad"}],
-           "params": {"file": "rna.h5ad", "label_key": "cell_type"}}  # fmt: skip
+LAB_RNA = {
+    "track": "representation",
+    "source": "local",
+    "loader": "celldag.data.h5ad:prepare_h5ad",
+    "description": "x",
+    "license": "x",
+    "files": [{"name": "rna.h5ad", "path": "rna.h5ad"}],
+    "params": {"file": "rna.h5ad", "label_key": "cell_type"},
+}
 
 
 def test_a_labs_entries_join_celldags_and_keep_their_file(tmp_path, monkeypatch):
@@ -39,8 +45,10 @@ def test_a_labs_entries_join_celldags_and_keep_their_file(tmp_path, monkeypatch)
 def test_an_id_defined_twice_names_both_files(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as raised:
         overlay(tmp_path, monkeypatch, lab_datasets={"bm_default": LAB_LINEAGE})
-    assert str(raised.value) == (f"lab/datasets.yaml: bm_default: datasets id 'bm_default' is defined twice, in "
-                                 f"{REPO}/config/datasets.yaml and in lab/datasets.yaml")  # fmt: skip
+    assert str(raised.value) == (
+        f"lab/datasets.yaml: bm_default: datasets id 'bm_default' is defined twice, in "
+        f"{REPO}/config/datasets.yaml and in lab/datasets.yaml"
+    )
 
 
 def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
@@ -198,9 +206,11 @@ def test_declarations_are_read_from_source_without_importing_the_modules(repo):
         "celldag.methods.celltreeqm.train",
         "celldag.data.h5ad",
     )
-    code = ("import sys; from celldag.registry import load_config, read_yaml; "
-            "load_config(read_yaml('config/config.yaml'), 'c', root='.'); "
-            f"print([name for name in {heavy!r} if name in sys.modules])")  # fmt: skip
+    code = (
+        "import sys; from celldag.registry import load_config, read_yaml; "
+        "load_config(read_yaml('config/config.yaml'), 'c', root='.'); "
+        f"print([name for name in {heavy!r} if name in sys.modules])"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
@@ -274,8 +284,13 @@ def test_a_labs_registry_naming_the_classifiers_old_module_still_runs_and_is_tol
     from celldag.annotation.track import AnnotationInput, fit_labels
     from celldag.methods import classifiers
 
-    lab_logistic = {"track": "annotation", "run": "celldag.annotation.classifiers:logistic", "kind": "baseline",
-                    "env": "representation", "description": "celldag's logistic under its 0.2 name"}  # fmt: skip
+    lab_logistic = {
+        "track": "annotation",
+        "run": "celldag.annotation.classifiers:logistic",
+        "kind": "baseline",
+        "env": "representation",
+        "description": "celldag's logistic under its 0.2 name",
+    }
     with pytest.warns(FutureWarning) as warned:
         _, registries = overlay(tmp_path, monkeypatch, lab_methods={"lab_logistic": lab_logistic})
     (message,) = [str(warning.message) for warning in warned if "classifiers" in str(warning.message)]
@@ -286,7 +301,12 @@ def test_a_labs_registry_naming_the_classifiers_old_module_still_runs_and_is_tol
     rng = np.random.default_rng(0)
     labels = np.repeat(["a", "b"], 20)
     fits = {"random": rng.random(40) < 0.5}
-    inputs = AnnotationInput(features=rng.normal(size=(40, 3)) + (labels == "a")[:, None] * 4, batch=np.zeros(40),
-                             labels=fit_labels(labels, fits), classes=("a", "b"), fits=fits)  # fmt: skip
+    inputs = AnnotationInput(
+        features=rng.normal(size=(40, 3)) + (labels == "a")[:, None] * 4,
+        batch=np.zeros(40),
+        labels=fit_labels(labels, fits),
+        classes=("a", "b"),
+        fits=fits,
+    )
     old, new = run(inputs, {}, 0), classifiers.logistic(inputs, {}, 0)
     assert np.array_equal(old.obsm["proba_random"], new.obsm["proba_random"])

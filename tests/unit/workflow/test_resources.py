@@ -35,8 +35,10 @@ PAPER = yaml.safe_load((REPO / "config/presets/paper.yaml").read_text())["method
 def test_a_gpu_training_job_asks_for_cudas_host_memory_and_time_for_its_steps_at_its_width():
     """The paper preset's CellTreeQM (900 steps, selection auto: up to two fits) on 295 leaves and its sciLaMA
     (500 epochs × 3 phases) on 15,000 cells, five seeds a job, by hand from config/resources.yaml."""
-    celltreeqm = {**yaml.safe_load((REPO / "config/methods.yaml").read_text())["celltreeqm"]["params"],
-                  **PAPER["celltreeqm"]}  # fmt: skip
+    celltreeqm = {
+        **yaml.safe_load((REPO / "config/methods.yaml").read_text())["celltreeqm"]["params"],
+        **PAPER["celltreeqm"],
+    }
     assert resources.training_steps(celltreeqm, 295) == 1800
     # 1000 + 1e-4 · 295² + 3000 MB; 10 + 5 seeds · 1,800 steps · 50 ms = 17.5 min
     assert resources.gpu_request(MODELS["lineage"], celltreeqm, 295, 1, repeats=5) == {"mem_mb": 4009, "runtime": 18}
@@ -62,8 +64,10 @@ def test_a_gpu_job_of_a_method_that_names_neither_steps_nor_epochs_keeps_the_cpu
     lab = {"device": "cuda", "iterations": 10}
     assert resources.training_steps(lab, 500) is None
     cpu = resources.request(MODELS["lineage"], "run_method", 500, 1, 3)
-    assert resources.gpu_request(MODELS["lineage"], lab, 500, 1, 3) == {"mem_mb": cpu["mem_mb"] + 3000,
-                                                                        "runtime": cpu["runtime"]}  # fmt: skip
+    assert resources.gpu_request(MODELS["lineage"], lab, 500, 1, 3) == {
+        "mem_mb": cpu["mem_mb"] + 3000,
+        "runtime": cpu["runtime"],
+    }
 
 
 def test_every_shipped_track_has_a_model_for_each_sized_rule():
@@ -101,8 +105,10 @@ def test_the_jobs_of_a_larger_dataset_ask_for_more(tmp_path):
     workdir = copy_workflow(tmp_path / "run")
     datasets = yaml.safe_load((workdir / "config/datasets.yaml").read_text())
     small = {**datasets["bm_default"]["params"], "depth": 4, "count_depth": None}
-    datasets |= {"bm_16": datasets["bm_default"] | {"params": small},
-                 "bm_512": datasets["bm_default"] | {"params": small | {"depth": 9}}}  # fmt: skip
+    datasets |= {
+        "bm_16": datasets["bm_default"] | {"params": small},
+        "bm_512": datasets["bm_default"] | {"params": small | {"depth": 9}},
+    }
     (workdir / "config/datasets.yaml").write_text(yaml.safe_dump(datasets))
     config = {"datasets": ["bm_16", "bm_512"], "methods": ["nj_raw"], "seeds": [0]}
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(config))
@@ -125,6 +131,11 @@ def test_the_jobs_of_a_larger_dataset_ask_for_more(tmp_path):
     assert all(job["exact_peak"] for job in jobs)
     evaluate_log = (workdir / "results/logs/evaluate/default/bm_512.log").read_text().splitlines()
     assert evaluate_log[-1].startswith("job ended: wall ") and evaluate_log[-1].endswith(" MB")
-    printed = subprocess.run([sys.executable, "-m", "celldag.cli", "resources", "--workflow", str(workdir)], cwd=workdir,
-                             capture_output=True, text=True, check=True).stdout  # fmt: skip
+    printed = subprocess.run(
+        [sys.executable, "-m", "celldag.cli", "resources", "--workflow", str(workdir)],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "| run_method | bm_512/nj_raw/default/" in printed and "| 512 |" in printed

@@ -42,8 +42,13 @@ def rule_envs(tmp_path: Path, sdm_conda: bool, tree=None, exists=None) -> tuple[
         reads.append("tree")
         return tree or envs.directory_tree(folder)
 
-    made = envs.RuleEnvs(sdm_conda, read_tree, lambda family: f"/shipped/envs/{family}.yaml",
-                         exists or (lambda path: False), tmp_path / "out")  # fmt: skip
+    made = envs.RuleEnvs(
+        sdm_conda,
+        read_tree,
+        lambda family: f"/shipped/envs/{family}.yaml",
+        exists or (lambda path: False),
+        tmp_path / "out",
+    )
     return made, reads
 
 

@@ -24,8 +24,12 @@ def lineage(registries) -> RuleInputs:
 def representation(registries) -> RuleInputs:
     """sciLaMA reading go_text's table, its shuffled control (go_text's vectors permuted), PCA reading none, and
     annotation's kNN chained on every one of them."""
-    return inputs_for(registries, datasets=["pbmc68k_batched"], methods=["pca", "scilama/text", "scilama/shuffled", "knn"],
-                      seeds=[1, 0])  # fmt: skip
+    return inputs_for(
+        registries,
+        datasets=["pbmc68k_batched"],
+        methods=["pca", "scilama/text", "scilama/shuffled", "knn"],
+        seeds=[1, 0],
+    )
 
 
 def test_a_run_job_reads_the_prepared_file_of_each_of_its_seeds(lineage, registries):
@@ -49,8 +53,11 @@ def test_a_job_per_seed_reads_its_own_seed(registries):
 
 def test_a_path_of_another_key_is_refused_with_one_line(lineage, registries):
     key = make_run("bm_default", "nj_raw", "default", 0, registries).key
-    with pytest.raises(NotPlanned, match=rf"^run bm_default/nj_raw/default: key 0000000000 is of other settings than "
-                                         rf"this configuration's \({key}\); make it with the configuration that gives it$"):  # fmt: skip
+    with pytest.raises(
+        NotPlanned,
+        match=rf"^run bm_default/nj_raw/default: key 0000000000 is of other settings than "
+        rf"this configuration's \({key}\); make it with the configuration that gives it$",
+    ):
         lineage.run("bm_default", "nj_raw", "default", "0000000000")
     with pytest.raises(NotPlanned, match="^dataset bm_small: key 0000000000 is of other settings"):
         lineage.genes_source("bm_small", "0000000000")
@@ -68,8 +75,11 @@ def test_a_run_reading_a_gene_embedding_reads_its_table(representation, registri
     assert len(representation.tables) == len(representation.plan.runs)
     unplanned = make_run("pbmc68k_batched", "scilama", "go_svd", 0, registries)
     assert unplanned not in representation.tables
-    assert representation.gene_table(unplanned) == gene_table(unplanned, registries) == unplanned.path(
-        plan.GENE_TABLE, embedding="go_svd")  # fmt: skip
+    assert (
+        representation.gene_table(unplanned)
+        == gene_table(unplanned, registries)
+        == unplanned.path(plan.GENE_TABLE, embedding="go_svd")
+    )
 
 
 def test_evaluation_reads_every_run_on_its_dataset_and_the_tables_they_read(representation):
@@ -99,18 +109,23 @@ def test_a_builtin_dataset_has_no_files_and_a_url_one_its_downloads_and_their_va
     files = {name: f"resources/celegans_packer2019/{name}" for name in names}
     assert inputs.dataset_files("celegans_packer2019", key) == files
     assert inputs.preparation("celegans_packer2019", key) == files | {
-        plan.VALIDATION_INPUT: f"results/data/celegans_packer2019/{key}/validation.txt"}  # fmt: skip
+        plan.VALIDATION_INPUT: f"results/data/celegans_packer2019/{key}/validation.txt"
+    }
     with pytest.raises(NotPlanned, match="^dataset celegans_packer2019: key 0000000000 "):
         inputs.preparation("celegans_packer2019", "0000000000")
 
 
 def test_a_local_dataset_reads_its_own_paths(registries):
     registries.datasets["lab_local"] = registries.datasets["celegans_packer2019"] | {
-        "source": "local", "files": [{"name": "cells.h5ad", "path": "data/cells.h5ad"}]}  # fmt: skip
+        "source": "local",
+        "files": [{"name": "cells.h5ad", "path": "data/cells.h5ad"}],
+    }
     inputs = inputs_for(registries, datasets=["lab_local"], methods=["nj_raw"], seeds=[0])
     key = plan.data_key(registries.datasets["lab_local"])
-    assert inputs.preparation("lab_local", key) == {"cells.h5ad": "data/cells.h5ad",
-                                                    plan.VALIDATION_INPUT: f"results/data/lab_local/{key}/validation.txt"}  # fmt: skip
+    assert inputs.preparation("lab_local", key) == {
+        "cells.h5ad": "data/cells.h5ad",
+        plan.VALIDATION_INPUT: f"results/data/lab_local/{key}/validation.txt",
+    }
 
 
 def test_a_download_is_the_entry_of_the_file_it_names(lineage, registries):
@@ -129,10 +144,14 @@ def test_gene_lists_and_tables_read_the_smallest_seed_and_the_entrys_files(repre
     assert representation.genes_source("pbmc68k_batched", key) == f"results/data/pbmc68k_batched/{key}/seed0.h5ad"
     genes = f"results/data/pbmc68k_batched/{key}/genes.txt"
     assert representation.embedding("go_text", "pbmc68k_batched", key) == {
-        "genes": genes, "org_hs_eg_sqlite": "resources/embeddings/org.Hs.eg.sqlite",
-        "go_sqlite": "resources/embeddings/GO.sqlite"}  # fmt: skip
+        "genes": genes,
+        "org_hs_eg_sqlite": "resources/embeddings/org.Hs.eg.sqlite",
+        "go_sqlite": "resources/embeddings/GO.sqlite",
+    }
     assert representation.embedding("go_text_shuffled", "pbmc68k_batched", key) == {
-        "genes": genes, "base": f"results/embeddings/go_text/pbmc68k_batched-{key}.parquet"}  # fmt: skip
+        "genes": genes,
+        "base": f"results/embeddings/go_text/pbmc68k_batched-{key}.parquet",
+    }
 
 
 def test_ensembl_ids_add_org_hs_eg_db_to_a_table_without_it(registries):
@@ -141,7 +160,8 @@ def test_ensembl_ids_add_org_hs_eg_db_to_a_table_without_it(registries):
     assert inputs.embedding("genept_ada", "cellbench_protocols", key) == {
         "genes": f"results/data/cellbench_protocols/{key}/genes.txt",
         "table": "resources/embeddings/GenePT_gene_embedding_ada_text.pickle",
-        "org_hs_eg_sqlite": "resources/embeddings/org.Hs.eg.sqlite"}  # fmt: skip
+        "org_hs_eg_sqlite": "resources/embeddings/org.Hs.eg.sqlite",
+    }
 
 
 def test_a_figure_reads_what_it_needs_of_its_dataset_from_the_smallest_seed(representation):
@@ -150,28 +170,34 @@ def test_a_figure_reads_what_it_needs_of_its_dataset_from_the_smallest_seed(repr
     scores = "results/default/scores/pbmc68k_batched.parquet"
     assert representation.figure(("scores",), "representation", "pbmc68k_batched", "default") == {"scores": scores}
     assert representation.figure(("runs",), "representation", "pbmc68k_batched", "default") == {
-        "records": [run.record for run in runs]}  # fmt: skip
+        "records": [run.record for run in runs]
+    }
     assert representation.figure(("outputs", "tables"), "representation", "pbmc68k_batched", "default") == {
-        "prepared": shown[0].path(plan.PREPARED), "outputs": [run.output for run in shown],
-        "tables": sorted({representation.tables[run] for run in shown} - {None})}  # fmt: skip
+        "prepared": shown[0].path(plan.PREPARED),
+        "outputs": [run.output for run in shown],
+        "tables": sorted({representation.tables[run] for run in shown} - {None}),
+    }
 
 
 def test_a_chained_tracks_figure_reads_its_own_scores_task_and_outputs(representation):
     chained = representation.plan.chained_on("pbmc68k_batched", "annotation")
     shown = [run for run in chained if run.seed == 0]
-    assert representation.figure(("scores", "runs", "outputs", "tables"), "annotation", "pbmc68k_batched", "default") == {
+    assert representation.figure(
+        ("scores", "runs", "outputs", "tables"), "annotation", "pbmc68k_batched", "default"
+    ) == {
         "scores": "results/default/scores/pbmc68k_batched.annotation.parquet",
         "records": [run.record for run in chained],
         "prepared": shown[0].path(plan.CHAIN_TASK),
         "outputs": [run.output for run in shown],
-    }  # fmt: skip
+    }
 
 
 def test_a_chained_track_reads_its_task_and_the_upstream_runs(representation, registries):
     assert representation.chained_tracks == ["annotation"] and representation.chained_methods("annotation") == ["knn"]
     key = plan.data_key(registries.datasets["pbmc68k_batched"])
     assert representation.chained_prepared("pbmc68k_batched", key) == [
-        f"results/data/pbmc68k_batched/{key}/seed{seed}.h5ad" for seed in (1, 0)]  # fmt: skip
+        f"results/data/pbmc68k_batched/{key}/seed{seed}.h5ad" for seed in (1, 0)
+    ]
     chained = representation.plan.chained_on("pbmc68k_batched", "annotation")
     chain_key = chained[0].chain_key
     pca = make_run("pbmc68k_batched", "pca", "default", 0, registries)
@@ -181,21 +207,28 @@ def test_a_chained_track_reads_its_task_and_the_upstream_runs(representation, re
         "upstream_outputs": [by_seed[seed].upstream.output for seed in (1, 0)],
         "upstream_records": [by_seed[seed].upstream.record for seed in (1, 0)],
         "files": [],
-    }  # fmt: skip
+    }
     assert by_seed[1].path(plan.CHAIN_TASK) == f"results/data/pbmc68k_batched/{key}/annotation-{chain_key}/seed1.h5ad"
     inputs = sorted({run.path(plan.CHAINED_INPUT) for run in chained})  # one per upstream run and seed
     assert len(inputs) == len({(run.upstream.method, run.upstream.variant, run.seed) for run in chained})
     assert inputs[0].endswith(f"/annotation-{chain_key}/input.h5ad")
     assert representation.chained_evaluation("annotation", "pbmc68k_batched") == {
-        "prepared": sorted({run.path(plan.CHAIN_TASK) for run in chained}), "outputs": [run.output for run in chained],
-        "inputs": inputs, "tables": []}  # fmt: skip
+        "prepared": sorted({run.path(plan.CHAIN_TASK) for run in chained}),
+        "outputs": [run.output for run in chained],
+        "inputs": inputs,
+        "tables": [],
+    }
 
 
 def test_a_chained_job_of_other_settings_or_of_no_planned_upstream_run_is_refused(representation):
     chain_key = representation.plan.chained[0].chain_key
-    with pytest.raises(NotPlanned, match=rf"^annotation on pbmc68k_batched: key 0000000000 is of other settings than "
-                                         rf"this configuration's \({chain_key}\)"):  # fmt: skip
+    with pytest.raises(
+        NotPlanned,
+        match=rf"^annotation on pbmc68k_batched: key 0000000000 is of other settings than "
+        rf"this configuration's \({chain_key}\)",
+    ):
         representation.chained_run("annotation", "pbmc68k_batched", "0000000000", "pca", "default", "0123456789")
-    with pytest.raises(NotPlanned, match="^no planned run pbmc68k_batched/pca/default with key 0123456789 for annotation "
-                                         "to chain on$"):  # fmt: skip
+    with pytest.raises(
+        NotPlanned, match="^no planned run pbmc68k_batched/pca/default with key 0123456789 for annotation to chain on$"
+    ):
         representation.chained_run("annotation", "pbmc68k_batched", chain_key, "pca", "default", "0123456789")

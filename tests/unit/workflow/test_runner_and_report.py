@@ -72,11 +72,17 @@ def test_a_need_the_dataset_cannot_meet_is_not_applicable_without_calling_the_me
     del single.layers["train"], single.layers["test"], single.layers["validation"]  # one profile per leaf
     artifacts.write_h5ad(single, tmp_path / "single.h5ad")
     status = run_method(
-        prepared_path=str(tmp_path / "single.h5ad"), output_path=str(tmp_path / "run/output.h5ad"),
-        record_path=str(tmp_path / "run/run.json"), dataset_id="bm_t", dataset_entry=DATASET, method_id="pairwise",
-        method_entry=NJ_RAW | {"needs_by_variant": {"default": ["replicates"]}}, variant="default", seed=0,
+        prepared_path=str(tmp_path / "single.h5ad"),
+        output_path=str(tmp_path / "run/output.h5ad"),
+        record_path=str(tmp_path / "run/run.json"),
+        dataset_id="bm_t",
+        dataset_entry=DATASET,
+        method_id="pairwise",
+        method_entry=NJ_RAW | {"needs_by_variant": {"default": ["replicates"]}},
+        variant="default",
+        seed=0,
         track=TRACKS["lineage"],
-    )  # fmt: skip
+    )
     assert status == "not_applicable"
     reason = json.loads((tmp_path / "run/run.json").read_text())["status_reason"]
     assert reason == "pairwise/default needs a train/test replicate pair; this dataset has one profile per leaf"
@@ -85,10 +91,14 @@ def test_a_need_the_dataset_cannot_meet_is_not_applicable_without_calling_the_me
 def test_aggregate_writes_mean_and_sd(tmp_path):
     dirs = [run_and_score(tmp_path, NJ_RAW, seed=seed)[1] for seed in (0, 1, 2)]
     scores = aggregate(
-        score_paths=[str(d / "scores.parquet") for d in dirs], record_paths=[str(d / "run.json") for d in dirs],
-        scores_path=str(tmp_path / "scores.parquet"), runs_path=str(tmp_path / "runs.parquet"),
-        leaderboard_path=str(tmp_path / "leaderboard.md"), baseline="nj_raw", tracks=TRACKS,
-    )  # fmt: skip
+        score_paths=[str(d / "scores.parquet") for d in dirs],
+        record_paths=[str(d / "run.json") for d in dirs],
+        scores_path=str(tmp_path / "scores.parquet"),
+        runs_path=str(tmp_path / "runs.parquet"),
+        leaderboard_path=str(tmp_path / "leaderboard.md"),
+        baseline="nj_raw",
+        tracks=TRACKS,
+    )
     rf = scores.loc[scores["metric"] == "rf", "value"]
     assert f"| a | default | {rf.mean():.3f} ± {rf.std(ddof=1):.3f} |" in (tmp_path / "leaderboard.md").read_text()
     runs = pd.read_parquet(tmp_path / "runs.parquet")
@@ -100,8 +110,19 @@ def test_leaderboard_orders_by_first_metric_and_marks_direction():
     for method, rf in (("worse", 0.8), ("better", 0.2)):
         for seed in (0, 1):
             for metric in ("qdist_sampled", "rf"):
-                rows.append({"dataset": "d", "track": "lineage", "method": method, "variant": "default", "seed": seed,
-                             "metric": metric, "value": rf + seed / 10, "higher_is_better": False, "status": "ok"})  # fmt: skip
+                rows.append(
+                    {
+                        "dataset": "d",
+                        "track": "lineage",
+                        "method": method,
+                        "variant": "default",
+                        "seed": seed,
+                        "metric": metric,
+                        "value": rf + seed / 10,
+                        "higher_is_better": False,
+                        "status": "ok",
+                    }
+                )
     text = leaderboard_markdown(pd.DataFrame(rows), TRACKS)
     assert "| method | variant | rf ↓ | qdist_sampled ↓ | seeds ok |" in text
     assert text.index("| better |") < text.index("| worse |")
@@ -116,19 +137,30 @@ def test_config_hash_is_key_order_independent(value):
 
 def score_rows(method, metric_values, seeds=(0, 1), status="ok", variant="default"):
     return [
-        {"dataset": "d", "track": "lineage", "method": method, "variant": variant, "seed": seed, "metric": metric,
-         "value": value if status == "ok" else np.nan, "higher_is_better": False, "status": status}
-        for seed in seeds for metric, value in metric_values.items()
-    ]  # fmt: skip
+        {
+            "dataset": "d",
+            "track": "lineage",
+            "method": method,
+            "variant": variant,
+            "seed": seed,
+            "metric": metric,
+            "value": value if status == "ok" else np.nan,
+            "higher_is_better": False,
+            "status": status,
+        }
+        for seed in seeds
+        for metric, value in metric_values.items()
+    ]
 
 
 def test_deltas_are_relative_reductions_against_the_baseline_per_seed():
     from celldag.report.leaderboard import add_deltas
 
     scores = pd.DataFrame(
-        score_rows("nj_raw", {"rf": 0.5, "quartet_dist": 0.0}) + score_rows("model", {"rf": 0.2, "quartet_dist": 0.1})
+        score_rows("nj_raw", {"rf": 0.5, "quartet_dist": 0.0})
+        + score_rows("model", {"rf": 0.2, "quartet_dist": 0.1})
         + score_rows("broken", {"rf": 0.0}, status="failed")
-    )  # fmt: skip
+    )
     with_deltas = add_deltas(scores, "nj_raw", TRACKS)
     deltas = with_deltas[with_deltas["metric"].str.startswith("delta_")]
     # 0.6 = (0.5 - 0.2) / 0.5; no Δ where the baseline is 0, for failed runs, or for the baseline itself
@@ -160,9 +192,19 @@ def test_paired_difference_is_a_t_interval_over_seeds():
     rows = []
     for seed, (a, b) in enumerate([(0.5, 0.4), (0.7, 0.5), (0.6, 0.3), (0.9, None)]):  # seed 3: b failed
         for variant, value in (("text", a), ("random", b)):
-            rows.append({"dataset": "d", "track": "representation", "method": "scilama", "variant": variant,
-                         "seed": seed, "metric": "total", "value": value if value is not None else float("nan"),
-                         "higher_is_better": True, "status": "ok" if value is not None else "failed"})  # fmt: skip
+            rows.append(
+                {
+                    "dataset": "d",
+                    "track": "representation",
+                    "method": "scilama",
+                    "variant": variant,
+                    "seed": seed,
+                    "metric": "total",
+                    "value": value if value is not None else float("nan"),
+                    "higher_is_better": True,
+                    "status": "ok" if value is not None else "failed",
+                }
+            )
     scores = pd.DataFrame(rows)
     result = paired_difference(scores, "scilama/text", "scilama/random", "total")
     # differences 0.1, 0.2, 0.3 (seed 3 unpaired): mean 0.2, sd 0.1, t(0.975, 2) = 4.3027
@@ -181,14 +223,32 @@ def test_a_gpu_job_without_cuda_aborts_unless_cpu_fallback_is_allowed(tmp_path, 
 
     prepared = tmp_path / "data.h5ad"
     write_prepared_dataset("bm_t", DATASET, TRACKS[DATASET["track"]], 0, str(prepared))
-    method = {"track": "lineage", "run": "celldag.methods.celltreeqm:run", "gpu": True, "needs": ["supervision"],
-              "params": {**yaml.safe_load((REPO / "config/methods.yaml").read_text())["celltreeqm"]["params"],
-                         "steps": 2, "device": "cuda"},
-              "variants": {"supervised": {"setting": "supervised"}}}  # fmt: skip
+    method = {
+        "track": "lineage",
+        "run": "celldag.methods.celltreeqm:run",
+        "gpu": True,
+        "needs": ["supervision"],
+        "params": {
+            **yaml.safe_load((REPO / "config/methods.yaml").read_text())["celltreeqm"]["params"],
+            "steps": 2,
+            "device": "cuda",
+        },
+        "variants": {"supervised": {"setting": "supervised"}},
+    }
     run_dir = tmp_path / "run"
-    common = dict(prepared_path=str(prepared), output_path=str(run_dir / "output.h5ad"), record_path=str(run_dir / "run.json"),
-                  dataset_id="bm_t", dataset_entry=DATASET, method_id="celltreeqm", method_entry=method,
-                  variant="supervised", seed=0, track=TRACKS["lineage"], gpu_requested=gpu_requested)  # fmt: skip
+    common = dict(
+        prepared_path=str(prepared),
+        output_path=str(run_dir / "output.h5ad"),
+        record_path=str(run_dir / "run.json"),
+        dataset_id="bm_t",
+        dataset_entry=DATASET,
+        method_id="celltreeqm",
+        method_entry=method,
+        variant="supervised",
+        seed=0,
+        track=TRACKS["lineage"],
+        gpu_requested=gpu_requested,
+    )
     with pytest.raises(NoGPUError, match="requested a GPU but torch .* sees no CUDA device"):
         run_method(**common, cpu_fallback=False)
     assert not run_dir.exists()  # aborted before anything was written
@@ -225,8 +285,11 @@ def test_out_of_memory_fails_the_job_while_a_method_bug_becomes_a_failed_row(mon
     class OutOfMemoryError(RuntimeError):  # torch.cuda.OutOfMemoryError's name, without needing CUDA
         pass
 
-    for name, error in (("oom_host", MemoryError()), ("oom_gpu", OutOfMemoryError("CUDA out of memory")),
-                        ("buggy", ValueError("bad shape"))):  # fmt: skip
+    for name, error in (
+        ("oom_host", MemoryError()),
+        ("oom_gpu", OutOfMemoryError("CUDA out of memory")),
+        ("buggy", ValueError("bad shape")),
+    ):
         module = types.ModuleType(name)
         module.run = lambda inputs, params, seed, error=error: (_ for _ in ()).throw(error)
         monkeypatch.setitem(sys.modules, name, module)

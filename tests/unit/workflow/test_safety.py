@@ -19,8 +19,9 @@ import torch
 
 from conftest import REPO
 
-PYTHON_FILES = sorted([*REPO.glob("src/celldag/**/*.py"), *REPO.glob("workflow/scripts/*.py"),
-                       *REPO.glob("benchmarks/*.py")])  # fmt: skip
+PYTHON_FILES = sorted(
+    [*REPO.glob("src/celldag/**/*.py"), *REPO.glob("workflow/scripts/*.py"), *REPO.glob("benchmarks/*.py")]
+)
 
 
 def calls(path: Path):
@@ -92,9 +93,16 @@ def test_checkpoints_load_with_weights_only(tmp_path):
         optimizer.step()
         return {"loss": float(loss.detach())}
 
-    common = {"model": model, "optimizer": optimizer, "step_fn": step, "checkpoint_dir": tmp_path,
-              "checkpoint_every": 2, "rng": np.random.default_rng(0), "validate_every": 2,
-              "validate_fn": lambda: float(model(data).pow(2).mean())}  # fmt: skip
+    common = {
+        "model": model,
+        "optimizer": optimizer,
+        "step_fn": step,
+        "checkpoint_dir": tmp_path,
+        "checkpoint_every": 2,
+        "rng": np.random.default_rng(0),
+        "validate_every": 2,
+        "validate_fn": lambda: float(model(data).pow(2).mean()),
+    }
     train(total_steps=4, **common)
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert saved["step"] == 4 and saved["finished"]

@@ -31,8 +31,13 @@ def label_bearing(inputs, n: int, names: set[str]) -> list[str]:
 
 @pytest.mark.parametrize("needs", [[], ["supervision"]])
 def test_a_lineage_method_reads_the_true_tree_only_when_its_entry_needs_supervision(tmp_path, needs):
-    entry = {"track": "lineage", "run": "boundary_methods:true_tree", "params": {}, "variants": {"default": {}},
-             "needs": needs}  # fmt: skip
+    entry = {
+        "track": "lineage",
+        "run": "boundary_methods:true_tree",
+        "params": {},
+        "variants": {"default": {}},
+        "needs": needs,
+    }
     status, run_dir = run_and_score(tmp_path, entry)
     if needs:  # declared (CellTreeQM's supervision settings): the tree is there, and it scores perfectly
         assert status == "ok"
@@ -75,16 +80,27 @@ def test_a_representation_method_is_handed_no_label():
 def test_an_oracle_reads_the_truth_and_scores_at_the_ceiling_a_null_at_the_floor(tmp_path):
     """The lineage oracle with no NNI move returns the true tree (RF 0) only when handed it; the random tree scores
     near RF 1."""
-    oracle = {"track": "lineage", "run": "celldag.methods.control_trees:oracle_tree", "params": {"nni_rate": 0.0},
-              "variants": {"default": {}}, "needs": ["truth"], "kind": "control"}  # fmt: skip
+    oracle = {
+        "track": "lineage",
+        "run": "celldag.methods.control_trees:oracle_tree",
+        "params": {"nni_rate": 0.0},
+        "variants": {"default": {}},
+        "needs": ["truth"],
+        "kind": "control",
+    }
     status, run_dir = run_and_score(tmp_path, oracle, tag="oracle")
     assert status == "ok"
     assert pd.read_parquet(run_dir / "scores.parquet").set_index("metric")["value"]["rf"] == 0.0
     status, run_dir = run_and_score(tmp_path, {**oracle, "needs": []}, tag="blind")
     assert status == "failed"
     assert "needs: [truth]" in json.loads((run_dir / "run.json").read_text())["status_reason"]
-    null = {"track": "lineage", "run": "celldag.methods.control_trees:null_tree", "params": {"shape": "random"},
-            "variants": {"default": {}}, "kind": "control"}  # fmt: skip
+    null = {
+        "track": "lineage",
+        "run": "celldag.methods.control_trees:null_tree",
+        "params": {"shape": "random"},
+        "variants": {"default": {}},
+        "kind": "control",
+    }
     status, run_dir = run_and_score(tmp_path, null, tag="null")
     assert status == "ok"
     assert pd.read_parquet(run_dir / "scores.parquet").set_index("metric")["value"]["rf"] > 0.8
@@ -99,14 +115,22 @@ def test_a_classifier_is_handed_the_labels_of_its_fits_training_cells_alone():
     rng = np.random.default_rng(0)
     labels = np.array(["B", "NK", "T"])[np.arange(300) % 3]
     counts = rng.poisson(1.0 + 4.0 * (np.arange(40)[None, :] % 3 == np.arange(300)[:, None] % 3), size=(300, 40))
-    raw = anndata.AnnData(X=counts.astype(np.float32), var=pd.DataFrame(index=[f"g{i}" for i in range(40)]),
-                          obs=pd.DataFrame({"type": labels, "sample": np.array(["a", "b", "c"])[np.arange(300) % 2]},
-                                           index=[f"c{i}" for i in range(300)]))  # fmt: skip
+    raw = anndata.AnnData(
+        X=counts.astype(np.float32),
+        var=pd.DataFrame(index=[f"g{i}" for i in range(40)]),
+        obs=pd.DataFrame(
+            {"type": labels, "sample": np.array(["a", "b", "c"])[np.arange(300) % 2]},
+            index=[f"c{i}" for i in range(300)],
+        ),
+    )
     data = preprocess(raw, label_key="type", batch_key="sample", seed=0, params={})
     data.uns.update(dataset_id="lab", track="representation", seed=0)
     task = chain_task(data, {}, 0)
-    upstream = anndata.AnnData(obs=pd.DataFrame(index=data.obs_names), uns={"status": "ok"},
-                               obsm={"X_emb": np.asarray(data.X, dtype=np.float32)})  # fmt: skip
+    upstream = anndata.AnnData(
+        obs=pd.DataFrame(index=data.obs_names),
+        uns={"status": "ok"},
+        obsm={"X_emb": np.asarray(data.X, dtype=np.float32)},
+    )
     inputs = method_input(chain_input(task, upstream, {"config": {"method": {}}}), None)
     truth = task.obs["label"].astype(str).to_numpy()
     split = task.obs["split"].astype(str).to_numpy()

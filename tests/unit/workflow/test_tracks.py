@@ -16,9 +16,19 @@ from celldag.registry import KINDS, ConfigError, load_config, read_yaml
 from celldag.tracks import Metric, MetricGroup, ScoringContext, Track, check_declaration, check_track
 from conftest import REPO, TRACKS
 
-BM = {"track": "lineage", "loader": "celldag.data.bm:prepare_bm_simulator",
-      "params": {"depth": 4, "n_signal": 20, "n_noise": 5, "n_spurious": 5, "max_walk": 3.0, "noise_std": 1.0,
-                 "measurement_std": 0.5}}  # fmt: skip
+BM = {
+    "track": "lineage",
+    "loader": "celldag.data.bm:prepare_bm_simulator",
+    "params": {
+        "depth": 4,
+        "n_signal": 20,
+        "n_noise": 5,
+        "n_spurious": 5,
+        "max_walk": 3.0,
+        "noise_std": 1.0,
+        "measurement_std": 0.5,
+    },
+}
 
 
 def test_a_reference_must_name_a_top_level_definition_of_a_findable_module():
@@ -98,8 +108,12 @@ def test_every_shipped_metric_has_a_role_and_each_named_control_is_a_registry_co
 
 
 def test_the_schema_refuses_the_truth_to_any_kind_but_control(tmp_path):
-    oracle = {"track": "lineage", "run": "celldag.methods.control_trees:oracle_tree", "description": "d",
-              "needs": ["truth"]}  # fmt: skip
+    oracle = {
+        "track": "lineage",
+        "run": "celldag.methods.control_trees:oracle_tree",
+        "description": "d",
+        "needs": ["truth"],
+    }
     for entry, problem in (
         (oracle, "'kind' is a required property"),
         ({**oracle, "kind": "method"}, "'control' was expected"),
@@ -134,8 +148,11 @@ def test_every_metric_the_lineage_scorer_returns_is_declared_and_every_declared_
     result = run(track.call("method_input", prepared, None, None), {"features": "raw", "reconstruction": "nj"}, 0)
     leaves = list(prepared.obs_names)
     outputs = []
-    for supervision in ({}, {"setting": "high_level_partition", "level": 2},
-                        {"setting": "partially_labelled", "known_leaves": leaves[: len(leaves) // 2]}):  # fmt: skip
+    for supervision in (
+        {},
+        {"setting": "high_level_partition", "level": 2},
+        {"setting": "partially_labelled", "known_leaves": leaves[: len(leaves) // 2]},
+    ):
         output = anndata.AnnData(obs=pd.DataFrame(index=prepared.obs_names))
         output.obsm["X_emb"] = result.embedding
         output.uns.update(status="ok", tree_newick=result.tree_newick, supervision=supervision)
@@ -236,7 +253,7 @@ def registry_tree(tmp_path, **changes) -> dict:
             {"methods": {"knn": {"variants": {"default": {}, "k50": {"n_neighbors": 50}}}}},
             "config/methods.yaml: knn.variants: a method of the chained track annotation has one variant, default",
         ),
-    ],  # fmt: skip
+    ],
 )
 def test_registry_entry_points_fail_at_parse_time_naming_file_and_key(tmp_path, changes, message):
     config = registry_tree(tmp_path, **changes)

@@ -110,8 +110,14 @@ def additivity_loss(
     return w_close * (s_u - s_v).abs().mean() + w_push * torch.relu(hinge[selected]).mean()
 
 
-def _masked_additivity(sums: torch.Tensor, target_topology: torch.Tensor, hinge: torch.Tensor,
-                       selected: torch.Tensor, w_close: float, w_push: float) -> torch.Tensor:  # fmt: skip
+def _masked_additivity(
+    sums: torch.Tensor,
+    target_topology: torch.Tensor,
+    hinge: torch.Tensor,
+    selected: torch.Tensor,
+    w_close: float,
+    w_push: float,
+) -> torch.Tensor:
     """The additivity loss as sums over all quartets with the unselected ones zeroed, divided by the count.
 
     The same means as gathering the selected quartets (up to the order of summation), but with no

@@ -78,9 +78,14 @@ class CellTreeQMEncoder(nn.Module):
         nn.init.xavier_normal_(self.project.weight)
         self.input_dropout = nn.Dropout(dropout_data)
         layer = nn.TransformerEncoderLayer(
-            proj_dim, n_heads, dim_feedforward=hidden_dim, dropout=dropout_data,
-            activation="relu", batch_first=True, norm_first=True,
-        )  # fmt: skip
+            proj_dim,
+            n_heads,
+            dim_feedforward=hidden_dim,
+            dropout=dropout_data,
+            activation="relu",
+            batch_first=True,
+            norm_first=True,
+        )
         # nested tensors only help padded batches; ours is one unpadded set
         self.encoder = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
         self.head = nn.Linear(proj_dim, output_dim)

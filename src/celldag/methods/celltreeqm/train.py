@@ -70,8 +70,10 @@ def reveal(inputs: LineageInput, params: dict, seed: int, rank: np.ndarray | Non
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {SETTINGS}, got {setting!r}")
     if inputs.tree_newick is None:
-        raise ValueError(f"setting {setting!r} learns from the true tree, which the runner withholds from a method whose "
-                         "registry entry does not list `needs: [supervision]`")  # fmt: skip
+        raise ValueError(
+            f"setting {setting!r} learns from the true tree, which the runner withholds from a method whose "
+            "registry entry does not list `needs: [supervision]`"
+        )
     tree = parse_newick(inputs.tree_newick)
 
     if setting == "high_level_partition":
@@ -167,8 +169,9 @@ def held_out_validation(supervision: Supervision, train_x: np.ndarray, held_out:
     return Validation(train_x, draw, held_out)
 
 
-def replicate_validation(supervision: Supervision, validation_x: np.ndarray, measured: np.ndarray,
-                         count: int) -> Validation:  # fmt: skip
+def replicate_validation(
+    supervision: Supervision, validation_x: np.ndarray, measured: np.ndarray, count: int
+) -> Validation:
     """Selection on a validation replicate: ``count`` known quartets of its measured leaves, scored on
     that replicate: what the test measures (the same leaves, new cells), never the test replicate itself."""
     return Validation(validation_x, lambda rng: supervision.sample(count, rng, ~measured), np.zeros_like(measured))
@@ -289,9 +292,20 @@ run.accepted_params = (
 
 
 # the official code's settings behind its published high-level-partition curve (../shared/fidelity/README.md)
-AUTHORS_PROTOCOL = {"proj_dim": 256, "hidden_dim": 256, "n_layers": 4, "n_heads": 2, "output_dim": 128, "lr": 1e-4,
-                    "weight_decay": 0.01, "quartets_per_step": 2048, "w_distance": 0.1, "w_additivity": 20.0,
-                    "margin_sign": "code", "select": "ordered_mismatch"}  # fmt: skip
+AUTHORS_PROTOCOL = {
+    "proj_dim": 256,
+    "hidden_dim": 256,
+    "n_layers": 4,
+    "n_heads": 2,
+    "output_dim": 128,
+    "lr": 1e-4,
+    "weight_decay": 0.01,
+    "quartets_per_step": 2048,
+    "w_distance": 0.1,
+    "w_additivity": 20.0,
+    "margin_sign": "code",
+    "select": "ordered_mismatch",
+}
 AUTHORS_STEPS = 4399
 
 
@@ -339,8 +353,10 @@ def selection_used(inputs: LineageInput, supervision: Supervision, params: dict)
     measured = None if inputs.validation_features is None else inputs.validation_leaves & supervision.known_leaves
     has_replicate = measured is not None and int(measured.sum()) >= 4
     if requested == "validation_replicate" and not has_replicate:
-        raise ValueError("selection: validation_replicate needs a validation replicate of 4 or more known leaves "
-                         "(prepared layer 'validation'); this dataset has none: use auto or holdout_refit")  # fmt: skip
+        raise ValueError(
+            "selection: validation_replicate needs a validation replicate of 4 or more known leaves "
+            "(prepared layer 'validation'); this dataset has none: use auto or holdout_refit"
+        )
     if requested == "auto" and has_replicate:
         return "validation_replicate"
     if (
@@ -394,20 +410,39 @@ def fit_and_embed(inputs: LineageInput, params: dict, seed: int, rank: np.ndarra
         model, result = train_encoder(
             train_x, supervision, params, seed, device, params["steps"], checkpoints, validation
         )
-        facts |= {"steps": result.best_step, "validation_qdist": result.best_value, "validation_leaves": int(measured.sum()),
-                  "validated_steps_run": result.steps_run, "stopped_early": result.stopped_early}  # fmt: skip
+        facts |= {
+            "steps": result.best_step,
+            "validation_qdist": result.best_value,
+            "validation_leaves": int(measured.sum()),
+            "validated_steps_run": result.steps_run,
+            "stopped_early": result.stopped_early,
+        }
     else:
         held_out = hold_out(supervision, len(inputs.names), params["validation_fraction"], np.random.default_rng(seed))
         validation = held_out_validation(supervision, train_x, held_out, count)
-        _, chosen = train_encoder(train_x, supervision, params, seed, device, params["steps"],
-                                  checkpoints and checkpoints / "selection", validation)  # fmt: skip
+        _, chosen = train_encoder(
+            train_x,
+            supervision,
+            params,
+            seed,
+            device,
+            params["steps"],
+            checkpoints and checkpoints / "selection",
+            validation,
+        )
         validated = chosen_steps(chosen.history, count)
         steps = refit_steps(validated, int(supervision.known_leaves.sum()), int(held_out.sum()), params["steps"])
-        facts |= {"steps": steps, "chosen_steps": validated, "validation_qdist": chosen.best_value,
-                  "best_validated_step": chosen.best_step, "validated_steps_run": chosen.steps_run,
-                  "stopped_early": chosen.stopped_early}  # fmt: skip
-        model, result = train_encoder(train_x, supervision, params, seed, device, steps,
-                                      checkpoints and checkpoints / "refit")  # fmt: skip
+        facts |= {
+            "steps": steps,
+            "chosen_steps": validated,
+            "validation_qdist": chosen.best_value,
+            "best_validated_step": chosen.best_step,
+            "validated_steps_run": chosen.steps_run,
+            "stopped_early": chosen.stopped_early,
+        }
+        model, result = train_encoder(
+            train_x, supervision, params, seed, device, steps, checkpoints and checkpoints / "refit"
+        )
     model.eval()
     with torch.no_grad(), training.autocast(device):  # the scored replicate, all leaves embedded jointly
         features = torch.as_tensor(np.asarray(scored_x, dtype=np.float32), device=device)
@@ -444,8 +479,16 @@ def refit_steps(chosen: int, n_known: int, n_held_out: int, budget: int) -> int:
     return min(budget, max(1, round(chosen * n_known / (n_known - n_held_out))))
 
 
-def train_encoder(train_x: np.ndarray, supervision: Supervision, params: dict, seed: int, device: torch.device,
-                  steps: int, checkpoint_dir: Path | None, validation: Validation | None = None):  # fmt: skip
+def train_encoder(
+    train_x: np.ndarray,
+    supervision: Supervision,
+    params: dict,
+    seed: int,
+    device: torch.device,
+    steps: int,
+    checkpoint_dir: Path | None,
+    validation: Validation | None = None,
+):
     """A fresh encoder trained for ``steps``; with ``validation``, it ends with the weights of its best validated step."""
     training.seed_everything(seed)  # the same initial weights in the selection and the refit
     # setup draws (validation set) and step draws come from separate streams, so the checkpointed step

@@ -34,8 +34,10 @@ def modelled_genes(inputs: RepresentationInput, params: dict) -> tuple[np.ndarra
         raise NotApplicable(inputs.gene_embedding.not_applicable)
     columns, vectors, _missing = match_genes(list(inputs.gene_names), inputs.gene_embedding)
     if len(columns) < 2:
-        raise ValueError(f"only {len(columns)} of {len(inputs.gene_names)} genes have an embedding "
-                         f"in {inputs.gene_embedding.provider!r}")  # fmt: skip
+        raise ValueError(
+            f"only {len(columns)} of {len(inputs.gene_names)} genes have an embedding "
+            f"in {inputs.gene_embedding.provider!r}"
+        )
     return np.asarray(columns), vectors
 
 

@@ -25,8 +25,12 @@ def hidden_stack(dims: list[int], dropout: float) -> nn.Sequential:
     """Linear → LayerNorm (no affine) → LeakyReLU → Dropout for each consecutive pair of ``dims``."""
     layers: list[nn.Module] = []
     for n_in, n_out in zip(dims[:-1], dims[1:]):
-        layers += [_init(nn.Linear(n_in, n_out)), nn.LayerNorm(n_out, elementwise_affine=False),
-                   nn.LeakyReLU(), nn.Dropout(dropout)]  # fmt: skip
+        layers += [
+            _init(nn.Linear(n_in, n_out)),
+            nn.LayerNorm(n_out, elementwise_affine=False),
+            nn.LeakyReLU(),
+            nn.Dropout(dropout),
+        ]
     return nn.Sequential(*layers)
 
 

@@ -54,8 +54,10 @@ def gene_input_matrix(
     if kind == "self_informed":
         return np.ascontiguousarray(expression[train_mask].T, dtype=np.float32)
     if kind != "embeddings":
-        raise ValueError(f"gene_input {kind!r}: fit_scilama takes 'embeddings' or 'self_informed'; the "
-                         "controls are drawn by static_vectors first (celldag.methods.scilama.run)")  # fmt: skip
+        raise ValueError(
+            f"gene_input {kind!r}: fit_scilama takes 'embeddings' or 'self_informed'; the "
+            "controls are drawn by static_vectors first (celldag.methods.scilama.run)"
+        )
     if gene_embeddings is None:
         raise ValueError(f"gene_input {kind!r} needs gene_embeddings")
     if gene_embeddings.shape[0] != expression.shape[1]:
@@ -114,9 +116,14 @@ def _phase_loss(
         # γ = 0 skips the alignment product altogether
         alignment = model.inner_reconstruction(cell.z, gene.z) if gamma else None
         return coupled_loss(
-            target, model.inner_reconstruction(cell.h, gene.h), beta,
-            kl_divergence(gene.mu, gene.logvar), kl_divergence(cell.mu, cell.logvar), gamma, alignment,
-        )  # fmt: skip
+            target,
+            model.inner_reconstruction(cell.h, gene.h),
+            beta,
+            kl_divergence(gene.mu, gene.logvar),
+            kl_divergence(cell.mu, cell.logvar),
+            gamma,
+            alignment,
+        )
 
     return joint_loss
 
@@ -152,8 +159,9 @@ def _train_phase(
     steps_per_epoch = math.ceil(n_train / batch_size)
     full_kl = first_full_kl_epoch(params["kl_warmup_epochs"], params["kl_ramp_epochs"])
     if params["max_epochs"] <= full_kl:
-        raise ValueError(f"max_epochs ({params['max_epochs']}) must exceed warm-up + ramp ({full_kl}): "
-                         "selection starts once β = 1")  # fmt: skip
+        raise ValueError(
+            f"max_epochs ({params['max_epochs']}) must exceed warm-up + ramp ({full_kl}): selection starts once β = 1"
+        )
     rng = np.random.default_rng([seed, phase_number])  # held by the checkpoints; the steps draw from torch
     epoch_order: dict[int, torch.Tensor] = {}
 
