@@ -28,8 +28,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from celldag.commands.annotate import Request, annotate  # noqa: E402
 from celldag.annotation.query import PROCEDURES  # noqa: E402
+from celldag.commands.annotate import Request, annotate  # noqa: E402
 from celldag.data.cellbench import BATCH_KEY, COUNT, LABEL_KEY, METADATA, singlets  # noqa: E402
 from celldag.registry import load_config, read_yaml  # noqa: E402
 

@@ -41,8 +41,8 @@ sys.path.insert(0, str(REPO / "src"))
 
 from annotate_defaults import MIXOLOGY, PAIRS, cellbench_h5ad, pair_batches  # noqa: E402
 
-from celldag.commands.annotate import Request, annotate, read_reference, split_table  # noqa: E402
 from celldag.annotation import celltypist as ct  # noqa: E402
+from celldag.commands.annotate import Request, annotate, read_reference, split_table  # noqa: E402
 from celldag.data.cellbench import BATCH_KEY, LABEL_KEY  # noqa: E402
 from celldag.registry import load_config, read_yaml  # noqa: E402
 

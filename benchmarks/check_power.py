@@ -33,11 +33,11 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from celldag.annotation.track import PROCEDURES as ANNOTATION_PROCEDURES  # noqa: E402
+from celldag.registry import read_yaml  # noqa: E402
 from celldag.results import method_verdicts as mv  # noqa: E402
 from celldag.results import reference as ref  # noqa: E402
 from celldag.results.compare import read_side  # noqa: E402
-from celldag.registry import read_yaml  # noqa: E402
-from celldag.annotation.track import PROCEDURES as ANNOTATION_PROCEDURES  # noqa: E402
 from celldag.tracks import tracks_of  # noqa: E402
 
 LAB_SEEDS = (3, 5, 10, 20)

@@ -31,10 +31,9 @@ import yaml
 from common import ROOT, Section, Table, measure, run_child, run_params, run_sections, series, target, timed
 from tree_metrics import random_newick
 
-from celldag.lineage import metrics
+from celldag.lineage import fast_nj, metrics
 from celldag.lineage.metrics import qdist_sampled, quartet_distance, robinson_foulds
 from celldag.lineage.quartets import binary_quartet_distance
-from celldag.lineage import fast_nj
 from celldag.lineage.reconstruct import FAST_NJ_FROM, euclidean_distances, reconstruct, skbio_neighbor_joining
 from celldag.lineage.tree import parse_newick, path_distances
 

@@ -679,10 +679,10 @@ AGGREGATES = ("total", "bio_conservation", "batch_correction")
 def subsample_section(quick: bool, out: Section) -> None:
     """PCA and Harmony on synthetic data scored with every cell and on stratified subsamples of it."""
     from celldag import artifacts
-    from celldag.jobs.prepare import prepare_dataset
-    from celldag.registry import read_yaml
-    from celldag.jobs.runner import run_method
     from celldag.jobs.evaluate import score_dataset
+    from celldag.jobs.prepare import prepare_dataset
+    from celldag.jobs.runner import run_method
+    from celldag.registry import read_yaml
     from celldag.tracks import tracks_of
 
     cells, sizes, seeds = (2000, [1000], [0]) if quick else (20000, [10000], [0, 1, 2])

@@ -25,10 +25,10 @@ def main(table_path: str | None, threads: int) -> None:
     import torch
 
     from celldag.embeddings import read_table
-    from celldag.plan import GENE_TABLE, data_key, method_params
     from celldag.jobs.prepare import prepare_dataset
-    from celldag.registry import load_config, read_yaml
     from celldag.methods.scilama import run
+    from celldag.plan import GENE_TABLE, data_key, method_params
+    from celldag.registry import load_config, read_yaml
 
     torch.set_num_threads(threads)
     config, registries = load_config(read_yaml(ROOT / "config/presets/paper.yaml"), "paper.yaml", root=ROOT)

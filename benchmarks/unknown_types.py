@@ -34,9 +34,9 @@ import anndata  # noqa: E402
 from annotation_runs import annotation_folders, parser, rate  # noqa: E402
 
 from celldag.annotation import conformal, shift  # noqa: E402
-from celldag.methods.classifiers import knn, logistic  # noqa: E402
 from celldag.annotation.novelty import novelty_distances, novelty_tests  # noqa: E402
 from celldag.annotation.track import SCORING_DEFAULTS, AnnotationInput  # noqa: E402
+from celldag.methods.classifiers import knn, logistic  # noqa: E402
 
 CLASSIFIERS = {"knn": knn, "logistic": logistic}
 

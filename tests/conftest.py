@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from celldag import contracts
-from celldag import plan
+from celldag import contracts, plan
 from celldag.plan import ORG_ROLE, Run, make_run
 from celldag.registry import Registries, apply_schema, load_config, read_yaml
 from celldag.tracks import tracks_of

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from celldag import contracts
 
-
 _UMASK = os.umask(0o022)  # read once: umask can only be read by setting it
 os.umask(_UMASK)
 

@@ -35,13 +35,13 @@ import sys
 
 from celldag import plan as planning
 from celldag.bibliography import FORMATS
+from celldag.commands.validate import validate_dataset
 from celldag.document import markdown
 from celldag.errors import InputError
 from celldag.jobs.joblog import one_line
 from celldag.plan import make_plan
-from celldag.release import version_text
 from celldag.registry import DEFAULT_CONFIG, PIN_ON_FIRST_FETCH, load_workflow_config, read_yaml
-from celldag.commands.validate import validate_dataset
+from celldag.release import version_text
 
 
 class PrintVersion(argparse.Action):
@@ -525,8 +525,8 @@ def compare_folders(
     within tolerance and no order changed, else 1."""
     from pathlib import Path
 
-    from celldag.results.compare import compare_sides, declared_tracks, read_side
     from celldag.report.comparison import summary_lines, write_comparison
+    from celldag.results.compare import compare_sides, declared_tracks, read_side
 
     sides = (read_side(a), read_side(b))
     comparison = compare_sides(*sides, declared_tracks(workflow, sides), rtol, atol)
@@ -545,6 +545,7 @@ def compare_published(
     from pathlib import Path
 
     from celldag import artifacts
+    from celldag.report.html import page, render
     from celldag.results.published import (
         DEFAULT_FOLDER,
         NEITHER,
@@ -554,7 +555,6 @@ def compare_published(
         summary,
         verdicts,
     )
-    from celldag.report.html import page, render
 
     config, registries = load_workflow_config(configfile, workflow, config_key)
     folder = Path(workflow) / DEFAULT_FOLDER

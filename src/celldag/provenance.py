@@ -13,9 +13,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import platform
 import resource
-import os
 import socket
 import sys
 import time

@@ -9,12 +9,12 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-
-from celldag.plan import RUN_RECORD, make_plan
-from celldag.registry import load_config
 from browser import rendered_dom, texts
 from conftest import TRACKS, copy_workflow, dry_run_jobs, planned_run, run_snakemake
 from debian_packages import NotInstallable
+
+from celldag.plan import RUN_RECORD, make_plan
+from celldag.registry import load_config
 
 pytestmark = pytest.mark.e2e
 

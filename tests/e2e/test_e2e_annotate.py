@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import copy_workflow, run_snakemake
 
 pytestmark = pytest.mark.e2e

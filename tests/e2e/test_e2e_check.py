@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import REPO, dry_run_jobs, run_snakemake, tiny_lineage_workflow
 
 from celldag.cli import main
-from conftest import REPO, dry_run_jobs, run_snakemake, tiny_lineage_workflow
 
 TINY = {"name": "tiny", "datasets": ["bm_small"], "methods": ["nj_raw", "upgma_raw"], "seeds": [0, 1]}
 REFERENCE_CONFIG = {

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from celldag import __version__ as VERSION
-from celldag.jobs.envs import celldag_package, directory_tree
 from conda_standin import install
 from conftest import REPO, copy_workflow
 from lab_workflow import write_lab_workflow
+
+from celldag import __version__ as VERSION
+from celldag.jobs.envs import celldag_package, directory_tree
 
 pytestmark = pytest.mark.e2e
 

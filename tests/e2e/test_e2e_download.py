@@ -8,11 +8,11 @@ import json
 import pandas as pd
 import pytest
 import yaml
+from conftest import copy_workflow, dry_run_jobs, run_snakemake
 
+from celldag.data.packer2019 import MATRIX
 from celldag.plan import make_plan
 from celldag.registry import load_config
-from conftest import copy_workflow, dry_run_jobs, run_snakemake
-from celldag.data.packer2019 import MATRIX
 
 pytestmark = pytest.mark.e2e
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import copy_workflow, run_snakemake
 
 from celldag.plan import make_plan
 from celldag.registry import load_workflow_config
-from conftest import copy_workflow, run_snakemake
 
 pytestmark = pytest.mark.e2e
 

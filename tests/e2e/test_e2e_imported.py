@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import copy_workflow, run_snakemake
 
 from celldag.artifacts import sha256_file
 from celldag.plan import CHAIN_TASK, CHAINED_SCORES, DATASET_SCORES, LEADERBOARD, PREPARED, make_plan
 from celldag.registry import load_config
-from conftest import copy_workflow, run_snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -98,8 +98,8 @@ def knn_probabilities(workdir) -> anndata.AnnData:
     cells and the classes in other orders."""
     from threadpoolctl import threadpool_limits
 
-    from celldag.methods.classifiers import knn
     from celldag.annotation.track import chain_input, method_input
+    from celldag.methods.classifiers import knn
 
     run = chained_on(workdir, "knn", "pca")
     task, output = (anndata.read_h5ad(workdir / path) for path in (run.path(CHAIN_TASK), run.upstream.output))

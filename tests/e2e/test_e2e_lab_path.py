@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
-from celldag.jobs.joblog import NOT_RETRIED
 from conftest import copy_workflow, planned_run, run_snakemake
 from lab_data import lab_dataset, leaves
+
+from celldag.jobs.joblog import NOT_RETRIED
 
 pytestmark = pytest.mark.e2e
 SEEDS = [0, 1, 2]

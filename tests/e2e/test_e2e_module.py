@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import REPO, copy_workflow
+from lab_workflow import LAB_METHOD, lab_env, snakemake_command, write_lab_workflow
 
 from celldag import __version__ as VERSION
 from celldag import release
-from conftest import REPO, copy_workflow
-from lab_workflow import LAB_METHOD, lab_env, snakemake_command, write_lab_workflow
 
 pytestmark = pytest.mark.e2e
 

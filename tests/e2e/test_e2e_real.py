@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import copy_workflow, planned_run, run_snakemake
 
 from celldag.plan import RUN_RECORD
-from conftest import copy_workflow, planned_run, run_snakemake
 
 pytestmark = pytest.mark.e2e
 

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import copy_workflow, dry_run_jobs, planned_run, run_snakemake
 
 from celldag.plan import GENE_TABLE, RUN_RECORD, make_plan
 from celldag.registry import load_config
-from conftest import copy_workflow, dry_run_jobs, planned_run, run_snakemake
 
 pytestmark = pytest.mark.e2e
 

@@ -33,9 +33,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import TRACKS, copy_workflow, dry_run_jobs, planned_run, run_snakemake
 
 from celldag.plan import PREPARED, RUN_DIR, RUN_LOG, RUN_OUTPUT, RUN_RECORD
-from conftest import TRACKS, copy_workflow, dry_run_jobs, planned_run, run_snakemake
 
 pytestmark = pytest.mark.e2e
 

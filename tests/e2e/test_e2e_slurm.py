@@ -21,10 +21,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
-from celldag.plan import RUN_RECORD, Run
 from conftest import copy_workflow, dry_run_jobs, planned_run, run_snakemake
 from slurm.cluster import PARTITION, Unavailable, running_cluster
+
+from celldag.plan import RUN_RECORD, Run
 
 pytestmark = pytest.mark.e2e
 

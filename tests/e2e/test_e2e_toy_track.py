@@ -10,7 +10,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO, copy_workflow, run_snakemake
 
 pytestmark = pytest.mark.e2e

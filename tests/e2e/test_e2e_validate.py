@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from conftest import REPO, copy_workflow, planned_run, run_snakemake
 
 pytestmark = pytest.mark.e2e

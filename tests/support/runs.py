@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from conftest import TRACKS
 
+from celldag.jobs.evaluate import score_dataset
 from celldag.jobs.prepare import write_prepared_dataset
 from celldag.jobs.runner import run_method
-from celldag.jobs.evaluate import score_dataset
 
 DATASET = {
     "track": "lineage",

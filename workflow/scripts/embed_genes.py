@@ -1,5 +1,5 @@
-from celldag.jobs import joblog
 from celldag.embeddings.job import write_gene_table
+from celldag.jobs import joblog
 
 joblog.start(snakemake.log[0])
 write_gene_table(

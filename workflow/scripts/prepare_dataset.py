@@ -1,6 +1,6 @@
 from celldag.jobs import joblog
-from celldag.plan import VALIDATION_INPUT
 from celldag.jobs.prepare import write_prepared_dataset
+from celldag.plan import VALIDATION_INPUT
 from celldag.tracks import load_track
 
 joblog.start(snakemake.log[0])

@@ -1,5 +1,5 @@
-from celldag.jobs import joblog
 from celldag.commands.validate import write_validation
+from celldag.jobs import joblog
 
 joblog.start(snakemake.log[0])
 write_validation(

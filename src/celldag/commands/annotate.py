@@ -31,25 +31,25 @@ import pandas as pd
 from scipy import sparse
 
 from celldag import artifacts, contracts
-from celldag.annotation import query as annotation_query
 from celldag.annotation import celltypist as celltypist_model
 from celldag.annotation import conformal, novelty, shift
+from celldag.annotation import query as annotation_query
 from celldag.annotation.task import principal_components, soft_groups, split_cells
 from celldag.annotation.track import SCORING_DEFAULTS, TASK_DEFAULTS, AnnotationInput
+from celldag.artifacts import sha256_file
 from celldag.document import Heading, Paragraph, Table, markdown
 from celldag.errors import InputError
-from celldag.artifacts import sha256_file
 from celldag.jobs.download import DownloadError, configured_mirror, expected_sha256, fetch_registry_file
-from celldag.plan import DOWNLOAD_PINS, MODEL_SOURCE, PREPARED, data_key, method_needs, method_params, model_file
-from celldag.registry import Registries
 from celldag.jobs.prepare import prepare_dataset
-from celldag.release import package_digest
+from celldag.jobs.runner import call_method, unmet_need
+from celldag.plan import DOWNLOAD_PINS, MODEL_SOURCE, PREPARED, data_key, method_needs, method_params, model_file
 from celldag.provenance import RunClock
+from celldag.registry import Registries
 from celldag.registry.params import split_method_selector
+from celldag.release import package_digest
 from celldag.representation import preprocess
 from celldag.representation.track import TRACK as REPRESENTATION
 from celldag.representation.track import RepresentationInput, check_prepared
-from celldag.jobs.runner import call_method, unmet_need
 
 QUERY_BATCH_PREFIX = "query:"  # the query's batches beside the reference's in the embedding, never mistaken for them
 # the reference's calibration and held-out cells, each batch apart from its train cells in the embedding: a method

@@ -28,19 +28,18 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from celldag import artifacts
-from celldag.results import qc
 from celldag import plan as planning
 from celldag.annotation.scoring import options as annotation_options
 from celldag.artifacts import sha256_file
 from celldag.errors import InputError
+from celldag.jobs.evaluate import score_dataset, score_digests
+from celldag.jobs.runner import run_method
 from celldag.provenance import package_versions
 from celldag.records import AUDITED_FIELDS, RecordError, read_record
-from celldag.report.leaderboard import aggregate
 from celldag.registry import DEFAULT_CONFIG, load_workflow_config
-from celldag.jobs.runner import run_method
-from celldag.jobs.evaluate import score_dataset, score_digests
+from celldag.report.leaderboard import aggregate
+from celldag.results import qc
 from celldag.results.output_differences import output_differences, score_differences
 from celldag.results.tolerance import CUDA_TOLERANCE, Tolerance, plural
 from celldag.tracks import load_track, tracks_of

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from celldag.commands.reference_runs import SEEDS, config_name, make_runs, reference_config, rerun_folder
+from celldag.errors import InputError
+from celldag.jobs.resources import measured
+from celldag.registry import read_yaml
+from celldag.release import commit_of, reference_origin
+from celldag.report.check import check_blocks, summary_lines, write_check
 from celldag.results import method_verdicts
 from celldag.results import reference as ref
 from celldag.results.compare import Side, declared_tracks, read_side
-from celldag.errors import InputError
-from celldag.registry import read_yaml
-from celldag.release import commit_of, reference_origin
-from celldag.commands.reference_runs import SEEDS, config_name, make_runs, reference_config, rerun_folder
-from celldag.report.check import check_blocks, summary_lines, write_check
-from celldag.jobs.resources import measured
 
 DEFAULT_REFERENCE = "reference/default"
 DEFAULT_RESULTS = "results/default"

@@ -16,10 +16,10 @@ import pandas as pd
 
 import celldag
 from celldag.bibliography import bibtex, bibtex_key, format_reference, reference_id, references_of
-from celldag.results.compare import results_folder
 from celldag.errors import InputError
 from celldag.plan import Plan, embeddings_needed, method_params
 from celldag.registry import Registries
+from celldag.results.compare import results_folder
 
 KINDS = {"methods": "method", "datasets": "dataset", "embeddings": "gene embedding"}  # registry kind → its noun
 

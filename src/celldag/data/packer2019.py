@@ -20,6 +20,7 @@ import pandas as pd
 from scipy import io as sio
 from scipy import sparse
 
+from celldag.artifacts import sha256_file
 from celldag.data.leaf_profiles import (
     leaf_counts,
     replicate_cells,
@@ -28,7 +29,6 @@ from celldag.data.leaf_profiles import (
     standardise,
     validation_fraction,
 )
-from celldag.artifacts import sha256_file
 from celldag.lineage.celegans import expand_pattern, lineage_path, tree_from_paths
 from celldag.lineage.tree import to_newick
 

@@ -32,10 +32,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from celldag.jobs.archives import extract_member
 from celldag.artifacts import atomic_path, sha256_file
 from celldag.embeddings.sources import mark_verified
 from celldag.errors import InputError
+from celldag.jobs.archives import extract_member
 from celldag.registry import PIN_ON_FIRST_FETCH
 
 PROGRESS_INTERVAL_S = 5.0

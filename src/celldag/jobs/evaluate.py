@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 
-from celldag import contracts, artifacts
+from celldag import artifacts, contracts
 from celldag.plan import checksums_path
 from celldag.tracks import ScoringContext, Track
 

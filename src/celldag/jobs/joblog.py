@@ -31,8 +31,8 @@ import traceback
 from pathlib import Path
 
 import celldag
-from celldag.jobs.envs import SDM_CONDA_VARIABLE, job_environment_problem
 from celldag.errors import InputError
+from celldag.jobs.envs import SDM_CONDA_VARIABLE, job_environment_problem
 from celldag.provenance import peak_rss_mb
 
 ATTEMPT_RESOURCES = ("mem_mb", "runtime")  # per_attempt in workflow/rules/common.smk: they grow on every retry

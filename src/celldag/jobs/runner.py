@@ -20,9 +20,9 @@ import numpy as np
 from celldag import artifacts, contracts, extensions, records
 from celldag.embeddings import read_table
 from celldag.errors import InputError
+from celldag.jobs.prepare import SOURCE_FILES
 from celldag.methods import MethodResult, NotApplicable
 from celldag.plan import DEVICE_PARAMS, method_files, method_needs, method_params, names_gpu
-from celldag.jobs.prepare import SOURCE_FILES
 from celldag.provenance import RunClock, config_hash
 from celldag.tracks import Track
 

@@ -16,10 +16,9 @@ import dataclasses
 
 import numpy as np
 
-from celldag.methods import classifiers
-from celldag.methods.classifiers import _facts, predict_each
 from celldag.annotation.track import AnnotationInput
-from celldag.methods import MethodResult
+from celldag.methods import MethodResult, classifiers
+from celldag.methods.classifiers import _facts, predict_each
 
 PERMUTATION_STREAM = 201  # second entry of the seed sequence the label permutations are drawn from
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from celldag.lineage.reconstruct import euclidean_distances, reconstruct
-from celldag.lineage.tree import to_newick
 from celldag.lineage.track import LineageInput
+from celldag.lineage.tree import to_newick
 from celldag.methods import MethodResult
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from celldag.methods import MethodResult
-from celldag.representation.track import RepresentationInput
 from celldag.methods.pca import pca_embedding
+from celldag.representation.track import RepresentationInput
 
 
 def run(inputs: RepresentationInput, params: dict, seed: int) -> MethodResult:

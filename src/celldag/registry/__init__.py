@@ -13,6 +13,13 @@ names keep the import path they had as one module (``from celldag.registry impor
 
 from __future__ import annotations
 
+from celldag.registry.consistency import (  # noqa: F401 - the package's names, where labs and the Snakefile import them
+    PIN_ON_FIRST_FETCH,
+    check_consistency,
+    check_embedding_names,
+    check_source_files,
+    check_stand_in,
+)
 from celldag.registry.files import (  # noqa: F401 - the package's names, where labs and the Snakefile import them
     DEFAULT_CONFIG,
     DEFAULT_VARIANT,
@@ -57,11 +64,4 @@ from celldag.registry.params import (  # noqa: F401 - the package's names, where
     refuse_unknown,
     split_method_selector,
     undo_command_line_strings,
-)
-from celldag.registry.consistency import (  # noqa: F401 - the package's names, where labs and the Snakefile import them
-    PIN_ON_FIRST_FETCH,
-    check_embedding_names,
-    check_consistency,
-    check_source_files,
-    check_stand_in,
 )

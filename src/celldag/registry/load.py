@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from celldag.errors import InputError
+from celldag.registry.consistency import check_consistency, check_embedding_names, check_source_files
 from celldag.registry.files import (
     DEFAULT_CONFIG,
     Registries,
@@ -31,7 +32,6 @@ from celldag.registry.params import (
     fill_keyed_defaults,
     undo_command_line_strings,
 )
-from celldag.registry.consistency import check_embedding_names, check_consistency, check_source_files
 
 
 def load_config(config: dict, source: Source, root: str | Path | dict[str, str] = ".") -> tuple[dict, Registries]:

@@ -17,7 +17,6 @@ from celldag.registry.files import (
     source_of,
 )
 
-
 SWITCH_SECTIONS = ("compute", "downloads")  # the config's sections whose true/false settings --config may spell
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pandas as pd
 
 from celldag import artifacts
+from celldag.document import Block, Heading, Paragraph, Table, markdown
+from celldag.report.html import document_page
 from celldag.results.method_verdicts import CHANGED, POWER
 from celldag.results.method_verdicts import summary_line as methods_line
-from celldag.document import Block, Heading, Paragraph, Table, markdown
 from celldag.results.reference import (
     BIT_FOR_BIT,
     IDENTICAL,
@@ -25,7 +26,6 @@ from celldag.results.reference import (
     summary_line,
     verdict_counts,
 )
-from celldag.report.html import document_page
 from celldag.results.tolerance import plural
 
 SCORE_HEADER = (

@@ -11,10 +11,10 @@ import math
 from pathlib import Path
 
 from celldag import artifacts
-from celldag.results.compare import IDENTICAL, MOVED, VERDICTS, Comparison, Judged, Ranking
 from celldag.document import Block, Heading, Paragraph, Table, markdown
-from celldag.results.record_differences import shown
 from celldag.report.html import document_page
+from celldag.results.compare import IDENTICAL, MOVED, VERDICTS, Comparison, Judged, Ranking
+from celldag.results.record_differences import shown
 from celldag.results.tolerance import plural
 
 SCORE_HEADER = (

@@ -24,9 +24,9 @@ from markupsafe import Markup, escape
 
 from celldag import artifacts, plan
 from celldag.document import Block, Heading, Paragraph, Table
+from celldag.report.leaderboard import leaderboard_blocks
 from celldag.results.leaderboard import DEFAULT_ALPHA
 from celldag.results.published import Context, PublishedTable, report_blocks
-from celldag.report.leaderboard import leaderboard_blocks
 from celldag.tracks import Track
 
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from celldag import artifacts, contracts
-from celldag.results import floor_cards, qc
 from celldag.document import Block, Heading, Paragraph, Table, markdown
+from celldag.results import floor_cards, qc
 from celldag.results.leaderboard import (
     DEFAULT_ALPHA,
     EFFICIENCY_CLASSIFIER,

@@ -14,10 +14,10 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from celldag.report import figures as report_figures
-from celldag.results.leaderboard import paired_rows
 from celldag.representation.metrics import marker_clustering, marker_types
 from celldag.representation.numba_cache import cache_umap_graph_kernels
 from celldag.representation.scoring import CONTROLS, static_gene_space, stratified_subsample
+from celldag.results.leaderboard import paired_rows
 
 if TYPE_CHECKING:
     import numpy as np

@@ -179,7 +179,7 @@ def benchmarker_scores(
     import anndata
     import jax
     import pandas as pd
-    from scib_metrics.benchmark import BatchCorrection, BioConservation, Benchmarker
+    from scib_metrics.benchmark import BatchCorrection, Benchmarker, BioConservation
 
     n_cells = len(labels)
     # copies: scib-metrics' k-means centres its input in place (X -= mean; X += mean), which leaves

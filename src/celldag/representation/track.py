@@ -17,7 +17,6 @@ from celldag.contracts import ContractError, require_finite_matrix
 from celldag.embeddings.table import GeneTable
 from celldag.tracks import COMMON_FIGURES, Figure, Metric, MetricGroup, Track
 
-
 # the embedding's metrics are ranked against a Gaussian random embedding with PCA's dimension and per-dimension
 # variance (the null: no information about cells) and one-hot cell types plus noise (the oracle); both mix batches
 # completely, so a batch-correction score is read beside bio conservation (docs/report.md, "Floor cards").

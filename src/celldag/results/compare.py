@@ -23,12 +23,12 @@ import pandas as pd
 
 from celldag.errors import InputError
 from celldag.plan import method_kind
-from celldag.results.record_differences import INPUT, FieldDifference, record_differences
 from celldag.records import read_record
 from celldag.registry import read_yaml, shipped_registries
 from celldag.results.leaderboard import metric_groups, metric_is_count, rank_key, table_ranking
-from celldag.tracks import Track, tracks_of
+from celldag.results.record_differences import INPUT, FieldDifference, record_differences
 from celldag.results.tolerance import CUDA_TOLERANCE, Tolerance, values_match
+from celldag.tracks import Track, tracks_of
 
 KEY = ["dataset", "track", "method", "variant", "seed", "metric"]
 MOVED, STATUS_CHANGED, ONLY_A, ONLY_B = "moved", "status changed", "only in A", "only in B"

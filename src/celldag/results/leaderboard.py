@@ -27,9 +27,9 @@ import pandas as pd
 from scipy import stats
 
 from celldag import artifacts, contracts
-from celldag.results import floor_cards
 from celldag.multiplicity import holm_rejections
 from celldag.records import read_record
+from celldag.results import floor_cards
 from celldag.tracks import DELTA_PREFIX, SCALED_PREFIX, Track, relative_reduction
 
 LEVEL = 0.05  # the family error rate of a table's pairwise decisions

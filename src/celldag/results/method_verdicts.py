@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from celldag.results.leaderboard import metric_is_derived
 from celldag.multiplicity import holm_steps
+from celldag.results.leaderboard import metric_is_derived
 from celldag.tracks import Track
 
 FAMILY = ["dataset", "track", "method", "variant"]

@@ -40,10 +40,10 @@ import pandas as pd
 import yaml
 
 from celldag import artifacts
-from celldag.results.compare import KEY, Side
 from celldag.errors import InputError
-from celldag.results.record_differences import INPUT, RECORD, MACHINE, run_facts
+from celldag.results.compare import KEY, Side
 from celldag.results.leaderboard import metric_is_count
+from celldag.results.record_differences import INPUT, MACHINE, RECORD, run_facts
 from celldag.results.tolerance import Tolerance, plural
 from celldag.tracks import Track
 

@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag.commands.annotate import Request, annotate
-from celldag.methods.classifiers import logistic
 from celldag.annotation.query import UNKNOWN
 from celldag.annotation.scoring import label_free_calibration, procedure_sets
 from celldag.annotation.track import chain_task, method_input
 from celldag.cli import main
+from celldag.commands.annotate import Request, annotate
 from celldag.errors import InputError
+from celldag.methods.classifiers import logistic
 from celldag.representation.preprocess import preprocess
 
 TYPES = ["alpha", "beta", "delta", "gamma", "epsilon"]

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -101,9 +100,9 @@ def toy_run(lonely: bool = False):
     import anndata
     import pandas as pd
 
-    from celldag.methods.classifiers import knn, logistic
     from celldag.annotation.track import chain_input, chain_task, method_input
     from celldag.jobs.runner import output_anndata
+    from celldag.methods.classifiers import knn, logistic
 
     rng = np.random.default_rng(0)
     n_cells = 600
@@ -204,8 +203,8 @@ def test_a_failing_procedure_fails_alone_with_its_reason_and_the_table_is_writte
     from celldag.annotation import conformal
     from celldag.annotation.quantile_lp import UnverifiedPrograms
     from celldag.annotation.track import TRACK
-    from celldag.report.leaderboard import leaderboard_markdown
     from celldag.jobs.evaluate import score_dataset
+    from celldag.report.leaderboard import leaderboard_markdown
 
     task, outputs = toy_task_and_outputs()
     task.write_h5ad(tmp_path / "task.h5ad")
@@ -350,8 +349,8 @@ def test_held_out_type_fits_are_added_last_and_leave_the_other_fits_as_they_were
     the held-out-type fits, bit for bit."""
     from dataclasses import replace
 
-    from celldag.methods.classifiers import knn, logistic
     from celldag.annotation.track import method_input
+    from celldag.methods.classifiers import knn, logistic
 
     task, outputs, chained = toy_run()
     inputs = method_input(chained, None)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
-from celldag.methods import classifiers
 from celldag.annotation.task import (
     SPLITS,
     fit_masks,
@@ -15,8 +13,8 @@ from celldag.annotation.task import (
     soft_groups,
     split_cells,
 )
-
 from celldag.annotation.track import AnnotationInput, fit_labels
+from celldag.methods import classifiers
 
 
 def make_input(features, labels, batch, fits) -> AnnotationInput:

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from celldag.annotation import celltypist as ct
-from celldag.methods.classifiers import celltypist as celltypist_classifier
 from celldag.annotation.track import AnnotationInput, fit_labels
+from celldag.methods.classifiers import celltypist as celltypist_classifier
 
 PARITY = Path(__file__).resolve().parents[3] / ".parity"  # requirements/parity.txt, installed by `make test`
 
@@ -300,10 +300,10 @@ def test_a_registry_model_is_fetched_through_the_mirror_verified_and_then_read_f
     bytes differ from the registry's digest is refused with one line naming --model; a .pkl is taken as given."""
     import dataclasses
 
-    from celldag.commands.annotate import model_path
     from celldag.artifacts import sha256_file
-    from celldag.jobs.download import mirror_path
+    from celldag.commands.annotate import model_path
     from celldag.errors import InputError
+    from celldag.jobs.download import mirror_path
     from celldag.registry import Registries
 
     monkeypatch.chdir(tmp_path)

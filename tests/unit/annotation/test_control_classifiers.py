@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from celldag.methods import classifiers
 from celldag.annotation.track import AnnotationInput, check_output, fit_labels
-from celldag.methods import control_classifiers
+from celldag.methods import classifiers, control_classifiers
 
 TYPES = np.array(["a", "b", "c", "d"])
 N_PER = 60

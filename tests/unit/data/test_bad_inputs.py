@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import TRACKS, ok, truncated
+from lab_data import NEWICK, leaves
 
 from celldag.errors import InputError
-from conftest import ok, truncated, TRACKS
-from lab_data import NEWICK, leaves
 
 GENES = [f"G{i}" for i in range(12)]
 
@@ -141,8 +141,8 @@ def fetch(d, server, path: str, sha256: str | None) -> None:
 
 def short_embedding(d) -> None:
     """A method that returns one embedding row too few: the runner's output contract stops it."""
-    from celldag.methods import MethodResult
     from celldag.jobs.runner import output_anndata
+    from celldag.methods import MethodResult
 
     prepared = anndata.AnnData(obs=pd.DataFrame(index=[f"cell{i}" for i in range(5)]))
     result = MethodResult(embedding=np.zeros((4, 2)))
@@ -436,8 +436,8 @@ def _lineage_named(names):
 def _validate_id(d, dataset_id):
     from conftest import REPO
 
-    from celldag.registry import load_config, read_yaml
     from celldag.commands.validate import validate_dataset
+    from celldag.registry import load_config, read_yaml
 
     _, registries = load_config(read_yaml(REPO / "config/config.yaml"), "config/config.yaml", root=REPO)
     validate_dataset(dataset_id, registries)

@@ -5,13 +5,13 @@ import hashlib
 import h5py
 import numpy as np
 import pytest
+from conftest import check_prepared
 from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 
 from celldag.data import cengen
 from celldag.data.cengen import map_classes, prepare_cengen_neurons, read_cell_lineage
 from celldag.lineage.tree import parse_newick, path_distances
-from conftest import check_prepared
 
 PARAMS = {"threshold": 1, "n_top_genes": 2000}
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import REPO, TRACKS
 
 from celldag.annotation.track import AnnotationInput, fit_labels
 from celldag.contracts import ContractError
@@ -18,7 +19,6 @@ from celldag.lineage.reconstruct import euclidean_distances
 from celldag.lineage.track import LineageInput
 from celldag.methods import distance_tree, imported
 from celldag.representation.track import RepresentationInput
-from conftest import REPO, TRACKS
 
 CELLS = tuple(f"c{i}" for i in range(6))
 LEAVES = tuple(f"leaf{i}" for i in range(8))
@@ -364,9 +364,10 @@ def test_a_file_param_that_is_no_pattern_of_the_runs_placeholders_fails_the_pars
 
 def test_the_runner_digests_the_labs_file_and_stops_on_a_bad_one_leaving_nothing(tmp_path, monkeypatch):
     """A lineage import by the runner: the record's input_sha256 holds the file; a bad file raises, no output."""
+    from runs import DATASET, NJ_RAW, run_and_score
+
     from celldag.artifacts import sha256_file
     from celldag.jobs.runner import run_method
-    from runs import DATASET, NJ_RAW, run_and_score
 
     monkeypatch.chdir(tmp_path)
     _, nj_dir = run_and_score(tmp_path, NJ_RAW, tag="nj")

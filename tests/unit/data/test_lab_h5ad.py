@@ -6,12 +6,12 @@ import anndata
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TRACKS, check_prepared
+from lab_data import cells_by_leaf, lineage_entry
 
 from celldag.errors import InputError
-from celldag.lineage.tree import parse_newick
 from celldag.jobs.prepare import prepare_dataset
-from conftest import check_prepared, TRACKS
-from lab_data import cells_by_leaf, lineage_entry
+from celldag.lineage.tree import parse_newick
 
 
 @pytest.mark.parametrize("standardize", [False, True])
@@ -68,10 +68,10 @@ def test_lineage_h5ad_keeps_the_files_replicate_pairs(tmp_path):
 
 
 def test_one_matrix_gives_identical_nj_raw_scores_through_the_bm_loader_and_lineage_h5ad(tmp_path):
+    from celldag.jobs.runner import output_anndata
     from celldag.lineage.scoring import run_scores
     from celldag.lineage.track import method_input
     from celldag.methods import distance_tree
-    from celldag.jobs.runner import output_anndata
 
     def nj_raw_scores(prepared):
         result = distance_tree.run(method_input(prepared, None), {"features": "raw", "reconstruction": "nj"}, 0)
@@ -233,8 +233,8 @@ def test_validate_reports_missing_and_changed_downloads(tmp_path, monkeypatch):
 
     from conftest import REPO
 
-    from celldag.registry import load_config, read_yaml
     from celldag.commands.validate import validate_dataset
+    from celldag.registry import load_config, read_yaml
 
     _, registries = load_config(read_yaml(REPO / "config/config.yaml"), "config/config.yaml", root=REPO)
     monkeypatch.chdir(tmp_path)

@@ -10,15 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import copy_workflow
+from lab_data import NEWICK, cells_by_leaf, lab_dataset, leaves, lineage_entry
 
 from celldag.cli import main
 from celldag.data.h5ad import prepare_lineage_h5ad
 from celldag.errors import InputError
 from celldag.jobs.joblog import NOT_RETRIED
 from celldag.lineage.tree import parse_newick
-from conftest import copy_workflow
-from lab_data import NEWICK, cells_by_leaf, leaves, lineage_entry
-from lab_data import lab_dataset
 
 # ---------------------------------------------------------------- celldag validate
 

@@ -10,17 +10,17 @@ import json
 
 import numpy as np
 import pytest
+from conftest import REPO, TRACKS, check_prepared
+from lab_data import LAB_LINEAGE, cells_by_leaf, lineage_entry, overlay
 
 from celldag.data.leaf_profiles import AUTO_FRACTION, given_halves, replicate_cells, split_halves
 from celldag.errors import InputError
+from celldag.jobs.prepare import prepare_dataset, write_prepared_dataset
+from celldag.jobs.runner import run_method
 from celldag.lineage.track import method_input, validation_fact
 from celldag.lineage.tree import parse_newick
 from celldag.plan import data_key
-from celldag.jobs.prepare import prepare_dataset, write_prepared_dataset
 from celldag.registry import apply_schema, read_yaml
-from celldag.jobs.runner import run_method
-from conftest import REPO, TRACKS, check_prepared
-from lab_data import LAB_LINEAGE, cells_by_leaf, lineage_entry, overlay
 
 NEWICK = "(((A,B),C),(D,E));"
 LEAVES = list("ABCDE")  # the rows of the prepared datasets below

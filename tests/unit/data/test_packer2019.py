@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import check_prepared
 from scipy import sparse
 
 from celldag import artifacts
@@ -43,7 +44,6 @@ from celldag.data.leaf_profiles import pseudo_bulk
 from celldag.data.packer2019 import CELL_ANNOTATION, GENE_ANNOTATION, MATRIX, prepare_packer2019
 from celldag.jobs.download import DownloadError, decompress_gzip, download, record_pin, verify_pinned
 from celldag.lineage.tree import parse_newick, path_distances
-from conftest import check_prepared
 
 PARAMS = {"min_cells_per_leaf": 2, "min_gene_counts": 10, "standardize": True}  # z-scores: hand-checked below
 LEAVES = ["ABalaa", "ABalap", "Ea", "Ep", "MSaa"]

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REALDATA, REPO, TRACKS, check_prepared
 
 from celldag.contracts import ContractError
 from celldag.data.kptracer import prepare_kptracer
 from celldag.jobs.download import mirror_path
-from celldag.lineage.tree import parse_newick
 from celldag.jobs.prepare import prepare_dataset
+from celldag.lineage.tree import parse_newick
 from celldag.registry import read_yaml
-from conftest import REALDATA, REPO, TRACKS, check_prepared
 
 REGISTRY = read_yaml(REPO / "config/datasets.yaml")
 # the folders of the published files at the pinned commits, as https://raw.githubusercontent.com/<folder><name>

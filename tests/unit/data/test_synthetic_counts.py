@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO, TRACKS, check_prepared
 
 from celldag.data.synthetic import SYNTHETIC_DEFAULTS, largest_remainder, prepare_synthetic_counts, simulate_counts
 from celldag.jobs.prepare import prepare_dataset
 from celldag.registry import declared_params, read_yaml
-from conftest import REPO, TRACKS, check_prepared
 
 SHAPE = {"n_cells": 600, "n_genes": 200, "n_types": 12, "n_batches": 4}
 

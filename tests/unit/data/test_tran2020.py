@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import REPO, check_prepared, copy_workflow, ok, run_snakemake
 
 from celldag.contracts import ContractError
 from celldag.data.tran2020 import MATRIX, SAMPLES, header_cells, prepare_tran2020
-from celldag.jobs.download import DownloadError, fetch_registry_file
 from celldag.errors import InputError
+from celldag.jobs.download import DownloadError, fetch_registry_file
 from celldag.registry import read_yaml
-from conftest import REPO, check_prepared, copy_workflow, ok, run_snakemake
 
 BATCHES = ("Baron_b1", "Mutaro_b2", "Segerstolpe_b3", "Wang_b4", "Xin_b5")
 TYPES = ("alpha", "beta", "ductal")

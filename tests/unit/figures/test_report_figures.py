@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import test_representation_figures as representation_data
+from conftest import TRACKS
 from test_lineage_figures import figure_data as lineage_figure_data  # noqa: F401 (a fixture, by this name)
 
 from celldag import extensions
@@ -17,7 +18,6 @@ from celldag.annotation.track import PROCEDURES
 from celldag.report import figures, html
 from celldag.report.leaderboard import leaderboard_blocks, markdown
 from celldag.representation import figures as representation_figures
-from conftest import TRACKS
 
 LINEAGE = TRACKS["lineage"]
 KINDS = {"celltreeqm/high_level_partition_relabelled": "control", "nj_raw/default": "baseline"}

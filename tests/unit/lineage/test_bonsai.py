@@ -9,18 +9,18 @@ import anndata
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO, TRACKS
 from scipy import sparse
 
 from celldag.data.bm import prepare_bm_simulator
 from celldag.data.h5ad import prepare_lineage_h5ad
+from celldag.jobs.prepare import write_prepared_dataset
+from celldag.jobs.runner import run_method
 from celldag.lineage.metrics import robinson_foulds
 from celldag.lineage.track import check_prepared, method_input
 from celldag.lineage.tree import parse_newick
 from celldag.methods.bonsai import run
-from celldag.jobs.prepare import write_prepared_dataset
 from celldag.registry import apply_schema, read_yaml
-from celldag.jobs.runner import run_method
-from conftest import REPO, TRACKS
 
 BONSAI = apply_schema({"bonsai": read_yaml(REPO / "config/methods.yaml")["bonsai"]}, "methods", "methods.yaml")[
     "bonsai"

@@ -8,8 +8,8 @@ import torch
 import celldag.methods.celltreeqm.train as ctqm_train
 from celldag.data.bm import simulate_bm
 from celldag.lineage.metrics import four_point_topology
-from celldag.lineage.tree import parse_newick, path_distances
 from celldag.lineage.track import LineageInput
+from celldag.lineage.tree import parse_newick, path_distances
 from celldag.methods.celltreeqm import run
 from celldag.methods.celltreeqm.losses import (
     _masked_additivity,

@@ -7,8 +7,8 @@ import pytest
 
 from celldag.lineage.metrics import robinson_foulds
 from celldag.lineage.reconstruct import euclidean_distances, neighbor_joining, reconstruct, upgma
-from celldag.lineage.tree import parse_newick, path_distances
 from celldag.lineage.track import LineageInput
+from celldag.lineage.tree import parse_newick, path_distances
 from celldag.methods.distance_tree import pca_scores, run
 
 ADDITIVE = "((A:1,B:2):1.5,(C:0.5,D:3):2,(E:1,(F:2,G:0.7):1.2):0.8);"

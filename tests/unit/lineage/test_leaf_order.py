@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import REPO, TRACKS
 
 from celldag import artifacts
-from celldag.plan import method_params
+from celldag.jobs.evaluate import score_dataset
 from celldag.jobs.prepare import prepare_dataset
 from celldag.jobs.runner import run_method
-from celldag.jobs.evaluate import score_dataset
-from conftest import REPO, TRACKS
+from celldag.plan import method_params
 
 BM = {
     "track": "lineage",

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from celldag.data.bm import simulate_bm
-from celldag.lineage.scoring import QuartetSample, partial_label_scores, partition_scores
-from celldag.tracks import relative_reduction
 from celldag.lineage.reconstruct import euclidean_distances
+from celldag.lineage.scoring import QuartetSample, partial_label_scores, partition_scores
 from celldag.lineage.supervision import clade_labels, known_quartets
 from celldag.lineage.tree import parse_newick, path_distances
+from celldag.tracks import relative_reduction
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from celldag.contracts import ContractError
-from celldag.embeddings import gene_ontology, embed_genes, match_genes, read_table, write_table
+from celldag.embeddings import embed_genes, gene_ontology, match_genes, read_table, write_table
 from celldag.embeddings.sources import mark_verified, read_texts
 from celldag.embeddings.table import GeneTable
 

@@ -11,18 +11,18 @@ import anndata
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO, TRACKS
 
 from celldag import plan
-from celldag.embeddings import gene_ontology, embed_genes, read_table, write_table
+from celldag.embeddings import embed_genes, gene_ontology, read_table, write_table
 from celldag.embeddings.gene_ids import map_ensembl
-from celldag.plan import ORG_ROLE, declared_genes, gene_table_files
 from celldag.embeddings.job import write_gene_table
 from celldag.errors import InputError
 from celldag.methods import NotApplicable
 from celldag.methods.scilama.method import modelled_genes
+from celldag.plan import ORG_ROLE, declared_genes, gene_table_files
 from celldag.registry import ConfigError, apply_schema, read_yaml
 from celldag.representation.track import RepresentationInput
-from conftest import REPO, TRACKS
 
 FROM_FILE = "celldag.embeddings.providers:from_file"
 TP53, BRCA1, EGFR, PMM2 = "ENSG00000141510", "ENSG00000012048", "ENSG00000146648", "ENSG00000140650"

@@ -138,7 +138,6 @@ def test_scvis_registry_settings_are_scvi_tools_defaults():
 
     import scvi
     import yaml
-
     from conftest import REPO
 
     params = yaml.safe_load((REPO / "config/methods.yaml").read_text())["scvi"]["params"]

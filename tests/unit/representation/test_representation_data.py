@@ -8,10 +8,10 @@ import anndata
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TRACKS, check_prepared
 from scipy import sparse
 
 from celldag.representation.preprocess import preprocess, stratified_split
-from conftest import check_prepared, TRACKS
 
 LABEL_SIZES = {"A": 60, "B": 40, "C": 17, "D": 2, "E": 1}  # 120 cells; D: two cells, E: a singleton
 

@@ -321,10 +321,10 @@ def test_static_marker_scores_of_a_control_are_those_of_the_vectors_the_run_drew
     import celldag.methods.scilama.method as method
     from celldag.embeddings import write_table
     from celldag.embeddings.table import GeneTable, gene_frame
+    from celldag.jobs.runner import output_anndata
     from celldag.representation.metrics import marker_clustering
     from celldag.representation.scoring import marker_scores
     from celldag.representation.track import RepresentationInput
-    from celldag.jobs.runner import output_anndata
 
     expression, train_mask, batch, embeddings = tiny_data()
     names = tuple(f"g{i}" for i in range(N_GENES))

@@ -14,17 +14,17 @@ import anndata
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TRACKS
 
 from celldag import artifacts, contracts
 from celldag.commands import audit
+from celldag.jobs.evaluate import checksums_path, score_dataset
 from celldag.jobs.prepare import prepare_dataset
 from celldag.report.leaderboard import leaderboard_markdown
 from celldag.representation import figures
 from celldag.representation import scoring as representation_scoring
 from celldag.representation.scoring import allocate, score_seed, stratified_subsample
-from celldag.jobs.evaluate import checksums_path, score_dataset
 from celldag.tracks import FigureData, ScoringContext
-from conftest import TRACKS
 
 TRACK = TRACKS["representation"]
 DATASET = "synthetic_test"

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from celldag import training
-from celldag.training import CHECKPOINT_NAME, autocast, select_device, seed_everything, train
+from celldag.training import CHECKPOINT_NAME, autocast, seed_everything, select_device, train
 
 TOTAL = 23
 EVERY = 5

@@ -11,17 +11,17 @@ import anndata
 import numpy as np
 import pandas as pd
 import pytest
-
-from celldag.commands import audit
-from celldag.results import output_differences
-from celldag.jobs import prepare
-from celldag.artifacts import sha256_file
-from celldag.results.tolerance import CUDA_TOLERANCE, values_match
-from celldag.cli import main
-from celldag.plan import DATASET_SCORES, PREPARED, RUN_OUTPUT, RUN_RECORD, Run, method_params
-from celldag.jobs.evaluate import checksums_path, write_scores
-from celldag.tracks import Track
 from conftest import TRACKS, planned_run
+
+from celldag.artifacts import sha256_file
+from celldag.cli import main
+from celldag.commands import audit
+from celldag.jobs import prepare
+from celldag.jobs.evaluate import checksums_path, write_scores
+from celldag.plan import DATASET_SCORES, PREPARED, RUN_OUTPUT, RUN_RECORD, Run, method_params
+from celldag.results import output_differences
+from celldag.results.tolerance import CUDA_TOLERANCE, values_match
+from celldag.tracks import Track
 
 ULP = math.ulp(0.25)
 

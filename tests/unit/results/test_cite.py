@@ -7,8 +7,8 @@ import pandas as pd
 from conftest import REPO
 
 from celldag.bibliography import bibtex, bibtex_key, format_reference, reference_id
-from celldag.commands.cite import Cited, works_and_gaps
 from celldag.cli import main
+from celldag.commands.cite import Cited, works_and_gaps
 from celldag.registry import Registries
 
 KUANG = {

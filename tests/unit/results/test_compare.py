@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import REPO, TRACKS
 
-from celldag.results import compare, record_differences
 from celldag import provenance
 from celldag.cli import main
-from celldag.results.compare import Side, compare_sides
 from celldag.errors import InputError
 from celldag.report.comparison import SCORE_HEADER, comparison_blocks
-from celldag.results.record_differences import run_facts
 from celldag.report.leaderboard import markdown
-from conftest import REPO, TRACKS
+from celldag.results import compare, record_differences
+from celldag.results.compare import Side, compare_sides
+from celldag.results.record_differences import run_facts
 
 ULP = math.ulp(0.5)
 CPU, GPU = "cpu (x86_64)", "cuda:0 (NVIDIA H200)"

@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TRACKS
 
 from celldag import artifacts
+from celldag.report.leaderboard import aggregate, floor_card_blocks
 from celldag.results.floor_cards import floor_cards, scaled_scores
 from celldag.results.leaderboard import RUN_COLUMNS
-from celldag.report.leaderboard import aggregate, floor_card_blocks
-from conftest import TRACKS
 
 NULL, ORACLE = ("null_tree", "random"), ("oracle_tree", "default")
 

@@ -11,16 +11,16 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from conftest import REPO, TRACKS
 
 from celldag import artifacts
-from celldag.results import leaderboard
 from celldag.annotation import track as annotation_track
 from celldag.annotation.scoring import options
 from celldag.commands.audit import Report, check_aggregate
-from celldag.results.leaderboard import SET_SIZE, SHORTFALL, held_out_batch_rows
 from celldag.registry import read_yaml
 from celldag.report.leaderboard import aggregate, leaderboard_markdown
-from conftest import REPO, TRACKS
+from celldag.results import leaderboard
+from celldag.results.leaderboard import SET_SIZE, SHORTFALL, held_out_batch_rows
 
 WORST, SIZE = "kandinsky_augmented_new_batch_worst", "kandinsky_augmented_new_batch_set_size"
 SEEDS = (0, 1, 2)

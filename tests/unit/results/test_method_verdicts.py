@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TRACKS
 from scipy import stats
+from test_reference import reference_inputs
 
 from celldag.results import method_verdicts as mv
 from celldag.results import reference as ref
-from conftest import TRACKS
-from test_reference import reference_inputs
 
 GROUP = mv.GROUP
 

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from celldag.results import leaderboard, method_verdicts
 from celldag.annotation import shift
 from celldag.multiplicity import holm_adjusted, holm_rejections, holm_steps
+from celldag.results import leaderboard, method_verdicts
 
 
 def test_holm_by_hand():

@@ -16,14 +16,14 @@ from collections import Counter
 import pandas as pd
 import pytest
 import yaml
+from conftest import REPO, TRACKS, copy_workflow, run_snakemake
 
-from celldag.results import published
 from celldag.cli import compare_published
 from celldag.errors import InputError
 from celldag.plan import make_plan
 from celldag.registry import apply_schema, load_workflow_config
 from celldag.report import html
-from conftest import REPO, TRACKS, copy_workflow, run_snakemake
+from celldag.results import published
 
 TRANSCRIPTION = REPO / "tests/data/published/published_tables.csv"
 T_975_2 = 4.302652729749462  # Student's t, 97.5 % quantile, 2 degrees of freedom (three seeds)

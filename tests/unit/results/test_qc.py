@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from celldag.commands.check import qc_errors
-from celldag.results.qc import qc_table
 from celldag.report.leaderboard import qc_blocks
+from celldag.results.qc import qc_table
 
 
 def score(

@@ -7,12 +7,12 @@ import math
 
 import numpy as np
 import pandas as pd
+from conftest import TRACKS
 from scipy import stats
 
-from celldag.results import leaderboard
 from celldag.report.html import render
 from celldag.report.leaderboard import leaderboard_blocks, leaderboard_markdown
-from conftest import TRACKS
+from celldag.results import leaderboard
 
 
 def table(values: dict[str, list[float]]) -> dict[str, dict[int, float]]:

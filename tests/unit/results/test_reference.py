@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import TRACKS
 from scipy import stats
 
-from celldag.results import reference as ref
 from celldag.errors import InputError
+from celldag.results import reference as ref
 from celldag.results.tolerance import Tolerance
-from conftest import TRACKS
 
 
 def scores(values: dict[tuple, float], status: dict[tuple, str] | None = None) -> pd.DataFrame:

@@ -9,13 +9,13 @@ import re
 import html5lib
 import pandas as pd
 import pytest
+from conftest import REPO, TRACKS
 
 from celldag import contracts
 from celldag.annotation.scoring import Settings, groups_note
 from celldag.document import Heading, Paragraph, Table, markdown
 from celldag.report import html
 from celldag.report.leaderboard import leaderboard_blocks, leaderboard_markdown, note_parts
-from conftest import REPO, TRACKS
 
 ODD = "a<b&c"  # a method id a lab may register: text on every page, never markup
 KINDS = {f"{ODD}/default": "control", "nj_raw/default": "baseline"}

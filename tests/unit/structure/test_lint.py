@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from conftest import REPO
 
 RUFF = Path(sys.executable).parent / "ruff"  # installed beside this Python from requirements/lock.txt

@@ -11,11 +11,11 @@ import tomllib
 
 import pytest
 import yaml
+from conftest import REPO
 
 from celldag import __version__, release
 from celldag.provenance import RunClock
 from celldag.results.record_differences import run_facts
-from conftest import REPO
 
 
 def git(*args: str, cwd) -> str:

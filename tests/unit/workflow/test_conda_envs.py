@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO
 
 from celldag import __version__ as VERSION
 from celldag.jobs import envs
-from conftest import REPO
 
 LINEAGE = (REPO / "envs/lineage.yaml").read_text()
 

@@ -6,10 +6,10 @@ import anndata
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TRACKS, check_prepared
 
 from celldag import artifacts, contracts
 from celldag.jobs.prepare import prepare_dataset, write_prepared_dataset
-from conftest import TRACKS, check_prepared
 
 ENTRY = {
     "track": "lineage",

@@ -11,9 +11,9 @@ import socket
 from collections.abc import Callable
 
 import pytest
+from conftest import Handler, ok, truncated
 
 from celldag.jobs.download import DownloadError, decompress_gzip, download, record_pin, verify_pinned
-from conftest import Handler, ok, truncated
 
 DATA = b"gene\tcell\tcount\n" * 1000
 DATA_SHA = hashlib.sha256(DATA).hexdigest()

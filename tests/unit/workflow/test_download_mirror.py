@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import copy_workflow, ok, run_snakemake
 
 from celldag.cli import main
 from celldag.jobs.download import (
@@ -26,7 +27,6 @@ from celldag.jobs.download import (
     fetch_registry_file,
     mirror_path,
 )
-from conftest import copy_workflow, ok, run_snakemake
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMIT_PATH = "LuyiTian/sc_mixology/7d00ffb0bd043467f365a9358d7312f294f13c9f/data/csv"

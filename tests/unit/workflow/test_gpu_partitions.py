@@ -9,9 +9,8 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
-
 from conftest import REPO
+from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
 
 
 def documented_partitions(tmp_path: Path) -> Path:

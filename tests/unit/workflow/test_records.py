@@ -7,9 +7,9 @@ import json
 import re
 
 import pytest
+from conftest import REPO
 
 from celldag import records
-from conftest import REPO
 
 
 def whole_record() -> dict:

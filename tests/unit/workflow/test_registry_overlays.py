@@ -10,11 +10,11 @@ import sys
 import numpy as np
 import pytest
 import yaml
+from conftest import REPO, copy_workflow
+from lab_data import BASE, LAB_LINEAGE, overlay
 
 from celldag.cli import main
 from celldag.registry import ConfigError, load_config
-from conftest import REPO, copy_workflow
-from lab_data import BASE, LAB_LINEAGE, overlay
 
 LAB_RNA = {
     "track": "representation",

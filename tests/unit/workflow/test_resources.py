@@ -9,10 +9,10 @@ import anndata
 import numpy as np
 import pytest
 import yaml
+from conftest import REPO, copy_workflow, run_snakemake
 from scipy import sparse
 
 from celldag.jobs import resources
-from conftest import REPO, copy_workflow, run_snakemake
 
 MODELS = yaml.safe_load((REPO / "config/resources.yaml").read_text())
 

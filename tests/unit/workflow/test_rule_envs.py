@@ -10,10 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from celldag.jobs import envs
 from celldag.registry import Registries
-from conftest import REPO
 
 LINEAGE = (REPO / "envs/lineage.yaml").read_text()
 PIN = b"@EXPLICIT\nhttps://conda.anaconda.org/conda-forge/linux-64/numpy-2.4.6-py311_0.conda\n"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from celldag import plan
+from celldag.jobs.rule_inputs import NotPlanned, RuleInputs, current_key, gene_table
 from celldag.plan import make_plan, make_run
 from celldag.registry import apply_schema
-from celldag.jobs.rule_inputs import NotPlanned, RuleInputs, current_key, gene_table
 
 
 def inputs_for(registries, **config) -> RuleInputs:

@@ -9,15 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import REPO, TRACKS
+from runs import DATASET, NJ_RAW, run_and_score
 
 from celldag import artifacts
 from celldag.contracts import check_scores
 from celldag.jobs.prepare import write_prepared_dataset
+from celldag.jobs.runner import run_method
 from celldag.provenance import config_hash
 from celldag.report.leaderboard import aggregate, leaderboard_markdown
-from celldag.jobs.runner import run_method
-from conftest import REPO, TRACKS
-from runs import DATASET, NJ_RAW, run_and_score
 
 
 def test_same_seed_gives_identical_scores(tmp_path):

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO
 
 PYTHON_FILES = sorted(

@@ -10,10 +10,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
-from celldag.jobs.runner import withheld
 from conftest import REPO, TRACKS
 from runs import run_and_score
+
+from celldag.jobs.runner import withheld
 
 
 def label_bearing(inputs, n: int, names: set[str]) -> list[str]:

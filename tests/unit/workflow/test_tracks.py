@@ -7,6 +7,7 @@ import anndata
 import pandas as pd
 import pytest
 import yaml
+from conftest import REPO, TRACKS
 
 from celldag import contracts
 from celldag.errors import InputError
@@ -14,7 +15,6 @@ from celldag.extensions import check_entry_point, load
 from celldag.jobs.prepare import prepare_dataset
 from celldag.registry import KINDS, ConfigError, load_config, read_yaml
 from celldag.tracks import Metric, MetricGroup, ScoringContext, Track, check_declaration, check_track
-from conftest import REPO, TRACKS
 
 BM = {
     "track": "lineage",

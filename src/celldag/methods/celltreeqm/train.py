@@ -28,8 +28,8 @@ from celldag.lineage.supervision import (
     sample_known_quartets,
     supervised_quartets,
 )
-from celldag.lineage.tree import parse_newick, path_distances, prune, to_newick
 from celldag.lineage.track import LineageInput
+from celldag.lineage.tree import parse_newick, path_distances, prune, to_newick
 from celldag.methods import MethodResult
 from celldag.methods.celltreeqm.losses import (
     additivity_loss,
