@@ -413,8 +413,8 @@ def _add_split(commands) -> None:
 
 
 def _split(args) -> int:
-    # loaded when the command runs, as in _annotate: celldag.commands.annotate brings pandas and scipy (≈ 0.7 s of import)
-    # that every other command would pay for at start-up
+    # loaded when the command runs, as in _annotate: celldag.commands.annotate brings pandas and scipy (≈ 0.7 s of
+    # import) that every other command would pay for at start-up
     from celldag.commands.annotate import Request, reference_path, split_table
 
     _, registries = load_workflow_config(args.configfile, args.workflow, args.config_key)
@@ -492,7 +492,8 @@ def _compare(args) -> int:
     if args.noise:
         if args.rtol is not None or args.atol is not None:
             raise InputError(
-                "celldag compare A B --noise REFERENCE: the reference's noise model sets the tolerances (no --rtol/--atol)"
+                "celldag compare A B --noise REFERENCE: the reference's noise model sets the tolerances "
+                "(no --rtol/--atol)"
             )
         from celldag.commands.check import check
 
@@ -520,9 +521,9 @@ def compare_folders(
     show_all: bool = False,
     workflow: str = ".",
 ) -> int:
-    """``celldag compare A B``: compare results folders ``a`` and ``b`` (``celldag.results.compare``), write compare.md and
-    compare.html to ``out`` (``celldag.report.comparison``) and print a summary; 0 when every score is identical or
-    within tolerance and no order changed, else 1."""
+    """``celldag compare A B``: compare results folders ``a`` and ``b`` (``celldag.results.compare``), write compare.md
+    and compare.html to ``out`` (``celldag.report.comparison``) and print a summary; 0 when every score is identical
+    or within tolerance and no order changed, else 1."""
     from pathlib import Path
 
     from celldag.report.comparison import summary_lines, write_comparison

@@ -1,6 +1,6 @@
 """Holm's step-down (Holm 1979), the one implementation celldag's families of tests use: the leaderboard's pairs of
-rows (``celldag.results.leaderboard.rank``), ``celldag check``'s methods (``celldag.results.method_verdicts``) and the annotation
-track's query batches (``celldag.annotation.shift``).
+rows (``celldag.results.leaderboard.rank``), ``celldag check``'s methods (``celldag.results.method_verdicts``) and the
+annotation track's query batches (``celldag.annotation.shift``).
 
 Sort the m p-values ascending (ties in the order given); the k-th smallest (k = 0, 1, …) is compared with
 level / (m − k) and rejected while every smaller one was: the family error stays ≤ level under any dependence between

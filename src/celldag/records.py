@@ -1,7 +1,7 @@
 """The run record (``run.json``, written by every run and chained run): its contract, its one writer and its one
-reader; the facts it holds are collected by ``celldag.provenance``. The aggregate job, ``celldag audit``, ``celldag compare``, ``celldag check`` and a chained track's jobs all
-read records through ``read_record``; a record that is not JSON or lacks a field its reader needs is refused in one
-line naming the file and the field.
+reader; the facts it holds are collected by ``celldag.provenance``. The aggregate job, ``celldag audit``, ``celldag
+compare``, ``celldag check`` and a chained track's jobs all read records through ``read_record``; a record that is not
+JSON or lacks a field its reader needs is refused in one line naming the file and the field.
 
 ``FIELDS`` are what every record has held since records existed, and what the leaderboard and compare read;
 ``AUDITED_FIELDS`` add what ``celldag audit`` needs to re-run a run (records written before the audit lack some).

@@ -115,7 +115,8 @@ class Figure:
 
     name: str  # file stem, unique in the track
     draw: str  # entry point (FigureData) -> matplotlib.figure.Figure; deterministic (same inputs, same pixels)
-    caption: str  # reStructuredText file, relative to the folder of draw's module: what is plotted, which seed, how to read it
+    # reStructuredText file, relative to the folder of draw's module: what is plotted, which seed, how to read it
+    caption: str
     needs: tuple[str, ...] = ("scores",)
 
     def caption_path(self) -> Path:

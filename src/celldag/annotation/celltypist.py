@@ -83,8 +83,9 @@ def iteration_budget(n_cells: int) -> int:
 def train(
     lognorm, labels: np.ndarray, genes, C: float = 1.0, max_iter: int | None = None, description: dict | None = None
 ) -> Model:
-    """The model of ``labels`` (≥ 2 types) on ``lognorm`` (cells × ``genes``, dense or sparse); ``uns``-ready facts go in
-    ``description`` (CellTypist's field) with ``converged``: whether every type's fit stopped before ``max_iter``."""
+    """The model of ``labels`` (≥ 2 types) on ``lognorm`` (cells × ``genes``, dense or sparse); ``uns``-ready facts
+    go in ``description`` (CellTypist's field) with ``converged``: whether every type's fit stopped before
+    ``max_iter``."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
     from sklearn.multiclass import OneVsRestClassifier

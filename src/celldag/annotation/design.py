@@ -7,12 +7,12 @@ barely or not at all. Each such direction costs the full label set (an unbounded
 weighs it, and makes the programs ill-conditioned. On the default run they made the augmented sets hold 8 of 10
 labels.
 
-So a column enters the design (batch columns always: ``sized_columns``) only when the direction it adds has enough calibration weight (``sized_columns``):
-its residual after the columns before it (least squares on the calibration rows), normalised by its largest value
-on any calibration or candidate row, must sum to at least ``min_weight`` over the calibration cells — for a column
-of its own (a cell type, a batch) that is its number of calibration cells. A column exactly in the span of those
-before it (a one-hot block's last column) adds nothing and loses nothing. A column whose direction is too light is
-dropped: its group loses its guarantee, and is named in the scores' note (``dropped_note``).
+So a column enters the design (batch columns always: ``sized_columns``) only when the direction it adds has enough
+calibration weight (``sized_columns``): its residual after the columns before it (least squares on the calibration
+rows), normalised by its largest value on any calibration or candidate row, must sum to at least ``min_weight`` over the
+calibration cells — for a column of its own (a cell type, a batch) that is its number of calibration cells. A column
+exactly in the span of those before it (a one-hot block's last column) adds nothing and loses nothing. A column whose
+direction is too light is dropped: its group loses its guarantee, and is named in the scores' note (``dropped_note``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Linear quantile regression solved as a linear program and verified, and the augmented fits of conditional calibration.
+"""Linear quantile regression solved as a linear program and verified; the augmented fits of conditional calibration.
 
 The program, for calibration features X (n, r) of full column rank, scores S (n,), level tau and a linear term c (r,):
 
@@ -44,7 +44,8 @@ from scipy.optimize import linprog
 
 LOG = logging.getLogger(__name__)
 # Relative tolerance of every check: HiGHS' own feasibility tolerances are 1e-7; its verified optima here reach
-# dual residuals ~1e-9 and duality gaps ~1e-13 (tests/unit/annotation/test_annotation_conformal.py's regression programs).
+# dual residuals ~1e-9 and duality gaps ~1e-13 (tests/unit/annotation/test_annotation_conformal.py's regression
+# programs).
 TOLERANCE = 1e-7
 # A residual this small (relative to the scores' scale) counts as a point fitted exactly: HiGHS leaves up to ~1e-8.
 ZERO_RESIDUAL = 1e-7
@@ -275,7 +276,8 @@ class Program:
     def _check(self, gamma: np.ndarray, duals: np.ndarray, linear: np.ndarray) -> str | None:
         """None when (gamma, duals) is a primal-dual optimal pair to TOLERANCE, else what fails."""
         if (duals < self.level - 1 - TOLERANCE).any() or (duals > self.level + TOLERANCE).any():
-            return f"duals outside [{self.level - 1:g}, {self.level:g}] by {max(self.level - 1 - duals.min(), duals.max() - self.level):.2g}"
+            outside = max(self.level - 1 - duals.min(), duals.max() - self.level)
+            return f"duals outside [{self.level - 1:g}, {self.level:g}] by {outside:.2g}"
         dual_residual = np.abs(self.features.T @ duals + linear).max(initial=0.0)
         if dual_residual > TOLERANCE * self._scale * max(1, len(duals)) ** 0.5:
             return f"dual residual |X^T a + c| = {dual_residual:.2g}"

@@ -605,7 +605,10 @@ def shift_verdicts(task, output, level: float = shift.LEVEL) -> tuple[dict[str, 
     for scenario, metric in ((SHIFT_LABELLED, "new_batch_shifted"), (SHIFT_LABEL_FREE, "label_free_shifted")):
         p = np.asarray(raw[scenario])
         if scenario == SHIFT_LABELLED and np.isnan(p).any():  # the labelled test is made for every batch or none
-            untested = f"the shift test of the labelled share is not made: a batch has fewer than {shift.MIN_CELLS} labelled cells"
+            untested = (
+                "the shift test of the labelled share is not made: a batch has fewer than "
+                f"{shift.MIN_CELLS} labelled cells"
+            )
             continue
         small = [name for name, value in zip(names, p) if np.isnan(value)]
         if small:

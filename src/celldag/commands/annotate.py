@@ -8,8 +8,9 @@ task's rule (train / calibration / held out). On the genes both share, the query
 was, both are scaled together and embedded by a representation method of the registry, fitted on the reference's
 train cells alone — so the calibration and held-out cells are out of the fit as the query is (transductive methods
 see every cell's features, never labels); a classifier of the annotation track trains on the same train cells and
-conformal sets are calibrated on the calibration cells (``celldag.annotation.query``). Every input problem is found before any compute and stops with one
-line naming the file and field; the outputs are written only when everything is done.
+conformal sets are calibrated on the calibration cells (``celldag.annotation.query``). Every input problem is found
+before any compute and stops with one line naming the file and field; the outputs are written only when everything is
+done.
 
 Writes to ``OUT``: ``annotated.h5ad`` (the query with ``obs`` columns ``celldag_call``, ``celldag_set``,
 ``celldag_set_size``, ``celldag_unknown_type``, ``celldag_batch_shift``), ``cells.tsv`` (the same per cell),
@@ -810,7 +811,8 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
         Paragraph(
             (
                 (
-                    f"Rare types (fewer than ⌈(1 − α)/α⌉ = {conformal.min_calibration_cells(request.alpha)} calibration cells): "
+                    "Rare types (fewer than ⌈(1 − α)/α⌉ = "
+                    f"{conformal.min_calibration_cells(request.alpha)} calibration cells): "
                     f"{', '.join(rare)} — by {request.procedure}: {RARE_TYPE_RULE[request.procedure]}; in "
                     f"{facts['rare_in_set_share']:.1%} of the query's sets."
                     if rare
@@ -829,11 +831,13 @@ def report(request: Request, facts: dict, batches: pd.DataFrame, cells: pd.DataF
         blocks.append(
             Paragraph(
                 (
-                    f"Model {Path(request.model).name}: {facts['model_genes_used']:,} of its {facts['model_genes']:,} genes "
+                    f"Model {Path(request.model).name}: {facts['model_genes_used']:,} of its "
+                    f"{facts['model_genes']:,} genes "
                     "are among the genes reference and query share (the others are left out of every decision, for the "
                     "calibration cells as for the query's). Its types that map onto no reference label, dropped: "
-                    f"{', '.join(facts['unmapped_model_types']) or 'none'}. Reference labels no type maps to (never in a "
-                    f"set unless the threshold takes every label): {', '.join(facts['labels_without_model_type']) or 'none'}."
+                    f"{', '.join(facts['unmapped_model_types']) or 'none'}. Reference labels no type maps to "
+                    "(never in a set unless the threshold takes every label): "
+                    f"{', '.join(facts['labels_without_model_type']) or 'none'}."
                     " A label takes the largest sigmoid of its types.",
                 )
             )

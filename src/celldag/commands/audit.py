@@ -197,9 +197,9 @@ AGGREGATE_KEYS = {
 def check_aggregate(plan, config, registries, readable: int, report: Report) -> None:
     """The tables people read — results/<name>/scores.parquet, runs.parquet, floor_cards.parquet, qc.parquet and
     leaderboard.md (with the reference's margins and cost findings as those files recorded them: the reference may
-    have been remade since) — against what the per-dataset scores tables and run records give: the aggregate job is rebuilt in a scratch
-    folder from them (themselves checked above) and every row and line compared. ``readable``: how many run
-    records load_records read; with one unreadable (said there) the tables cannot be rebuilt."""
+    have been remade since) — against what the per-dataset scores tables and run records give: the aggregate job is
+    rebuilt in a scratch folder from them (themselves checked above) and every row and line compared. ``readable``: how
+    many run records load_records read; with one unreadable (said there) the tables cannot be rebuilt."""
     import pandas as pd
 
     shown = {
@@ -584,7 +584,8 @@ def summary(report: Report, n_records: int, n_chosen: int) -> str:
     counts = report.counts
     checked = (
         f"{plural(n_records, 'run record')}, {plural(counts['files'], 'file')}, "
-        f"{plural(counts['scores tables'], 'scores table')}, {plural(counts['aggregate files'], 'aggregate file')} checked "
+        f"{plural(counts['scores tables'], 'scores table')}, "
+        f"{plural(counts['aggregate files'], 'aggregate file')} checked "
         f"({counts['changed']} changed, {counts['missing']} missing, {plural(counts['error'], 'error')})"
     )
     reran = (

@@ -9,9 +9,9 @@ nothing changed beyond noise, 1 otherwise.
 Beside the per-score verdicts, each method is judged as a whole, its seeds and metrics pooled
 (``celldag.results.method_verdicts``); a method called changed fails the check as a changed score does.
 
-``reference`` makes the runs (``celldag.commands.reference_runs``), builds the reference from them, and checks the held-out
-perturbed reruns against it as a lab's run would be checked, and each perturbed rerun against the reference built
-without it; their verdicts go into reference.yaml.
+``reference`` makes the runs (``celldag.commands.reference_runs``), builds the reference from them, and checks the
+held-out perturbed reruns against it as a lab's run would be checked, and each perturbed rerun against the reference
+built without it; their verdicts go into reference.yaml.
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ def check(reference_folder: str, results: str, workflow: str, out: str, baseline
 
 
 def qc_errors(results: Path) -> list[str]:
-    """The errors of the results' quality checks (qc.parquet, ``celldag.results.qc``): runs that failed, one line each."""
+    """The errors of the results' quality checks (qc.parquet, ``celldag.results.qc``): runs that failed, one line
+    each."""
     path = results / "qc.parquet"
     if not path.is_file():
         return []

@@ -404,7 +404,8 @@ def lineage_problems(adata, path: str, own: Mapping, files: Mapping[str, str]):
                 where,
                 "tree leaves",
                 (
-                    f"differ from {leaf_field} of {path}: {len(only_tree)} tree leaves have no data (first: {only_tree[:3]}), "
+                    f"differ from {leaf_field} of {path}: {len(only_tree)} tree leaves have no data "
+                    f"(first: {only_tree[:3]}), "
                     f"{len(only_data)} data leaves are not in the tree (first: {only_data[:3]})"
                 ),
             )
@@ -515,7 +516,8 @@ def _sulston_tree(obs: pd.DataFrame, path: str, key: str):
                     path,
                     f"obs['{key}']",
                     (
-                        f"{len(unmatched)} of {len(paths) + len(unmatched)} lineage names match no leaf of the C. elegans "
+                        f"{len(unmatched)} of {len(paths) + len(unmatched)} lineage names match no leaf of the "
+                        "C. elegans "
                         f"embryonic lineage (not Sulston names; first: {unmatched[:3]})"
                     ),
                 )
@@ -615,8 +617,8 @@ def _value_problems(values: np.ndarray, path: str, field: str, loader: str, sett
                     path,
                     field,
                     (
-                        f"{int(fractional.sum())} non-integer values (e.g. {values[fractional][0]:g}): raw counts expected"
-                        + _values_hint(loader, setting, "integer")
+                        f"{int(fractional.sum())} non-integer values (e.g. {values[fractional][0]:g}): "
+                        "raw counts expected" + _values_hint(loader, setting, "integer")
                     ),
                 )
             )

@@ -74,8 +74,8 @@ def replicate_cells(
     """{"train", "test"[, "validation"]}: per leaf, the indices of its cells in each replicate.
 
     With a validation ``fraction`` > 0 (checked by ``validation_fraction``), a seeded share of each leaf's
-    training cells (at least one, never all) becomes the validation replicate, on which supervised model selection scores; the test
-    replicate is left as it is, so scores stay comparable with and without one. A leaf with a single
+    training cells (at least one, never all) becomes the validation replicate, on which supervised model selection
+    scores; the test replicate is left as it is, so scores stay comparable with and without one. A leaf with a single
     training cell keeps it and has no validation cells: see ``replicate_profiles``.
     """
     if not fraction:

@@ -17,7 +17,8 @@ PBMC68K_DEFAULTS = {
     "batch_seed": 0,
     # measured on the prepared data, 50 PCs of X, without → with the effect: batch explains 2 % → 91 % of
     # the variance of the most batch-driven PC; same-batch share of the 15 nearest neighbours 0.33 → 0.91
-    # (chance 1/3); leave-one-out 15-NN label accuracy 0.81 → 0.79 (asserted in tests/unit/representation/test_representation_data.py)
+    # (chance 1/3); leave-one-out 15-NN label accuracy 0.81 → 0.79 (asserted in
+    # tests/unit/representation/test_representation_data.py)
     "shift_sd": 0.5,
     "scale_sd": 0.2,
 }

@@ -229,7 +229,8 @@ def fetch_registry_file(
     pin_file: str | os.PathLike,
     mirror: Mirror | None = None,
 ) -> str:
-    """Fetch one ``files`` entry of a registry to ``target``, through ``mirror`` when given; return the download's sha256.
+    """Fetch one ``files`` entry of a registry to ``target``, through ``mirror`` when given; return the download's
+    sha256.
 
     The registry's sha256 is checked when it has one. Otherwise (GEO publishes none) the first fetch
     pins the digest in ``pin_file`` and every later fetch must match that pin. With ``extract`` the

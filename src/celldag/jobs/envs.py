@@ -3,8 +3,8 @@
 Every job script imports the ``celldag`` package, and ``envs/<family>.yaml`` pins celldag's dependencies,
 not celldag (it is on no package index, and a ``celldag @ git+…`` entry would pull all of its dependencies
 into every env). Under ``--sdm conda`` a rule's ``conda:`` therefore names a file generated from the
-shipped one (``RuleEnvs``; ``workflow/rules/common.smk``'s ``celldag_env``), in ``.snakemake/celldag-envs/`` of the working
-directory:
+shipped one (``RuleEnvs``; ``workflow/rules/common.smk``'s ``celldag_env``), in ``.snakemake/celldag-envs/`` of the
+working directory:
 
 - ``<name>.yaml``: the shipped (or a lab's) env file as it is, under a header that names the exact celldag
   source — a checkout's path, or a git repository and its resolved commit, or a URL — and the sha256 of its
@@ -290,7 +290,8 @@ def env_file_text(base_text: str, base_path: str, packages: Sequence[Package], p
     if not isinstance(env, dict) or not isinstance(env.get("dependencies"), list):
         raise EnvError(f"{base_path}: not a conda env file (no dependencies list)")
     header = [
-        "# Written by celldag (celldag.jobs.envs) for Snakemake's --sdm conda, rewritten whenever it would differ: do not edit.",
+        "# Written by celldag (celldag.jobs.envs) for Snakemake's --sdm conda, rewritten whenever it would differ: "
+        "do not edit.",
         f"# Made from {base_path}; {post_deploy} beside it installs into the env (pip, --no-deps):",
         *(f"#   {package.describe()}" for package in packages),
     ]
@@ -528,7 +529,8 @@ def job_environment_problem(
     expected = environ.get(VERSION_VARIABLE)
     if expected and expected != version:
         return (
-            f"this job imported celldag {version} ({Path(module_file).parent}), but the workflow is celldag {expected}: "
+            f"this job imported celldag {version} ({Path(module_file).parent}), "
+            f"but the workflow is celldag {expected}: "
             "the job's environment holds another celldag than the workflow's"
         )
     if environ.get(SDM_CONDA_VARIABLE) != "1":
@@ -538,7 +540,10 @@ def job_environment_problem(
         return "this job runs under --sdm conda, but no conda env is active (CONDA_PREFIX unset)"
     env_path = Path(env).resolve()
     if not Path(prefix).resolve().is_relative_to(env_path):
-        return f"this job runs under --sdm conda in {env}, but with the Python of {prefix}: the env has no Python of its own"
+        return (
+            f"this job runs under --sdm conda in {env}, but with the Python of {prefix}: "
+            "the env has no Python of its own"
+        )
     if not Path(module_file).resolve().is_relative_to(env_path):
         return (
             f"this job runs under --sdm conda in {env}, but imported celldag from {Path(module_file).parent}, outside "

@@ -19,7 +19,8 @@ class Needed:
 
 def needed_files(plan, registries) -> list[Needed]:
     """Every URL ``plan`` downloads (``plan.downloads``), once each (entries may extract members of one archive),
-    with the registry's sha256, else the pin of this working directory's first fetch (resources/<source>/checksums.json)."""
+    with the registry's sha256, else the pin of this working directory's first fetch
+    (resources/<source>/checksums.json)."""
     digests: dict[str, set[str | None]] = {}
     for path in plan.downloads:
         source, name = Path(path).parts[-2:]  # plan.DOWNLOAD: resources/{source}/{file}

@@ -2,9 +2,9 @@
 
 Snakemake's input functions (``workflow/rules/common.smk``) are one-line adapters that pass a job's wildcard values
 (strings) to a method of ``RuleInputs``, built once per parse from the plan, the registries and the config; so the
-paths each rule reads are unit-tested here without Snakemake (``tests/unit/workflow/test_rule_inputs.py``). Paths are spelled
-by ``celldag.plan``'s patterns. A job asked for a path this configuration does not make (a key of other settings,
-a file no entry downloads, an upstream run not planned) raises ``NotPlanned``, one line naming it.
+paths each rule reads are unit-tested here without Snakemake (``tests/unit/workflow/test_rule_inputs.py``). Paths are
+spelled by ``celldag.plan``'s patterns. A job asked for a path this configuration does not make (a key of other
+settings, a file no entry downloads, an upstream run not planned) raises ``NotPlanned``, one line naming it.
 
 Only celldag's plan and registry are imported: the Snakefile imports this module at every parse, each job's too.
 """

@@ -3,9 +3,9 @@
 Prepared dataset: one row per leaf, ``uns['tree_newick']`` the true tree over ``obs_names``, and
 optionally an independent replicate pair (layers ``train`` / ``test``): methods train on ``train``
 and are scored on ``test``; with a pair, optionally a third replicate (layer ``validation``) on which
-supervised methods select their model, never on the test replicate. Scores: RF and quartet distances against the truth, plus the metrics that
-split quartets by what a weak supervision setting revealed and, for a true tree with polytomies, those over
-what it resolves (``celldag.lineage.scoring``).
+supervised methods select their model, never on the test replicate. Scores: RF and quartet distances against the truth,
+plus the metrics that split quartets by what a weak supervision setting revealed and, for a true tree with polytomies,
+those over what it resolves (``celldag.lineage.scoring``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ TRACK = Track(
     method_input="celldag.lineage.track:method_input",
     inputs={
         "replicates": "an independent train/test replicate pair (layers 'train' and 'test')",
-        "validation": "a third replicate for model selection (layers['validation']; obs['n_cells_validation'] = 0 marks "
+        "validation": "a third replicate for model selection "
+        "(layers['validation']; obs['n_cells_validation'] = 0 marks "
         "leaves without one)",
         "counts": "raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total'])",
         "supervision": "the true tree, for a method whose variants learn from what their supervision setting reveals "

@@ -6,8 +6,9 @@ permuted across its training cells: the features are the real embedding and the 
 the link between labels and features is broken. ``uniform`` gives every cell the same flat distribution over the
 classes a fit was trained on: no feature is read at all. ``majority`` answers every cell with the type most frequent
 among a fit's training cells, with probability 1: the floor of a rule that answers when confident (its coverage is
-that type's share, which neither a permuted nor a flat classifier reaches: they are rarely confident). All return the classifiers' contract (``obsm["proba_<fit>"]``
-through ``predict_each``, the same ``uns`` facts), so the conformal procedures calibrate on them like on any other.
+that type's share, which neither a permuted nor a flat classifier reaches: they are rarely confident). All return the
+classifiers' contract (``obsm["proba_<fit>"]`` through ``predict_each``, the same ``uns`` facts), so the conformal
+procedures calibrate on them like on any other.
 """
 
 from __future__ import annotations

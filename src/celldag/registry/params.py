@@ -117,7 +117,8 @@ def check_method_overrides(config: dict, registries: Registries, source: Source)
             fixed = sorted(set(overrides.get(method, {})) & set(variants[variant]))
             if fixed:
                 raise ConfigError(
-                    f"{where}: method_params.{method}.{fixed[0]}: the variant {method}/{variant} fixes {fixed[0]} itself "
+                    f"{where}: method_params.{method}.{fixed[0]}: "
+                    f"the variant {method}/{variant} fixes {fixed[0]} itself "
                     f"({fixed[0]}: {variants[variant][fixed[0]]!r}, {registries.origin('methods', method)}), so this "
                     f"override would be dropped; select other variants or define a variant of your own"
                 )

@@ -65,7 +65,8 @@ def scores_heatmap(data: FigureData):
     ranks = column_ranks(ranked, data.track)
     core = [metric for metric in data.track.core_metrics if metric in table.columns]
     mean_rank = ranks[core].mean(axis=1)
-    # rows in the leaderboard's order: its rank interval by the headline metric (celldag.results.leaderboard), then mean rank
+    # rows in the leaderboard's order: its rank interval by the headline metric (celldag.results.leaderboard), then mean
+    # rank
     headline = next(iter(metric_groups(data.scores, data.track).values()))[0]
     ranking = table_ranking(data.scores, [tuple(key.split("/", 1)) for key in ranked.index], headline)
     intervals = {key: ranking.intervals.get(tuple(key.split("/", 1))) for key in ranked.index}

@@ -267,7 +267,8 @@ def write_index(
 ) -> None:
     """Write index.html and leaderboard.html. Figure paths are results/{name}/figures/{dataset}/{figure}.png;
     ``published``: the tables of the config's datasets, held against the scores in ``published_context``;
-    ``floor_cards_path``: floor_cards.parquet (``celldag.results.floor_cards``); ``qc_path``: qc.parquet (``celldag.results.qc``)."""
+    ``floor_cards_path``: floor_cards.parquet (``celldag.results.floor_cards``); ``qc_path``: qc.parquet
+    (``celldag.results.qc``)."""
     scores, runs = pd.read_parquet(scores_path), pd.read_parquet(runs_path)
     cards = pd.read_parquet(floor_cards_path) if floor_cards_path else None
     findings = pd.read_parquet(qc_path) if qc_path else None

@@ -233,8 +233,8 @@ def _mean_sd(mean: float, sd: float) -> str:
 
 
 def floor_card_blocks(cards: pd.DataFrame, track: Track) -> list[Block]:
-    """A section's floor card (``celldag.results.floor_cards``): the main table's controlled metrics and every flagged one,
-    the flagged metrics with why, and the main table's guarantees with how many rows meet their target."""
+    """A section's floor card (``celldag.results.floor_cards``): the main table's controlled metrics and every flagged
+    one, the flagged metrics with why, and the main table's guarantees with how many rows meet their target."""
     if cards.empty:
         return []
     main = {metric.name for metric in track.metric_groups[0].metrics}
@@ -585,7 +585,8 @@ def efficiency_notes(
     rows: pd.DataFrame, ranking: Ranking, keys: Sequence[tuple[str, str]], metric: str, alpha: float
 ) -> list[Block]:
     """What the held-out-batch columns of a representation table are, and whether their orders agree with the
-    table's own (``ranking``, by ``metric``: scIB's ``total``), stated on tie groups (``celldag.results.leaderboard.agreement``
+    table's own (``ranking``, by ``metric``: scIB's ``total``), stated on tie groups
+    (``celldag.results.leaderboard.agreement``
     of the two rankings, each by paired t tests with Holm as the rank column), never as one ordering."""
     lines = [
         f"Held-out-batch columns (from the annotation scores; no scores of their own): the `{EFFICIENCY_CLASSIFIER}` "
@@ -646,10 +647,11 @@ def aggregate(
     recorded: Mapping[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """scores.parquet and runs.parquet (``celldag.results.leaderboard.aggregate_tables``), floor_cards.parquet
-    (``celldag.results.floor_cards``, against the reference's noise at ``noise_path``), qc.parquet (``celldag.results.qc``: runs
-    against the reference's cost at ``cost_path``, ``missing`` citation fields), then leaderboard.md from them.
-    ``alpha``: the annotation scores' (``celldag.annotation.scoring.options(evaluation)["alpha"]``). ``recorded``
-    (``celldag audit``): the floor cards and quality checks written before, whose reference margins and cost findings
+    (``celldag.results.floor_cards``, against the reference's noise at ``noise_path``), qc.parquet
+    (``celldag.results.qc``: runs against the reference's cost at ``cost_path``, ``missing`` citation fields), then
+    leaderboard.md from them. ``alpha``: the annotation scores'
+    (``celldag.annotation.scoring.options(evaluation)["alpha"]``). ``recorded`` (``celldag audit``): the floor cards and
+    quality checks written before, whose reference margins and cost findings
     are taken as read then (the reference may have been remade since) instead of from the two paths."""
     recorded = recorded or {}
     scores, runs = aggregate_tables(score_paths, record_paths, scores_path, runs_path, baseline, tracks)

@@ -5,8 +5,8 @@ Every score row is matched by (dataset, track, method, variant, seed, metric) an
 (the same float64 bits, NaN = NaN, the same status), ``within tolerance``, ``moved``, ``status changed``,
 or on one side only. Bit identity is the promise where both runs (and the runs they chain on) ran on a
 CPU; where either ran on CUDA, or is missing from runs.parquet, a continuous metric may move by
-``tolerance.CUDA_TOLERANCE`` (the audit's too) and a count not at all. Then each leaderboard's order by its headline metric, and the
-run-record fields — inputs, packages, machine, threads — that differ between the matched runs.
+``tolerance.CUDA_TOLERANCE`` (the audit's too) and a count not at all. Then each leaderboard's order by its headline
+metric, and the run-record fields — inputs, packages, machine, threads — that differ between the matched runs.
 
 The record fields are compared by ``celldag.results.record_differences``; the Markdown and HTML files are
 ``celldag.report.comparison``'s.

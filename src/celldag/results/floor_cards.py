@@ -13,11 +13,11 @@ method (``kind: control``), never ranked. From their scores, per dataset:
 - the **control-scaled score** of every run, per dataset and seed: (score − null) / (oracle − null) with the same
   seed's controls — 0 the null, 1 the oracle — written as ``scaled_<metric>`` rows beside the raw scores.
 
-The margin: ``reference/default``'s seed-noise margin (``celldag.results.reference``: the largest move of one score within
-seed noise, the smallest change ``celldag check`` detects) — the median over the reference's runs of the metric on
-this dataset, else over all its datasets, else none (then only a negative range flags). A metric is flagged where
-the whole span from its floor to its ceiling is a change the check could not tell from seed noise in one score.
-Guarantee metrics are judged against their target instead: their card says how many rows meet it.
+The margin: ``reference/default``'s seed-noise margin (``celldag.results.reference``: the largest move of one score
+within seed noise, the smallest change ``celldag check`` detects) — the median over the reference's runs of the metric
+on this dataset, else over all its datasets, else none (then only a negative range flags). A metric is flagged where the
+whole span from its floor to its ceiling is a change the check could not tell from seed noise in one score. Guarantee
+metrics are judged against their target instead: their card says how many rows meet it.
 """
 
 from __future__ import annotations

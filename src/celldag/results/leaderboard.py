@@ -212,9 +212,9 @@ def aggregate_tables(
     baseline: str,
     tracks: dict[str, Track],
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every run's scores (with the Δ rows against ``baseline`` and the control-scaled rows, ``celldag.results.floor_cards``)
-    and run records, checked and written to ``scores_path`` and ``runs_path`` (scores.parquet, runs.parquet);
-    returned for the views."""
+    """Every run's scores (with the Δ rows against ``baseline`` and the control-scaled rows,
+    ``celldag.results.floor_cards``) and run records, checked and written to ``scores_path`` and ``runs_path``
+    (scores.parquet, runs.parquet); returned for the views."""
     raw = collect_scores(score_paths)
     scores, scaled = add_deltas(raw, baseline, tracks), floor_cards.scaled_scores(raw, tracks)
     scores = pd.concat([scores, scaled], ignore_index=True) if len(scaled) else scores

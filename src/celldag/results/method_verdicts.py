@@ -204,7 +204,8 @@ def detectable_shift(
 ) -> np.ndarray:
     """Per metric (rows with sd, df, offset, n_here, n_reference), the shift of its mean in units of its sd that a
     test at ``level`` on it alone rejects with probability ``POWER``: simulated with the sd re-estimated on its df
-    each draw (``level``: one, or one per metric); ``inf`` where the metric has no spread of its own (sd 0) to measure a shift in."""
+    each draw (``level``: one, or one per metric); ``inf`` where the metric has no spread of its own (sd 0) to measure
+    a shift in."""
     sd = metrics["sd"].to_numpy(float)
     df = metrics["df"].to_numpy(float)
     here = np.full(len(sd), n_here, float) if n_here is not None else metrics["n_here"].to_numpy(float)

@@ -4,10 +4,10 @@ severity (docs/report.md, "Quality checks").
 - ``error``: a run that **failed** (its scores are missing from every table it would be in);
 - ``warning``: a metric **absent** from a run that is ok while other runs of its dataset have it; a control-scaled
   score outside [−1, 2] (mean over seeds: a method far below the null or beyond the oracle, which says more about
-  the controls or the metric than about the method), on a metric its floor card does not flag; a method's **cost** an outlier against the shipped reference
-  (``reference/default/cost.tsv``: more than ``WALL_RATIO`` times its wall time or ``PEAK_RATIO`` times its peak
-  memory, the default run only, whose runs the reference measured); a method or dataset without the **reference**
-  or **license** `celldag cite` needs;
+  the controls or the metric than about the method), on a metric its floor card does not flag; a method's **cost** an
+  outlier against the shipped reference (``reference/default/cost.tsv``: more than ``WALL_RATIO`` times its wall time or
+  ``PEAK_RATIO`` times its peak memory, the default run only, whose runs the reference measured); a method or dataset
+  without the **reference** or **license** `celldag cite` needs;
 - ``info``: runs ``not_applicable`` by design (a dataset without what the method needs).
 
 ``qc.parquet`` (one row per finding, ``QC_COLUMNS``) is written by the aggregate job; the leaderboard and

@@ -129,7 +129,8 @@ def environment_of(records: dict[tuple, dict | None], workflow: Path) -> dict[st
 
 
 def environment_differences(reference: dict[str, str], here: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """field → (the reference's value, this run's) where they differ; a field on one side only is "absent" on the other."""
+    """field → (the reference's value, this run's) where they differ; a field on one side only is "absent" on the
+    other."""
     return {
         name: (reference.get(name, "absent"), here.get(name, "absent"))
         for name in sorted(set(reference) | set(here))
@@ -258,7 +259,8 @@ def two_regimes(seeds: pd.DataFrame, discontinuous: pd.Index) -> pd.DataFrame:
     that lands on one of two score levels, a new-batch set size of 2 or of 4.7: sorted, the values' largest gap is at
     least ``REGIME_GAP`` times the pooled sd within the two sides, each side holding two values or more. Per such
     group: the ``split`` (the gap's middle), each regime's mean (``low``, ``high``), the pooled ``within`` sd, and how
-    many of its ``values`` lie ``above`` the split: what ``celldag.results.method_verdicts`` judges a lab's seeds against
+    many of its ``values`` lie ``above`` the split: what ``celldag.results.method_verdicts`` judges a lab's seeds
+    against
     instead of a normal model, which under-states how far a mean of few seeds of a two-regime score moves."""
     rows = []
     ok = ok_values(seeds)
@@ -291,7 +293,8 @@ def two_regimes(seeds: pd.DataFrame, discontinuous: pd.Index) -> pd.DataFrame:
 
 def cost_table(side: Side, measured: list[dict]) -> pd.DataFrame:
     """Per rule (a run's per method): wall seconds summed and the highest peak RSS, over the side's runs (their
-    records' wall_time_s and peak_rss_mb) and the prepare and evaluate jobs ``celldag.jobs.resources.measured`` found for
+    records' wall_time_s and peak_rss_mb) and the prepare and evaluate jobs ``celldag.jobs.resources.measured`` found
+    for
     its datasets and seeds."""
     runs = pd.DataFrame(side.runs.values())
     rows = [

@@ -319,7 +319,8 @@ def ordering_note(params: dict) -> str | None:
     differs = sorted(key for key, value in AUTHORS_PROTOCOL.items() if params[key] != value)
     if differs or params["steps"] < AUTHORS_STEPS:
         return (
-            f"smoke-sized for the official ordering ({', '.join(differs + ['steps'] * (params['steps'] < AUTHORS_STEPS))} "
+            "smoke-sized for the official ordering "
+            f"({', '.join(differs + ['steps'] * (params['steps'] < AUTHORS_STEPS))} "
             f"differ from the authors' run): their high-level-partition curve is reproduced only at their sizes "
             f"and {AUTHORS_STEPS:,} steps (docs/celltreeqm.md)"
         )
@@ -489,7 +490,8 @@ def train_encoder(
     checkpoint_dir: Path | None,
     validation: Validation | None = None,
 ):
-    """A fresh encoder trained for ``steps``; with ``validation``, it ends with the weights of its best validated step."""
+    """A fresh encoder trained for ``steps``; with ``validation``, it ends with the weights of its best validated
+    step."""
     training.seed_everything(seed)  # the same initial weights in the selection and the refit
     # setup draws (validation set) and step draws come from separate streams, so the checkpointed step
     # stream is the only state a resumed run must restore
