@@ -9,8 +9,8 @@ resampled with replacement and thinned afresh so no two cells are equal: a query
 one at a time (two cores: nothing beside it):
 
 - **celldag**: `celldag annotate REFERENCE QUERY --classifier celltypist --threads 2` (pca for the unknown-type
-  distance, the default procedure; CellTypist's process uses both cores too), with an empty `$CELLDAG_CACHE` (the plain reference is prepared inside the timing); its
-  stages from run.json's `stage_seconds`.
+  distance, the default procedure; CellTypist's process uses both cores too), with an empty `$CELLDAG_CACHE` (the plain
+  reference is prepared inside the timing); its stages from run.json's `stage_seconds`.
 - **CellTypist**: its whole process — import, reading the reference, log-normalising it to 10⁴, training,
   writing the model, reading and log-normalising the query, `celltypist.annotate` (best match, no majority
   voting). `celltypist.train` cannot run on the lock's scikit-learn (it passes `multi_class='ovr'`), so training

@@ -159,7 +159,8 @@ def main() -> None:
         rf, qdist = [r["RF"] for r in rows], [r["QDist"] for r in rows]
         spread = lambda values: np.std(values, ddof=1) if len(values) > 1 else float("nan")
         print(
-            f"| {name.split(', ')[1]} | {name.split(', ')[2]} | {' / '.join(str(r['training']['steps']) for r in rows)} | "
+            f"| {name.split(', ')[1]} | {name.split(', ')[2]} | "
+            f"{' / '.join(str(r['training']['steps']) for r in rows)} | "
             f"{np.mean(rf):.3f} ± {spread(rf):.3f} | {np.mean(qdist):.4f} ± {spread(qdist):.4f} | "
             f"{np.mean([r['seconds'] for r in rows]):.0f} |"
         )

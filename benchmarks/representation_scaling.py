@@ -438,14 +438,16 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
                     f"scoring fixed cost: first call of a new process with a warm JAX cache <= 10 % of the cold first "
                     f"call ({n:,} cells)",
                     f"{fresh['seconds']:.1f} s vs {first['seconds']:.1f} s "
-                    f"({fresh['seconds'] / first['seconds']:.0%}; {fresh['numba_compile_s']:.1f} s of it compiling numba)",
+                    f"({fresh['seconds'] / first['seconds']:.0%}; "
+                    f"{fresh['numba_compile_s']:.1f} s of it compiling numba)",
                     fresh["seconds"] <= 0.1 * first["seconds"],
                 )
             )
             out.targets.append(
                 target(
                     f"warm call: a second embedding in the same process <= 10 % of the cold first call ({n:,} cells)",
-                    f"{second['seconds']:.1f} s vs {first['seconds']:.1f} s ({second['seconds'] / first['seconds']:.0%})",
+                    f"{second['seconds']:.1f} s vs {first['seconds']:.1f} s "
+                    f"({second['seconds'] / first['seconds']:.0%})",
                     second["seconds"] <= 0.1 * first["seconds"],
                 )
             )

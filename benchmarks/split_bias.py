@@ -18,9 +18,10 @@ calibration cells ("swapped"). The bias of a rule is the mean of (as dealt − r
 for a rule that favours no part. The re-deal is not stratified, so a procedure whose sets depend on how alike the
 two parts' type mixes are (`label_shift` estimates the query's proportions) can differ from it by a stratified
 split's own advantage; the swap keeps the strata, and a rule that favours no part gives calibration and query the
-same law, so (as dealt − swapped) is 0 in expectation for every procedure. Both use the same cells with the same probabilities (a cell dealt into train by a
-draw but trained on by the output is in-fit in both), so the difference isolates the allocation. SE: over draws, of
-each draw's mean over outputs (the outputs of one seed share its draws, so they are not independent).
+same law, so (as dealt − swapped) is 0 in expectation for every procedure. Both use the same cells with the same
+probabilities (a cell dealt into train by a draw but trained on by the output is in-fit in both), so the difference
+isolates the allocation. SE: over draws, of each draw's mean over outputs (the outputs of one seed share its draws, so
+they are not independent).
 
 Prints Markdown.
 """

@@ -12,9 +12,10 @@ cells or the classifier's doubt beyond the calibration cells' quantile at α/2 e
 its two tests alone and by an empty class-conditional set; and candidates for a better flag (issue 51), each one test
 at α on the calibration cells: the residual off the train cells' principal subspace, the distance to the train cells
 of the type the classifier calls the cell, and a transductive test of query clusters (k-means, K + 1 clusters, a
-cluster's distances against the calibration cells', Holm at 0.05: all its cells flagged). Per rule, classifier and embedding: the share of the
-removed type's query cells flagged (detection, Wilson 95 % interval over every cell of every removal and seed) and
-the share of the other query cells flagged (false flags: at most α by construction, plus binomial noise).
+cluster's distances against the calibration cells', Holm at 0.05: all its cells flagged). Per rule, classifier and
+embedding: the share of the removed type's query cells flagged (detection, Wilson 95 % interval over every cell of
+every removal and seed) and the share of the other query cells flagged (false flags: at most α by construction, plus
+binomial noise).
 
 Prints Markdown.
 """

@@ -212,7 +212,8 @@ def test_a_labs_workflow_runs_its_method_from_its_own_env_file_with_its_package_
     assert (site_packages(env) / "labpkg/trees.py").read_text() == (folder / "labpkg_root/labpkg/trees.py").read_text()
     (log,) = folder.glob("results/logs/run_method/lab_lineage/lab_corr_nj/default/*/seed0.log")
     assert f"env {env.resolve()}" in log.read_text()
-    # besides: the lab's own rule's env (its plain env file), the lineage family's (validation, preparation) and report's
+    # besides: the lab's own rule's env (its plain env file), the lineage family's (validation, preparation)
+    # and report's
     assert len(envs_of(folder)) == 4
 
 

@@ -150,7 +150,8 @@ def test_every_job_but_the_local_rules_went_through_sbatch(slurm_run, capsys):
     assert (slurm_run["workdir"] / "results/default/leaderboard.md").exists()
     with capsys.disabled():
         print(
-            f"\nSLURM e2e: {len(calls)} sbatch jobs, snakemake --profile profiles/slurm took {slurm_run['seconds']:.0f} s"
+            f"\nSLURM e2e: {len(calls)} sbatch jobs, "
+            f"snakemake --profile profiles/slurm took {slurm_run['seconds']:.0f} s"
         )
 
 

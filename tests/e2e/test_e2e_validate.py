@@ -40,7 +40,8 @@ def test_shipped_datasets_validate_with_their_reports():
         "leaves:                101 (tree over the same leaves)",
         "features:              2000",
         "replicate pair:        no (one profile per leaf)",
-        "input counts:          no (raw counts per leaf: the scored cells' UMI counts summed (layers['counts'], obs['count_total']))",
+        "input counts:          no (raw counts per leaf: the scored cells' UMI counts summed "
+        "(layers['counts'], obs['count_total']))",
         "methods:               not_applicable: bonsai/default, celltreeqm/supervised, quadruplet/supervised, "
         "triplet/supervised",
     ):
@@ -85,7 +86,8 @@ def test_validating_a_broken_copy_lists_every_problem(broken_workflow):
     problems = [line.strip() for line in result.stdout.splitlines() if line.startswith("    - ")]
     assert problems == [
         "- lab.h5ad: obs_names: 1 duplicated cell ids (first: ['AAATTCGATGCACA-1'])",
-        "- lab.h5ad: var_names: 1 duplicated gene names (first: ['TNFRSF4']); set duplicate_genes: make_unique to suffix them",
+        "- lab.h5ad: var_names: 1 duplicated gene names (first: ['TNFRSF4']); "
+        "set duplicate_genes: make_unique to suffix them",
         "- lab.h5ad: obs['donor']: missing batch column (obs columns: ['bulk_labels'])",
         "- lab.h5ad: X: 1 NaN or infinite values",
     ]

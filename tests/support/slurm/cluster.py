@@ -295,7 +295,8 @@ def start(state_dir: Path | str, timeout: float = 90) -> dict[str, str]:
             )
             raise RuntimeError(
                 f"node {host} is {node_state()!r}, not idle, after {timeout:.0f} s\n{show.stdout}{show.stderr}\n"
-                f"slurmctld.log:\n{_tail(layout.log / 'slurmctld.log')}\nslurmd.log:\n{_tail(layout.log / 'slurmd.log')}"
+                f"slurmctld.log:\n{_tail(layout.log / 'slurmctld.log')}\n"
+                f"slurmd.log:\n{_tail(layout.log / 'slurmd.log')}"
             )
     except BaseException:
         stop(layout.root)
@@ -366,7 +367,8 @@ def main(argv: list[str]) -> int:
     for key, value in env.items():
         print(f"export {key}={value}")
     print(
-        f"# partition: {PARTITION}; stop with: {sys.executable} {Path(__file__).resolve()} stop {Path(state_dir).resolve()}"
+        f"# partition: {PARTITION}; stop with: "
+        f"{sys.executable} {Path(__file__).resolve()} stop {Path(state_dir).resolve()}"
     )
     return 0
 

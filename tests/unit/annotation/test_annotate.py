@@ -664,7 +664,8 @@ def test_another_tools_probabilities_come_back_on_the_split_celldag_wrote(tmp_pa
     for extra, message in (
         (
             ["--probabilities", str(tmp_path / "short.tsv")],
-            f"short.tsv: 3 of the {len(calibration)} reference's calibration cells are missing (first: {calibration[0]})",
+            f"short.tsv: 3 of the {len(calibration)} reference's calibration cells are missing "
+            f"(first: {calibration[0]})",
         ),
         (
             ["--probabilities", str(tmp_path / "renamed.tsv")],

@@ -436,8 +436,8 @@ def test_held_out_types_are_detected_and_known_types_rarely_flagged():
         assert scores["unknown_type_detection"] > 0.9
         assert scores["unknown_type_false_flags"] <= 0.1 + 2 * np.sqrt(0.1 * 0.9 / (3 * known))
         assert (
-            note
-            == "unknown types held out in turn: type0, type1, type2, type3 (the embedding was fitted on every cell, theirs included)"
+            note == "unknown types held out in turn: type0, type1, type2, type3 "
+            "(the embedding was fitted on every cell, theirs included)"
         )
     assert held_out_type_scores(task, outputs[0], None, 0.1) == (
         {},

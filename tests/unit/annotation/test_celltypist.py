@@ -258,8 +258,8 @@ def test_the_benchmark_hands_genes_to_the_classifier_on_the_expression_upstream_
 
 def test_celltypists_rules_and_the_confident_rule_are_scored_on_the_sets_cells():
     """scoring.rule_scores (issue 52): on the random split's query cells and on each left-out batch under the fit
-    that never saw it, CellTypist's prob match and best match read from the raw sigmoids and the top type at p >= 0.5 from the
-    normalised ones, checked cell by cell."""
+    that never saw it, CellTypist's prob match and best match read from the raw sigmoids and the top type at p >= 0.5
+    from the normalised ones, checked cell by cell."""
     import anndata
 
     from celldag.annotation.scoring import codes, rule_scores, split_masks

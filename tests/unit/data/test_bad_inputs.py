@@ -273,7 +273,8 @@ CASES = {
     ),
     "gene ids that match no gene embedding": (
         no_gene_matches,
-        "provider 'celldag.embeddings.providers:from_file' embedded none of the 3 requested genes (first: ['CD3E', 'MS4A1', 'LYZ']); genes are "
+        "provider 'celldag.embeddings.providers:from_file' embedded none of the 3 requested genes "
+        "(first: ['CD3E', 'MS4A1', 'LYZ']); genes are "
         "matched by exact name: the dataset's var_names must be the ids the source uses (e.g. HGNC symbols, not "
         "Ensembl ids)",
     ),
@@ -300,7 +301,8 @@ CASES = {
         lambda d: prepare_leaves(
             d, _replicates(leaves(), ["r1", "r2", "r3"] * 4), leaf_key="leaf", replicate_key="rep"
         ),
-        "{d}/lineage.h5ad: obs['rep']: 3 replicate values (first: ['r1', 'r2', 'r3']); a replicate pair needs exactly 2",
+        "{d}/lineage.h5ad: obs['rep']: 3 replicate values (first: ['r1', 'r2', 'r3']); "
+        "a replicate pair needs exactly 2",
     ),
     "a leaf measured in one replicate only": (
         lambda d: prepare_leaves(
@@ -335,8 +337,9 @@ CASES = {
     ),
     "unknown method id": (
         lambda d: load(d, {"methods": ["scilamma"]}),
-        "run.yaml: methods[0]: unknown method id 'scilamma'; known ids: bonsai, celltreeqm, celltypist, expression, genept_w, "
-        "harmony, knn, logistic, majority, nj_pca, nj_raw, null_embedding, null_tree, oracle_embedding, oracle_tree, pca, "
+        "run.yaml: methods[0]: unknown method id 'scilamma'; "
+        "known ids: bonsai, celltreeqm, celltypist, expression, genept_w, harmony, knn, logistic, majority, nj_pca, "
+        "nj_raw, null_embedding, null_tree, oracle_embedding, oracle_tree, pca, "
         "permuted_labels, quadruplet, scilama, scvi, triplet, uniform, upgma_raw",
     ),
     "wrong config types": (lambda d: load(d, {"seeds": "0,1,2"}), "run.yaml: seeds: '0,1,2' is not of type 'array'"),

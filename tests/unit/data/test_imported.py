@@ -200,7 +200,8 @@ def test_a_distance_matrix_symmetric_within_rounding_passes_and_text_or_other_le
     path = write_matrix(tmp_path / "seven.tsv", distances[:7, :7], LEAVES[:7])
     assert (
         refused(imported.tree, leaves_input(), {"path": path}, 0)
-        == f"{path}: index (first column): 7 leaves in the file, 8 in the prepared dataset: 1 missing (first: ['leaf7'])"
+        == f"{path}: index (first column): 7 leaves in the file, 8 in the prepared dataset: "
+        "1 missing (first: ['leaf7'])"
     )
 
 
@@ -253,7 +254,8 @@ def test_probabilities_of_other_fits_classes_or_cells_are_refused(tmp_path):
     obsm = task_probabilities()
     missing = write_probabilities(tmp_path / "m.h5ad", {k: v for k, v in obsm.items() if k != "proba_without_1"})
     assert refused(imported.probabilities, task_input(), {"path": missing}, 0) == (
-        f"{missing}: obsm['proba_without_1']: missing; the task's fits need proba_random, proba_without_0, proba_without_1"
+        f"{missing}: obsm['proba_without_1']: missing; "
+        "the task's fits need proba_random, proba_without_0, proba_without_1"
     )
     extra = write_probabilities(tmp_path / "e.h5ad", obsm | {"proba_b2": obsm["proba_random"]})
     assert refused(imported.probabilities, task_input(), {"path": extra}, 0).startswith(
@@ -338,15 +340,18 @@ def test_the_plan_names_each_runs_file_with_its_placeholders_filled_in(tmp_path,
     [
         (
             {"path": "lab/{dataset}/{sed}.h5ad"},
-            "lab/methods.yaml: our_emb.params.path: 'lab/{dataset}/{sed}.h5ad': unknown placeholder {sed}; known: {dataset}, {seed}",
+            "lab/methods.yaml: our_emb.params.path: 'lab/{dataset}/{sed}.h5ad': unknown placeholder {sed}; "
+            "known: {dataset}, {seed}",
         ),
         (
             {"path": "lab/{upstream}.h5ad"},  # only a chained track's runs chain on a run
-            "lab/methods.yaml: our_emb.params.path: 'lab/{upstream}.h5ad': unknown placeholder {upstream}; known: {dataset}, {seed}",
+            "lab/methods.yaml: our_emb.params.path: 'lab/{upstream}.h5ad': unknown placeholder {upstream}; "
+            "known: {dataset}, {seed}",
         ),
         (
             {},
-            "lab/methods.yaml: our_emb.params.path: the path of a file the method reads, relative to the working directory, "
+            "lab/methods.yaml: our_emb.params.path: the path of a file the method reads, "
+            "relative to the working directory, "
             "with placeholders {dataset}, {seed}; got None",
         ),
         ({"path": "lab/{dataset"}, "lab/methods.yaml: our_emb.params.path: 'lab/{dataset' is not a path pattern"),

@@ -34,7 +34,8 @@ def test_lineage_h5ad_pseudo_bulks_per_leaf_and_standardizes_only_when_asked(tmp
 
 def test_lineage_h5ad_replicates_are_seeded_cell_halves(tmp_path):
     adata = cells_by_leaf(["A", "B", "C", "D", "E"], cells_per_leaf=6)
-    # validation_cells 0: the halves as drawn (a validation share: test_a_lab_lineage_gets_a_validation_replicate_by_default)
+    # validation_cells 0: the halves as drawn
+    # (a validation share: test_a_lab_lineage_gets_a_validation_replicate_by_default)
     entry, files = lineage_entry(
         tmp_path, adata, "(((A,B),C),(D,E));", leaf_key="clone", replicates=True, standardize=True, validation_cells=0
     )

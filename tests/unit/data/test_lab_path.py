@@ -163,7 +163,8 @@ def test_lineage_h5ad_reads_the_tree_from_a_newick_string_in_uns(tmp_path):
         (
             {"tree": "((A,B),(C,D);"},
             {"newick_key": "tree"},
-            "uns['tree']: not a valid Newick tree (malformed Newick at character 12: unbalanced parentheses: 1 '(' not closed)",
+            "uns['tree']: not a valid Newick tree "
+            "(malformed Newick at character 12: unbalanced parentheses: 1 '(' not closed)",
         ),
         (
             {"tree": "((A,B),(C,D));"},

@@ -56,7 +56,8 @@ def counts_table() -> pd.DataFrame:
 
 
 def matrix_text(table: pd.DataFrame, gene_column: str | None = None) -> str:
-    """R's write.table(sep = "\\t", quote = F): the header names the cells only, or (col.names = NA) the gene column first."""
+    """R's write.table(sep = "\\t", quote = F): the header names the cells only, or (col.names = NA) the gene
+    column first."""
     header = [gene_column] if gene_column is not None else []
     lines = ["\t".join([*header, *table.columns])]
     lines += [

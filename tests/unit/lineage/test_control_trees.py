@@ -90,7 +90,8 @@ def test_random_tree_over_50_leaves_shares_almost_no_split_with_a_caterpillar():
 
 
 def test_random_tree_on_4_leaves_draws_the_3_topologies_alike():
-    """The first pair joined is the split: 6 pairs, 2 per topology, so 1/3 each (300 draws: 100 ± 8 each, 70 to 130 allowed)."""
+    """The first pair joined is the split: 6 pairs, 2 per topology, so 1/3 each
+    (300 draws: 100 ± 8 each, 70 to 130 allowed)."""
     leaves = ("a", "b", "c", "d")
     drawn = Counter(tuple(splits(null("random", leaves, seed), leaves)[0].tolist()) for seed in range(300))
     assert set(drawn) == {(False, False, True, True), (False, True, False, True), (False, True, True, False)}

@@ -109,7 +109,8 @@ def test_description_text(annotation_db):
         "CD3E": "CD3E: CD3 epsilon subunit of T-cell receptor complex. Biological process: term b; term c; term a."
         " Molecular function: term m.",
         "C7orf55": "FMC1: formation of mitochondrial complex V assembly factor 1 homolog. Biological process: term b.",
-        "CD3D": "CD3D: CD3 delta subunit of T-cell receptor complex. Molecular function: term m. Cellular component: term k.",
+        "CD3D": "CD3D: CD3 delta subunit of T-cell receptor complex. Molecular function: term m."
+        " Cellular component: term k.",
         "GENEA": "GENEA: gene a.",
     }
     capped = gene_ontology.describe_genes(annotation_db, symbols, {"bp": 2, "mf": 0, "cc": 5})

@@ -130,7 +130,8 @@ def lab_dataset(tmp_path: Path, genes: list[str], **declaration) -> tuple[dict, 
 
 
 def run_genept_w(tmp_path: Path, entry: dict, files: dict, table_files: dict, registries) -> dict:
-    """The pipeline's steps in-process: prepare, gene list, embed_genes (from a symbol table), genept_w; its run.json."""
+    """The pipeline's steps in-process: prepare, gene list, embed_genes (from a symbol table), genept_w; its
+    run.json."""
     from celldag.jobs.prepare import write_dataset_genes, write_prepared_dataset
     from celldag.jobs.runner import run_method
 

@@ -1,5 +1,5 @@
-"""Held-out-batch efficiency beside each representation run (celldag.results.leaderboard.held_out_batch_rows): the annotation
-track's logistic classifier on the run's embedding, Kandinsky's augmented fit on the new batch — shortfall
+"""Held-out-batch efficiency beside each representation run (celldag.results.leaderboard.held_out_batch_rows): the
+annotation track's logistic classifier on the run's embedding, Kandinsky's augmented fit on the new batch — shortfall
 max(0, 1 − α − worst) and set size, mean ± sd over seeds — joined at aggregation, and its order against scIB's
 stated on tie groups; ``celldag audit`` rebuilds it with the config's α."""
 

@@ -1,5 +1,5 @@
-"""Per-method verdicts of ``celldag check`` (celldag.results.method_verdicts, docs/check.md "Verdicts per method"): z, p,
-Bonferroni within a method and Holm over methods checked by hand; derived metrics left out; the shift a verdict
+"""Per-method verdicts of ``celldag check`` (celldag.results.method_verdicts, docs/check.md "Verdicts per method"): z,
+p, Bonferroni within a method and Holm over methods checked by hand; derived metrics left out; the shift a verdict
 detects against the normal formula; the false-alarm rate under the noise model simulated, whatever the dependence."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The quality checks (celldag.results.qc): one planted row per condition, found with its severity; nothing planted, nothing
-found; the leaderboard's section and `celldag check`'s lines."""
+"""The quality checks (celldag.results.qc): one planted row per condition, found with its severity; nothing planted,
+nothing found; the leaderboard's section and `celldag check`'s lines."""
 
 from __future__ import annotations
 

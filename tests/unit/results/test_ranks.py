@@ -1,5 +1,5 @@
-"""Ranks with intervals and ties (celldag.results.leaderboard.rank): paired t tests by seed, Holm over a table's pairs, rank
-intervals from the pairwise decisions."""
+"""Ranks with intervals and ties (celldag.results.leaderboard.rank): paired t tests by seed, Holm over a table's
+pairs, rank intervals from the pairwise decisions."""
 
 from __future__ import annotations
 

@@ -268,7 +268,8 @@ def checkout(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def conda_path(tmp_path_factory) -> str:
-    """PATH with the tests' stand-in conda first (tests/support/conda_standin.py: Snakemake's env handling, not a solver)."""
+    """PATH with the tests' stand-in conda first (tests/support/conda_standin.py: Snakemake's env handling, not a
+    solver)."""
     base = tmp_path_factory.mktemp("conda-standin")
     install(base, sys.executable)
     return f"{base / 'bin'}{os.pathsep}{os.environ['PATH']}"

@@ -1,7 +1,7 @@
 """import-linter's contracts (pyproject.toml [tool.importlinter]: celldag's floors as a layers contract, and no cycles
 between the children of a package) hold over celldag, and lint-imports fails on a model that imports a view, even
-inside a function, or on a module of celldag given no floor. `make lint` runs lint-imports too; tests/unit/structure/test_layers.py
-checks the same floors on its own graph."""
+inside a function, or on a module of celldag given no floor. `make lint` runs lint-imports too;
+tests/unit/structure/test_layers.py checks the same floors on its own graph."""
 
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ def stub_wheel(folder: Path, version: str) -> Path:
     files = {
         "torch/__init__.py": f'__version__ = "{version}"\n'.encode(),
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n".encode(),
-        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: celldag-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: celldag-tests\n"
+        b"Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = [record_line(name, data) for name, data in files.items()] + [f"{dist_info}/RECORD,,"]
     folder.mkdir(parents=True, exist_ok=True)

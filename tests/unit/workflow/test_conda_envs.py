@@ -218,8 +218,8 @@ def test_under_sdm_conda_celldag_and_python_must_be_the_envs():
     )
     python = envs.job_environment_problem("0.1.0", SITE, environ, prefix="/work/main/.venv")
     assert (
-        python
-        == f"this job runs under --sdm conda in {env}, but with the Python of /work/main/.venv: the env has no Python of its own"
+        python == f"this job runs under --sdm conda in {env}, but with the Python of /work/main/.venv: "
+        "the env has no Python of its own"
     )
     unset = {k: v for k, v in environ.items() if k != "CONDA_PREFIX"}
     assert "CONDA_PREFIX unset" in envs.job_environment_problem("0.1.0", SITE, unset, prefix=env)

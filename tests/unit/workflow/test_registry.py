@@ -41,7 +41,8 @@ def test_unknown_method_id_names_file_index_and_id(tmp_path, repo):
     config = write_tree(tmp_path, repo, {"datasets": ["bm_default"], "methods": ["nj_raw", "nj_bogus"]})
     with pytest.raises(
         ConfigError,
-        match=r"^my\.yaml: methods\[1\]: unknown method id 'nj_bogus'; known ids: bonsai, celltreeqm, celltypist, expression, genept_w, harmony, knn, logistic, majority, nj_pca",
+        match=r"^my\.yaml: methods\[1\]: unknown method id 'nj_bogus'; "
+        r"known ids: bonsai, celltreeqm, celltypist, expression, genept_w, harmony, knn, logistic, majority, nj_pca",
     ):
         load_config(config, "my.yaml", root=tmp_path)
 

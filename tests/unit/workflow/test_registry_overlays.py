@@ -68,14 +68,16 @@ def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
             {"lab_rna": LAB_RNA | {"params": LAB_RNA["params"] | {"lable_key": "x"}}},
             None,
             {},
-            "lab/datasets.yaml: lab_rna.params: unknown key 'lable_key'; accepted: batch_key, counts_layer, duplicate_genes, "
+            "lab/datasets.yaml: lab_rna.params: unknown key 'lable_key'; "
+            "accepted: batch_key, counts_layer, duplicate_genes, "
             "file, label_key, lognorm_layer, min_cells, min_genes, n_top_genes, split_key, val_fraction",
         ),
         (
             {"lab_tree": LAB_LINEAGE | {"params": LAB_LINEAGE["params"] | {"standardise": True, "replicate": True}}},
             None,
             {},
-            "lab/datasets.yaml: lab_tree.params: unknown keys 'replicate', 'standardise'; accepted: file, layer, leaf_key, "
+            "lab/datasets.yaml: lab_tree.params: unknown keys 'replicate', 'standardise'; "
+            "accepted: file, layer, leaf_key, "
             "lineage_key, newick, newick_key, replicate_key, replicates, standardize, validation_cells, values",
         ),
         # the representation loader's earlier names say what they became
@@ -83,8 +85,9 @@ def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
             {"lab_rna": LAB_RNA | {"params": LAB_RNA["params"] | {"layer": "counts", "values": "lognorm"}}},
             None,
             {},
-            "lab/datasets.yaml: lab_rna.params: unknown keys 'layer', 'values'; layer became counts_layer (layer: counts is "
-            "counts_layer: counts); values became lognorm_layer (values: lognorm is counts_layer: null, lognorm_layer: X); "
+            "lab/datasets.yaml: lab_rna.params: unknown keys 'layer', 'values'; "
+            "layer became counts_layer (layer: counts is counts_layer: counts); "
+            "values became lognorm_layer (values: lognorm is counts_layer: null, lognorm_layer: X); "
             "accepted: batch_key, counts_layer, duplicate_genes, file, label_key, lognorm_layer, min_cells, min_genes, "
             "n_top_genes, split_key, val_fraction",
         ),
@@ -114,7 +117,8 @@ def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
                 }
             },
             {},
-            "lab/methods.yaml: lab_nj.variants.pca: unknown key 'feature'; accepted: features, n_components, reconstruction",
+            "lab/methods.yaml: lab_nj.variants.pca: unknown key 'feature'; "
+            "accepted: features, n_components, reconstruction",
         ),
         (
             None,
@@ -128,7 +132,8 @@ def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
                 }
             },
             {},
-            "lab/methods.yaml: lab_nj.param_schema: unknown key 'reconstrution'; accepted: features, n_components, reconstruction",
+            "lab/methods.yaml: lab_nj.param_schema: unknown key 'reconstrution'; "
+            "accepted: features, n_components, reconstruction",
         ),
         # a run function without a declaration: its entry's params and param_schema are the declaration
         (
@@ -154,7 +159,8 @@ def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
                 "datasets": ["pbmc68k_batched"],
                 "method_params": {"scilama": {"latent_dims": 30}},
             },
-            "lab.yaml: method_params.scilama: unknown key 'latent_dims'; accepted: batch_size, checkpoint_every, checkpoint_seconds, device, "
+            "lab.yaml: method_params.scilama: unknown key 'latent_dims'; "
+            "accepted: batch_size, checkpoint_every, checkpoint_seconds, device, "
             "dropout, embedding, gamma, gene_hidden_dims, gene_input, hidden_dims, kl_ramp_epochs, kl_warmup_epochs, "
             "latent_dim, lr, lr_decay, max_epochs, min_delta, mode, patience, use_batch, use_gene_vae, weight_decay",
         ),
@@ -162,7 +168,8 @@ def test_a_missing_overlay_file_names_the_config_key(tmp_path, monkeypatch):
             None,
             None,
             {"methods": ["celltreeqm/supervised"], "method_params": {"celltreeqm": {"step": 30}}},
-            "lab.yaml: method_params.celltreeqm: unknown key 'step'; accepted: checkpoint_every, checkpoint_seconds, device,",
+            "lab.yaml: method_params.celltreeqm: unknown key 'step'; "
+            "accepted: checkpoint_every, checkpoint_seconds, device,",
         ),
     ],
     ids=[
@@ -243,7 +250,8 @@ def test_method_params_of_a_key_a_selected_variant_fixes_are_refused(tmp_path, m
         overlay(tmp_path, monkeypatch, **sorted_variant)
     assert str(raised.value) == (
         "lab.yaml: method_params.celltreeqm.select: the variant celltreeqm/high_level_partition_sorted fixes select "
-        f"itself (select: 'ordered_mismatch', {REPO}/config/methods.yaml), so this override would be dropped; select other "
+        f"itself (select: 'ordered_mismatch', {REPO}/config/methods.yaml), "
+        "so this override would be dropped; select other "
         "variants or define a variant of your own"
     )
     # the same override with variants that leave the key to the method's params is applied

@@ -1,6 +1,6 @@
 """celldag.jobs.envs' side of the rules' conda envs (RuleEnvs and the functions common.smk's adapter calls), on plain
-inputs: a workflow folder on disk or in memory, a file-exists callable, the --sdm conda flag. The files the
-generated envs hold: tests/unit/workflow/test_conda_envs.py; end to end through Snakemake: tests/e2e/test_e2e_conda.py."""
+inputs: a workflow folder on disk or in memory, a file-exists callable, the --sdm conda flag. The files the generated
+envs hold: tests/unit/workflow/test_conda_envs.py; end to end through Snakemake: tests/e2e/test_e2e_conda.py."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ PIN = b"@EXPLICIT\nhttps://conda.anaconda.org/conda-forge/linux-64/numpy-2.4.6-p
 
 
 def small_workflow(root: Path) -> Path:
-    """A workflow folder as celldag.jobs.envs reads it: pyproject.toml, src/celldag, envs/ (two families, one pinned)."""
+    """A workflow folder as celldag.jobs.envs reads it: pyproject.toml, src/celldag,
+    envs/ (two families, one pinned)."""
     (root / "src/celldag").mkdir(parents=True)
     (root / "envs").mkdir()
     (root / "pyproject.toml").write_text('[project]\nname = "celldag"\nversion = "0.1.0"\n')

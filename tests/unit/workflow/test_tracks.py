@@ -210,7 +210,8 @@ def registry_tree(tmp_path, **changes) -> dict:
     [
         (
             {"datasets": {"bm_default": {"track": "lineages"}}},
-            "config/datasets.yaml: bm_default.track: unknown track 'lineages'; known: annotation, lineage, representation",
+            "config/datasets.yaml: bm_default.track: unknown track 'lineages'; "
+            "known: annotation, lineage, representation",
         ),
         (
             {"datasets": {"bm_default": {"loader": "celldag.data.bm:prepare_bm"}}},
@@ -222,7 +223,8 @@ def registry_tree(tmp_path, **changes) -> dict:
         ),
         (
             {"methods": {"nj_raw": {"needs": ["batches"]}}},
-            "config/methods.yaml: nj_raw.needs: the lineage track provides no optional input 'batches'; known: counts, replicates",
+            "config/methods.yaml: nj_raw.needs: the lineage track provides no optional input 'batches'; "
+            "known: counts, replicates",
         ),
         (
             {"methods": {"nj_raw": {"needs_by_variant": {"supervised": ["replicates"]}}}},
