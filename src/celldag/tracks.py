@@ -64,7 +64,27 @@ class Metric:
     """One metric of a track. ``role`` says what it is judged against (``ROLES``): a guarantee names its ``target``
     (``TARGETS``); an efficiency or ranking metric names its ``null`` and ``oracle``, each a control's
     "method/variant" (an annotation row: "classifier/embedding method/variant"), once, here — never chosen per
-    dataset, so adding a method changes no metric's floor."""
+    dataset, so adding a method changes no metric's floor.
+
+    Attributes:
+        name: The metric's name: its column in the scores, unique in the track and never starting with
+            ``DELTA_PREFIX`` or ``SCALED_PREFIX``.
+        higher_is_better: The metric's direction: True if a higher value is better.
+        role: What the metric is judged against, one of ``ROLES``: guarantee, efficiency, ranking (the default)
+            or diagnostic.
+        null: The null control's "method/variant", for an efficiency or ranking metric only; given together with
+            ``oracle``, or neither.
+        oracle: The oracle control's "method/variant", given together with ``null``.
+        target: A guarantee's target, a key of ``TARGETS`` (e.g. ``"coverage"``); only a guarantee names one.
+        core: Every run gets a row (NaN when the run is not ok): what "seeds ok" counts.
+        delta: The leaderboard adds ``delta_<name>``, the relative reduction against the baseline method.
+        count: A count (e.g. marker genes found), not a score: shown, never ranked or shaded.
+        derived: Computed from other scores of the same run (scIB's aggregates, a reduction against raw
+            distances): left out of check's per-method verdict, whose evidence its parts already carry (a Δ,
+            ``DELTA_PREFIX``, is derived too).
+        clipped_at: The bound to which the scoring library clips its raw score: values equal to it are marked;
+            None if it clips nothing.
+    """
 
     name: str
     higher_is_better: bool
@@ -72,33 +92,44 @@ class Metric:
     null: str | None = None
     oracle: str | None = None
     target: str | None = None
-    core: bool = False  # every run gets a row (NaN when the run is not ok): what "seeds ok" counts
-    delta: bool = False  # the leaderboard adds delta_<name>, the relative reduction against the baseline method
-    count: bool = False  # a count (e.g. marker genes found), not a score: shown, never ranked or shaded
-    # computed from other scores of the same run (scIB's aggregates, a reduction against raw distances): left out
-    # of check's per-method verdict, whose evidence its parts already carry (a Δ, DELTA_PREFIX, is derived too)
+    core: bool = False
+    delta: bool = False
+    count: bool = False
     derived: bool = False
-    clipped_at: float | None = (
-        None  # the scoring library clips its raw score to this bound: values equal to it are marked
-    )
+    clipped_at: float | None = None
 
 
 @dataclass(frozen=True)
 class MetricGroup:
-    title: str  # the leaderboard heading; the first group is the dataset's main table
+    """Metrics of a track shown together on the leaderboard, under one heading.
+
+    Attributes:
+        title: The leaderboard heading; the first group is the dataset's main table.
+        metrics: The group's metrics, in the order the leaderboard shows them.
+    """
+
+    title: str
     metrics: tuple[Metric, ...]
 
 
 @dataclass(frozen=True)
 class ScoringContext:
-    """What a scorer may read besides the prepared dataset and the outputs of one seed."""
+    """What a scorer may read besides the prepared dataset and the outputs of one seed.
+
+    Attributes:
+        seed: The seed whose prepared dataset and outputs are scored.
+        dataset: The dataset's registry entry (e.g. its marker genes).
+        evaluation: The run config's ``evaluation`` section (e.g. the number of sampled quartets).
+        table_paths: The gene-embedding tables the runs read.
+        chained_inputs: A chained track's inputs of this seed, as AnnData (the task with each upstream run's
+            embedding as X): what a scorer measures in the embedding itself (annotation: the distance of a
+            held-out type's cells to the train cells).
+    """
 
     seed: int
-    dataset: dict  # the dataset's registry entry (e.g. its marker genes)
-    evaluation: dict  # the run config's `evaluation` section (e.g. the number of sampled quartets)
-    table_paths: tuple[str, ...] = ()  # gene-embedding tables the runs read
-    # a chained track's inputs of this seed, as AnnData (the task with each upstream run's embedding as X): what a
-    # scorer measures in the embedding itself (annotation: the distance of a held-out type's cells to the train cells)
+    dataset: dict
+    evaluation: dict
+    table_paths: tuple[str, ...] = ()
     chained_inputs: tuple = ()
 
 
@@ -111,11 +142,18 @@ class Figure:
 
     ``needs`` lists what the job reads (of ``FIGURE_INPUTS``), so a figure reruns only when that changed
     and starts as soon as that exists (a UMAP grid needs the outputs, not the slow scoring job).
+
+    Attributes:
+        name: The file stem, unique in the track.
+        draw: An entry point ``(FigureData) -> matplotlib.figure.Figure``; deterministic (same inputs, same
+            pixels).
+        caption: A reStructuredText file, relative to the folder of ``draw``'s module: what is plotted, which
+            seed, how to read it.
+        needs: What the figure's job reads, of ``FIGURE_INPUTS`` (default: the scores only).
     """
 
-    name: str  # file stem, unique in the track
-    draw: str  # entry point (FigureData) -> matplotlib.figure.Figure; deterministic (same inputs, same pixels)
-    # reStructuredText file, relative to the folder of draw's module: what is plotted, which seed, how to read it
+    name: str
+    draw: str
     caption: str
     needs: tuple[str, ...] = ("scores",)
 
@@ -135,46 +173,80 @@ COMMON_FIGURES = (
 
 @dataclass(frozen=True)
 class FigureData:
-    """What a figure's ``draw`` gets: one dataset, read by the figure job (fields it did not need are empty)."""
+    """What a figure's ``draw`` gets: one dataset, read by the figure job (fields it did not need are empty).
+
+    Attributes:
+        dataset: The dataset's id.
+        dataset_entry: The dataset's registry entry (e.g. marker genes).
+        track_id: The id of the dataset's track (its name in ``config/tracks.yaml``).
+        track: That track's declaration.
+        seed: The seed whose outputs are drawn: the run config's smallest.
+        evaluation: The run config's ``evaluation`` section (e.g. ``paired``, ``delta_baseline``).
+        kinds: "method/variant" → method, baseline or control.
+        scores: ``results/{name}/scores/{dataset}.parquet``: every seed, no Δ rows.
+        runs: The dataset's run records (``celldag.results.leaderboard.RUN_COLUMNS``), every seed.
+        prepared: The prepared dataset of ``seed`` (given with "outputs").
+        outputs: "method/variant" → its output of ``seed``.
+        tables: The gene-embedding tables (parquet) the runs of ``seed`` read.
+    """
 
     dataset: str
-    dataset_entry: dict  # the registry entry (e.g. marker genes)
+    dataset_entry: dict
     track_id: str
     track: "Track"
-    seed: int  # the seed whose outputs are drawn: the run config's smallest
-    evaluation: dict  # the run config's `evaluation` section (e.g. `paired`, `delta_baseline`)
-    kinds: Mapping[str, str] = field(default_factory=dict)  # "method/variant" -> method | baseline | control
-    scores: "pd.DataFrame | None" = None  # results/{name}/scores/{dataset}.parquet: every seed, no Δ rows
-    runs: "pd.DataFrame | None" = (
-        None  # the dataset's run records (celldag.results.leaderboard.RUN_COLUMNS), every seed
-    )
-    prepared: "AnnData | None" = None  # the prepared dataset of `seed` (with "outputs")
-    outputs: Mapping[str, "AnnData"] = field(default_factory=dict)  # "method/variant" -> output of `seed`
-    tables: tuple[str, ...] = ()  # the gene-embedding tables (parquet) the runs of `seed` read
+    seed: int
+    evaluation: dict
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    scores: "pd.DataFrame | None" = None
+    runs: "pd.DataFrame | None" = None
+    prepared: "AnnData | None" = None
+    outputs: Mapping[str, "AnnData"] = field(default_factory=dict)
+    tables: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Track:
-    """A track's declaration. Each ``str`` field is an entry point (``module:function``) with the signature noted."""
+    """A track's declaration. Each ``str`` field is an entry point (``module:function``) with the signature noted.
 
-    x_dtype: str  # dtype of a prepared dataset's X
-    check_prepared: str  # (adata, path) -> None: the track's part of the prepared-dataset contract
-    check_output: str  # (adata, path) -> None: its part of the contract of an ``ok`` method output
-    method_input: str  # (prepared, work_dir, gene_table) -> the input object of its methods' run(); the object's
-    #                    unmet(need) -> reason | None says whether the dataset provides an optional input
-    inputs: Mapping[str, str]  # optional inputs a method may list under `needs` → what provides them
-    scorer: str  # (prepared, outputs, ScoringContext) -> [{metric: value}], one dict per output (empty if not ok)
+    A chained track (``upstream``, ``chain_task``, ``chain_input``) runs on the outputs of another track's runs
+    (annotation on representation embeddings).
+
+    Attributes:
+        x_dtype: The dtype of a prepared dataset's X.
+        check_prepared: ``(adata, path) -> None``: the track's part of the prepared-dataset contract.
+        check_output: ``(adata, path) -> None``: its part of the contract of an ``ok`` method output.
+        method_input: ``(prepared, work_dir, gene_table) ->`` the input object of its methods' ``run()``; the
+            object's ``unmet(need) -> reason | None`` says whether the dataset provides an optional input.
+        inputs: The optional inputs a method may list under ``needs`` → what provides them.
+        scorer: ``(prepared, outputs, ScoringContext) -> [{metric: value}]``, one dict per output (empty if not
+            ok).
+        metric_groups: The track's metrics, grouped as the leaderboard shows them (the first group is the main
+            table).
+        dataset_facts: ``(prepared, registry entry) -> [(what, value)]``: what ``celldag validate`` reports of a
+            prepared dataset.
+        figures: The report's figures of each dataset of the track.
+        arrange: ``(adata, seed) -> adata``: the rows of a prepared dataset in the order methods get them; None:
+            as prepared.
+        upstream: A chained track's upstream track id; the datasets listing this track under ``chained`` feed it.
+        chain_task: ``(upstream prepared, task params, seed) -> adata``: the task of one dataset seed.
+        chain_input: ``(task, upstream output, upstream record) -> adata``: a method's prepared input.
+        row_labels: The leaderboard's names of a run's two id columns.
+    """
+
+    x_dtype: str
+    check_prepared: str
+    check_output: str
+    method_input: str
+    inputs: Mapping[str, str]
+    scorer: str
     metric_groups: tuple[MetricGroup, ...]
-    dataset_facts: (
-        str  # (prepared, registry entry) -> [(what, value)]: what `celldag validate` reports of a prepared dataset
-    )
-    figures: tuple[Figure, ...] = field(default=())  # the report's figures of each dataset of the track
-    arrange: str | None = None  # (adata, seed) -> adata: the rows of a prepared dataset in the order methods get
-    # a chained track runs on the outputs of another track's runs (annotation on representation embeddings)
-    upstream: str | None = None  # that track's id; the datasets listing this track under `chained` feed it
-    chain_task: str | None = None  # (upstream prepared, task params, seed) -> adata: the task of one dataset seed
-    chain_input: str | None = None  # (task, upstream output, upstream record) -> adata: a method's prepared input
-    row_labels: tuple[str, str] = ("method", "variant")  # the leaderboard's names of a run's two id columns
+    dataset_facts: str
+    figures: tuple[Figure, ...] = field(default=())
+    arrange: str | None = None
+    upstream: str | None = None
+    chain_task: str | None = None
+    chain_input: str | None = None
+    row_labels: tuple[str, str] = ("method", "variant")
 
     def figure(self, name: str) -> Figure:
         return next(figure for figure in self.figures if figure.name == name)
@@ -199,7 +271,7 @@ class Track:
         return self.metrics[metric].higher_is_better
 
 
-REFERENCE_ROLES = ("check_prepared", "check_output", "method_input", "scorer", "dataset_facts")
+ENTRY_POINT_ROLES = ("check_prepared", "check_output", "method_input", "scorer", "dataset_facts")
 
 
 @cache
@@ -220,7 +292,7 @@ def check_track(track_id: str, entry: dict, where: str) -> Track:
 
 def check_declaration(track: Track, where: str) -> None:
     """Every entry point names a definition; metric names are unique, not Δ names; one or more core metrics."""
-    for role in REFERENCE_ROLES:
+    for role in ENTRY_POINT_ROLES:
         extensions.check_entry_point(getattr(track, role), f"{where}: {role}")
     for role in ("arrange", "chain_task", "chain_input"):
         if getattr(track, role) is not None:

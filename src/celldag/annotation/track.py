@@ -257,16 +257,27 @@ class AnnotationInput:
     """What a classifier's ``run`` receives: an embedding, the cells each fit may train on and those cells' labels
     alone. The task boundary is in the data, not in a promise: a fit is handed the labels of its own training cells
     and no other, so the calibration and query cells it is scored on carry no label a classifier could read
-    (``fit_labels`` builds them from every cell's)."""
+    (``fit_labels`` builds them from every cell's).
 
-    features: np.ndarray  # (n, d) float32: the cell embedding (or the prepared expression)
-    labels: dict[str, np.ndarray]  # fit → (cells of its mask,) str cell types of its training cells, in row order
-    batch: np.ndarray  # (n,) str
-    classes: tuple[str, ...]  # sorted unique labels of the dataset: probability columns in this order
-    fits: dict[str, np.ndarray]  # fit name → bool (n,) mask of the cells it trains on (task.fit_masks)
-    names: tuple[str, ...] = ()  # cell ids, one per row (celldag.methods.imported matches a lab's file by them)
-    # log-normalised expression (n, genes; CSR) and its genes, for a classifier that reads genes (CellTypist's model):
-    # given when the features are the prepared expression (the `expression` upstream) and by `celldag annotate`
+    Attributes:
+        features: ``(n, d)`` float32: the cell embedding (or the prepared expression).
+        labels: Fit → ``(cells of its mask,)`` str cell types of its training cells, in row order.
+        batch: ``(n,)`` str: each cell's batch.
+        classes: Sorted unique labels of the dataset: probability columns in this order.
+        fits: Fit name → bool ``(n,)`` mask of the cells it trains on (``task.fit_masks``).
+        names: Cell ids, one per row (``celldag.methods.imported`` matches a lab's file by them).
+        expression: Log-normalised expression ``(n, genes)``, CSR, for a classifier that reads genes (CellTypist's
+            model): given when the features are the prepared expression (the ``expression`` upstream) and by
+            ``celldag annotate``; None otherwise.
+        genes: The genes of ``expression``'s columns (empty without it).
+    """
+
+    features: np.ndarray
+    labels: dict[str, np.ndarray]
+    batch: np.ndarray
+    classes: tuple[str, ...]
+    fits: dict[str, np.ndarray]
+    names: tuple[str, ...] = ()
     expression: sparse.csr_matrix | None = None
     genes: tuple[str, ...] = ()
 

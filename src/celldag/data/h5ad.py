@@ -179,6 +179,29 @@ def prepare_h5ad(dataset_id: str, params: Mapping, seed: int, files: Mapping[str
 
     With both matrices, preprocessing runs on the log-normalised one (so HVGs are selected on it, scanpy's
     ``seurat`` flavour) and the counts of the cells and genes it keeps become ``layers["counts"]``.
+
+    Args:
+        dataset_id: The dataset's id: the one batch of every cell when ``batch_key`` is null.
+        params: The entry's params (``prepare_h5ad.accepted_params``); any other key is refused. The loader's own
+            (``H5AD_PARAMS``):
+
+            - ``file``: the name of the .h5ad among the entry's files (required).
+            - ``label_key``: obs column of cell types (required).
+            - ``batch_key``: obs column of batches; null: one batch (batch-correction metrics do not apply).
+            - ``counts_layer``: where the raw counts are: X (the default), a layer name, or null (none: scVI is
+              not_applicable).
+            - ``lognorm_layer``: where log-normalised values are: X, a layer name, or null (the default: computed
+              from the counts). At least one of the two is given, and not the same matrix.
+            - ``split_key``: obs column of the file's own split ("train" / "val"); null: a seeded stratified split.
+
+            and the preprocessing params (``celldag.representation.preprocess.DEFAULTS``): ``min_genes``,
+            ``min_cells``, ``n_top_genes``, ``val_fraction`` (not with ``split_key``) and ``duplicate_genes``.
+        seed: The seed of the train/val split (when the file has none of its own).
+        files: The entry's file names → their local paths.
+
+    Returns:
+        The prepared representation dataset (AnnData), preprocessed as ``celldag.representation.preprocess``
+        describes.
     """
     own, preprocess_params, path = source_params("h5ad", params, files)
     import anndata
@@ -300,7 +323,36 @@ def _matrix_problems(adata, path: str, layer: str | None, loader: str, setting: 
 
 
 def prepare_lineage_h5ad(dataset_id: str, params: Mapping, seed: int, files: Mapping[str, str]):
-    """Prepared lineage dataset (leaves × features, the true tree) from a lab's cells- or leaves-by-features h5ad."""
+    """Prepared lineage dataset (leaves × features, the true tree) from a lab's cells- or leaves-by-features h5ad.
+
+    Args:
+        dataset_id: The dataset's id (not read).
+        params: The entry's params, some of ``LINEAGE_PARAMS`` (any other key is refused):
+
+            - ``file``: the name of the .h5ad among the entry's files (required).
+            - ``leaf_key``: obs column naming each cell's leaf; null: every row is a leaf (obs_names).
+            - exactly one of ``newick``: the name of a Newick file among the entry's files: the true tree over
+              the leaves; ``newick_key``: the key of uns holding that tree as a Newick string; ``lineage_key``:
+              obs column of C. elegans Sulston names, the tree built from them.
+            - ``layer``: the layer holding the features; null: X.
+            - ``values``: ``counts`` (or TPM, >= 0; the default): leaf means get log1p; ``transformed``: used
+              as they are.
+            - ``replicates``: split each leaf's cells in two seeded halves (train/test layers); needs 2+ cells
+              per leaf. Or ``replicate_key``: obs column of each row's replicate, two values (train = the first
+              in sorted order).
+            - ``validation_cells``: share of each leaf's train cells moved to a third replicate (layer
+              validation) for supervised model selection; needs a replicate pair. auto (the default): 0.25
+              where every leaf has 2+ train cells, else none (``uns['no_validation_replicate']`` says why).
+            - ``standardize``: z-score each feature with the training half's statistics; false (the default):
+              values as measured.
+        seed: The seed of the replicate halves and the validation share.
+        files: The entry's file names → their local paths.
+
+    Returns:
+        The prepared lineage dataset (AnnData): one row per leaf, the true tree in ``uns['tree_newick']``,
+        with ``train`` / ``test`` (and ``validation``) layers when there is a replicate pair and
+        ``layers['counts']`` when the values are integer counts.
+    """
     import anndata
 
     own, _, path = source_params("lineage_h5ad", params, files)

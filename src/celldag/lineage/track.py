@@ -96,26 +96,41 @@ TRACK = Track(
 
 @dataclass(frozen=True)
 class LineageInput:
-    """What a lineage method's ``run`` receives: arrays only, one row per leaf."""
+    """What a lineage method's ``run`` receives: arrays only, one row per leaf.
+
+    Attributes:
+        names: Leaf names, one per row.
+        features: ``(n, p)`` the replicate the result is scored on (the test replicate when there is a pair).
+        train_features: ``(n, p)`` the independent training replicate, or None without a pair; methods listing
+            ``needs: [replicates]`` always get it.
+        tree_newick: The true tree, given only to a method that ``needs: [supervision]`` (or ``[truth]``, an
+            oracle control); None for the rest. A supervised method may use only what its setting reveals
+            (``celldag.lineage.supervision``).
+        work_dir: The run's directory: checkpoints live here, so a killed job resumes.
+        counts: ``(n, p)`` integer counts of the scored replicate's cells summed per leaf; None if the dataset
+            has transformed values only.
+        count_total: ``(n,)`` each leaf's total count over all genes, kept or not.
+        validation_features: ``(n, p)`` a third replicate for model selection, never scored.
+        validation_leaves: ``(n,)`` bool: leaves whose validation row is measured (a leaf without validation
+            cells repeats its training row there).
+        no_validation: Why the dataset has no validation replicate, where its loader says
+            (``uns['no_validation_replicate']``): for a method's note on its model selection.
+    """
 
     # fields of the truth, each given only to a method whose needs list the optional input that names it (the runner
     # sets the rest to None before `run`: a method that does not declare it cannot read the tree it is scored on)
     PRIVILEGED: ClassVar[dict[str, tuple[str, ...]]] = {"tree_newick": ("supervision", "truth")}
 
-    names: tuple[str, ...]  # leaf names, one per row
-    features: np.ndarray  # (n, p) the replicate the result is scored on (the test replicate when there is a pair)
-    train_features: np.ndarray | None  # (n, p) the independent training replicate; methods listing `needs:
-    #                                    [replicates]` always get it
-    tree_newick: str | None  # the true tree, given only to a method that `needs: [supervision]` (None for the rest);
-    #                          it may use only what its setting reveals (celldag.lineage.supervision)
-    work_dir: str | None = None  # the run's directory: checkpoints live here, so a killed job resumes
-    counts: np.ndarray | None = None  # (n, p) integer counts of the scored replicate's cells summed per leaf
-    count_total: np.ndarray | None = None  # (n,) each leaf's total count over all genes, kept or not
-    validation_features: np.ndarray | None = None  # (n, p) a third replicate for model selection, never scored
-    validation_leaves: np.ndarray | None = None  # (n,) bool: leaves whose validation row is measured (a leaf
-    #                                              without validation cells repeats its training row there)
-    no_validation: str | None = None  # why the dataset has no validation replicate, where its loader says
-    #                                   (uns['no_validation_replicate']): for a method's note on its model selection
+    names: tuple[str, ...]
+    features: np.ndarray
+    train_features: np.ndarray | None
+    tree_newick: str | None
+    work_dir: str | None = None
+    counts: np.ndarray | None = None
+    count_total: np.ndarray | None = None
+    validation_features: np.ndarray | None = None
+    validation_leaves: np.ndarray | None = None
+    no_validation: str | None = None
 
     def unmet(self, need: str) -> str | None:
         if need == "replicates" and self.train_features is None:

@@ -20,11 +20,22 @@ class NotApplicable(Exception):
 
 @dataclass(frozen=True)
 class MethodResult:
-    embedding: np.ndarray | None = None  # (n, d) the representation whose distances the method uses
-    tree_newick: str | None = None  # lineage methods: the reconstructed tree over `names`
-    gene_embedding: np.ndarray | None = None  # (genes, k) contextual gene embedding, rows = `gene_ids`
-    gene_ids: tuple[str, ...] | None = None  # the genes the method modelled (e.g. those with a static embedding)
-    obsm: dict = field(default_factory=dict)  # per-cell matrices a track's contract names (annotation: class
-    # probabilities), written to the output's obsm
-    uns: dict = field(default_factory=dict)  # extra JSON-able facts stored in the output's uns, e.g.
-    # {"supervision": {...}} that evaluation needs
+    """What a method's ``run`` returns; the runner writes it as a contract-checked output file.
+
+    Attributes:
+        embedding: ``(n, d)`` the representation whose distances the method uses.
+        tree_newick: Lineage methods: the reconstructed tree over the input's ``names``.
+        gene_embedding: ``(genes, k)`` contextual gene embedding, its rows ``gene_ids``.
+        gene_ids: The genes the method modelled (e.g. those with a static embedding).
+        obsm: Per-cell matrices a track's contract names (annotation: class probabilities), written to the
+            output's obsm.
+        uns: Extra JSON-able facts stored in the output's uns that evaluation needs, e.g.
+            ``{"supervision": {...}}``.
+    """
+
+    embedding: np.ndarray | None = None
+    tree_newick: str | None = None
+    gene_embedding: np.ndarray | None = None
+    gene_ids: tuple[str, ...] | None = None
+    obsm: dict = field(default_factory=dict)
+    uns: dict = field(default_factory=dict)

@@ -93,21 +93,34 @@ SPLITS = ("train", "val")
 @dataclass(frozen=True)
 class RepresentationInput:
     """What a representation method's ``run`` receives. Cell-type labels are given to no method: only to an oracle
-    control that ``needs: [truth]`` (``PRIVILEGED``; the runner sets them to None for every other run)."""
+    control that ``needs: [truth]`` (``PRIVILEGED``; the runner sets them to None for every other run).
+
+    Attributes:
+        names: Cell names, one per row.
+        features: ``(n, p)`` scaled log-normalised expression (z-scored, clipped at 10).
+        gene_names: ``(p,)`` column names of ``features``.
+        batch: ``(n,)`` batch label per cell (strings).
+        train_mask: ``(n,)`` bool: cells a method may fit on; the rest is validation.
+        lognorm: ``(n, p)`` log-normalised expression before scaling (non-negative).
+        counts: ``(n, p)`` raw integer counts (scipy sparse or ndarray), or None where the dataset has none;
+            methods listing ``needs: [counts]`` always get them.
+        gene_embedding: The static gene embeddings the method's params name (``embedding``).
+        work_dir: The run's directory: checkpoints live here, so a killed job resumes.
+        labels: ``(n,)`` str cell types: the truth the scores are computed on, oracles only.
+    """
 
     PRIVILEGED: ClassVar[dict[str, tuple[str, ...]]] = {"labels": ("truth",)}
 
-    names: tuple[str, ...]  # cell names, one per row
-    features: np.ndarray  # (n, p) scaled log-normalised expression (z-scored, clipped at 10)
-    gene_names: tuple[str, ...]  # (p,) column names of `features`
-    batch: np.ndarray  # (n,) batch label per cell (strings)
-    train_mask: np.ndarray  # (n,) bool: cells a method may fit on; the rest is validation
-    lognorm: np.ndarray  # (n, p) log-normalised expression before scaling (non-negative)
-    counts: object | None  # (n, p) raw integer counts (scipy sparse or ndarray); methods listing
-    #                        `needs: [counts]` always get them
-    gene_embedding: GeneTable | None = None  # the static gene embeddings the method's params name (`embedding`)
-    work_dir: str | None = None  # the run's directory: checkpoints live here, so a killed job resumes
-    labels: np.ndarray | None = None  # (n,) str cell types: the truth the scores are computed on, oracles only
+    names: tuple[str, ...]
+    features: np.ndarray
+    gene_names: tuple[str, ...]
+    batch: np.ndarray
+    train_mask: np.ndarray
+    lognorm: np.ndarray
+    counts: object | None
+    gene_embedding: GeneTable | None = None
+    work_dir: str | None = None
+    labels: np.ndarray | None = None
 
     def unmet(self, need: str) -> str | None:
         if need == "truth" and self.labels is None:
