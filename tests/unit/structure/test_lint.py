@@ -1,10 +1,11 @@
-"""ruff's checks and its format (pyproject.toml [tool.ruff]) hold over src, workflow, tests and benchmarks: an unused import or an
-undefined name fails the fast tier, not a reviewer's eye."""
+"""ruff's checks and its format (pyproject.toml [tool.ruff]) hold over src, workflow, tests and benchmarks: an unused
+import or an undefined name fails the fast tier, not a reviewer's eye."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -55,3 +56,12 @@ def test_the_commit_hooks_run_the_projects_own_tools():
         }, hook["entry"]
         assert (RUFF.parent / executable.name).is_file(), f"{hook['id']}: {executable.name} is not in the .venv"
     assert {"ruff-check", "ruff-format", "import-contracts", "fast-tests"} <= {hook["id"] for hook in hooks}
+
+
+def test_the_formatter_owns_the_layout():
+    """No hand layout the formatter is told to skip, imports sorted and no line over the limit: ruff's I and E501 are
+    selected (the tree passing them is test_the_tree_passes_ruff)."""
+    skipped = [str(path) for path in (REPO / "src").rglob("*.py") if "fmt: " + "skip" in path.read_text()]
+    assert not skipped, f"# fmt: skip in {skipped}"
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["ruff"]
+    assert {"I", "E501"} <= set(settings["lint"]["select"]) and settings["line-length"] == 120
