@@ -1,3 +1,3 @@
 """celldag: a reproducible Snakemake benchmark of single-cell ML methods against their baselines."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

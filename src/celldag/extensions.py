@@ -40,8 +40,8 @@ def check_entry_point(entry_point: str, where: str) -> None:
     module, name = split(entry_point)
     if module != entry_point.partition(":")[0]:
         warnings.warn(
-            f"{where}: {entry_point!r} names a module that moved, and the old name stops working after "
-            f"celldag 0.3: write '{module}:{name}'",
+            f"{where}: {entry_point!r} names a module that moved, and the old name stops working in "
+            f"celldag 0.4: write '{module}:{name}'",
             FutureWarning,
             stacklevel=2,
         )

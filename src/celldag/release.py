@@ -15,6 +15,7 @@ import hashlib
 import os
 import subprocess
 from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
 
 import yaml
@@ -22,6 +23,12 @@ import yaml
 from celldag import __version__
 
 PACKAGE_FOLDER = Path(__file__).parent
+# celldag's own citation: CITATION.cff's title and date-released (a test keeps them equal), `celldag cite`'s first entry
+TITLE = (
+    "celldag: a reproducible benchmark of CellTreeQM, sciLaMA and Kandinsky conformal prediction against their "
+    "baselines"
+)
+RELEASE_DATE = "2026-12-06"  # of __version__
 # the digest the workflow files were written with, relative to the repository root
 WORKFLOW_DIGEST_FILE = "workflow/celldag-source.sha256"
 SKIPPED_PARTS = ("__pycache__",)
@@ -170,6 +177,17 @@ def version_text() -> str:
     commit = package_commit()
     where = f"commit {commit}" if commit != "unknown" else "not a git checkout"
     return f"celldag {__version__} ({where}; source sha256 {package_digest()[:16]}; {PACKAGE_FOLDER})"
+
+
+@functools.cache
+def repository_url() -> str:
+    """The repository's URL, pyproject.toml ``[project.urls] Repository`` as the installed package's metadata holds
+    it; "unknown" for a package installed without one."""
+    for entry in metadata.metadata("celldag").get_all("Project-URL") or []:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "repository":
+            return url.strip()
+    return "unknown"
 
 
 def release_facts() -> dict[str, str]:

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
@@ -37,7 +38,9 @@ def test_celldag_version_prints_the_version_the_commit_and_the_source_digest():
 def test_the_version_is_one_in_pyproject_the_package_the_changelog_and_the_citation():
     assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"] == __version__
     assert re.search(
-        rf"^## {re.escape(__version__)} \(\d{{4}}-\d{{2}}-\d{{2}}\)$", (REPO / "CHANGELOG.md").read_text(), re.M
+        rf"^## {re.escape(__version__)} \({re.escape(release.RELEASE_DATE)}, commit [0-9a-f]{{12,40}}\)$",
+        (REPO / "CHANGELOG.md").read_text(),
+        re.M,
     )
     citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
     assert citation["version"] == __version__ and citation["cff-version"] == "1.2.0"
@@ -126,3 +129,68 @@ def test_the_shipped_reference_was_made_from_the_commit_that_holds_it():
             "which records the digest of the files it was made from"
         )
     assert release.reference_origin_problem(REPO, holding, made) is None
+
+
+# ---- releases a user can pin: one repository URL, each release's commit, celldag's own citation ----------------------
+
+REPOSITORY_PATTERNS = (
+    r"github\.com/[\w.<>-]+/celldag",
+    r"gitlab\.com/[\w.<>/-]+/celldag",
+    r"raw\.githubusercontent\.com/[\w.<>-]+/celldag",
+    r"<owner>/celldag",
+    r"git\+https?://\S*celldag",
+)
+
+
+def repository_url() -> str:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+
+
+def hard_coded_repository_urls(root: Path, files: list[str]) -> list[str]:
+    """``path:line`` of every line outside pyproject.toml and CITATION.cff that writes a URL of celldag's repository
+    (tests, which stand for a lab's fork, and CHANGELOG.md's history aside)."""
+    pattern = re.compile("|".join([*REPOSITORY_PATTERNS, re.escape(repository_url())]))
+    found = []
+    for name in files:
+        if name in ("pyproject.toml", "CITATION.cff", "CHANGELOG.md") or name.startswith(("tests/", "reference/")):
+            continue
+        try:
+            lines = (root / name).read_text().splitlines()
+        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+            continue
+        found += [f"{name}:{number}" for number, line in enumerate(lines, start=1) if pattern.search(line)]
+    return found
+
+
+def test_the_repository_url_is_written_in_one_place(tmp_path):
+    tracked = git("ls-files", cwd=REPO).split()
+    assert hard_coded_repository_urls(REPO, tracked) == []
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs/page.md").write_text("pip install 'celldag @ git+https://github.com/someone/celldag@v1'\n")
+    (tmp_path / "docs/other.md").write_text(f"see {repository_url()}\n")
+    assert hard_coded_repository_urls(tmp_path, ["docs/page.md", "docs/other.md"]) == [
+        "docs/page.md:1",
+        "docs/other.md:1",
+    ]
+
+
+def test_citation_cff_and_celldag_cite_agree_with_the_package():
+    citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert citation["repository-code"] == repository_url()
+    assert citation["title"] == release.TITLE
+    assert str(citation["version"]) == __version__
+    assert str(citation["date-released"]) == release.RELEASE_DATE
+
+
+RELEASE_HEADING = re.compile(r"^## (\d+\.\d+\.\d+) \(([^)]*)\)$", flags=re.M)
+
+
+def test_each_changelog_release_names_the_commit_that_holds_its_version():
+    """A tag is a ref a copy of the repository may not carry: a release is findable by its commit."""
+    releases = RELEASE_HEADING.findall((REPO / "CHANGELOG.md").read_text())
+    assert releases and releases[0][0] == __version__, "the newest release in CHANGELOG.md is the package's version"
+    for version, details in releases:
+        commits = re.findall(r"commit ([0-9a-f]{12,40})", details)
+        assert len(commits) == 1, f"CHANGELOG.md: {version} names no commit ({details})"
+        pyproject = git("show", f"{commits[0]}:pyproject.toml", cwd=REPO)
+        assert f'version = "{version}"' in pyproject, f"CHANGELOG.md: {version}'s commit {commits[0]} is not {version}"
