@@ -24,8 +24,9 @@ status 0 when every file is in the mirror, 1 when a download failed (the others 
 the config or an argument is invalid.
 
 ``celldag cite [RESULTS]`` prints what a paper cites (docs/citing.md): celldag, then the works behind the methods,
-datasets and gene embeddings with an ok run in RESULTS (without RESULTS: those the config's plan selects, marked
-planned), their licenses, and the entries whose registry holds no reference; ``--format bibtex`` for BibTeX.
+datasets and gene embeddings with an ok run in RESULTS and behind the procedures and metrics with an ok score there
+(without RESULTS: those the config's plan selects, marked planned), their licenses, and what has no reference;
+``--format bibtex`` for BibTeX.
 """
 
 from __future__ import annotations
@@ -435,7 +436,8 @@ def _add_cite(commands) -> None:
     cite = commands.add_parser(
         "cite",
         help="what a paper made with these results cites: celldag, the works behind the "
-        "methods, datasets and gene embeddings with an ok run, their licenses",
+        "methods, datasets and gene embeddings with an ok run and the procedures and metrics with an ok score, "
+        "their licenses",
     )
     cite.add_argument(
         "results",

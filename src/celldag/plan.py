@@ -314,9 +314,10 @@ def data_key(dataset_entry: dict) -> str:
 
 # entries of a dataset that change where its jobs run, not what they compute (celldag.jobs.envs)
 WHERE_IT_RUNS = ("env", "packages")
-# what to cite for an entry and under which license its implementation runs (celldag cite): a corrected reference
-# recomputes nothing. A dataset's license stays in its key: it has keyed the prepared files since it was required
-CITATION = ("reference", "license")
+# what to cite for an entry and under which license its implementation runs, and the works behind a track's metrics
+# (celldag cite): a corrected reference recomputes nothing. A dataset's license stays in its key: it has keyed the
+# prepared files since it was required
+CITATION = ("reference", "license", "references")
 
 
 def preparation_entry(dataset_entry: dict) -> dict:

@@ -165,18 +165,21 @@ def test_second_run_has_nothing_to_do(finished_run):
 
 
 def test_a_corrected_citation_reruns_nothing(finished_run):
-    """A registry entry's reference and license enter no key and reach no job's params (plan.without_citation):
-    correcting them leaves a finished run finished."""
-    path = finished_run / "config/methods.yaml"
-    shipped = path.read_text()
-    methods = yaml.safe_load(shipped)
+    """A registry entry's reference and license, and a track's references, enter no key and reach no job's params
+    (plan.without_citation): correcting them leaves a finished run finished."""
+    methods_path, tracks_path = finished_run / "config/methods.yaml", finished_run / "config/tracks.yaml"
+    shipped = {path: path.read_text() for path in (methods_path, tracks_path)}
+    methods, tracks = yaml.safe_load(shipped[methods_path]), yaml.safe_load(shipped[tracks_path])
     methods["nj_raw"] |= {"reference": "A corrected citation. 2026.", "license": "Apache-2.0"}
-    path.write_text(yaml.safe_dump(methods))
+    tracks["lineage"]["references"]["splits"]["reference"] = "A corrected citation. 2026."
+    methods_path.write_text(yaml.safe_dump(methods))
+    tracks_path.write_text(yaml.safe_dump(tracks, sort_keys=False, allow_unicode=True))  # the order params keep
     try:
         result = snakemake(finished_run, "-n")
         assert "Nothing to be done" in result.stdout + result.stderr
     finally:
-        path.write_text(shipped)
+        for path, text in shipped.items():
+            path.write_text(text)
 
 
 def test_a_second_configuration_shares_identical_runs_and_keeps_its_own_tables(finished_run):

@@ -18,8 +18,8 @@ for _track_id in INPUTS.chained_tracks:
             tasks=[plan.fill(plan.CHAIN_TASK, track=_track_id, seed=seed) for seed in config["seeds"]],
         params:
             track_id=_track_id,
-            track=REGISTRIES.tracks[_track_id],
-            upstream=REGISTRIES.tracks[REGISTRIES.track(_track_id).upstream],
+            track=track_entry(_track_id),
+            upstream=track_entry(REGISTRIES.track(_track_id).upstream),
             task=lambda wildcards, track_id=_track_id: REGISTRIES.datasets[wildcards.dataset]["chained"][track_id],
         wildcard_constraints:
             dataset=_one_of(_datasets) if _datasets else "(?!)",
@@ -47,8 +47,8 @@ for _track_id in INPUTS.chained_tracks:
                      for seed in config["seeds"] for method in _methods],
         params:
             track_id=_track_id,
-            track=REGISTRIES.tracks[_track_id],
-            upstream=REGISTRIES.tracks[REGISTRIES.track(_track_id).upstream],
+            track=track_entry(_track_id),
+            upstream=track_entry(REGISTRIES.track(_track_id).upstream),
             dataset=dataset_entry,
             methods={method: plan.without_citation(REGISTRIES.methods[method]) for method in _methods},
             seeds=config["seeds"],
@@ -75,7 +75,7 @@ for _track_id in INPUTS.chained_tracks:
             checksums=plan.checksums_path(plan.fill(plan.CHAINED_SCORES, track=_track_id)),
         params:
             track_id=_track_id,
-            track=REGISTRIES.tracks[_track_id],
+            track=track_entry(_track_id),
             dataset=dataset_entry,
             evaluation=config["evaluation"],
         wildcard_constraints:

@@ -215,13 +215,23 @@ def trained_sized(resource):
     return value
 
 
+def track_entry(track_id):
+    """A tracks-registry entry less the works behind its metrics (`references:`, plan.without_citation): its
+    `definition` is what jobs load, and a corrected citation reruns no job."""
+    return plan.without_citation(REGISTRIES.tracks[track_id])
+
+
+def all_track_entries():
+    return {track_id: track_entry(track_id) for track_id in REGISTRIES.tracks}
+
+
 def dataset_track(wildcards):
     """The tracks-registry entry of a dataset's track (its `definition` is what jobs load)."""
-    return REGISTRIES.tracks[REGISTRIES.datasets[wildcards.dataset]["track"]]
+    return track_entry(REGISTRIES.datasets[wildcards.dataset]["track"])
 
 
 def method_track(wildcards):
-    return REGISTRIES.tracks[REGISTRIES.methods[wildcards.method]["track"]]
+    return track_entry(REGISTRIES.methods[wildcards.method]["track"])
 
 
 def download_pins(wildcards):

@@ -24,7 +24,7 @@ for _track_id in REGISTRIES.tracks:
                 figure=_figure.name,
                 dataset=dataset_entry,
                 track_id=_track_id,
-                track=REGISTRIES.tracks[_track_id],
+                track=track_entry(_track_id),
                 seed=PLAN.figure_seed,
                 evaluation=config["evaluation"],
                 kinds=KINDS_OF_ROWS,

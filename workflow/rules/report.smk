@@ -26,7 +26,7 @@ rule aggregate:
         baseline=config["evaluation"]["delta_baseline"],
         paired=config["evaluation"]["paired"],
         notes=config["evaluation"]["notes"],
-        tracks=REGISTRIES.tracks,
+        tracks=all_track_entries(),
         kinds=KINDS_OF_ROWS,
         alpha=celldag_annotation_options(config["evaluation"])["alpha"],  # the annotation scores' α
         missing=celldag_qc.missing_citations(REGISTRIES, PLAN),
@@ -81,7 +81,7 @@ rule report_html:
         baseline=config["evaluation"]["delta_baseline"],
         paired=config["evaluation"]["paired"],
         notes=config["evaluation"]["notes"],
-        tracks=REGISTRIES.tracks,
+        tracks=all_track_entries(),
         kinds=KINDS_OF_ROWS,
         alpha=celldag_annotation_options(config["evaluation"])["alpha"],  # the annotation scores' α
         published=[table for table in PUBLISHED if table.dataset_id in config["datasets"]],

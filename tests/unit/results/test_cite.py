@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from conftest import REPO
 
+from celldag import release
 from celldag.bibliography import bibtex, bibtex_key, format_reference, reference_id
 from celldag.cli import main
 from celldag.commands.cite import Cited, works_and_gaps
@@ -91,9 +92,15 @@ def test_a_work_cited_by_several_entries_is_listed_once_and_an_entry_without_one
     ]
 
 
-def write_results(folder, runs: list[tuple[str, str, str, str]]) -> None:
+SCORE_ROW = {"dataset": "bm_default", "track": "lineage", "method": "nj_raw", "variant": "default", "seed": 0}
+
+
+def write_results(folder, runs: list[tuple[str, str, str, str]], scores: list[dict] | None = None) -> None:
+    """runs.parquet of ``runs`` (dataset, method, variant, status) and scores.parquet of ``scores`` (each a row's
+    track, metric, value and status over ``SCORE_ROW``; default: one ok lineage rf)."""
     folder.mkdir(parents=True)
-    pd.DataFrame({"dataset": ["bm_default"], "metric": ["rf"], "value": [0.1]}).to_parquet(folder / "scores.parquet")
+    rows = scores if scores is not None else [{"metric": "rf", "value": 0.1, "status": "ok"}]
+    pd.DataFrame([SCORE_ROW | {"higher_is_better": False} | row for row in rows]).to_parquet(folder / "scores.parquet")
     pd.DataFrame(runs, columns=["dataset", "method", "variant", "status"]).assign(seed=0).to_parquet(
         folder / "runs.parquet"
     )
@@ -126,8 +133,12 @@ def test_cite_results_lists_exactly_the_entries_with_an_ok_run(tmp_path, monkeyp
         "dataset pbmc68k_batched",
         "gene embedding go_text",
     }
-    assert "1. The celldag developers. celldag " in out and "(planned)" not in out
+    assert f"1. The celldag developers ({release.RELEASE_DATE[:4]}). {release.TITLE}. Software, version " in out
+    assert "(planned)" not in out
     assert "doi:10.1093/oxfordjournals.molbev.a040454 — for method nj_raw" in out  # Saitou & Nei
+    # the one ok score, lineage's rf: Robinson & Foulds, for the family that covers it (and no quartet work)
+    assert "doi:10.1016/0025-5564(81)90043-2 — for lineage metrics splits (rf, rf_unknown, split_recovery" in out
+    assert "10.2307/2413326" not in out
     assert "— for dataset bm_default" in out  # CellTreeQM's paper, for its benchmark only
     assert "10.1038/s41587-026-03220-2" not in out and "10.1016/j.cell.2021.06.023" not in out
     assert "Without a reference" not in out  # every shipped entry has one
@@ -141,7 +152,8 @@ def test_cite_without_results_marks_what_the_plan_selects_planned_and_bibtex_hol
     assert out.index("@software{celldag,") < out.index("@article{") < out.index("@inproceedings{kuang2025")
     assert (
         "% for: method celltreeqm (planned), method quadruplet (planned), method triplet (planned), dataset "
-        "bm_default (planned)\n@inproceedings{kuang2025reconstructing," in out
+        "bm_default (planned), lineage metrics celltreeqm (qdist_sampled, qdist_known*, k_qdist*, u_qdist*; planned)"
+        "\n@inproceedings{kuang2025reconstructing," in out
     )
     assert "method bonsai (planned)" in out and "dataset cengen_neurons (planned)" in out
 

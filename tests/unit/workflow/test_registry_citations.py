@@ -31,6 +31,13 @@ def test_every_shipped_entry_cites_works_with_a_doi_or_url_and_states_its_licens
         works = references_of(entry)
         assert works and all(isinstance(work, dict) and (work.get("doi") or work.get("url")) for work in works), name
         assert entry.get("license"), name
+    for track_id, entry in shipped.tracks.items():  # the works behind each track's metrics (no license: no code)
+        assert entry.get("references"), track_id
+        for family, spec in entry["references"].items():
+            works = references_of(spec)
+            assert works and all(isinstance(work, dict) and (work.get("doi") or work.get("url")) for work in works), (
+                f"track {track_id}: {family}"
+            )
 
 
 def test_a_labs_entry_validates_without_reference_or_license_and_with_free_text():
@@ -60,12 +67,18 @@ def test_a_labs_entry_validates_without_reference_or_license_and_with_free_text(
         )
 
 
-def test_the_three_schemas_define_a_reference_alike():
+def test_the_four_schemas_define_a_reference_alike():
+    """The methods, datasets and gene-embeddings registries' `reference:` and the tracks registry's `references:`
+    families (celldag cite) read a work alike."""
     definitions = [
         read_yaml(REPO / "src" / "celldag" / "schemas" / f"{kind}.schema.yaml")["$defs"]
-        for kind in ("methods", "datasets", "embeddings")
+        for kind in ("methods", "datasets", "embeddings", "tracks")
     ]
-    assert definitions[0] == definitions[1] == definitions[2]
+    assert definitions[0] == definitions[1] == definitions[2] == definitions[3]
+    families = read_yaml(REPO / "src" / "celldag" / "schemas" / "tracks.schema.yaml")["additionalProperties"]
+    assert families["properties"]["references"]["additionalProperties"]["properties"]["reference"] == {
+        "$ref": "#/$defs/reference"
+    }
 
 
 def test_no_key_holds_a_reference_or_a_methods_license(shipped):
