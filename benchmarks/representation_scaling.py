@@ -476,7 +476,7 @@ def scoring_section(quick: bool, out: Section, scoring_cells: list[int] | None) 
     out.notes.append(
         "Scoring: each size in a fresh process with a new, empty JAX cache directory (CELLDAG_JAX_CACHE) scoring two "
         "embeddings of the same width, 20 (cold, then warm); for the first size a second process reads the cache "
-        "the first filled (warm cache). numba's own caches as they are on this machine. 'JAX compile s': XLA "
+        "the first filled (warm cache). numba's own caches as they were on the machine above. 'JAX compile s': XLA "
         "backend compilation (with a warm cache: loading the executables, 'JAX load s'); 'numba compile s': numba "
         "JIT compilation during the call (kBET's diffusion neighbours are exact since pynndescent's nn_descent, "
         "which numba refuses to cache on disk, cost ~30 s in every process). 700 cells: scanpy's "

@@ -22,8 +22,8 @@ from celldag.results.reference import (
     VERDICTS,
     Judgement,
     Reference,
-    reproduces,
-    summary_line,
+    reproduces_release,
+    score_counts,
     verdict_counts,
 )
 from celldag.results.tolerance import plural
@@ -66,6 +66,26 @@ def score_row(item: Judgement) -> tuple[str, ...]:
         delta,
         f"{item.margin:.3g}",
     )
+
+
+SHOWN_METHODS = 3  # changed methods named in the verdict line (all of them in check.md and below it)
+
+
+def verdict_line(found: list[Judgement], methods: pd.DataFrame) -> str:
+    """The check's first line: the verdict its exit status gives, per score and per method together."""
+    failing = sum(item.verdict not in PASSING for item in found)
+    changed = methods[methods["verdict"] == CHANGED]
+    if reproduces_release(found, methods):
+        return (
+            f"reproduces the release: no score and no method changed beyond noise ({plural(len(found), 'score')}, "
+            f"{plural(len(methods), 'method')})"
+        )
+    parts = [f"{plural(failing, 'score')} changed, changed status or on one side only"] if failing else []
+    if len(changed):
+        names = [f"{row.dataset}/{row.track}/{row.method}/{row.variant}" for row in changed.itertuples()]
+        more = f" and {len(names) - SHOWN_METHODS} more" if len(names) > SHOWN_METHODS else ""
+        parts.append(f"{plural(len(changed), 'method')} changed ({', '.join(names[:SHOWN_METHODS])}{more})")
+    return "does not reproduce the release: " + "; ".join(parts)
 
 
 def rule_line(rule: str, differences: dict[str, tuple[str, str]]) -> str:
@@ -182,8 +202,9 @@ def check_blocks(
             (
                 f"`{results}` against the reference `{reference_folder}` (commit {made.get('commit', '?')}, made "
                 f"{made.get('made_at', '?')} on {made['environment'].get('machine.cpu_model', '?')}).",
-                summary_line(found),
-                methods_line(methods),
+                verdict_line(found, methods),
+                "scores: " + score_counts(found),
+                "methods: " + methods_line(methods),
                 rule_line(rule, differences),
                 detection_line(found),
             )
@@ -252,7 +273,8 @@ def summary_lines(
     failing = [item for item in found if item.verdict not in PASSING]
     changed = methods[methods["verdict"] == CHANGED]
     lines = [
-        summary_line(found),
+        verdict_line(found, methods),
+        "scores: " + score_counts(found),
         "methods: " + methods_line(methods),
         rule_line(rule, differences),
         detection_line(found),
@@ -271,7 +293,7 @@ def summary_lines(
     ]
     lines += [f"environment: {line}" for line in environment_lines(differences)]
     lines += [f"cost: {line}" for line in cost_lines(ratios)]
-    if reproduces(found) and changed.empty:
+    if reproduces_release(found, methods):
         exit_line = "exit 0: nothing changed beyond noise"
     elif changed.empty:
         exit_line = f"exit 1: {plural(len(failing), 'score')} changed, changed status or on one side only"

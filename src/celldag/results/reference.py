@@ -561,11 +561,22 @@ def reproduces(found: list[Judgement]) -> bool:
     return all(item.verdict in PASSING for item in found)
 
 
-def summary_line(found: list[Judgement]) -> str:
+def reproduces_release(found: list[Judgement], methods: pd.DataFrame) -> bool:
+    """The verdict ``celldag check`` exits with: every score passes and no method (``method_verdicts``) changed."""
+    return reproduces(found) and not (methods["verdict"] == CHANGED).any()
+
+
+def score_counts(found: list[Judgement]) -> str:
+    """``27,366 identical, 0 within numerical tolerance, 0 within seed noise, 0 changed (27,366 scores)``."""
     counts = verdict_counts(found)
     shown = [f"{counts[verdict]:,} {verdict}" for verdict in (IDENTICAL, NUMERICAL, SEED_NOISE, CHANGED)]
     shown += [
         f"{counts[verdict]:,} {verdict}" for verdict in (STATUS_CHANGED, ONLY_REFERENCE, ONLY_HERE) if counts[verdict]
     ]
+    return ", ".join(shown) + f" ({plural(len(found), 'score')})"
+
+
+def summary_line(found: list[Judgement]) -> str:
+    """The scores' verdict alone (a held-out rerun's in reference.yaml): whether every score passes, and the counts."""
     head = "reproduces the release" if reproduces(found) else "does not reproduce the release"
-    return f"{head}: " + ", ".join(shown) + f" ({plural(len(found), 'score')})"
+    return f"{head}: {score_counts(found)}"

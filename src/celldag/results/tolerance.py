@@ -35,4 +35,4 @@ def values_match(recorded: float | None, now: float | None, tolerance: Tolerance
 
 
 def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'s' * (count != 1)}"
+    return f"{count:,} {noun}{'s' * (count != 1)}"
