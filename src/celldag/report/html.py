@@ -24,7 +24,7 @@ from markupsafe import Markup, escape
 
 from celldag import artifacts, plan
 from celldag.document import Block, Heading, Paragraph, Table
-from celldag.report.leaderboard import leaderboard_blocks
+from celldag.report.leaderboard import Detail, leaderboard_blocks
 from celldag.results.leaderboard import DEFAULT_ALPHA
 from celldag.results.published import Context, PublishedTable, report_blocks
 from celldag.tracks import Track
@@ -123,6 +123,7 @@ def environment() -> jinja2.Environment:
         "heading": lambda item: isinstance(item, Heading),
         "paragraph": lambda item: isinstance(item, Paragraph),
         "table": lambda item: isinstance(item, Table),
+        "detail": lambda item: isinstance(item, Detail),  # a full table, folded under the one shown
     }
     return env
 

@@ -1,22 +1,32 @@
 """A configuration's leaderboard.md (results/{name}/) and the blocks index.html renders: per dataset and metric group,
 methods × metrics with their rank intervals, the notes under them and the paired differences. The numbers — the
-gathered tables, the statistics over seeds and the ranks — are ``celldag.results.leaderboard``'s, re-exported here."""
+gathered tables, the statistics over seeds and the ranks — are ``celldag.results.leaderboard``'s, re-exported here.
+
+A track whose metric names start with a procedure's (``ROW_PREFIXES``: the annotation track's) shows them without it
+(``group_layout``): a section of one procedure as columns under its heading, a group spanning procedures (a new batch)
+as a row per run and procedure, at most ``MAX_METRIC_COLUMNS`` metric columns each; the full table of a group whose
+metrics do not all fit is index.html's alone, folded under the one shown (``Detail``)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
-from celldag import artifacts, contracts
-from celldag.document import Block, Heading, Paragraph, Table, markdown
+from celldag import artifacts, contracts, document
+from celldag.document import Block, Heading, Paragraph, Table
 from celldag.results import floor_cards, qc
 from celldag.results.leaderboard import (
+    ANNOTATION_TRACK,
     DEFAULT_ALPHA,
     EFFICIENCY_CLASSIFIER,
     EFFICIENCY_METRICS,
     EFFICIENCY_PROCEDURE,
+    LEVEL,
+    POWER,
     REPRESENTATION_TRACK,
     RUN_COLUMNS,
     Ranking,
@@ -35,6 +45,7 @@ from celldag.results.leaderboard import (
     paired_rows,
     rank_key,
     score_text,
+    seeds_to_separate_half,
     t_interval,
     table_ranking,
 )
@@ -43,6 +54,7 @@ from celldag.tracks import DELTA_PREFIX, Track
 
 __all__ = [  # the model's names, for code that imported them from here
     "RUN_COLUMNS",
+    "Detail",
     "add_deltas",
     "aggregate",
     "clipped_runs",
@@ -60,6 +72,101 @@ __all__ = [  # the model's names, for code that imported them from here
     "score_text",
     "t_interval",
 ]
+
+
+@dataclass(frozen=True)
+class Detail(Table):
+    """A table that index.html folds under the one before it (a <details> element: ``celldag.report.html``) and
+    leaderboard.md leaves out (``markdown``): a section's full table, every metric under the name ``scores.parquet``
+    gives it, where the table shown holds some of them only."""
+
+    summary: str = ""
+
+
+def markdown(blocks: Sequence[Block]) -> str:
+    """The blocks as Markdown (``celldag.document.markdown``), without the tables only index.html shows (``Detail``)."""
+    return document.markdown([block for block in blocks if not isinstance(block, Detail)])
+
+
+# ------------------------------------------------------------------------------------------ readable tables
+
+# a table's metric columns at most, its procedure column included; its other metrics go to the folded full table
+# (``Detail``): with the rank, the run's two labels and its seeds ok, 14 columns at most
+MAX_METRIC_COLUMNS = 10
+# The prefixes that name a row's procedure in a track's metric names, longest matched first: the annotation track's
+# set procedures (annotation.track.PROCEDURES, the headline first) and its classifiers' own rules (RULES) on the
+# random split and on the label-free new batch (a row each: "confident", "confident_label_free"). Spelled
+# here, not imported: celldag.annotation's figures import the report's, so the report importing celldag.annotation
+# would close an import cycle between celldag's children (tests/unit/results/test_readable_tables.py holds them equal).
+ROW_PREFIXES: Mapping[str, tuple[str, ...]] = {
+    ANNOTATION_TRACK: (
+        "kandinsky_augmented",
+        "kandinsky_augmented_unrandomised",
+        "kandinsky",
+        "split_lac",
+        "split_aps",
+        "class_conditional",
+        "class_conditional_pooled",
+        "mondrian_batch",
+        "label_shift",
+        *(
+            f"{rule}{scenario}"
+            for rule in ("confident", "best_match", "prob_match")
+            for scenario in ("", "_label_free")
+        ),
+    )
+}
+PROCEDURE = "procedure"  # the column naming a row's procedure, where a table's metrics span several
+
+
+def split_metric(metric: str, prefixes: Sequence[str]) -> tuple[str, str]:
+    """(procedure, column) of a metric: its longest prefix among ``prefixes`` followed by '_', and the rest; ("",
+    metric) for a metric of the run as a whole (accuracy)."""
+    found = max((prefix for prefix in prefixes if metric.startswith(f"{prefix}_")), key=len, default="")
+    return (found, metric[len(found) + 1 :]) if found else ("", metric)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a metric group's table shows its metrics: a run's own metrics (``run_columns``) as they are named, and
+    the metrics of its procedures (``procedures``) under their names without the procedure's prefix (``columns``):
+    as the table's columns where the group has one procedure (its section names it), one row per run and procedure
+    where it has several. ``hidden``: the group's metrics not shown, beyond ``MAX_METRIC_COLUMNS`` (in the folded
+    full table and scores.parquet)."""
+
+    run_columns: tuple[str, ...]
+    procedures: tuple[str, ...]
+    columns: tuple[str, ...]
+    hidden: tuple[str, ...]
+
+    @property
+    def per_procedure_rows(self) -> bool:
+        return len(self.procedures) > 1
+
+    def metric(self, procedure: str, column: str) -> str:
+        return f"{procedure}_{column}" if procedure else column
+
+    @property
+    def shown(self) -> tuple[str, ...]:
+        """The metrics shown, in the table's order (a run's own, then each procedure's columns)."""
+        return (*self.run_columns, *(self.metric(p, column) for p in self.procedures for column in self.columns))
+
+
+def group_layout(metrics: Sequence[str], prefixes: Sequence[str], headline: Sequence[str] = ()) -> Layout:
+    """The layout of a group of ``metrics`` (in the track's order) whose procedures are ``prefixes``: its first
+    ``MAX_METRIC_COLUMNS`` metric columns (a run's own and the procedures' columns, as first met); a group of one
+    procedure keeps the columns ``headline`` (those the main table shows of the track's headline procedure) where it
+    has any, so that every procedure's section shows what the main table does."""
+    split = [split_metric(metric, prefixes) for metric in metrics]
+    procedures = tuple(dict.fromkeys(procedure for procedure, _ in split if procedure))
+    order = list(dict.fromkeys(column if procedure else ("run", column) for procedure, column in split))
+    if len(procedures) == 1 and headline and any(column in headline for column in order):
+        order = [column for column in order if isinstance(column, tuple) or column in headline]
+    kept = order[: MAX_METRIC_COLUMNS - (len(procedures) > 1)]  # a table of several procedures names them in a column
+    run_columns = tuple(column[1] for column in kept if isinstance(column, tuple))
+    columns = tuple(column for column in kept if not isinstance(column, tuple))
+    shown = set(Layout(run_columns, procedures, columns, ()).shown)
+    return Layout(run_columns, procedures, columns, tuple(metric for metric in metrics if metric not in shown))
 
 
 def _cell(values: pd.Series, statuses: pd.Series, count: bool = False) -> str:
@@ -140,6 +247,7 @@ def leaderboard_blocks(
         first = dataset not in opened
         opened.add(dataset)
         blocks.append(Heading(2, f"{dataset} ({track})", dataset, track, dataset if first else f"{dataset}-{track}"))
+        prefixes, headline = ROW_PREFIXES.get(track, ()), ()
         for index, (group, metrics) in enumerate(metric_groups(table, tracks[track]).items()):
             rows = table[table["metric"].isin(metrics)]
             keys = rows[["method", "variant"]].drop_duplicates()
@@ -151,20 +259,33 @@ def leaderboard_blocks(
             clipped = clipped_runs(rows, tracks[track])
             ranked_keys = keys[[not c for c in control]]
             ranking = table_ranking(rows, list(ranked_keys.itertuples(index=False, name=None)), metrics[0])
+            layout = group_layout(metrics, prefixes, headline) if prefixes else None
+            if layout is not None and index == 0 and len(layout.procedures) == 1:
+                headline = layout.columns  # every procedure's section shows the columns the main table does
             shown = metrics
             if index == 0 and track == REPRESENTATION_TRACK:  # the held-out-batch columns, after the track's own
                 rows = pd.concat([rows, efficiency[efficiency["dataset"] == dataset]], ignore_index=True)
                 shown = [*metrics, *EFFICIENCY_METRICS]
-            blocks += [
-                _table(rows, ranked_keys, shown, tracks[track], clipped, ranking),
-                *ranks_note(ranking, metrics[0]),
-            ]
+            if layout is not None and (layout.procedures or layout.hidden):
+                blocks += layout_note(layout, group if index == 0 else "")
+                blocks.append(_layout_table(rows, ranked_keys, layout, metrics[0], tracks[track], clipped, ranking))
+                if layout.hidden:
+                    blocks.append(_detail(_table(rows, ranked_keys, shown, tracks[track], clipped, ranking)))
+            else:
+                blocks.append(_table(rows, ranked_keys, shown, tracks[track], clipped, ranking))
+            blocks += ranks_note(ranking, metrics[0])
             if shown != metrics:
                 blocks += efficiency_notes(
                     rows, ranking, list(ranked_keys.itertuples(index=False, name=None)), metrics[0], alpha
                 )
             if any(control):
-                blocks += [Paragraph(CONTROLS_NOTE), _table(rows, keys[control], shown, tracks[track], clipped)]
+                blocks.append(Paragraph(CONTROLS_NOTE))
+                if layout is not None and (layout.procedures or layout.hidden):
+                    blocks.append(_layout_table(rows, keys[control], layout, metrics[0], tracks[track], clipped))
+                    if layout.hidden:
+                        blocks.append(_detail(_table(rows, keys[control], shown, tracks[track], clipped)))
+                else:
+                    blocks.append(_table(rows, keys[control], shown, tracks[track], clipped))
             if clipped:
                 blocks.append(Paragraph(CLIPPED_NOTE))
             if index == 0:  # the notes under the main table, before the sub-sections: they say how to read it
@@ -505,9 +626,10 @@ def _arrow(scores: pd.DataFrame, metric: str) -> str:
     return "↑" if higher_is_better(scores, metric) else "↓"
 
 
-def metric_heading(metric: str, arrow: str, track: Track) -> str:
-    """A column's name: the metric and its direction, or "(count)" for a count, which has none."""
-    return f"{metric} (count)" if metric_is_count(metric, track) else f"{metric} {arrow}"
+def metric_heading(metric: str, arrow: str, track: Track, name: str = "") -> str:
+    """A column's name: the metric (or ``name``, the metric without its procedure's prefix) and its direction, or
+    "(count)" for a count, which has none."""
+    return f"{name or metric} (count)" if metric_is_count(metric, track) else f"{name or metric} {arrow}"
 
 
 def _table(
@@ -535,22 +657,123 @@ def _table(
             if (method, variant, metric) in clipped:
                 cell += " ‡{}/{}".format(*clipped[method, variant, metric])
             cells.append(cell)
-        first = runs[runs["metric"] == metrics[0]]
-        mean = first.loc[first["status"] == "ok", "value"].mean()
-        # a run whose one procedure failed (rows 'failed') is still an ok run: ok when any of its rows is
-        seeds = runs.groupby("seed")["status"].agg(
-            lambda statuses: "ok" if (statuses == "ok").any() else statuses.iloc[0]
-        )
-        row = (method, variant, *cells, f"{(seeds == 'ok').sum()}/{len(seeds)}")
-        by_mean = rank_key(mean, arrows[metrics[0]] == "↑", method, variant)
-        if ranking is None:
-            body.append((by_mean, row))
-            continue
-        interval = ranking.intervals.get((method, variant))
-        place = (0, interval, by_mean) if interval else (1, (0, 0), by_mean)  # unranked (< 2 ok seeds) last
-        body.append((place, (interval_text(interval) if interval else "–", *row)))
+        place, rank, seeds_ok = _place(runs, method, variant, metrics[0], arrows[metrics[0]] == "↑", ranking)
+        row = (method, variant, *cells, seeds_ok)
+        body.append((place, row if ranking is None else (rank, *row)))
     header = (*track.row_labels, *(metric_heading(m, arrows[m], track) for m in metrics), "seeds ok")
     return Table(("rank", *header) if ranking else header, tuple(cells for _, cells in sorted(body)))
+
+
+def _detail(table: Table) -> Detail:
+    """``table`` as the folded full table under the one shown."""
+    metrics = len(table.header) - 3 - (table.header[0] == "rank")  # less the run's labels and seeds ok
+    return Detail(table.header, table.rows, f"Full table: all {metrics} metrics, as `scores.parquet` names them")
+
+
+def layout_note(layout: Layout, title: str = "") -> list[Block]:
+    """How to read a table laid out by ``layout`` (``group_layout``): where its columns' names come from, the rows per
+    procedure, the metrics left to the full table; ``title``: the group's, for the main table, which has no heading."""
+    lines = []
+    example = layout.procedures[0] if layout.procedures else ""
+    if layout.per_procedure_rows:
+        own = ", ".join(f"`{column}`" for column in layout.run_columns)
+        lines.append(
+            f"A row per run and {PROCEDURE}, in the track's order (`{example}` first); the rank"
+            + (f", the run's own columns ({own})" if own else "")
+            + f" and its seeds ok on its first row. A column `{layout.columns[0]}` of {PROCEDURE} `{example}` is "
+            f"`{example}_{layout.columns[0]}` in `scores.parquet`."
+        )
+    elif layout.procedures:
+        which = f"the columns after `{layout.run_columns[-1]}` are" if layout.run_columns else "the columns are"
+        text = (
+            f"{which} `{example}`'s metrics, its prefix left out of their names (`{layout.columns[0]}` is "
+            f"`{example}_{layout.columns[0]}` in `scores.parquet`)."
+        )
+        lines.append(f"{title[0].upper()}{title[1:]}: {text}" if title else f"{text[0].upper()}{text[1:]}")
+    if layout.hidden:
+        lines.append(
+            "Not shown here (index.html folds the full table under this one; every seed's value in "
+            f"`scores.parquet`): {', '.join(f'`{metric}`' for metric in layout.hidden)}."
+        )
+    return [Paragraph(tuple(lines))] if lines else []
+
+
+def _layout_table(
+    rows: pd.DataFrame,
+    keys: pd.DataFrame,
+    layout: Layout,
+    first_metric: str,
+    track: Track,
+    clipped: Mapping[tuple[str, str, str], tuple[int, int]],
+    ranking: Ranking | None = None,
+) -> Table:
+    """A group's table as ``layout`` shows it: the cells, ranks and order of runs of ``_table`` (by ``first_metric``,
+    the group's first), the procedure's prefix left out of the column names; where the group spans procedures, a row
+    per run and procedure (in the track's order: the headline first), the rank, the run's own cells and its seeds ok
+    on its first row; a run without an ok value in the group on one row of the statuses (procedure "–")."""
+    single = layout.procedures[0] if len(layout.procedures) == 1 else ""
+    procedures = layout.procedures if layout.per_procedure_rows else (single,)
+    higher = _arrow(rows, first_metric) == "↑"
+
+    def cell(runs: pd.DataFrame, metrics: Sequence[str]) -> str:
+        """Mean ± sd over seeds of ``metrics``' rows (one metric, or a column's over procedures for the statuses)."""
+        of_metrics = runs[runs["metric"].isin(metrics)]
+        if of_metrics.empty:
+            return "–"
+        text = _cell(of_metrics["value"], of_metrics["status"], metric_is_count(metrics[0], track))
+        method, variant = runs["method"].iloc[0], runs["variant"].iloc[0]
+        marks = [clipped[method, variant, metric] for metric in metrics if (method, variant, metric) in clipped]
+        return text + "".join(" ‡{}/{}".format(*mark) for mark in marks)
+
+    body = []
+    for method, variant in keys.itertuples(index=False):
+        runs = rows[(rows["method"] == method) & (rows["variant"] == variant)]
+        place, rank, seeds_ok = _place(runs, method, variant, first_metric, higher, ranking)
+        own = tuple(cell(runs, [column]) for column in layout.run_columns)
+        scored = set(runs["metric"])
+        present = [p for p in procedures if any(layout.metric(p, c) in scored for c in layout.columns)]
+        if layout.per_procedure_rows and not (runs["metric"].isin(layout.shown) & (runs["status"] == "ok")).any():
+            lines = [("–", tuple(cell(runs, [layout.metric(p, c) for p in procedures]) for c in layout.columns))]
+        else:
+            lines = [(p, tuple(cell(runs, [layout.metric(p, c)]) for c in layout.columns)) for p in present or [single]]
+        for line, (procedure, cells) in enumerate(lines):
+            head = () if ranking is None else ("" if line else rank,)
+            run_cells = tuple("" for _ in own) if line else own
+            named = (procedure,) if layout.per_procedure_rows else ()
+            body.append(((place, line), (*head, method, variant, *run_cells, *named, *cells, "" if line else seeds_ok)))
+    arrows = dict(zip(rows["metric"], rows["higher_is_better"], strict=True))
+
+    def heading(column: str, procedures: Sequence[str]) -> str:
+        metric = next((m for m in (layout.metric(p, column) for p in procedures) if m in arrows), column)
+        return metric_heading(metric, "↑" if arrows.get(metric, True) else "↓", track, column)
+
+    header = (
+        *track.row_labels,
+        *(heading(column, [""]) for column in layout.run_columns),
+        *((PROCEDURE,) if layout.per_procedure_rows else ()),
+        *(heading(column, procedures) for column in layout.columns),
+        "seeds ok",
+    )
+    return Table(("rank", *header) if ranking else header, tuple(cells for _, cells in sorted(body)))
+
+
+def _place(
+    runs: pd.DataFrame, method: str, variant: str, first_metric: str, higher: bool, ranking: Ranking | None
+) -> tuple[tuple, str, str]:
+    """A run's place in its table (``ranking``'s interval, unranked last, then by mean of ``first_metric``: without
+    a ranking by mean alone), its rank's text and its seeds ok ("2/3")."""
+    first = runs[runs["metric"] == first_metric]
+    mean = first.loc[first["status"] == "ok", "value"].mean()
+    # a run whose one procedure failed (rows 'failed') is still an ok run: ok when any of its rows is
+    seeds = runs.groupby("seed")["status"].agg(lambda statuses: "ok" if (statuses == "ok").any() else statuses.iloc[0])
+    seeds_ok = f"{(seeds == 'ok').sum()}/{len(seeds)}"
+    by_mean = rank_key(mean, higher, method, variant)
+    if ranking is None:
+        return by_mean, "", seeds_ok
+    interval = ranking.intervals.get((method, variant))
+    if interval is None:  # unranked (< 2 ok seeds) last
+        return (1, (0, 0), by_mean), "–", seeds_ok
+    return (0, interval, by_mean), interval_text(interval), seeds_ok
 
 
 def ranks_note(ranking: Ranking, metric: str) -> list[Block]:
@@ -576,9 +799,37 @@ def ranks_note(ranking: Ranking, metric: str) -> list[Block]:
                 f"{shared} of {ranked} methods share ranks (an interval like 2–5): the seeds cannot order "
                 "them, read their order by mean as a tie."
             )
+    if pairs and ranking.separable < pairs:
+        lines.append(seeds_guide(ranking))
     if ranking.unranked:
         lines.append(f"Unranked (fewer than two ok seeds): {', '.join(f'`{m}/{v}`' for m, v in ranking.unranked)}.")
     return [Paragraph(tuple(lines))] if lines else []
+
+
+MOST_SEEDS = 10_000  # beyond it the guide says "more than": no lab runs that many, and the sds of a few seeds are rough
+
+
+def seeds_guide(ranking: Ranking) -> str:
+    """The rough guide to the seeds that would separate half of a table's pairs
+    (``celldag.results.leaderboard.seeds_to_separate_half``), as the rank note says it."""
+    pairs, seeds = len(ranking.pairs), seeds_to_separate_half(ranking)
+    level, power, half = f"{LEVEL * 100:g} %", f"{POWER * 100:g} %", math.ceil(pairs / 2)
+    if pairs == 1:
+        which, test = "the pair", f"a paired t test at {level}"
+    else:
+        which = f"half of the {pairs} pairs, the {half} farthest apart for their sd"
+        test = f"each pair's paired t test at its Holm step's level, {level}/{pairs} for the farthest apart"
+    if math.isinf(seeds):
+        which, many = ("the pair", "its") if pairs == 1 else (f"half of the {pairs} pairs", f"at least {half} pairs'")
+        return (
+            f"Seeds to separate: more seeds would not separate {which}: {many} per-seed differences have no spread, "
+            "a mean of 0 or fewer than two seeds in common."
+        )
+    truth = "its mean difference and sd" if pairs == 1 else "their mean differences and sds"
+    guide = f"(rough guide: {test}, with {power} power, {truth} over these seeds taken as the truth)"
+    if seeds > MOST_SEEDS:
+        return f"Seeds to separate: more than {MOST_SEEDS:,} seeds would separate {which} {guide}."
+    return f"Seeds to separate: about {seeds:.0f} seeds would separate {which} {guide}."
 
 
 def efficiency_notes(

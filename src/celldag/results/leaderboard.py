@@ -14,6 +14,10 @@ best.
 A pair whose per-seed differences have no spread (a deterministic method on fixed data beside another) cannot be
 separated by seeds whatever its mean difference: the test has no error to scale it by, so it stays tied. A row with
 fewer than two ``ok`` seeds is not ranked. Nothing is resampled: the same scores give the same ranks.
+
+Where the seeds leave pairs tied, ``seeds_to_separate_half`` is a rough guide to how many seeds would separate half
+of them: each pair's paired t test at its Holm step's level with 80 % power, the observed mean and sd of its per-seed
+differences taken as the truth.
 """
 
 from __future__ import annotations
@@ -238,6 +242,7 @@ class PairTest:
     mean_difference: float  # first minus second, on the table's scale
     p_value: float  # two-sided; 1.0 where the seeds cannot say (fewer than two, no spread)
     better: Hashable | None = None
+    sd: float = math.nan  # of the per-seed differences (``paired_sd``): 0 without spread, NaN with < 2 seeds
 
 
 @dataclass(frozen=True)
@@ -259,19 +264,32 @@ class Ranking:
         return any(set(test.rows) == {a, b} and test.better is not None for test in self.pairs)
 
 
-def paired_test(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[int, float, float]:
-    """(seeds, mean difference a − b, two-sided p) of the paired t test on the seeds both have a finite score for."""
+def _differences(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[list[float], float, float]:
+    """The per-seed differences a − b on the seeds both have a finite score for, their mean and their sample sd (0
+    where the spread is rounding of a constant difference, ``NO_SPREAD``; NaN for fewer than two seeds)."""
     seeds = sorted(seed for seed in set(a) & set(b) if math.isfinite(a[seed]) and math.isfinite(b[seed]))
     differences = [a[seed] - b[seed] for seed in seeds]
     if len(differences) < 2:
-        return len(differences), (differences[0] if differences else math.nan), 1.0
+        return differences, (differences[0] if differences else math.nan), math.nan
     mean = math.fsum(differences) / len(differences)
     spread = math.sqrt(math.fsum((d - mean) ** 2 for d in differences) / (len(differences) - 1))
     scale = max(max(abs(a[seed]), abs(b[seed])) for seed in seeds)
-    if spread <= NO_SPREAD * scale:  # not separable by seeds: no error to scale the difference by (rounding aside)
+    return differences, mean, 0.0 if spread <= NO_SPREAD * scale else spread
+
+
+def paired_test(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[int, float, float]:
+    """(seeds, mean difference a − b, two-sided p) of the paired t test on the seeds both have a finite score for."""
+    differences, mean, spread = _differences(a, b)
+    if len(differences) < 2 or spread == 0.0:  # no spread: not separable by seeds, no error to scale the difference by
         return len(differences), mean, 1.0
     t = mean / (spread / math.sqrt(len(differences)))
     return len(differences), mean, float(2 * stats.t.sf(abs(t), df=len(differences) - 1))
+
+
+def paired_sd(a: Mapping[int, float], b: Mapping[int, float]) -> float:
+    """The sample sd of the per-seed differences a − b that ``paired_test`` scales by: 0 without spread (rounding of a
+    constant difference), NaN for fewer than two seeds."""
+    return _differences(a, b)[2]
 
 
 def rank(per_seed: Mapping[Hashable, Mapping[int, float]], higher_is_better: bool, level: float = LEVEL) -> Ranking:
@@ -283,7 +301,9 @@ def rank(per_seed: Mapping[Hashable, Mapping[int, float]], higher_is_better: boo
     raw = [(a, b, *paired_test(finite[a], finite[b])) for a, b in itertools.combinations(ranked, 2)]
     rejected = holm_rejections([p for *_, p in raw], level)  # family error ≤ level under any dependence
     pairs = tuple(
-        PairTest((a, b), seeds, mean, p, (a if sign * mean > 0 else b) if reject else None)
+        PairTest(
+            (a, b), seeds, mean, p, (a if sign * mean > 0 else b) if reject else None, paired_sd(finite[a], finite[b])
+        )
         for (a, b, seeds, mean, p), reject in zip(raw, rejected, strict=True)
     )
     beaten_by = {row: 0 for row in ranked}  # rows separably better than it
@@ -314,6 +334,55 @@ def table_ranking(rows: pd.DataFrame, keys: Sequence[tuple[str, str]], metric: s
         if (method, variant) in per_seed:
             per_seed[method, variant][int(seed)] = float(value)
     return rank(per_seed, higher_is_better(rows, metric))
+
+
+# ------------------------------------------------------------------------------------------ seeds to separate
+
+# A rough guide to how many seeds would order a table the seeds leave tied: the observed mean and sd of each pair's
+# per-seed differences taken as the truth, each pair's paired t test at its Holm step with this power
+POWER = 0.8
+NORMAL_ENOUGH = 10**6  # seeds beyond which t's quantiles are the normal's (and n + 1 a float's n)
+
+
+def seeds_to_separate(difference: float, sd: float, level: float, power: float = POWER) -> float:
+    """The seeds a two-sided paired t test at ``level`` needs to separate, with probability ``power``, two rows whose
+    per-seed differences have mean ``difference`` and sd ``sd``: the smallest n ≥ 2 with
+    |difference| / sd · √n ≥ t_{n−1}(1 − level / 2) + t_{n−1}(power) (the normal approximation of the t test's power,
+    with t's quantiles at n − 1 degrees of freedom; starting from its normal form ((z_{1−level/2} + z_power) · sd /
+    |difference|)², which it never undercuts). Infinite where the difference is 0 or has no spread or no sd (< 2 seeds):
+    more seeds of the same would not separate the pair (``rank`` keeps a pair without spread tied)."""
+    if not (math.isfinite(difference) and math.isfinite(sd)) or difference == 0.0 or sd <= 0.0:
+        return math.inf
+    effect = abs(difference) / sd
+    normal = ((stats.norm.ppf(1 - level / 2) + stats.norm.ppf(power)) / effect) ** 2
+    if normal > NORMAL_ENOUGH:
+        return float(math.ceil(normal))
+    n = max(2, math.ceil(normal))
+    while effect * math.sqrt(n) < stats.t.ppf(1 - level / 2, n - 1) + stats.t.ppf(power, n - 1):
+        n += 1
+    return float(n)
+
+
+def seeds_to_separate_half(ranking: Ranking, level: float = LEVEL, power: float = POWER) -> float:
+    """About how many seeds would separate half of a table's pairs (⌈pairs / 2⌉ of them) at the Holm level: the pairs in
+    order of |mean difference| / sd, largest first; the j-th (j = 1, 2, …) tested at its Holm step's level,
+    ``level`` / (pairs − j + 1), needs ``seeds_to_separate`` of its own; half of the pairs are separated once the first
+    ⌈pairs / 2⌉ all are, at the largest of their needs. A rough guide (the seeds' own means and sds taken as the truth,
+    each pair's power alone); infinite where half of the pairs have no spread or no difference; NaN without pairs."""
+    pairs = ranking.pairs
+    if not pairs:
+        return math.nan
+
+    def effect(test: PairTest) -> float:
+        finite = math.isfinite(test.mean_difference) and math.isfinite(test.sd) and test.sd > 0
+        return abs(test.mean_difference) / test.sd if finite else 0.0
+
+    ordered = sorted(pairs, key=effect, reverse=True)
+    half = math.ceil(len(pairs) / 2)
+    return max(
+        seeds_to_separate(test.mean_difference, test.sd, level / (len(pairs) - step), power)
+        for step, test in enumerate(ordered[:half])
+    )
 
 
 def interval_text(interval: tuple[int, int]) -> str:
