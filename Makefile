@@ -16,7 +16,7 @@ CUDA ?=
 CORES ?= all
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install run test test-all check reference bench lint dry-run validate audit compare prefetch lock digest clean
+.PHONY: install run test test-all check reference bench docs lint dry-run validate audit compare prefetch lock digest clean
 
 $(BIN)/.installed: requirements/lock.txt requirements/lock-gpu.txt requirements/install.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,14 @@ reference: $(BIN)/.installed
 bench: $(BIN)/.installed $(PARITY)/.installed
 	$(BIN)/python -m pip install --quiet -r requirements/bench.txt
 	$(BIN)/python benchmarks/run_all.py
+
+# The doc site (mkdocs.yml): every page of docs/ and the API from the docstrings, MkDocs Material with search, into
+# site/ (open site/index.html; nothing is served or published). Strict: a dead link or anchor, a page left out of the
+# nav or a docstring griffe cannot read fails the build. Installs requirements/docs.txt into .venv first.
+docs: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -r requirements/docs.txt
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	@echo "Site: $(abspath site/index.html)"
 
 # Check datasets of the registry without running anything: make validate DATASETS="pbmc68k_batched my_lab_data"
 validate: $(BIN)/.installed
