@@ -85,8 +85,8 @@ def repository_files() -> set[str]:
     return files | {str(parent) for file in files for parent in Path(file).parents if str(parent) != "."}
 
 
-def prose(text: str) -> str:
-    """The page without its fenced blocks, HTML comments and inline code: where links and headings are."""
+def outside_fences(text: str) -> list[str]:
+    """The lines of ``text`` outside its fenced blocks."""
     kept, fence = [], None
     for line in text.splitlines():
         match = FENCE.match(line)
@@ -96,7 +96,12 @@ def prose(text: str) -> str:
             fence = None
         elif fence is None:
             kept.append(line)
-    return INLINE_CODE.sub("", HTML_COMMENT.sub("", "\n".join(kept)))
+    return kept
+
+
+def prose(text: str) -> str:
+    """The page without its fenced blocks, HTML comments and inline code: where links and headings are."""
+    return INLINE_CODE.sub("", HTML_COMMENT.sub("", "\n".join(outside_fences(text))))
 
 
 def github_slug(heading: str) -> str:
@@ -115,15 +120,7 @@ def anchors(page: Path, repeated_only: bool = False) -> set[str]:
     (``repeated_only``: the numbered ones alone, which the site numbers _1, _2, …: no link may name one)."""
     seen: Counter[str] = Counter()
     found, repeated = set(), set()
-    kept, fence = [], None
-    for line in HTML_COMMENT.sub("", page.read_text()).splitlines():  # headings keep their inline code's text
-        match = FENCE.match(line)
-        if fence is None and match:
-            fence = match.group(1)
-        elif fence is not None and match and match.group(1) == fence:
-            fence = None
-        elif fence is None:
-            kept.append(line)
+    kept = outside_fences(HTML_COMMENT.sub("", page.read_text()))  # headings keep their inline code's text
     for line in kept:
         heading = HEADING.match(line)
         if heading:
