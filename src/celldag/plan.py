@@ -222,10 +222,13 @@ class Plan:
         return [FIGURE.format(name=self.name, dataset=dataset, figure=figure) for _, dataset, figure, _ in self.figures]
 
     @property
+    def annotated(self) -> list[str]:
+        """The folders of the config's `annotate` queries: the `annotate` rule's targets."""
+        return [ANNOTATED.format(name=self.name, query=query) for query, _ in self.queries]
+
+    @property
     def final_targets(self) -> list[str]:
-        return [pattern.format(name=self.name) for pattern in (SCORES, RUNS, LEADERBOARD, INDEX)] + [
-            ANNOTATED.format(name=self.name, query=query) for query, _ in self.queries
-        ]
+        return [pattern.format(name=self.name) for pattern in (SCORES, RUNS, LEADERBOARD, INDEX)] + self.annotated
 
 
 def job_seeds(config: dict, seed: str | None = None) -> list[int]:

@@ -29,3 +29,11 @@ rule annotate_query:
         runtime=per_attempt(60),
     script:
         "../scripts/annotate_query.py"
+
+
+# `snakemake annotate`: the config's queries alone, and what they read (the references' prepared files). A config
+# holding only `annotate:` keeps the default selection, which `snakemake` without a target runs as well.
+rule annotate:
+    input:
+        PLAN.annotated,
+    localrule: True

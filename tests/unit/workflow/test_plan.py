@@ -405,6 +405,9 @@ def test_a_query_of_config_annotate_takes_a_registry_dataset_or_a_labelled_h5ad(
     entry = registries.datasets["pbmc68k_batched"]
     assert queries["from_registry"] == PREPARED.format(dataset="pbmc68k_batched", data_key=data_key(entry), seed=0)
     assert queries["from_atlas"] == "data/atlas.h5ad"
+    # `snakemake annotate` makes these alone; the default target makes them beside the benchmark's tables
+    assert plan.annotated == ["results/default/annotate/from_atlas", "results/default/annotate/from_registry"]
+    assert set(plan.annotated) < set(plan.final_targets)
 
 
 def test_a_query_naming_a_registry_model_downloads_it_and_reads_its_download(registries):
